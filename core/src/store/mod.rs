@@ -1,0 +1,102 @@
+//! The sale store: one trait, two implementations (DESIGN §6).
+//!
+//! Every operation is one atomic step: all reads and checks, then all writes, so a failed check leaves no
+//! trace. Transitions are compare-and-set on the order's state (and so its version). Deadlines come from the
+//! store's own clock (`now_ms`), never the caller's, so several core instances agree on when a hold expires.
+//!
+//! - [`embedded`]: in-process, one mutex over all state; the zero-setup default.
+//! - [`redis`]: Lua scripts in `lua/`, one Cluster slot per event; the production store.
+//!
+//! Both run the same conformance suite (`core/tests/conformance/`).
+
+pub mod embedded;
+pub mod redis;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::model::{
+    CloseReason, EventRecord, EventSpec, HoldOutcome, HoldRequest, Order, OutboxEntry, PayOutcome,
+    PaymentRequest, PutEventOutcome, ReconcileReport, StockView, TransitionOutcome,
+};
+
+/// Most outbox entries one read returns.
+pub const MAX_OUTBOX_PAGE: usize = 1000;
+
+/// Why a store call failed. Callers branch on it: `Unavailable` is safe to retry, `OutcomeUnknown` only with
+/// the same idempotency key (the request may have been applied).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The request was not sent (no connection, pool exhausted): nothing happened.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The request was sent but no answer came back: it may or may not have been applied.
+    #[error("store outcome unknown: {0}")]
+    OutcomeUnknown(String),
+    /// The store answered something the core does not understand (a bug or a corrupted key).
+    #[error("store error: {0}")]
+    Internal(String),
+}
+
+/// The core's state: events, stock, orders, the outbox. See the module doc for the rules every
+/// implementation keeps.
+#[async_trait]
+pub trait SaleStore: Send + Sync + 'static {
+    /// The store's clock, unix ms (Redis `TIME` for Redis).
+    async fn now_ms(&self) -> Result<i64, StoreError>;
+
+    /// Creates or hot-updates an event. Capacity may be raised, or lowered but never below held + sold;
+    /// seats may be added, or removed while free; once the sale is open, a change that moves stock needs
+    /// `force`.
+    async fn put_event(&self, id: &str, spec: &EventSpec, force: bool) -> Result<PutEventOutcome, StoreError>;
+
+    async fn get_event(&self, id: &str) -> Result<Option<EventRecord>, StoreError>;
+
+    /// Ids of every event, sorted.
+    async fn list_events(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Pauses or resumes holds; `false` when the event does not exist.
+    async fn set_paused(&self, id: &str, paused: bool) -> Result<bool, StoreError>;
+
+    async fn stock(&self, id: &str) -> Result<Option<StockView>, StoreError>;
+
+    /// The hold step: window and pause, idempotency (same key + same fingerprint → `Replay`, other
+    /// fingerprint → `IdemConflict`), jti unused, every limit, seats, every pool of the SKU; then deduct,
+    /// record, create the order CREATED with its deadline, append to the outbox, consume the jti.
+    /// The caller has checked the SKU, qty and seat names against the event it read.
+    async fn hold(&self, req: &HoldRequest) -> Result<HoldOutcome, StoreError>;
+
+    async fn get_order(&self, order_id: &str) -> Result<Option<Order>, StoreError>;
+
+    /// CREATED → PAID, idempotent by txn id; money for an order that cannot take it is `RefundRequired`
+    /// (one outbox entry per txn, however often the callback repeats).
+    async fn pay(&self, req: &PaymentRequest) -> Result<PayOutcome, StoreError>;
+
+    /// CREATED → CLOSED with stock, seats and limit usage returned and sold-out flags cleared.
+    /// `Expired` only once the store clock is past the deadline (`NotDue` otherwise).
+    async fn close(&self, order_id: &str, reason: CloseReason) -> Result<TransitionOutcome, StoreError>;
+
+    /// Redeems one pool of a PAID order (or every pool left); all pools redeemed → USED.
+    async fn redeem(&self, order_id: &str, pool: Option<&str>) -> Result<TransitionOutcome, StoreError>;
+
+    /// PAID → REFUNDED; the tickets go back on sale and the buyer's limit usage is returned.
+    async fn refund(&self, order_id: &str) -> Result<TransitionOutcome, StoreError>;
+
+    /// CREATED orders of `event` whose deadline the store clock has passed, oldest first: `(order id,
+    /// deadline ms)`.
+    async fn due_holds(&self, event: &str, limit: usize) -> Result<Vec<(String, i64)>, StoreError>;
+
+    /// Outbox entries of `event` after `after` (exclusive; `None` = from the start), at most `limit`.
+    async fn outbox(&self, event: &str, after: Option<&str>, limit: usize) -> Result<Vec<OutboxEntry>, StoreError>;
+
+    /// Cross-checks pool counters against the orders (`None` when the event does not exist).
+    async fn reconcile(&self, event: &str) -> Result<Option<ReconcileReport>, StoreError>;
+
+    /// Takes or renews a named lease for `ttl_ms`; `true` when `holder` has it. Several core instances use
+    /// it so one sweeper works at a time (compare-and-set makes double work harmless, the lease avoids it).
+    async fn try_lease(&self, name: &str, holder: &str, ttl_ms: u64) -> Result<bool, StoreError>;
+}
+
+/// A shared handle to a store.
+pub type DynStore = Arc<dyn SaleStore>;

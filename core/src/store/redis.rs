@@ -1,0 +1,1 @@
+//! The Redis store (issue 3): Lua scripts from `lua/`, keys `wk:{ev:<id>}:...`.
