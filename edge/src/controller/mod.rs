@@ -1,0 +1,1041 @@
+//! The release controller (DESIGN §4) and the latency window it reads.
+//!
+//! # Layout
+//! - [`LatencyWindow`]: a sliding-window latency histogram the proxy feeds with every forwarded core
+//!   request (O(1), lock-free, no allocation after construction); [`LatencyWindow::snapshot`] gives
+//!   the P99, the sample count and the error fraction over the last few seconds.
+//! - [`ReleaseController`]: once a second (off the request path) turns those figures plus the room's
+//!   occupancy into a release rate (admissions per second) and a [`Decision`] saying why; operator
+//!   overrides ([`ReleaseMode`], [`Bounds`]) always win, and every change leaves a [`ControlEvent`].
+//! - [`sim`]: a simulated core with a known capacity curve, a fixed-rate policy and a clairvoyant
+//!   oracle, used by the tests here and by bench/ for the comparison figures.
+//!
+//! Nothing here does I/O or reads a clock: time is passed in as milliseconds since any fixed origin
+//! (the room's start, the Unix epoch...), so the tests run the loop for minutes in milliseconds.
+//!
+//! # Why a session budget, not a rate
+//! A released token loads the core only seconds later (the user polls, sees "admitted", clicks) and
+//! then for a whole session. Steering the release *rate* from the P99 hunts at the knee because of that
+//! delay. The controller steers a **budget** L of admitted-but-unfinished sessions instead (Little's
+//! law: what the core feels is the number of live sessions) and derives the rate that keeps the
+//! occupancy at L: `rate = (L − occ) / horizon + exits`. Over the latency target L is cut from what is
+//! really out there (`min(L, occ)`), then left alone until the cut has had time to show (cool-down), the
+//! way TCP treats a congestion window.
+
+pub mod sim;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+// ---------------------------------------------------------------------------------------------
+// Latency window
+// ---------------------------------------------------------------------------------------------
+
+/// Sub-buckets per power of two: 16 keeps the relative error of a quantile under ~3% (half of 1/16).
+const SUB_BITS: u32 = 4;
+const SUB: usize = 1 << SUB_BITS;
+/// Largest exponent kept: 2^31 µs ≈ 36 min; anything slower lands in the last bucket.
+const MAX_EXP: u32 = 31;
+/// Values below `SUB` µs get one bucket each; then `SUB` buckets per power of two up to `MAX_EXP`.
+const BUCKETS: usize = SUB + (MAX_EXP as usize - SUB_BITS as usize + 1) * SUB;
+
+fn bucket_of(us: u64) -> usize {
+    if us < SUB as u64 {
+        return us as usize;
+    }
+    let exp = (63 - us.leading_zeros()).min(MAX_EXP);
+    let us = us.min((1u64 << (MAX_EXP + 1)) - 1);
+    let sub = ((us >> (exp - SUB_BITS)) as usize) & (SUB - 1);
+    SUB + (exp - SUB_BITS) as usize * SUB + sub
+}
+
+/// The middle of a bucket, in µs: what a quantile falling in that bucket reports.
+fn bucket_mid_us(idx: usize) -> f64 {
+    if idx < SUB {
+        return idx as f64;
+    }
+    let exp = (idx - SUB) / SUB + SUB_BITS as usize;
+    let sub = (idx - SUB) % SUB;
+    let width = 1u64 << (exp - SUB_BITS as usize);
+    let low = (SUB as u64 + sub as u64) * width;
+    low as f64 + width as f64 / 2.0
+}
+
+/// One time slot of the window: a log histogram of successes plus an error count.
+struct Slot {
+    /// Which slot-sized period of time the counts belong to (`now_ms / slot_ms`); a recorder that finds
+    /// an older epoch claims the slot (compare-and-swap) and clears it, so no ticker is needed.
+    epoch: AtomicU64,
+    buckets: Box<[AtomicU32]>,
+    successes: AtomicU32,
+    errors: AtomicU32,
+}
+
+/// A sliding-window latency histogram: a ring of `slots` time slots of `slot_ms` each.
+///
+/// `record_*` are O(1), allocation-free and take `&self` (atomics, relaxed ordering), so every proxy
+/// worker can feed one shared window. The price of having no lock: a sample recorded exactly while its
+/// slot is being recycled for a new period can be lost or counted in the wrong second; over the
+/// thousands of samples a P99 needs that is noise.
+pub struct LatencyWindow {
+    slots: Box<[Slot]>,
+    slot_ms: u64,
+}
+
+/// What [`LatencyWindow::snapshot`] saw over the window.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct WindowStats {
+    /// Successful requests in the window (the P99 is over these only).
+    pub successes: u64,
+    /// Failed or timed-out requests in the window.
+    pub errors: u64,
+    /// P99 latency of the successes in ms; `None` when there were none.
+    pub p99_ms: Option<f64>,
+}
+
+impl WindowStats {
+    /// errors / (successes + errors); 0 with no requests.
+    pub fn error_fraction(&self) -> f64 {
+        let total = self.successes + self.errors;
+        if total == 0 { 0.0 } else { self.errors as f64 / total as f64 }
+    }
+}
+
+impl LatencyWindow {
+    /// A window of `slots` × `slot_ms`; the edge uses 1000 ms slots and a few seconds of them.
+    pub fn new(slots: usize, slot_ms: u64) -> Self {
+        let slots = slots.max(1);
+        let slot_ms = slot_ms.max(1);
+        let slots = (0..slots)
+            .map(|_| Slot {
+                // u64::MAX: "never used", so it never matches a real epoch.
+                epoch: AtomicU64::new(u64::MAX),
+                buckets: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+                successes: AtomicU32::new(0),
+                errors: AtomicU32::new(0),
+            })
+            .collect();
+        Self { slots, slot_ms }
+    }
+
+    /// Length of the window in ms.
+    pub fn span_ms(&self) -> u64 {
+        self.slots.len() as u64 * self.slot_ms
+    }
+
+    fn slot_for(&self, now_ms: u64) -> &Slot {
+        let epoch = now_ms / self.slot_ms;
+        let slot = &self.slots[(epoch % self.slots.len() as u64) as usize];
+        let seen = slot.epoch.load(Ordering::Relaxed);
+        if seen != epoch
+            && (seen == u64::MAX || seen < epoch)
+            && slot.epoch.compare_exchange(seen, epoch, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            for b in slot.buckets.iter() {
+                b.store(0, Ordering::Relaxed);
+            }
+            slot.successes.store(0, Ordering::Relaxed);
+            slot.errors.store(0, Ordering::Relaxed);
+        }
+        slot
+    }
+
+    /// Records a successful request that took `latency_us`, observed at `now_ms`.
+    pub fn record_success(&self, now_ms: u64, latency_us: u64) {
+        let slot = self.slot_for(now_ms);
+        slot.buckets[bucket_of(latency_us)].fetch_add(1, Ordering::Relaxed);
+        slot.successes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a failed request (5xx, connection error, timeout) observed at `now_ms`.
+    pub fn record_error(&self, now_ms: u64) {
+        self.slot_for(now_ms).errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts and P99 over the slots that fall in the window ending at `now_ms` (the current,
+    /// partly filled slot included). Reads `slots × ~450` atomics: meant for the 1 s tick.
+    pub fn snapshot(&self, now_ms: u64) -> WindowStats {
+        self.quantile_snapshot(now_ms, 0.99)
+    }
+
+    /// As [`snapshot`](Self::snapshot) for any quantile `q` in (0, 1].
+    pub fn quantile_snapshot(&self, now_ms: u64, q: f64) -> WindowStats {
+        let now_epoch = now_ms / self.slot_ms;
+        let oldest = now_epoch.saturating_sub(self.slots.len() as u64 - 1);
+        let mut counts = [0u64; BUCKETS];
+        let (mut successes, mut errors) = (0u64, 0u64);
+        for slot in self.slots.iter() {
+            let e = slot.epoch.load(Ordering::Acquire);
+            if e == u64::MAX || e < oldest || e > now_epoch {
+                continue;
+            }
+            for (c, b) in counts.iter_mut().zip(slot.buckets.iter()) {
+                *c += u64::from(b.load(Ordering::Relaxed));
+            }
+            successes += u64::from(slot.successes.load(Ordering::Relaxed));
+            errors += u64::from(slot.errors.load(Ordering::Relaxed));
+        }
+        // Bucket counts and the success counter are separate atomics: sum the buckets for the rank.
+        let in_buckets: u64 = counts.iter().sum();
+        let p99_ms = if in_buckets == 0 {
+            None
+        } else {
+            let rank = ((q.clamp(0.0, 1.0) * in_buckets as f64).ceil() as u64).max(1);
+            let mut seen = 0;
+            let mut at = BUCKETS - 1;
+            for (i, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= rank {
+                    at = i;
+                    break;
+                }
+            }
+            Some(bucket_mid_us(at) / 1000.0)
+        };
+        WindowStats { successes, errors, p99_ms }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Release controller
+// ---------------------------------------------------------------------------------------------
+
+/// Tuning of the loop. The defaults suit a core answering in tens of ms and users who take a few
+/// seconds from "admitted" to their first core request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControllerConfig {
+    /// Core P99 target in ms (room `release.p99_target_ms`; default 100). The controller aims at
+    /// 0.8 × this, so that noise around the setpoint stays under the target.
+    pub p99_target_ms: f64,
+    /// Release bounds and cap in auto mode (room `release.min` / `max`, `total_active_max`).
+    pub bounds: Bounds,
+    /// First release rate (room `release.start`; default 50/s): where the slew limiter starts from.
+    pub start_rate: f64,
+    /// First session budget (default `start_rate × 10 s`).
+    pub initial_budget: f64,
+    /// Time from a release to its load showing in the P99 window (poll, see, click, + window); the
+    /// minimum cool-down after a cut. Default 5000 ms.
+    pub actuation_delay_ms: u64,
+    /// After a cut, cuts stay off at least this long (default: actuation delay + 3 s window) and until the
+    /// occupancy, now and as the metrics see it (one actuation delay ago), has come down to the budget —
+    /// whichever is later, but never longer than `max_cooldown_ms` (default 30 s), so a core that keeps
+    /// sinking gets cut again.
+    pub cooldown_ms: u64,
+    /// Upper bound of the cool-down (see `cooldown_ms`).
+    pub max_cooldown_ms: u64,
+    /// How fast the occupancy is steered back to the budget: `rate = (L − occ) / horizon + exits`.
+    /// Default 2000 ms.
+    pub horizon_ms: u64,
+    /// Budget growth per tick in slow start (default 1.15: doubling in ~5 ticks, one actuation delay).
+    pub slow_start_factor: f64,
+    /// Slow start ends (ssthresh = L) once the pressure passes this (default 0.6): the knee is near.
+    pub slow_start_exit_pressure: f64,
+    /// Budget growth per tick above ssthresh at low pressure (default 0.03 = 3%), scaled down to 0 as the
+    /// pressure approaches `hold_pressure`.
+    pub growth: f64,
+    /// Pressure above which the budget is held, not grown (default 0.88).
+    pub hold_pressure: f64,
+    /// Growth per tick while the budget is back under `recover_fraction` × the level of the last mild
+    /// cut (default 0.06): that level was fine until just before the cut, so getting back near it fast
+    /// costs little, as in CUBIC. Not after a far cut: then the core changed and the old level is void.
+    pub recover_growth: f64,
+    /// See `recover_growth` (default 0.9).
+    pub recover_fraction: f64,
+    /// Consecutive over-target ticks needed for a mild cut (default 2): one noisy second just over the
+    /// setpoint is not worth 30% of the budget. Far over cuts at once.
+    pub confirm_ticks: u32,
+    /// Pressure above which a cut is "far over" and halves (default 1.5, i.e. P99 ≥ 1.2 × target).
+    pub far_pressure: f64,
+    /// Cut factor when over but not far over (default 0.7).
+    pub mild_cut: f64,
+    /// Cut factor when far over (default 0.5).
+    pub far_cut: f64,
+    /// Error fraction that counts as "over" (default 0.01); five times it counts as far over.
+    pub error_threshold: f64,
+    /// Growth only when occ ≥ this × L, for the occupancy now *and* the occupancy one actuation delay
+    /// ago — the one whose load the metrics show. A budget the occupancy does not fill says nothing about
+    /// the core, and growing past what has been measured is how a delayed loop overshoots: this bounds
+    /// the budget to 1/near of the last measured level (default 0.95).
+    pub near_fraction: f64,
+    /// The budget never runs further ahead of the occupancy measured one actuation delay ago than
+    /// hold_pressure / pressure (what proportional scaling would allow), capped at this (default 1.15).
+    pub max_lead: f64,
+    /// As `max_lead`, in slow start while the pressure is under the slow-start exit (default 1.3).
+    pub max_lead_slow_start: f64,
+    /// Fewer requests than this in the window: thin metrics, never grow (default 200).
+    pub min_samples: u64,
+    /// Metrics older than this: stale, never grow, never cut (default 3000 ms).
+    pub max_metrics_age_ms: u64,
+    /// Upward slew limit per tick: the rate rises at most by max(`slew_abs`, `slew_rel` × previous).
+    /// Downward is not limited: stopping releases is what protects the core. Defaults 10/s and 0.25.
+    pub slew_abs: f64,
+    /// See `slew_abs`.
+    pub slew_rel: f64,
+    /// Smallest budget a cut can leave (default 1 session).
+    pub min_budget: f64,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            p99_target_ms: 100.0,
+            bounds: Bounds::default(),
+            start_rate: 50.0,
+            initial_budget: 500.0,
+            actuation_delay_ms: 5000,
+            cooldown_ms: 8000,
+            max_cooldown_ms: 30_000,
+            horizon_ms: 2000,
+            slow_start_factor: 1.15,
+            slow_start_exit_pressure: 0.6,
+            growth: 0.03,
+            hold_pressure: 0.88,
+            recover_growth: 0.06,
+            recover_fraction: 0.9,
+            confirm_ticks: 2,
+            far_pressure: 1.5,
+            mild_cut: 0.7,
+            far_cut: 0.5,
+            error_threshold: 0.01,
+            near_fraction: 0.95,
+            max_lead: 1.15,
+            max_lead_slow_start: 1.3,
+            min_samples: 200,
+            max_metrics_age_ms: 3000,
+            slew_abs: 10.0,
+            slew_rel: 0.25,
+            min_budget: 1.0,
+        }
+    }
+}
+
+/// Release bounds: the operator's box around the controller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// Minimum release rate in auto mode, admissions/s (room `release.min`; default 5).
+    pub min_rate: f64,
+    /// Maximum release rate in auto mode (room `release.max`; default 2000).
+    pub max_rate: f64,
+    /// Cap on the occupancy (room `total_active_max`): no release while occ ≥ cap, in any mode.
+    /// `None`: no cap.
+    pub total_active_max: Option<f64>,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self { min_rate: 5.0, max_rate: 2000.0, total_active_max: None }
+    }
+}
+
+/// Who decides the rate. Anything but `Auto` is an operator override and wins over the loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReleaseMode {
+    /// The feedback loop, within the bounds.
+    Auto,
+    /// Admin "fixed": this many admissions per second (still stopped by the cap and by sold out).
+    Fixed(f64),
+    /// Admin "pause": nothing is released; the queue keeps its order.
+    Paused,
+    /// Admin "queue-all": everyone goes through the queue and nothing is released until the mode changes.
+    QueueAll,
+}
+
+/// One second's view of the core and the room. Every field is a measurement the edge already has.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TickInput {
+    /// Time of this tick, ms since the same origin as every other call.
+    pub now_ms: u64,
+    /// Core P99 over the sliding window (successes only), ms; `None` with no successes.
+    pub p99_ms: Option<f64>,
+    /// Requests (successes + errors) behind `p99_ms` and `error_fraction`.
+    pub samples: u64,
+    /// Failed or timed-out fraction of those requests.
+    pub error_fraction: f64,
+    /// Core in-flight / core concurrency limit, when the core reports it.
+    pub utilisation: Option<f64>,
+    /// Unredeemed unexpired admission tokens + active sessions.
+    pub occupancy: f64,
+    /// Sessions that ended (or tokens that expired unused) per second, over the last tick.
+    pub exits_per_s: f64,
+    /// Age of the newest metrics, ms (time since the window or the core's /metrics last updated).
+    pub metrics_age_ms: u64,
+    /// The core says the event is sold out.
+    pub sold_out: bool,
+}
+
+/// Why the tick chose its rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Sold out: nothing more to sell, nothing released.
+    SoldOut,
+    /// Operator pause.
+    Paused,
+    /// Operator queue-all.
+    QueueAll,
+    /// Operator fixed rate.
+    Fixed,
+    /// Occupancy at the total-active cap.
+    AtCap,
+    /// Over target (or errors): budget cut ×0.7.
+    CutMild,
+    /// Far over target (or many errors): budget cut ×0.5.
+    CutFar,
+    /// Over target, but a cut is still taking effect: no second cut.
+    CoolDown,
+    /// Just over target for the first tick: a mild cut waits for a second one.
+    Confirming,
+    /// Metrics too old: the budget is held.
+    StaleMetrics,
+    /// Too few requests in the window: the budget is held.
+    ThinMetrics,
+    /// Under target but the occupancy does not fill the budget: the budget is held.
+    BudgetUnfilled,
+    /// Slow start: the budget grows geometrically.
+    SlowStart,
+    /// Pressure reached the slow-start exit: ssthresh set, budget held.
+    SlowStartExit,
+    /// Above ssthresh, under the hold pressure: the budget grows a few %.
+    Grow,
+    /// Under 0.9 × the level of the last cut: the budget grows back faster.
+    Recover,
+    /// Near the setpoint: the budget is held.
+    Hold,
+}
+
+impl Reason {
+    /// Stable snake_case name for logs, metrics labels and the admin API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::SoldOut => "sold_out",
+            Reason::Paused => "paused",
+            Reason::QueueAll => "queue_all",
+            Reason::Fixed => "fixed",
+            Reason::AtCap => "at_cap",
+            Reason::CutMild => "cut_mild",
+            Reason::CutFar => "cut_far",
+            Reason::CoolDown => "cool_down",
+            Reason::Confirming => "confirming",
+            Reason::StaleMetrics => "stale_metrics",
+            Reason::ThinMetrics => "thin_metrics",
+            Reason::BudgetUnfilled => "budget_unfilled",
+            Reason::SlowStart => "slow_start",
+            Reason::SlowStartExit => "slow_start_exit",
+            Reason::Grow => "grow",
+            Reason::Recover => "recover",
+            Reason::Hold => "hold",
+        }
+    }
+}
+
+/// What one tick decided, and from what: one per tick, for the stats stream and the dashboard.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    pub at_ms: u64,
+    /// Admissions per second until the next tick.
+    pub rate: f64,
+    /// Session budget L after this tick.
+    pub budget: f64,
+    /// Slow-start threshold after this tick (`f64::INFINITY` before the first cut or exit).
+    pub ssthresh: f64,
+    /// The occupancy the tick saw.
+    pub occupancy: f64,
+    /// max(P99 / (0.8 × target), u / 0.85); `None` when the metrics were stale or empty.
+    pub pressure: Option<f64>,
+    pub reason: Reason,
+}
+
+/// A change worth a log line and an exported event: operator actions and the loop's cuts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControlEvent {
+    pub at_ms: u64,
+    pub kind: ControlEventKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ControlEventKind {
+    /// The operator changed the mode.
+    ModeChanged { from: ReleaseMode, to: ReleaseMode },
+    /// The operator changed the bounds or cap.
+    BoundsChanged { from: Bounds, to: Bounds },
+    /// The loop cut the budget.
+    BudgetCut { from: f64, to: f64, pressure: Option<f64>, error_fraction: f64 },
+    /// Slow start ended at this budget.
+    SlowStartEnded { budget: f64, pressure: f64 },
+    /// Metrics went stale (true) or came back (false).
+    MetricsStale { stale: bool, age_ms: u64 },
+    /// The core's sold-out flag changed.
+    SoldOut { sold_out: bool },
+}
+
+/// Ticks of occupancy history kept; enough for a 30 s actuation delay at one tick a second.
+const HISTORY: usize = 32;
+
+/// Events kept for export when nobody drains them; beyond it the oldest go (and are counted).
+const EVENT_BACKLOG: usize = 1024;
+
+/// The session-budget release controller of DESIGN §4. One per room; call [`tick`](Self::tick) about
+/// once a second with fresh figures, release at the returned rate until the next tick.
+#[derive(Debug, Clone)]
+pub struct ReleaseController {
+    config: ControllerConfig,
+    mode: ReleaseMode,
+    budget: f64,
+    ssthresh: f64,
+    /// The budget the last cut started from (min(L, occ) then): the level known to be just too much.
+    cut_from: f64,
+    /// Consecutive ticks over target.
+    over_streak: u32,
+    /// When the last cut happened: cuts are off until it has shown (cool-down).
+    last_cut_ms: Option<u64>,
+    /// Rate of the previous tick, for the slew limiter.
+    prev_rate: f64,
+    /// Occupancy of the last ticks (ms, occ), a ring: what the core feels now was released one actuation
+    /// delay ago.
+    history: [(u64, f64); HISTORY],
+    history_len: usize,
+    history_next: usize,
+    /// After an override the budget is re-seeded from the occupancy when auto resumes: the budget of
+    /// an hour ago says nothing about the core now.
+    reseed: bool,
+    stale: bool,
+    sold_out: bool,
+    events: VecDeque<ControlEvent>,
+    dropped_events: u64,
+}
+
+impl ReleaseController {
+    pub fn new(config: ControllerConfig) -> Self {
+        let budget = config.initial_budget.max(config.min_budget);
+        let prev_rate = config.start_rate;
+        Self {
+            config,
+            mode: ReleaseMode::Auto,
+            budget,
+            ssthresh: f64::INFINITY,
+            cut_from: 0.0,
+            over_streak: 0,
+            last_cut_ms: None,
+            prev_rate,
+            history: [(0, 0.0); HISTORY],
+            history_len: 0,
+            history_next: 0,
+            reseed: false,
+            stale: false,
+            sold_out: false,
+            events: VecDeque::new(),
+            dropped_events: 0,
+        }
+    }
+
+    pub fn config(&self) -> &ControllerConfig {
+        &self.config
+    }
+
+    pub fn mode(&self) -> ReleaseMode {
+        self.mode
+    }
+
+    /// The session budget L.
+    pub fn budget(&self) -> f64 {
+        self.budget
+    }
+
+    pub fn ssthresh(&self) -> f64 {
+        self.ssthresh
+    }
+
+    /// Operator override: takes effect at the next tick and wins over the loop.
+    pub fn set_mode(&mut self, now_ms: u64, mode: ReleaseMode) {
+        let mode = match mode {
+            ReleaseMode::Fixed(r) if !r.is_finite() || r < 0.0 => ReleaseMode::Fixed(0.0),
+            m => m,
+        };
+        if mode == self.mode {
+            return;
+        }
+        let from = self.mode;
+        self.mode = mode;
+        if mode == ReleaseMode::Auto {
+            self.reseed = true;
+        }
+        self.push_event(now_ms, ControlEventKind::ModeChanged { from, to: mode });
+    }
+
+    /// Operator's new bounds / cap. Bad numbers are made safe rather than refused (min ≤ max, ≥ 0):
+    /// validating the admin request is the API layer's job.
+    pub fn set_bounds(&mut self, now_ms: u64, bounds: Bounds) {
+        let mut to = bounds;
+        to.min_rate = if to.min_rate.is_finite() { to.min_rate.max(0.0) } else { 0.0 };
+        to.max_rate = if to.max_rate.is_finite() { to.max_rate.max(to.min_rate) } else { to.min_rate };
+        to.total_active_max = to.total_active_max.filter(|c| c.is_finite()).map(|c| c.max(0.0));
+        if to == self.config.bounds {
+            return;
+        }
+        let from = self.config.bounds;
+        self.config.bounds = to;
+        if let Some(cap) = to.total_active_max {
+            self.budget = self.budget.min(cap.max(self.config.min_budget));
+        }
+        self.push_event(now_ms, ControlEventKind::BoundsChanged { from, to });
+    }
+
+    /// Takes the events since the last call, oldest first.
+    pub fn drain_events(&mut self) -> Vec<ControlEvent> {
+        self.events.drain(..).collect()
+    }
+
+    /// Events dropped because nobody drained them (backlog of 1024).
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped_events
+    }
+
+    fn push_event(&mut self, at_ms: u64, kind: ControlEventKind) {
+        if self.events.len() == EVENT_BACKLOG {
+            self.events.pop_front();
+            self.dropped_events += 1;
+        }
+        self.events.push_back(ControlEvent { at_ms, kind });
+    }
+
+    fn remember(&mut self, now_ms: u64, occ: f64) {
+        self.history[self.history_next] = (now_ms, occ);
+        self.history_next = (self.history_next + 1) % HISTORY;
+        self.history_len = (self.history_len + 1).min(HISTORY);
+    }
+
+    /// The newest remembered occupancy at least `ago_ms` old; `None` before there is one.
+    fn occupancy_ago(&self, now_ms: u64, ago_ms: u64) -> Option<f64> {
+        let cutoff = now_ms.checked_sub(ago_ms)?;
+        (0..self.history_len)
+            .map(|i| self.history[(self.history_next + HISTORY - 1 - i) % HISTORY])
+            .find(|(at, _)| *at <= cutoff)
+            .map(|(_, occ)| occ)
+    }
+
+    /// max(P99 / (0.8 × target), u / 0.85), from whatever of the two is present.
+    fn pressure(&self, input: &TickInput) -> Option<f64> {
+        let lat = input.p99_ms.filter(|p| p.is_finite()).map(|p| p / (0.8 * self.config.p99_target_ms));
+        let util = input.utilisation.filter(|u| u.is_finite()).map(|u| u / 0.85);
+        match (lat, util) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// One control step. Call about once a second; the returned rate holds until the next call.
+    pub fn tick(&mut self, input: &TickInput) -> Decision {
+        let now = input.now_ms;
+        let occ = if input.occupancy.is_finite() { input.occupancy.max(0.0) } else { 0.0 };
+        let exits = if input.exits_per_s.is_finite() { input.exits_per_s.max(0.0) } else { 0.0 };
+        let err = if input.error_fraction.is_finite() { input.error_fraction.clamp(0.0, 1.0) } else { 0.0 };
+
+        if input.sold_out != self.sold_out {
+            self.sold_out = input.sold_out;
+            self.push_event(now, ControlEventKind::SoldOut { sold_out: input.sold_out });
+        }
+        let stale = input.metrics_age_ms > self.config.max_metrics_age_ms;
+        if stale != self.stale {
+            self.stale = stale;
+            self.push_event(now, ControlEventKind::MetricsStale { stale, age_ms: input.metrics_age_ms });
+        }
+        let pressure = if stale { None } else { self.pressure(input) };
+        let measured_occ = self.occupancy_ago(now, self.config.actuation_delay_ms);
+        self.remember(now, occ);
+
+        // Overrides first: they always win, and the loop's state is not moved by them.
+        let forced = if self.sold_out {
+            Some((0.0, Reason::SoldOut))
+        } else {
+            match self.mode {
+                ReleaseMode::Paused => Some((0.0, Reason::Paused)),
+                ReleaseMode::QueueAll => Some((0.0, Reason::QueueAll)),
+                ReleaseMode::Fixed(r) => Some((r, Reason::Fixed)),
+                ReleaseMode::Auto => None,
+            }
+        };
+        if let Some((rate, reason)) = forced {
+            let (rate, reason) = self.apply_cap(rate, reason, occ);
+            if self.mode != ReleaseMode::Auto {
+                self.reseed = true;
+            }
+            return self.decide(now, rate, occ, pressure, reason);
+        }
+
+        if self.reseed {
+            // Back from an override: start from what is out there, as after a cut, and let slow start
+            // (bounded by the remembered ssthresh) find the level again.
+            self.reseed = false;
+            // Not below the configured first budget: an emptied room (long pause) would otherwise
+            // have too few requests to measure, and thin metrics never grow.
+            self.budget = occ.max(self.config.initial_budget).max(self.config.min_budget);
+            self.last_cut_ms = None;
+        }
+
+        let cfg = &self.config;
+        let enough = input.samples >= cfg.min_samples;
+        let over_latency = pressure.is_some_and(|x| x > 1.0);
+        let over_errors = enough && err > cfg.error_threshold;
+        let over = !stale && (over_latency || over_errors);
+        let far = pressure.is_some_and(|x| x >= cfg.far_pressure) || (enough && err >= 5.0 * cfg.error_threshold);
+        // A cut shows in the metrics once the occupancy they reflect (one actuation delay ago) is down
+        // to the budget; cutting again before that is windup.
+        let shown = occ <= self.budget * 1.05 && measured_occ.is_some_and(|m| m <= self.budget * 1.05);
+        let in_cooldown = self.last_cut_ms.is_some_and(|cut| {
+            let since = now.saturating_sub(cut);
+            since < cfg.cooldown_ms || (!shown && since < cfg.max_cooldown_ms)
+        });
+
+        self.over_streak = if over { self.over_streak.saturating_add(1) } else { 0 };
+        let reason = if over {
+            if in_cooldown {
+                Reason::CoolDown
+            } else if !far && self.over_streak < cfg.confirm_ticks {
+                Reason::Confirming
+            } else {
+                let base = self.budget.min(occ);
+                let factor = if far { cfg.far_cut } else { cfg.mild_cut };
+                let from = self.budget;
+                // After a mild cut the old level was nearly right: get back near it fast. After a far
+                // cut the core itself changed; the old level means nothing.
+                self.cut_from = if far { 0.0 } else { base };
+                self.budget = (base * factor).max(cfg.min_budget);
+                self.ssthresh = self.budget;
+                self.last_cut_ms = Some(now);
+                let to = self.budget;
+                self.push_event(
+                    now,
+                    ControlEventKind::BudgetCut { from, to, pressure, error_fraction: err },
+                );
+                if far { Reason::CutFar } else { Reason::CutMild }
+            }
+        } else if stale {
+            Reason::StaleMetrics
+        } else if !enough || pressure.is_none() {
+            Reason::ThinMetrics
+        } else if in_cooldown {
+            Reason::CoolDown
+        } else if occ < cfg.near_fraction * self.budget || measured_occ.is_none() {
+            Reason::BudgetUnfilled
+        } else {
+            let x = pressure.unwrap_or(0.0);
+            // How far the budget may run ahead of the occupancy the metrics reflect: as far as the
+            // pressure would scale to the hold level if it grew in proportion (utilisation does; a P99
+            // near its knee does not, hence the cap), and at least 1/near.
+            // In slow start, far from the knee, it may run further ahead (up to max_lead_slow_start).
+            let max_lead = if self.budget < self.ssthresh && x <= cfg.slow_start_exit_pressure {
+                cfg.max_lead_slow_start
+            } else {
+                cfg.max_lead
+            };
+            let ratio = if x > 0.0 { cfg.hold_pressure / x } else { max_lead };
+            let lead = ratio.clamp(1.0 / cfg.near_fraction, max_lead.max(1.0 / cfg.near_fraction));
+            let ceiling = measured_occ.unwrap_or(0.0) * lead;
+            if self.budget >= ceiling {
+                Reason::BudgetUnfilled
+            } else if self.budget < self.ssthresh {
+                if x > cfg.slow_start_exit_pressure {
+                    self.ssthresh = self.budget;
+                    let budget = self.budget;
+                    self.push_event(now, ControlEventKind::SlowStartEnded { budget, pressure: x });
+                    Reason::SlowStartExit
+                } else {
+                    self.budget = (self.budget * self.config.slow_start_factor).min(self.ssthresh).min(ceiling);
+                    Reason::SlowStart
+                }
+            } else if x >= cfg.hold_pressure {
+                Reason::Hold
+            } else {
+                let headroom = ((cfg.hold_pressure - x) / 0.3).clamp(0.0, 1.0);
+                if self.budget < cfg.recover_fraction * self.cut_from {
+                    self.budget = (self.budget * (1.0 + cfg.recover_growth * headroom))
+                        .min(cfg.recover_fraction * self.cut_from)
+                        .min(ceiling);
+                    Reason::Recover
+                } else {
+                    self.budget = (self.budget * (1.0 + cfg.growth * headroom)).min(ceiling);
+                    Reason::Grow
+                }
+            }
+        };
+        if let Some(cap) = self.config.bounds.total_active_max {
+            self.budget = self.budget.min(cap.max(self.config.min_budget));
+        }
+
+        let cfg = &self.config;
+        let horizon_s = cfg.horizon_ms.max(1) as f64 / 1000.0;
+        let raw = (self.budget - occ) / horizon_s + exits;
+        let b = cfg.bounds;
+        let mut rate = raw.clamp(b.min_rate, b.max_rate.max(b.min_rate));
+        let up = self.prev_rate + (cfg.slew_abs).max(cfg.slew_rel * self.prev_rate);
+        rate = rate.min(up);
+        let (rate, reason) = self.apply_cap(rate, reason, occ);
+        self.decide(now, rate, occ, pressure, reason)
+    }
+
+    /// The total-active cap holds in every mode: it is the operator's own hard limit.
+    fn apply_cap(&self, rate: f64, reason: Reason, occ: f64) -> (f64, Reason) {
+        match self.config.bounds.total_active_max {
+            Some(cap) if occ >= cap && rate > 0.0 => (0.0, Reason::AtCap),
+            _ => (rate, reason),
+        }
+    }
+
+    fn decide(&mut self, now: u64, rate: f64, occ: f64, pressure: Option<f64>, reason: Reason) -> Decision {
+        let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+        self.prev_rate = rate;
+        Decision {
+            at_ms: now,
+            rate,
+            budget: self.budget,
+            ssthresh: self.ssthresh,
+            occupancy: occ,
+            pressure,
+            reason,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotone_and_close() {
+        let mut last = 0;
+        for us in [0u64, 1, 15, 16, 17, 31, 32, 100, 999, 1000, 65_535, 1 << 20, 1 << 31, 1 << 40] {
+            let b = bucket_of(us);
+            assert!(b >= last, "bucket of {us} went down");
+            assert!(b < BUCKETS);
+            last = b;
+            if (16..(1 << 31)).contains(&us) {
+                let mid = bucket_mid_us(b);
+                assert!((mid - us as f64).abs() / us as f64 <= 1.0 / 16.0 + 1e-9, "{us} → {mid}");
+            }
+        }
+    }
+
+    #[test]
+    fn window_p99_and_expiry() {
+        let w = LatencyWindow::new(3, 1000);
+        // 990 fast requests and 10 slow ones in second 0.
+        for i in 0..1000u64 {
+            let us = if i % 100 == 99 { 80_000 } else { 5_000 };
+            w.record_success(500, us);
+        }
+        w.record_error(600);
+        let s = w.snapshot(900);
+        assert_eq!((s.successes, s.errors), (1000, 1));
+        let p99 = s.p99_ms.unwrap();
+        assert!((4.5..=5.5).contains(&p99), "p99 {p99}");
+        // 11 slow out of 1000: the P99 is slow.
+        w.record_success(700, 80_000);
+        w.record_success(700, 80_000);
+        let p99 = w.snapshot(900).p99_ms.unwrap();
+        assert!((75.0..=85.0).contains(&p99), "p99 {p99}");
+        // Still in the window two seconds later, gone after three.
+        assert_eq!(w.snapshot(2999).successes, 1002);
+        assert_eq!(w.snapshot(3000).successes, 0);
+        assert_eq!(w.snapshot(3000).p99_ms, None);
+        // A recycled slot starts from zero.
+        w.record_success(3100, 1000);
+        let s = w.snapshot(3100);
+        assert_eq!((s.successes, s.errors), (1, 0));
+    }
+
+    #[test]
+    fn window_is_shared_between_threads() {
+        let w = std::sync::Arc::new(LatencyWindow::new(2, 1000));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let w = w.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        w.record_success(1500, 2000);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        // Same slot, no recycling: nothing may be lost.
+        assert_eq!(w.snapshot(1500).successes, 40_000);
+    }
+
+    fn calm(now_ms: u64, occupancy: f64) -> TickInput {
+        TickInput {
+            now_ms,
+            p99_ms: Some(20.0),
+            samples: 1000,
+            error_fraction: 0.0,
+            utilisation: Some(0.2),
+            occupancy,
+            exits_per_s: 10.0,
+            metrics_age_ms: 100,
+            sold_out: false,
+        }
+    }
+
+    #[test]
+    fn grows_only_when_the_budget_is_filled() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let d = c.tick(&calm(0, 10.0));
+        assert_eq!(d.reason, Reason::BudgetUnfilled);
+        assert_eq!(d.budget, 500.0);
+        // Filled now, but the metrics still show the load of 5 s ago (10 sessions): no growth yet.
+        let d = c.tick(&calm(1000, 480.0));
+        assert_eq!(d.reason, Reason::BudgetUnfilled);
+        for s in 2..=5 {
+            c.tick(&calm(s * 1000, 480.0));
+        }
+        // 5 s later the metrics reflect a filled budget: slow start, bounded by the lead over 480.
+        let d = c.tick(&calm(6000, 480.0));
+        assert_eq!(d.reason, Reason::SlowStart);
+        assert!(d.budget > 500.0 && d.budget <= 480.0 * 1.5, "{}", d.budget);
+    }
+
+    #[test]
+    fn cut_then_cool_down_no_windup() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let mut hot = calm(0, 400.0);
+        hot.p99_ms = Some(90.0); // x = 1.125: over, not far
+        let d = c.tick(&hot);
+        assert_eq!(d.reason, Reason::Confirming, "one mildly-over second is not enough");
+        assert_eq!(d.budget, 500.0);
+        let d = c.tick(&hot);
+        assert_eq!(d.reason, Reason::CutMild);
+        assert!((d.budget - 280.0).abs() < 1e-9, "cut from min(L, occ) = 400");
+        assert_eq!(d.ssthresh, d.budget);
+        assert_eq!(d.rate, 5.0, "occupancy above budget: only the minimum rate");
+        // Still hot for the next seconds: no second cut during the cool-down.
+        for s in 1..8 {
+            hot.now_ms = s * 1000;
+            let d = c.tick(&hot);
+            assert_eq!(d.reason, Reason::CoolDown, "second {s}");
+            assert!((d.budget - 280.0).abs() < 1e-9);
+        }
+        // Occupancy down to the budget now, but the metrics still reflect the old one: still cooling.
+        hot.now_ms = 9000;
+        hot.occupancy = 280.0;
+        hot.p99_ms = Some(200.0);
+        assert_eq!(c.tick(&hot).reason, Reason::CoolDown);
+        // Once the occupancy one actuation delay ago is down too, a far-over core is cut again.
+        for s in 10..=13 {
+            hot.now_ms = s * 1000;
+            assert_eq!(c.tick(&hot).reason, Reason::CoolDown, "second {s}");
+        }
+        hot.now_ms = 14_000;
+        let d = c.tick(&hot);
+        assert_eq!(d.reason, Reason::CutFar);
+        assert!((d.budget - 140.0).abs() < 1e-9);
+        let cuts = c
+            .drain_events()
+            .into_iter()
+            .filter(|e| matches!(e.kind, ControlEventKind::BudgetCut { .. }))
+            .count();
+        assert_eq!(cuts, 2);
+    }
+
+    #[test]
+    fn errors_alone_cut() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let mut t = calm(0, 400.0);
+        t.error_fraction = 0.2;
+        assert_eq!(c.tick(&t).reason, Reason::CutFar);
+    }
+
+    #[test]
+    fn stale_or_thin_metrics_never_grow() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let mut t = calm(0, 500.0);
+        t.metrics_age_ms = 10_000;
+        for s in 0..30 {
+            t.now_ms = s * 1000;
+            let d = c.tick(&t);
+            assert_eq!(d.reason, Reason::StaleMetrics);
+            assert_eq!(d.budget, 500.0);
+        }
+        let mut t = calm(31_000, 500.0);
+        t.samples = 10;
+        let d = c.tick(&t);
+        assert_eq!(d.reason, Reason::ThinMetrics);
+        assert_eq!(d.budget, 500.0);
+        let ev = c.drain_events();
+        assert!(ev.iter().any(|e| e.kind == ControlEventKind::MetricsStale { stale: true, age_ms: 10_000 }));
+        assert!(ev.iter().any(|e| matches!(e.kind, ControlEventKind::MetricsStale { stale: false, .. })));
+    }
+
+    #[test]
+    fn slew_limits_the_rise_not_the_fall() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let d = c.tick(&calm(0, 0.0));
+        // (500 − 0) / 2 s + 10 = 260/s wanted, from 50/s: at most +25%.
+        assert!((d.rate - 62.5).abs() < 1e-9, "{}", d.rate);
+        let d = c.tick(&calm(1000, 0.0));
+        assert!((d.rate - 78.125).abs() < 1e-9, "{}", d.rate);
+        let d = c.tick(&calm(2000, 600.0));
+        assert_eq!(d.rate, 5.0, "falls to the minimum at once");
+    }
+
+    #[test]
+    fn overrides_win_and_are_logged() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        c.set_mode(0, ReleaseMode::Paused);
+        assert_eq!(c.tick(&calm(0, 0.0)).rate, 0.0);
+        c.set_mode(1000, ReleaseMode::Fixed(123.0));
+        let mut hot = calm(1000, 10.0);
+        hot.p99_ms = Some(500.0);
+        let d = c.tick(&hot);
+        assert_eq!((d.rate, d.reason), (123.0, Reason::Fixed), "fixed wins even when hot");
+        c.set_mode(2000, ReleaseMode::QueueAll);
+        assert_eq!(c.tick(&calm(2000, 0.0)).reason, Reason::QueueAll);
+        c.set_bounds(3000, Bounds { min_rate: 1.0, max_rate: 7.0, total_active_max: Some(100.0) });
+        c.set_mode(3000, ReleaseMode::Auto);
+        let d = c.tick(&calm(3000, 50.0));
+        assert!(d.rate <= 7.0 && d.rate >= 1.0, "{}", d.rate);
+        assert!(d.budget <= 100.0);
+        let d = c.tick(&calm(4000, 100.0));
+        assert_eq!((d.rate, d.reason), (0.0, Reason::AtCap));
+        c.set_mode(5000, ReleaseMode::Fixed(50.0));
+        assert_eq!(c.tick(&calm(5000, 100.0)).reason, Reason::AtCap, "the cap holds in fixed mode too");
+        let ev = c.drain_events();
+        let modes = ev.iter().filter(|e| matches!(e.kind, ControlEventKind::ModeChanged { .. })).count();
+        let bounds = ev.iter().filter(|e| matches!(e.kind, ControlEventKind::BoundsChanged { .. })).count();
+        assert_eq!((modes, bounds), (5, 1));
+    }
+
+    #[test]
+    fn sold_out_stops_every_mode() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        c.set_mode(0, ReleaseMode::Fixed(100.0));
+        let mut t = calm(0, 0.0);
+        t.sold_out = true;
+        let d = c.tick(&t);
+        assert_eq!((d.rate, d.reason), (0.0, Reason::SoldOut));
+        c.set_mode(1000, ReleaseMode::Auto);
+        t.now_ms = 1000;
+        assert_eq!(c.tick(&t).rate, 0.0);
+        assert!(c.drain_events().iter().any(|e| e.kind == ControlEventKind::SoldOut { sold_out: true }));
+    }
+
+    #[test]
+    fn garbage_input_is_safe() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let t = TickInput {
+            now_ms: 0,
+            p99_ms: Some(f64::NAN),
+            samples: 0,
+            error_fraction: f64::NAN,
+            utilisation: Some(f64::INFINITY),
+            occupancy: f64::NAN,
+            exits_per_s: -3.0,
+            metrics_age_ms: 0,
+            sold_out: false,
+        };
+        let d = c.tick(&t);
+        assert!(d.rate.is_finite() && d.rate >= 0.0);
+        c.set_bounds(0, Bounds { min_rate: f64::NAN, max_rate: -1.0, total_active_max: Some(f64::NAN) });
+        let d = c.tick(&calm(1000, 10.0));
+        assert!(d.rate.is_finite() && d.rate >= 0.0);
+    }
+}
