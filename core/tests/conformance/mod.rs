@@ -192,7 +192,7 @@ pub async fn token_replay(h: &dyn Harness) {
 
 pub async fn limits_per_dimension(h: &dyn Harness) {
     let s = h.store();
-    let limits = [(Dimension::User, 2), (Dimension::Phone, 3), (Dimension::IdNumber, 1), (Dimension::Device, 4)];
+    let limits = [(Dimension::User, 2), (Dimension::Phone, 3), (Dimension::IdNumber, 2), (Dimension::Device, 4)];
     let id = new_event(h, "limits", 100, 50, 3, &limits).await;
     let ident = |phone: &str, idn: &str, dev: &str| Identity {
         phone: Some(phone.into()),
@@ -208,8 +208,8 @@ pub async fn limits_per_dimension(h: &dyn Harness) {
     // user: 2 tickets.
     created(&*s, &hold("u1", 1, ident("p1", "i1", "d1"))).await;
     assert_eq!(s.hold(&hold("u1", 2, ident("p9", "i9", "d9"))).await.unwrap(), HoldOutcome::LimitExceeded(Dimension::User));
-    // id_number: 1 ticket.
-    assert_eq!(s.hold(&hold("u2", 1, ident("p2", "i1", "d2"))).await.unwrap(), HoldOutcome::LimitExceeded(Dimension::IdNumber));
+    // id_number: 2 tickets.
+    assert_eq!(s.hold(&hold("u2", 2, ident("p2", "i1", "d2"))).await.unwrap(), HoldOutcome::LimitExceeded(Dimension::IdNumber));
     // phone: 3 tickets.
     created(&*s, &hold("u3", 2, ident("p1", "i3", "d3"))).await;
     assert_eq!(s.hold(&hold("u4", 1, ident("p1", "i4", "d4"))).await.unwrap(), HoldOutcome::LimitExceeded(Dimension::Phone));
@@ -222,11 +222,11 @@ pub async fn limits_per_dimension(h: &dyn Harness) {
     let bare = req(&id, "u8", "park", 1);
     assert!(matches!(s.hold(&bare).await.unwrap(), HoldOutcome::Rejected(_)));
     assert_eq!(pool(&*s, &id, "park").await, before);
-    // Cancelling returns usage: the same id number (limit 1) may hold again.
+    // Cancelling returns usage: the same id number (limit 2) may hold 2 again.
     let o = created(&*s, &hold("u9", 1, ident("p9", "i9", "d9"))).await;
-    assert_eq!(s.hold(&hold("u10", 1, ident("p10", "i9", "d10"))).await.unwrap(), HoldOutcome::LimitExceeded(Dimension::IdNumber));
+    assert_eq!(s.hold(&hold("u10", 2, ident("p10", "i9", "d10"))).await.unwrap(), HoldOutcome::LimitExceeded(Dimension::IdNumber));
     assert!(matches!(s.close(&o.order_id, CloseReason::Cancelled).await.unwrap(), TransitionOutcome::Done(_)));
-    created(&*s, &hold("u10", 1, ident("p10", "i9", "d10"))).await;
+    created(&*s, &hold("u10", 2, ident("p10", "i9", "d10"))).await;
 }
 
 pub async fn combo_all_or_nothing(h: &dyn Harness) {
