@@ -1,1 +1,587 @@
 //! The Redis store (issue 3): Lua scripts from `lua/`, keys `wk:{ev:<id>}:...`.
+//!
+//! Every operation that changes state is one script (EVALSHA, reloaded transparently after NOSCRIPT by
+//! [`redis::Script`]), so each is atomic on the server and does all its reads and checks before its first
+//! write. Every key of an event carries the hash tag `{ev:<id>}`, so an event lives in one Cluster slot and
+//! each script names its keys in KEYS (the standard list below; see `lua/README.md`).
+//!
+//! Failures map to [`StoreError`]: refused before sending (no server, OOM, loading, cluster down) →
+//! `Unavailable`; sent but no answer (timeout, connection dropped) → `OutcomeUnknown`, which the core
+//! retries only with the same idempotency key. Each call is bounded by [`CALL_TIMEOUT`], so a dead Redis
+//! makes calls fail fast, and the connection is re-established in the background when Redis is back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ErrorKind, RedisError, RedisFuture, Script, ServerErrorKind, Value};
+
+use super::{MAX_OUTBOX_PAGE, SaleStore, StoreError};
+use crate::model::{
+    CloseReason, Dimension, EventRecord, EventSpec, FieldError, HoldOutcome, HoldRequest, Identity, Order,
+    OrderState, OutboxEntry, PayOutcome, PaymentRequest, PoolStock, PutEventOutcome, ReconcileReport, SkuStock,
+    StockView, TransitionOutcome, event_of_order, reconcile_from,
+};
+
+/// Longest a single store call may take before it fails (`OutcomeUnknown` once sent).
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
+/// Longest wait for a reply on an open connection.
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Longest wait for a TCP connect + handshake.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The scripts, compiled into the binary so the core and Redis can never disagree on a version.
+pub mod scripts {
+    use super::{LazyLock, Script};
+
+    pub static HOLD_SRC: &str = include_str!("../../../lua/hold.lua");
+    pub static HOLD: LazyLock<Script> = LazyLock::new(|| Script::new(HOLD_SRC));
+    pub static PAY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/pay.lua")));
+    pub static CLOSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/close.lua")));
+    pub static REDEEM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/redeem.lua")));
+    pub static REFUND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/refund.lua")));
+    pub static PUT_EVENT: LazyLock<Script> =
+        LazyLock::new(|| Script::new(include_str!("../../../lua/put_event.lua")));
+    pub static STOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/stock.lua")));
+    pub static PAUSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/pause.lua")));
+    pub static DUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/due.lua")));
+    pub static RECONCILE: LazyLock<Script> =
+        LazyLock::new(|| Script::new(include_str!("../../../lua/reconcile.lua")));
+    pub static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/lease.lua")));
+}
+
+/// The key of the set of every event id (outside any event's slot).
+const EVENTS_KEY: &str = "wk:events";
+
+/// The standard KEYS list every event script takes (lua/README.md), `order` last.
+pub fn event_keys(event: &str, order_id: Option<&str>) -> Vec<String> {
+    let p = format!("wk:{{ev:{event}}}:");
+    let mut keys: Vec<String> = [
+        "ev", "pools", "seatfree", "seatidx", "seatown", "usage", "idem", "jtis", "deadlines", "txns", "outbox",
+        "live",
+    ]
+    .iter()
+    .map(|k| format!("{p}{k}"))
+    .collect();
+    keys.push(format!("{p}o:{}", order_id.unwrap_or("")));
+    keys
+}
+
+/// A connection to one Redis or to a Cluster; both multiplexed, cheap to clone.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// [`SaleStore`] on Redis or Redis Cluster.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Conn,
+}
+
+/// Maps a client error to the store's: may the request have been applied?
+fn map_err(e: RedisError) -> StoreError {
+    if e.is_connection_refusal() {
+        return StoreError::Unavailable(e.to_string());
+    }
+    // Errors the server answers before running anything.
+    let refused_codes = ["OOM", "BUSY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOSCRIPT"];
+    if e.code().is_some_and(|c| refused_codes.contains(&c))
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+            ) | ErrorKind::ClusterConnectionNotFound
+        )
+    {
+        return StoreError::Unavailable(e.to_string());
+    }
+    if e.is_timeout() || e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
+        return StoreError::OutcomeUnknown(e.to_string());
+    }
+    StoreError::Internal(e.to_string())
+}
+
+fn bad(what: &str) -> StoreError {
+    StoreError::Internal(format!("unexpected reply from Redis: {what}"))
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::Okay => Some("OK".into()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+fn items(v: &Value) -> &[Value] {
+    match v {
+        Value::Array(a) | Value::Set(a) => a,
+        _ => &[],
+    }
+}
+
+fn texts(v: &Value) -> Vec<String> {
+    items(v).iter().filter_map(text).collect()
+}
+
+/// A flat `field, value, ...` reply as a map.
+fn pairs(v: &Value) -> HashMap<String, String> {
+    match v {
+        Value::Map(m) => m.iter().filter_map(|(k, v)| Some((text(k)?, text(v)?))).collect(),
+        _ => {
+            let t = texts(v);
+            t.chunks_exact(2).map(|c| (c[0].clone(), c[1].clone())).collect()
+        }
+    }
+}
+
+fn csv(s: Option<&String>) -> Vec<String> {
+    s.map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect()).unwrap_or_default()
+}
+
+/// An order from its hash (as the scripts return it).
+fn order_from(event: &str, v: &Value) -> Result<Order, StoreError> {
+    let m = pairs(v);
+    let get = |k: &str| m.get(k).ok_or_else(|| bad(&format!("order without {k}")));
+    let num = |k: &str| -> Result<i64, StoreError> { get(k)?.parse::<i64>().map_err(|_| bad(k)) };
+    Ok(Order {
+        order_id: get("id")?.clone(),
+        event: event.to_string(),
+        sku: get("sku")?.clone(),
+        qty: num("qty")? as u32,
+        seats: csv(m.get("seats")),
+        user: get("user")?.clone(),
+        state: OrderState::parse(get("state")?).ok_or_else(|| bad("order state"))?,
+        version: num("ver")? as u64,
+        amount_cents: num("amt")? as u64,
+        expires_at_ms: num("exp")?,
+        created_at_ms: num("created")?,
+        redeemed_pools: csv(m.get("redeemed")),
+        txn_id: m.get("txn").cloned(),
+        identity: Identity {
+            phone: m.get("phone").cloned(),
+            id_number: m.get("id_number").cloned(),
+            device: m.get("device").cloned(),
+        },
+        pools: csv(m.get("pools")),
+    })
+}
+
+/// Counters and SKU availability from the `stock`/`reconcile` replies.
+fn stock_from(pool_ids: &str, counters: &Value, skus: &Value) -> StockView {
+    let c = pairs(counters);
+    let n = |k: String| c.get(&k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
+    let mut view = StockView::default();
+    for pid in pool_ids.split(',').filter(|p| !p.is_empty()) {
+        view.pools.insert(
+            pid.to_string(),
+            PoolStock {
+                capacity: n(format!("{pid}:cap")),
+                available: n(format!("{pid}:avail")),
+                held: n(format!("{pid}:held")),
+                sold: n(format!("{pid}:sold")),
+            },
+        );
+    }
+    for pair in texts(skus).chunks_exact(2) {
+        let pools = pair[1].rsplit('|').next().unwrap_or("");
+        let available =
+            pools.split(',').filter_map(|p| view.pools.get(p)).map(|p| p.available).min().unwrap_or(0);
+        view.skus.insert(pair[0].clone(), SkuStock { available, sold_out: available == 0 });
+    }
+    view
+}
+
+/// The event body compiled for `put_event.lua` (its ARGV[2]).
+fn compiled_spec(spec: &EventSpec) -> String {
+    let pools: Vec<serde_json::Value> = spec
+        .pools
+        .iter()
+        .map(|p| match &p.seats {
+            Some(seats) => serde_json::json!({"id": p.id, "seats": seats}),
+            None => serde_json::json!({"id": p.id, "cap": p.capacity()}),
+        })
+        .collect();
+    let skus: Vec<serde_json::Value> = spec
+        .skus
+        .iter()
+        .map(|s| serde_json::json!({"id": s.id, "price": s.price_cents.to_string(), "max": s.max_qty(), "pools": s.pools}))
+        .collect();
+    let limits: Vec<String> = spec.limits.iter().map(|l| format!("{}:{}", l.dimension.as_str(), l.max)).collect();
+    serde_json::json!({
+        "opens": spec.opens_at_ms(),
+        "closes": spec.closes_at_ms(),
+        "hold": spec.hold_seconds as i64 * 1000,
+        "pools": pools,
+        "skus": skus,
+        "limits": limits.join(","),
+    })
+    .to_string()
+}
+
+fn dimension(s: &str) -> Option<Dimension> {
+    Dimension::ALL.into_iter().find(|d| d.as_str() == s)
+}
+
+impl RedisStore {
+    /// Connects to one Redis, e.g. `redis://127.0.0.1:6379/0`. Fails when the URL is bad or Redis does not
+    /// answer now; afterwards the connection is re-established by itself whenever it drops.
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| StoreError::Internal(format!("bad Redis URL: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(200));
+        let conn = tokio::time::timeout(CALL_TIMEOUT * 2, ConnectionManager::new_with_config(client, config))
+            .await
+            .map_err(|_| StoreError::Unavailable("timed out connecting to Redis".into()))?
+            .map_err(map_err)?;
+        let store = RedisStore { conn: Conn::Single(conn) };
+        store.now_ms().await?;
+        Ok(store)
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
+    pub async fn connect_cluster(seeds: &[String]) -> Result<RedisStore, StoreError> {
+        let client = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(RESPONSE_TIMEOUT)
+            .retries(2)
+            .min_retry_wait(20)
+            .max_retry_wait(200)
+            .build()
+            .map_err(|e| StoreError::Internal(format!("bad Redis Cluster seeds: {e}")))?;
+        let conn = tokio::time::timeout(CALL_TIMEOUT * 2, client.get_async_connection())
+            .await
+            .map_err(|_| StoreError::Unavailable("timed out connecting to Redis Cluster".into()))?
+            .map_err(map_err)?;
+        let store = RedisStore { conn: Conn::Cluster(conn) };
+        store.now_ms().await?;
+        Ok(store)
+    }
+
+    /// Runs a script with the standard keys of `event` (and `order`), bounded by [`CALL_TIMEOUT`].
+    async fn run(&self, script: &Script, keys: &[String], args: &[&str]) -> Result<Value, StoreError> {
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in args {
+            inv.arg(*a);
+        }
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(CALL_TIMEOUT, inv.invoke_async::<Value>(&mut conn)).await {
+            Ok(r) => r.map_err(map_err),
+            Err(_) => Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
+        }
+    }
+
+    /// Runs a plain command, bounded by [`CALL_TIMEOUT`].
+    async fn cmd(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Value>(&mut conn)).await {
+            Ok(r) => r.map_err(map_err),
+            Err(_) => Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
+        }
+    }
+
+    /// Runs a transition script on an order: `(code, detail, order)`.
+    async fn transition(
+        &self,
+        script: &Script,
+        order_id: &str,
+        args: &[&str],
+    ) -> Result<Option<(String, String, Option<Order>)>, StoreError> {
+        let Some(event) = event_of_order(order_id) else { return Ok(None) };
+        let reply = self.run(script, &event_keys(event, Some(order_id)), args).await?;
+        let parts = items(&reply);
+        let code = parts.first().and_then(text).ok_or_else(|| bad("no code"))?;
+        let detail = parts.get(1).and_then(text).unwrap_or_default();
+        let order = match parts.get(2) {
+            Some(v) => Some(order_from(event, v)?),
+            None => None,
+        };
+        Ok(Some((code, detail, order)))
+    }
+}
+
+fn need(order: Option<Order>) -> Result<Order, StoreError> {
+    order.ok_or_else(|| bad("missing order"))
+}
+
+#[async_trait]
+impl SaleStore for RedisStore {
+    async fn now_ms(&self) -> Result<i64, StoreError> {
+        let v = self.cmd(&redis::cmd("TIME")).await?;
+        let t = texts(&v);
+        let secs: i64 = t.first().and_then(|s| s.parse().ok()).ok_or_else(|| bad("TIME"))?;
+        let micros: i64 = t.get(1).and_then(|s| s.parse().ok()).ok_or_else(|| bad("TIME"))?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    async fn put_event(&self, id: &str, spec: &EventSpec, force: bool) -> Result<PutEventOutcome, StoreError> {
+        let body = serde_json::to_string(spec).map_err(|e| StoreError::Internal(e.to_string()))?;
+        let compiled = compiled_spec(spec);
+        let reply =
+            self.run(&scripts::PUT_EVENT, &event_keys(id, None), &[&body, &compiled, if force { "1" } else { "0" }]).await?;
+        let t = texts(&reply);
+        let outcome = match t.first().map(String::as_str) {
+            Some("CREATED") => PutEventOutcome::Created,
+            Some("UPDATED") => PutEventOutcome::Updated,
+            Some("NEEDS_FORCE") => {
+                PutEventOutcome::NeedsForce("the sale is open: a change that moves stock needs ?force=true".into())
+            }
+            Some("REJECTED") => PutEventOutcome::Rejected(
+                t[1..].chunks_exact(2).map(|c| FieldError { path: c[0].clone(), message: c[1].clone() }).collect(),
+            ),
+            _ => return Err(bad("put_event")),
+        };
+        if matches!(outcome, PutEventOutcome::Created | PutEventOutcome::Updated) {
+            // Outside the event's slot, so not in the script; idempotent, and redone by any retried PUT.
+            self.cmd(redis::cmd("SADD").arg(EVENTS_KEY).arg(id)).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn get_event(&self, id: &str) -> Result<Option<EventRecord>, StoreError> {
+        let keys = event_keys(id, None);
+        let v = self.cmd(redis::cmd("HMGET").arg(&keys[0]).arg("spec").arg("paused")).await?;
+        let parts = items(&v);
+        let Some(spec) = parts.first().and_then(text) else { return Ok(None) };
+        let spec: EventSpec = serde_json::from_str(&spec).map_err(|e| bad(&format!("event spec: {e}")))?;
+        let paused = parts.get(1).and_then(text).is_some_and(|p| p == "1");
+        Ok(Some(EventRecord { id: id.to_string(), spec, paused }))
+    }
+
+    async fn list_events(&self) -> Result<Vec<String>, StoreError> {
+        let v = self.cmd(redis::cmd("SMEMBERS").arg(EVENTS_KEY)).await?;
+        let mut ids = texts(&v);
+        ids.sort();
+        Ok(ids)
+    }
+
+    async fn set_paused(&self, id: &str, paused: bool) -> Result<bool, StoreError> {
+        let v = self.run(&scripts::PAUSE, &event_keys(id, None), &[if paused { "1" } else { "0" }]).await?;
+        Ok(matches!(v, Value::Int(1)))
+    }
+
+    async fn stock(&self, id: &str) -> Result<Option<StockView>, StoreError> {
+        let v = self.run(&scripts::STOCK, &event_keys(id, None), &[]).await?;
+        let parts = items(&v);
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let pool_ids = text(&parts[0]).unwrap_or_default();
+        Ok(Some(stock_from(&pool_ids, parts.get(1).unwrap_or(&Value::Nil), parts.get(2).unwrap_or(&Value::Nil))))
+    }
+
+    async fn hold(&self, req: &HoldRequest) -> Result<HoldOutcome, StoreError> {
+        if event_of_order(&req.order_id) != Some(req.event.as_str()) {
+            return Err(StoreError::Internal(format!("order id {} is not of event {}", req.order_id, req.event)));
+        }
+        let present = |v: &Option<String>| v.as_ref().map(|x| format!("={x}")).unwrap_or_default();
+        let qty = req.qty.to_string();
+        let jti_exp = req.jti_expires_ms.to_string();
+        let (phone, idn, device) =
+            (present(&req.identity.phone), present(&req.identity.id_number), present(&req.identity.device));
+        let mut args: Vec<&str> = vec![
+            &req.order_id,
+            &req.sku,
+            &qty,
+            &req.user,
+            &phone,
+            &idn,
+            &device,
+            &req.idempotency_key,
+            &req.fingerprint,
+            &req.jti,
+            &jti_exp,
+        ];
+        args.extend(req.seats.iter().map(String::as_str));
+        let reply = self.run(&scripts::HOLD, &event_keys(&req.event, Some(&req.order_id)), &args).await?;
+        let parts = items(&reply);
+        let code = parts.first().and_then(text).ok_or_else(|| bad("hold: no code"))?;
+        let detail = parts.get(1).and_then(text).unwrap_or_default();
+        Ok(match code.as_str() {
+            "CREATED" => HoldOutcome::Created(order_from(&req.event, parts.get(2).ok_or_else(|| bad("hold"))?)?),
+            "REPLAY" => match self.get_order(&detail).await? {
+                Some(o) => HoldOutcome::Replay(o),
+                None => HoldOutcome::IdemConflict,
+            },
+            "IDEM_CONFLICT" => HoldOutcome::IdemConflict,
+            "NOT_FOUND" => HoldOutcome::NotFound,
+            "NOT_OPEN" => HoldOutcome::NotOpen,
+            "PAUSED" => HoldOutcome::Paused,
+            "TOKEN_REPLAY" => HoldOutcome::TokenReplay,
+            "SOLD_OUT" => HoldOutcome::SoldOut,
+            "LIMIT" => HoldOutcome::LimitExceeded(dimension(&detail).ok_or_else(|| bad("hold: dimension"))?),
+            "SEAT_TAKEN" => HoldOutcome::SeatTaken(detail),
+            "REJECTED" => HoldOutcome::Rejected(detail),
+            other => return Err(bad(&format!("hold code {other}"))),
+        })
+    }
+
+    async fn get_order(&self, order_id: &str) -> Result<Option<Order>, StoreError> {
+        let Some(event) = event_of_order(order_id) else { return Ok(None) };
+        let keys = event_keys(event, Some(order_id));
+        let v = self.cmd(redis::cmd("HGETALL").arg(&keys[12])).await?;
+        if pairs(&v).is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(order_from(event, &v)?))
+    }
+
+    async fn pay(&self, req: &PaymentRequest) -> Result<PayOutcome, StoreError> {
+        let amount = req.amount_cents.to_string();
+        let Some((code, detail, order)) = self.transition(&scripts::PAY, &req.order_id, &[&req.txn_id, &amount]).await?
+        else {
+            return Ok(PayOutcome::NotFound);
+        };
+        Ok(match code.as_str() {
+            "PAID" => PayOutcome::Paid(need(order)?),
+            "ALREADY_PAID" => PayOutcome::AlreadyPaid(need(order)?),
+            "REFUND_REQUIRED" => PayOutcome::RefundRequired(need(order)?),
+            "AMOUNT_MISMATCH" => PayOutcome::AmountMismatch { expected: detail.parse().map_err(|_| bad("amount"))? },
+            "NOT_FOUND" => PayOutcome::NotFound,
+            other => return Err(bad(&format!("pay code {other}"))),
+        })
+    }
+
+    async fn close(&self, order_id: &str, reason: CloseReason) -> Result<TransitionOutcome, StoreError> {
+        let r = self.transition(&scripts::CLOSE, order_id, &[reason.as_str()]).await?;
+        transition_outcome(r)
+    }
+
+    async fn redeem(&self, order_id: &str, pool: Option<&str>) -> Result<TransitionOutcome, StoreError> {
+        let r = self.transition(&scripts::REDEEM, order_id, &[pool.unwrap_or("")]).await?;
+        transition_outcome(r)
+    }
+
+    async fn refund(&self, order_id: &str) -> Result<TransitionOutcome, StoreError> {
+        let r = self.transition(&scripts::REFUND, order_id, &[]).await?;
+        transition_outcome(r)
+    }
+
+    async fn due_holds(&self, event: &str, limit: usize) -> Result<Vec<(String, i64)>, StoreError> {
+        let v = self.run(&scripts::DUE, &event_keys(event, None), &[&limit.to_string()]).await?;
+        texts(&v)
+            .chunks_exact(2)
+            .map(|c| Ok((c[0].clone(), c[1].parse::<f64>().map_err(|_| bad("deadline"))? as i64)))
+            .collect()
+    }
+
+    async fn outbox(&self, event: &str, after: Option<&str>, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        let start = match after {
+            None => "-".to_string(),
+            Some(c) => {
+                if super::embedded::parse_cursor(c).is_none() {
+                    return Err(StoreError::Internal(format!("bad cursor {c}")));
+                }
+                format!("({c}")
+            }
+        };
+        let keys = event_keys(event, None);
+        let count = limit.min(MAX_OUTBOX_PAGE);
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let v = self.cmd(redis::cmd("XRANGE").arg(&keys[10]).arg(start).arg("+").arg("COUNT").arg(count)).await?;
+        let mut out = Vec::new();
+        for entry in items(&v) {
+            let e = items(entry);
+            let id = e.first().and_then(text).ok_or_else(|| bad("stream id"))?;
+            let f = pairs(e.get(1).unwrap_or(&Value::Nil));
+            let get = |k: &str| f.get(k).cloned().ok_or_else(|| bad(&format!("outbox entry without {k}")));
+            out.push(OutboxEntry {
+                cursor: id,
+                order_id: get("o")?,
+                state: OrderState::parse(&get("s")?).ok_or_else(|| bad("outbox state"))?,
+                version: get("v")?.parse().map_err(|_| bad("outbox version"))?,
+                at: get("at")?.parse().map_err(|_| bad("outbox at"))?,
+                kind: get("k")?,
+                txn_id: f.get("txn").cloned(),
+                amount_cents: f.get("amt").and_then(|a| a.parse().ok()),
+                pool: f.get("pool").cloned(),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn reconcile(&self, event: &str) -> Result<Option<ReconcileReport>, StoreError> {
+        let prefix = format!("wk:{{ev:{event}}}:o:");
+        let v = self.run(&scripts::RECONCILE, &event_keys(event, None), &[&prefix]).await?;
+        let parts = items(&v);
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let pool_ids = text(&parts[0]).unwrap_or_default();
+        let stock = stock_from(&pool_ids, parts.get(1).unwrap_or(&Value::Nil), parts.get(2).unwrap_or(&Value::Nil));
+        let mut held = BTreeMap::new();
+        let mut sold = BTreeMap::new();
+        for c in texts(parts.get(3).unwrap_or(&Value::Nil)).chunks_exact(3) {
+            held.insert(c[0].clone(), c[1].parse().unwrap_or(0));
+            sold.insert(c[0].clone(), c[2].parse().unwrap_or(0));
+        }
+        Ok(Some(reconcile_from(&stock, &held, &sold)))
+    }
+
+    async fn try_lease(&self, name: &str, holder: &str, ttl_ms: u64) -> Result<bool, StoreError> {
+        let key = format!("wk:lease:{name}");
+        let v = self.run(&scripts::LEASE, &[key], &[holder, &ttl_ms.max(1).to_string()]).await?;
+        Ok(matches!(v, Value::Int(1)))
+    }
+}
+
+fn transition_outcome(r: Option<(String, String, Option<Order>)>) -> Result<TransitionOutcome, StoreError> {
+    let Some((code, _, order)) = r else { return Ok(TransitionOutcome::NotFound) };
+    Ok(match code.as_str() {
+        "DONE" => TransitionOutcome::Done(need(order)?),
+        "INVALID" => TransitionOutcome::Invalid(need(order)?),
+        "NOT_DUE" => TransitionOutcome::NotDue(need(order)?),
+        "UNKNOWN_POOL" => TransitionOutcome::UnknownPool,
+        "NOT_FOUND" => TransitionOutcome::NotFound,
+        other => return Err(bad(&format!("transition code {other}"))),
+    })
+}

@@ -1,0 +1,245 @@
+//! Test helpers shared by the core's integration tests: a real `redis-server` (and a 3-master Redis
+//! Cluster) on free loopback ports, each with its own temp dir; never port 6379, never shared data.
+//!
+//! ```ignore
+//! let redis = RedisServer::start();                 // no persistence
+//! let redis = RedisServer::start_aof();             // appendonly yes, appendfsync always
+//! let store = RedisStore::connect(&redis.url()).await?;
+//! redis.kill9();  redis.restart();                  // same port, same dir (the AOF survives)
+//! let cluster = RedisCluster::start(3);             // cluster.seeds() for RedisStore::connect_cluster
+//! ```
+//! The binaries come from `PATH` (`redis-server`, `redis-cli`), or `WICKET_REDIS_SERVER` /
+//! `WICKET_REDIS_CLI`.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn server_bin() -> String {
+    std::env::var("WICKET_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+fn cli_bin() -> String {
+    std::env::var("WICKET_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
+/// A port that was free a moment ago (and, for Cluster nodes, whose bus port +10000 was too).
+fn free_port(with_bus: bool) -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = l.local_addr().unwrap().port();
+        if port == 6379 || (with_bus && port > 55_000) {
+            continue;
+        }
+        if with_bus && TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
+            continue;
+        }
+        return port;
+    }
+}
+
+/// Sends one inline command and returns the first reply line (`+PONG`, `-LOADING ...`).
+pub fn send_inline(port: u16, cmd: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// One `redis-server` child process.
+pub struct RedisServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+impl RedisServer {
+    /// A server without persistence.
+    pub fn start() -> RedisServer {
+        Self::start_with(&["--appendonly", "no"])
+    }
+
+    /// A server that acknowledges a write only once it is in the AOF (`appendfsync always`), as the sale's
+    /// Redis runs in production (DESIGN §6).
+    pub fn start_aof() -> RedisServer {
+        Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+    }
+
+    /// A server with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let port = free_port(false);
+            let mut s = RedisServer { port, dir, child: None, args: extra.iter().map(|a| a.to_string()).collect() };
+            match s.spawn() {
+                Ok(()) => return s,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("redis-server did not start: {last_err}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let log = std::fs::File::create(self.dir.path().join("redis.log")).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(server_bin());
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--protected-mode", "no", "--save", "", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        let child = cmd.spawn().map_err(|e| format!("cannot run {} ({e}); is redis-server installed?", server_bin()))?;
+        self.child = Some(child);
+        wait_ready(self.port, self.child.as_mut().unwrap(), self.dir.path())
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// SIGKILL: no shutdown, no final fsync.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and dir (after [`kill9`](Self::kill9)).
+    pub fn restart(&mut self) {
+        self.kill9();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("redis-server did not restart: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Runs `redis-cli` against this server and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new(cli_bin())
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_ready(port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
+            return Err(format!("redis-server exited ({status}): {log}"));
+        }
+        if send_inline(port, "PING").is_some_and(|r| r.starts_with("+PONG")) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("redis-server did not answer PING".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A Redis Cluster of `n` masters (no replicas) on loopback.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(n: usize) -> RedisCluster {
+        let mut nodes = Vec::new();
+        for _ in 0..n {
+            let mut last_err = String::new();
+            let mut started = None;
+            for _ in 0..5 {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let port = free_port(true);
+                let mut s = RedisServer {
+                    port,
+                    dir,
+                    child: None,
+                    args: ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--appendonly", "no"]
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect(),
+                };
+                match s.spawn() {
+                    Ok(()) => {
+                        started = Some(s);
+                        break;
+                    }
+                    Err(e) => last_err = e,
+                }
+            }
+            nodes.push(started.unwrap_or_else(|| panic!("cluster node did not start: {last_err}")));
+        }
+        let addrs: Vec<String> = nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)).collect();
+        let out = Command::new(cli_bin())
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = nodes.iter().all(|s| {
+                let info = s.cli(&["cluster", "info"]);
+                info.contains("cluster_state:ok") && info.contains(&format!("cluster_known_nodes:{n}"))
+            });
+            if ok {
+                break;
+            }
+            assert!(Instant::now() < deadline, "cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        RedisCluster { nodes }
+    }
+
+    /// Seed URLs for `RedisStore::connect_cluster`.
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(|s| format!("redis://127.0.0.1:{}", s.port)).collect()
+    }
+}
+
+/// Where a test may put files of its own.
+pub fn scratch_dir() -> PathBuf {
+    std::env::temp_dir()
+}

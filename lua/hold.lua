@@ -1,0 +1,166 @@
+#!lua
+-- hold: the sale's one atomic step (DESIGN §5). All reads and checks, then all writes.
+--
+-- KEYS (all in the event's slot, `wk:{ev:<event>}:...`; see lua/README.md for the layout):
+--   1 ev        HASH  event meta (opens, closes, hold, paused, limits, sku:<id>, ...)
+--   2 pools     HASH  <pool>:cap/avail/held/sold/slot
+--   3 seatfree  ZSET  free seats, member <pool>/<seat>, score slot*1e6+index
+--   4 seatidx   HASH  <pool>/<seat> -> index in the pool's seat list
+--   5 seatown   HASH  <pool>/<seat> -> order id holding it
+--   6 usage     HASH  <dimension>\n<value> -> tickets counted
+--   7 idem      HASH  <user>\n<idempotency key> -> <fingerprint>\n<order id>
+--   8 jtis      ZSET  consumed admission-token jtis, score = when they may be forgotten (ms)
+--   9 deadlines ZSET  CREATED orders, score = hold deadline (ms)
+--  10 txns      HASH  (unused here)
+--  11 outbox    STREAM
+--  12 live      SET   CREATED/PAID/USED order ids (what the reconciler sums)
+--  13 order     HASH  the new order
+-- ARGV:
+--   1 order id  2 sku  3 qty  4 user
+--   5 phone  6 id_number  7 device   -- "" when absent, "=" .. value when present
+--   8 idempotency key  9 fingerprint  10 jti  11 jti expiry (unix ms)
+--   12.. named seats (none = the first free ones for a seated pool)
+-- Returns {code, detail, order fields (flat HGETALL)}:
+--   CREATED    ''            the new order
+--   REPLAY     <order id>    same key, same fingerprint: the caller reads that order
+--   IDEM_CONFLICT ''         same key, other fingerprint
+--   NOT_FOUND  ''            no such event
+--   NOT_OPEN / PAUSED / TOKEN_REPLAY / SOLD_OUT ''
+--   LIMIT      <dimension>
+--   SEAT_TAKEN <seat>
+--   REJECTED   <message>     the request does not fit the event; nothing written
+
+local function split(s, sep)
+  local out = {}
+  if s == nil or s == false or s == '' then return out end
+  local start = 1
+  while true do
+    local i = string.find(s, sep, start, true)
+    if not i then
+      out[#out + 1] = string.sub(s, start)
+      return out
+    end
+    out[#out + 1] = string.sub(s, start, i - 1)
+    start = i + 1
+  end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local oid, sku_id, user = ARGV[1], ARGV[2], ARGV[4]
+local qty = tonumber(ARGV[3]) or 0
+local ident = { phone = ARGV[5], id_number = ARGV[6], device = ARGV[7] }
+local idem_field = user .. '\n' .. ARGV[8]
+local fp, jti = ARGV[9], ARGV[10]
+local jti_exp = tonumber(ARGV[11]) or 0
+local want_seats = {}
+for i = 12, #ARGV do want_seats[#want_seats + 1] = ARGV[i] end
+
+-- Reads and checks.
+local meta = redis.call('HMGET', KEYS[1], 'opens', 'closes', 'hold', 'paused', 'limits', 'sku:' .. sku_id)
+if not meta[1] then return { 'NOT_FOUND', '' } end
+
+local seen = redis.call('HGET', KEYS[7], idem_field)
+if seen then
+  local nl = string.find(seen, '\n', 1, true)
+  local seen_fp, seen_order = string.sub(seen, 1, nl - 1), string.sub(seen, nl + 1)
+  if seen_fp ~= fp then return { 'IDEM_CONFLICT', '' } end
+  return { 'REPLAY', seen_order }
+end
+
+if now < tonumber(meta[1]) or now >= tonumber(meta[2]) then return { 'NOT_OPEN', '' } end
+if meta[4] == '1' then return { 'PAUSED', '' } end
+
+local jti_until = redis.call('ZSCORE', KEYS[8], jti)
+if jti_until and tonumber(jti_until) > now then return { 'TOKEN_REPLAY', '' } end
+
+if not meta[6] then return { 'REJECTED', 'unknown sku ' .. sku_id } end
+local sku = split(meta[6], '|') -- price | max_qty | pool,pool
+local max_qty = tonumber(sku[2])
+if qty == 0 or qty > max_qty then return { 'REJECTED', 'qty must be 1..=' .. sku[2] } end
+local sku_pools = split(sku[3], ',')
+
+-- The value a hold carries on each dimension (nil when absent).
+local function dim_value(d)
+  if d == 'user' then return user end
+  local v = ident[d]
+  if v == nil or v == '' then return nil end
+  return string.sub(v, 2)
+end
+
+for _, lim in ipairs(split(meta[5], ',')) do
+  local c = string.find(lim, ':', 1, true)
+  local d, max = string.sub(lim, 1, c - 1), tonumber(string.sub(lim, c + 1))
+  local v = dim_value(d)
+  if v == nil then
+    return { 'REJECTED', 'the event limits ' .. d .. ' but the hold carries none' }
+  end
+  local used = tonumber(redis.call('HGET', KEYS[6], d .. '\n' .. v) or '0')
+  if used + qty > max then return { 'LIMIT', d } end
+end
+
+local picks = {}        -- seat members <pool>/<seat> to take
+local seated = nil
+for _, pid in ipairs(sku_pools) do
+  local p = redis.call('HMGET', KEYS[2], pid .. ':avail', pid .. ':slot')
+  if not p[1] then return { 'REJECTED', 'sku ' .. sku_id .. ' names a missing pool ' .. pid } end
+  if tonumber(p[1]) < qty then return { 'SOLD_OUT', '' } end
+  if p[2] then
+    seated = pid
+    picks = {}
+    if #want_seats == 0 then
+      local base = tonumber(p[2]) * 1000000
+      picks = redis.call('ZRANGEBYSCORE', KEYS[3], base, base + 999999, 'LIMIT', 0, qty)
+      if #picks < qty then return { 'SOLD_OUT', '' } end
+    else
+      if #want_seats ~= qty then return { 'REJECTED', 'seats must name exactly qty seats' } end
+      local chosen = {}
+      for _, name in ipairs(want_seats) do
+        local m = pid .. '/' .. name
+        if redis.call('HEXISTS', KEYS[4], m) == 0 then return { 'REJECTED', 'unknown seat ' .. name } end
+        if chosen[m] or not redis.call('ZSCORE', KEYS[3], m) then return { 'SEAT_TAKEN', name } end
+        chosen[m] = true
+        picks[#picks + 1] = m
+      end
+    end
+  end
+end
+if seated == nil and #want_seats > 0 then return { 'REJECTED', 'this sku has no named seats' } end
+
+-- Writes.
+for _, pid in ipairs(sku_pools) do
+  redis.call('HINCRBY', KEYS[2], pid .. ':avail', -qty)
+  redis.call('HINCRBY', KEYS[2], pid .. ':held', qty)
+end
+local seat_names = {}
+for i, m in ipairs(picks) do
+  redis.call('ZREM', KEYS[3], m)
+  redis.call('HSET', KEYS[5], m, oid)
+  seat_names[i] = string.sub(m, #seated + 2)
+end
+local amount = tonumber(sku[1]) * qty
+local expires = now + tonumber(meta[3])
+local fields = {
+  'id', oid, 'sku', sku_id, 'qty', tostring(qty), 'seats', table.concat(seat_names, ','), 'user', user,
+  'state', 'CREATED', 'ver', '1', 'amt', string.format('%.0f', amount), 'exp', tostring(expires),
+  'created', tostring(now), 'redeemed', '', 'pools', sku[3],
+}
+redis.call('HINCRBY', KEYS[6], 'user\n' .. user, qty)
+for _, d in ipairs({ 'phone', 'id_number', 'device' }) do
+  local v = dim_value(d)
+  if v ~= nil then
+    fields[#fields + 1] = d
+    fields[#fields + 1] = v
+    redis.call('HINCRBY', KEYS[6], d .. '\n' .. v, qty)
+  end
+end
+redis.call('HSET', KEYS[13], unpack(fields))
+redis.call('ZADD', KEYS[9], expires, oid)
+redis.call('HSET', KEYS[7], idem_field, fp .. '\n' .. oid)
+redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
+redis.call('ZADD', KEYS[8], jti_exp, jti)
+redis.call('SADD', KEYS[12], oid)
+redis.call('XADD', KEYS[11], '*', 'o', oid, 's', 'CREATED', 'v', '1', 'at', tostring(now), 'k', 'created',
+  'amt', string.format('%.0f', amount))
+return { 'CREATED', '', fields }
