@@ -1,0 +1,184 @@
+//! The admin port: bearer-token API for operators (loopback by default).
+//!
+//! ```text
+//! curl -H "Authorization: Bearer $WICKET_ADMIN_TOKEN" http://127.0.0.1:9090/admin/blocklist
+//! ```
+//!
+//! | method, path | does |
+//! |---|---|
+//! | `GET /healthz` | 200 `{"status":"ok"}`, no token needed (liveness probes) |
+//! | `GET /admin/health` | status, uptime, static files, limiter keys |
+//! | `GET /admin/config` | the effective config, secrets redacted |
+//! | `GET /admin/limits` | rules and live keys |
+//! | `GET`/`POST`/`DELETE /admin/blocklist` | list / add / remove `{"ips","users","devices"}` |
+//! | `GET`/`PUT /admin/bot-policy` | routes, proof kind, PoW difficulty, CAPTCHA fail-open |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! Without a valid token every call but `/healthz` is 401 and changes nothing.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::{Method, Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::blocklist::BlockEntries;
+use crate::bot::BotPolicyUpdate;
+use crate::state::EdgeState;
+
+/// Largest admin request body.
+pub const MAX_ADMIN_BODY: usize = 4 * 1024 * 1024;
+
+/// The admin service.
+pub struct AdminService {
+    /// Shared state.
+    pub state: Arc<EdgeState>,
+}
+
+fn json_response(status: u16, v: &serde_json::Value) -> Response<Vec<u8>> {
+    let body = v.to_string().into_bytes();
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .header(http::header::CACHE_CONTROL, "no-store")
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Vec::new()))
+}
+
+fn error(status: u16, code: &str, message: impl Into<String>) -> Response<Vec<u8>> {
+    json_response(status, &json!({"error": code, "message": message.into()}))
+}
+
+/// Constant-time comparison of the presented token with the configured one (hashing first so
+/// not even the length leaks).
+pub fn token_matches(presented: &str, expected: &str) -> bool {
+    let a = Sha256::digest(presented.as_bytes());
+    let b = Sha256::digest(expected.as_bytes());
+    bool::from(a.ct_eq(&b))
+}
+
+impl AdminService {
+    fn authorized(&self, session: &ServerSession) -> bool {
+        let Some(expected) = &self.state.admin_token else { return false };
+        let presented = session
+            .req_header()
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        presented.is_some_and(|p| token_matches(p.trim(), expected))
+    }
+
+    async fn body<T: serde::de::DeserializeOwned>(&self, session: &mut ServerSession) -> Result<T, Response<Vec<u8>>> {
+        let mut buf = Vec::new();
+        loop {
+            match session.read_request_body().await {
+                Ok(Some(chunk)) => {
+                    if buf.len() + chunk.len() > MAX_ADMIN_BODY {
+                        return Err(error(413, "payload_too_large", "request body too large"));
+                    }
+                    buf.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(_) => return Err(error(400, "bad_request", "could not read the request body")),
+            }
+        }
+        serde_json::from_slice(&buf).map_err(|e| error(400, "bad_request", format!("invalid JSON body: {e}")))
+    }
+
+    async fn route(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let st = &self.state;
+        let method = session.req_header().method.clone();
+        let path = session.req_header().uri.path().to_owned();
+        if path == "/healthz" && method == Method::GET {
+            return json_response(200, &json!({"status": "ok"}));
+        }
+        if !self.authorized(session) {
+            return error(401, "unauthorized", "a valid admin bearer token is required");
+        }
+        match (method, path.as_str()) {
+            (Method::GET, "/admin/health") => json_response(
+                200,
+                &json!({
+                    "status": "ok",
+                    "uptime_seconds": st.started.elapsed().as_secs(),
+                    "static_files": st.statics.len(),
+                    "origin": st.origin.as_ref().map(|u| u.addr.to_string()),
+                    "core": st.core.as_ref().map(|u| u.addr.to_string()),
+                }),
+            ),
+            (Method::GET, "/admin/config") => json_response(200, &st.config.redacted_json()),
+            (Method::GET, "/admin/limits") => {
+                let rules: Vec<_> = st
+                    .limits
+                    .rules
+                    .iter()
+                    .map(|r| {
+                        json!({
+                            "path": r.rule.path, "key": r.rule.key, "rate": r.rule.rate,
+                            "burst": r.rule.burst, "nodelay": r.rule.nodelay, "live_keys": r.keys(),
+                        })
+                    })
+                    .collect();
+                json_response(200, &json!({"limits": rules}))
+            }
+            (Method::GET, "/admin/blocklist") => json_response(200, &st.blocklist.to_json()),
+            (Method::POST, "/admin/blocklist") => match self.body::<BlockEntries>(session).await {
+                Err(r) => r,
+                Ok(e) => match st.blocklist.add(&e) {
+                    Ok(()) => json_response(200, &st.blocklist.to_json()),
+                    Err(p) => error(400, "bad_request", p.join("; ")),
+                },
+            },
+            (Method::DELETE, "/admin/blocklist") => match self.body::<BlockEntries>(session).await {
+                Err(r) => r,
+                Ok(e) => match st.blocklist.remove(&e) {
+                    Ok(()) => json_response(200, &st.blocklist.to_json()),
+                    Err(p) => error(400, "bad_request", p.join("; ")),
+                },
+            },
+            (Method::GET, "/admin/bot-policy") => json_response(200, &st.bot.policy_json()),
+            (Method::PUT, "/admin/bot-policy") => match self.body::<BotPolicyUpdate>(session).await {
+                Err(r) => r,
+                Ok(u) => match st.bot.update(&u) {
+                    Ok(()) => json_response(200, &st.bot.policy_json()),
+                    Err(p) => error(400, "bad_request", p.join("; ")),
+                },
+            },
+            (Method::GET, "/metrics") => {
+                let body = st.metrics.encode();
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")
+                    .header(http::header::CONTENT_LENGTH, body.len())
+                    .body(body)
+                    .unwrap_or_else(|_| Response::new(Vec::new()))
+            }
+            _ => error(404, "not_found", "no such admin endpoint"),
+        }
+    }
+}
+
+#[async_trait]
+impl ServeHttp for AdminService {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        self.route(session).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_compare() {
+        assert!(token_matches("abc", "abc"));
+        assert!(!token_matches("abd", "abc"));
+        assert!(!token_matches("", "abc"));
+    }
+}

@@ -1,0 +1,136 @@
+//! The protected-path hook: only holders of a valid admission token (API.md "Admission token")
+//! pass. The check is a trait so the waiting room can swap in its own (e.g. one that also
+//! consults a revocation list); [`JwtAdmission`] verifies the JWT against the `[tokens]` keys.
+
+use std::collections::HashMap;
+
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+use crate::config::{ProtectedRule, TokensConfig, WicketConfig};
+
+/// Longest token accepted (bounded input).
+pub const MAX_TOKEN_LEN: usize = 4096;
+
+/// The claims the edge uses from an admission token.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct AdmissionClaims {
+    /// User id, or device id when anonymous.
+    pub sub: String,
+    /// Token id.
+    pub jti: String,
+    /// Room the token was issued by.
+    pub room: String,
+    /// Queue position.
+    pub pos: u64,
+    /// Issued at.
+    pub iat: u64,
+    /// Expiry.
+    pub exp: u64,
+}
+
+/// Why a token was refused (for logs and metrics; the client only sees "not admitted").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionError {
+    /// No token in cookie or header.
+    #[error("no admission token")]
+    Missing,
+    /// Unknown `kid`, wrong `alg` or `typ`, bad signature, wrong claims, expired.
+    #[error("invalid admission token: {0}")]
+    Invalid(String),
+}
+
+/// Verifies admission tokens for a room's protected paths.
+pub trait AdmissionCheck: Send + Sync {
+    /// The token's claims when it admits to `rule` (its room and event).
+    fn verify(&self, token: &str, rule: &ProtectedRule) -> Result<AdmissionClaims, AdmissionError>;
+}
+
+/// JWT verification against configured keys.
+pub struct JwtAdmission {
+    issuer: String,
+    leeway: u64,
+    keys: HashMap<String, (Algorithm, DecodingKey)>,
+}
+
+/// Longest lifetime of a token (API.md: `exp` ≤ 300 s after `iat`).
+pub const MAX_LIFETIME: u64 = 300;
+
+impl JwtAdmission {
+    /// Loads keys from validated config.
+    pub fn new(cfg: &WicketConfig, tokens: &TokensConfig) -> Result<Self, String> {
+        let mut keys = HashMap::new();
+        for k in &tokens.keys {
+            let entry = match k.alg.as_str() {
+                "EdDSA" => {
+                    let file = k.public_key_file.as_deref().ok_or("EdDSA key without public-key-file")?;
+                    let pem = std::fs::read(cfg.resolve(file)).map_err(|e| format!("{file}: {e}"))?;
+                    (Algorithm::EdDSA, DecodingKey::from_ed_pem(&pem).map_err(|e| format!("{file}: {e}"))?)
+                }
+                "HS256" => {
+                    let secret = match &k.secret_env {
+                        Some(var) => std::env::var(var).map_err(|_| format!("{var} is not set"))?,
+                        None => k.secret.clone().ok_or("HS256 key without secret")?,
+                    };
+                    (Algorithm::HS256, DecodingKey::from_secret(secret.as_bytes()))
+                }
+                other => return Err(format!("unsupported alg {other}")),
+            };
+            keys.insert(k.kid.clone(), entry);
+        }
+        Ok(JwtAdmission { issuer: tokens.issuer.clone(), leeway: tokens.leeway_seconds.min(10), keys })
+    }
+}
+
+impl AdmissionCheck for JwtAdmission {
+    fn verify(&self, token: &str, rule: &ProtectedRule) -> Result<AdmissionClaims, AdmissionError> {
+        let invalid = |m: &str| AdmissionError::Invalid(m.to_owned());
+        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+            return Err(invalid("bad length"));
+        }
+        let header = jsonwebtoken::decode_header(token).map_err(|e| invalid(&e.to_string()))?;
+        if header.typ.as_deref() != Some("admission+jwt") {
+            return Err(invalid("typ is not admission+jwt"));
+        }
+        let kid = header.kid.as_deref().ok_or_else(|| invalid("no kid"))?;
+        let (alg, key) = self.keys.get(kid).ok_or_else(|| invalid("unknown kid"))?;
+        if header.alg != *alg {
+            return Err(invalid("alg does not match the key"));
+        }
+        let mut v = Validation::new(*alg);
+        v.leeway = self.leeway;
+        v.validate_nbf = true;
+        v.set_issuer(&[&self.issuer]);
+        v.set_audience(&[rule.event.as_deref().unwrap_or(&rule.room)]);
+        v.set_required_spec_claims(&["exp", "nbf", "iat", "iss", "aud", "sub", "jti"]);
+        let data = jsonwebtoken::decode::<AdmissionClaims>(token, key, &v).map_err(|e| invalid(&e.to_string()))?;
+        let c = data.claims;
+        if c.room != rule.room {
+            return Err(invalid("token is for another room"));
+        }
+        if c.exp.saturating_sub(c.iat) > MAX_LIFETIME {
+            return Err(invalid("lifetime over 300 s"));
+        }
+        if c.jti.len() < 16 {
+            return Err(invalid("jti too short"));
+        }
+        Ok(c)
+    }
+}
+
+/// A protected path prefix with what the hot path needs precomputed.
+#[derive(Debug, Clone)]
+pub struct ProtectedPath {
+    /// The rule.
+    pub rule: ProtectedRule,
+    /// `wicket_a_<room>`.
+    pub cookie: String,
+}
+
+impl ProtectedPath {
+    /// Precomputes the cookie name.
+    pub fn new(rule: ProtectedRule) -> Self {
+        let cookie = format!("wicket_a_{}", rule.room);
+        ProtectedPath { rule, cookie }
+    }
+}

@@ -1,0 +1,238 @@
+//! Blocked IPs/CIDRs, users and devices: from config, from the admin API, and for a while from
+//! the anomaly rules.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BlocklistConfig, parse_net};
+
+/// Most entries of each kind (admin input is bounded like any other).
+pub const MAX_ENTRIES: usize = 100_000;
+
+/// A set of entries to add or remove (`POST`/`DELETE /admin/blocklist`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockEntries {
+    /// IPs or CIDRs.
+    #[serde(default)]
+    pub ips: Vec<String>,
+    /// User ids.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Device ids.
+    #[serde(default)]
+    pub devices: Vec<String>,
+}
+
+#[derive(Default)]
+struct Sets {
+    nets: Vec<IpNet>,
+    users: HashSet<String>,
+    devices: HashSet<String>,
+    /// Anomaly blocks: until when.
+    temp_ips: HashMap<IpAddr, Instant>,
+    temp_devices: HashMap<String, Instant>,
+}
+
+/// The blocklist. Reads take a shared lock only when something is listed.
+#[derive(Default)]
+pub struct Blocklist {
+    sets: RwLock<Sets>,
+    /// False while every set is empty, so unlisted traffic pays one atomic load.
+    any: AtomicBool,
+}
+
+impl Blocklist {
+    /// From config (validated).
+    pub fn new(cfg: &BlocklistConfig) -> Self {
+        let b = Blocklist::default();
+        let _ = b.add(&BlockEntries { ips: cfg.ips.clone(), users: cfg.users.clone(), devices: cfg.devices.clone() });
+        b
+    }
+
+    fn refresh_any(&self, s: &Sets) {
+        let any = !(s.nets.is_empty()
+            && s.users.is_empty()
+            && s.devices.is_empty()
+            && s.temp_ips.is_empty()
+            && s.temp_devices.is_empty());
+        self.any.store(any, Ordering::Relaxed);
+    }
+
+    /// Whether the IP is blocked.
+    pub fn ip(&self, ip: &IpAddr) -> bool {
+        if !self.any.load(Ordering::Relaxed) {
+            return false;
+        }
+        let s = self.sets.read();
+        s.nets.iter().any(|n| n.contains(ip)) || s.temp_ips.get(ip).is_some_and(|t| *t > Instant::now())
+    }
+
+    /// Whether the user is blocked.
+    pub fn user(&self, user: &str) -> bool {
+        self.any.load(Ordering::Relaxed) && self.sets.read().users.contains(user)
+    }
+
+    /// Whether the device is blocked.
+    pub fn device(&self, device: &str) -> bool {
+        if !self.any.load(Ordering::Relaxed) {
+            return false;
+        }
+        let s = self.sets.read();
+        s.devices.contains(device) || s.temp_devices.get(device).is_some_and(|t| *t > Instant::now())
+    }
+
+    /// Adds entries; nothing is added when any entry is invalid (every problem is returned).
+    pub fn add(&self, e: &BlockEntries) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        let mut nets = Vec::new();
+        for (i, ip) in e.ips.iter().enumerate() {
+            match parse_net(ip) {
+                Some(n) => nets.push(n.trunc()),
+                None => problems.push(format!("ips[{i}]: not an IP or CIDR: {ip:?}")),
+            }
+        }
+        for (kind, list) in [("users", &e.users), ("devices", &e.devices)] {
+            for (i, v) in list.iter().enumerate() {
+                if v.is_empty() || v.len() > 128 {
+                    problems.push(format!("{kind}[{i}]: must be 1 to 128 characters"));
+                }
+            }
+        }
+        let mut s = self.sets.write();
+        if s.nets.len() + nets.len() > MAX_ENTRIES
+            || s.users.len() + e.users.len() > MAX_ENTRIES
+            || s.devices.len() + e.devices.len() > MAX_ENTRIES
+        {
+            problems.push(format!("at most {MAX_ENTRIES} entries of each kind"));
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        for n in nets {
+            if !s.nets.contains(&n) {
+                s.nets.push(n);
+            }
+        }
+        s.users.extend(e.users.iter().cloned());
+        s.devices.extend(e.devices.iter().cloned());
+        self.refresh_any(&s);
+        Ok(())
+    }
+
+    /// Removes entries (also lifts anomaly blocks on the same IPs and devices).
+    pub fn remove(&self, e: &BlockEntries) -> Result<(), Vec<String>> {
+        let mut nets = Vec::new();
+        let mut problems = Vec::new();
+        for (i, ip) in e.ips.iter().enumerate() {
+            match parse_net(ip) {
+                Some(n) => nets.push(n.trunc()),
+                None => problems.push(format!("ips[{i}]: not an IP or CIDR: {ip:?}")),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let mut s = self.sets.write();
+        s.nets.retain(|n| !nets.contains(n));
+        for n in &nets {
+            s.temp_ips.retain(|ip, _| !n.contains(ip));
+        }
+        for u in &e.users {
+            s.users.remove(u);
+        }
+        for d in &e.devices {
+            s.devices.remove(d);
+            s.temp_devices.remove(d);
+        }
+        self.refresh_any(&s);
+        Ok(())
+    }
+
+    /// Blocks an IP for a while (anomaly rule).
+    pub fn block_ip_for(&self, ip: IpAddr, d: Duration) {
+        let mut s = self.sets.write();
+        if s.temp_ips.len() < MAX_ENTRIES {
+            s.temp_ips.insert(ip, Instant::now() + d);
+        }
+        self.refresh_any(&s);
+    }
+
+    /// Blocks a device for a while (anomaly rule).
+    pub fn block_device_for(&self, device: &str, d: Duration) {
+        let mut s = self.sets.write();
+        if s.temp_devices.len() < MAX_ENTRIES {
+            s.temp_devices.insert(device.to_owned(), Instant::now() + d);
+        }
+        self.refresh_any(&s);
+    }
+
+    /// Drops expired anomaly blocks.
+    pub fn prune(&self) {
+        let now = Instant::now();
+        let mut s = self.sets.write();
+        s.temp_ips.retain(|_, t| *t > now);
+        s.temp_devices.retain(|_, t| *t > now);
+        self.refresh_any(&s);
+    }
+
+    /// Everything listed, as JSON (`GET /admin/blocklist`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let now = Instant::now();
+        let s = self.sets.read();
+        let mut users: Vec<_> = s.users.iter().cloned().collect();
+        users.sort();
+        let mut devices: Vec<_> = s.devices.iter().cloned().collect();
+        devices.sort();
+        let temp_ips: Vec<_> = s
+            .temp_ips
+            .iter()
+            .filter(|(_, t)| **t > now)
+            .map(|(ip, t)| serde_json::json!({"ip": ip.to_string(), "seconds_left": (*t - now).as_secs()}))
+            .collect();
+        let temp_devices: Vec<_> = s
+            .temp_devices
+            .iter()
+            .filter(|(_, t)| **t > now)
+            .map(|(d, t)| serde_json::json!({"device": d, "seconds_left": (*t - now).as_secs()}))
+            .collect();
+        serde_json::json!({
+            "ips": s.nets.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            "users": users,
+            "devices": devices,
+            "temporary": {"ips": temp_ips, "devices": temp_devices},
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs_users_devices_and_temporary_blocks() {
+        let b = Blocklist::new(&BlocklistConfig {
+            ips: vec!["10.0.0.0/8".into(), "192.0.2.7".into()],
+            users: vec!["mallory".into()],
+            devices: vec![],
+        });
+        assert!(b.ip(&"10.2.3.4".parse().unwrap()));
+        assert!(b.ip(&"192.0.2.7".parse().unwrap()));
+        assert!(!b.ip(&"192.0.2.8".parse().unwrap()));
+        assert!(b.user("mallory") && !b.user("alice"));
+        assert!(b.add(&BlockEntries { ips: vec!["nope".into()], users: vec!["x".into()], ..Default::default() }).is_err());
+        assert!(!b.user("x"), "nothing is added when an entry is invalid");
+        b.block_device_for("d1", Duration::from_secs(60));
+        assert!(b.device("d1"));
+        b.remove(&BlockEntries { ips: vec!["10.0.0.0/8".into()], devices: vec!["d1".into()], ..Default::default() })
+            .unwrap();
+        assert!(!b.ip(&"10.2.3.4".parse().unwrap()));
+        assert!(!b.device("d1"));
+    }
+}

@@ -1,0 +1,518 @@
+//! Bot checks: a built-in proof-of-work, a CAPTCHA hook speaking siteverify, and the bot pass
+//! a client gets after solving either.
+//!
+//! Proof-of-work: the edge hands out `challenge = b64(exp ‖ difficulty ‖ 16 random bytes) "."
+//! b64(mac)`. The client finds a decimal `nonce` such that `sha256(challenge ‖ nonce)` starts
+//! with `difficulty` zero bits (static/pow.js). Verifying is one MAC and one hash (O(1)); a solved
+//! challenge is remembered until it expires so it cannot be used twice; that memory is bounded
+//! and refuses new solutions when full rather than forgetting old ones (fail closed).
+//!
+//! CAPTCHA: `POST verify-url` with `secret`, `response`, `remoteip` as a form; `{"success":
+//! true}` passes, `false` fails; a timeout, an error or garbage is "unavailable", and the
+//! fail-open switch decides.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::{BotCheckMode, BotConfig, BotProofKind, BotRoute, CaptchaConfig, HttpUrl};
+use crate::identity::Signer;
+
+/// Where clients fetch a PoW challenge.
+pub const CHALLENGE_PATH: &str = "/wicket/challenge";
+/// Where clients submit a proof for a bot pass.
+pub const VERIFY_PATH: &str = "/wicket/verify";
+/// The PoW solver script.
+pub const POW_JS_PATH: &str = "/wicket/pow.js";
+/// The bot pass cookie.
+pub const PASS_COOKIE: &str = "wicket_b";
+/// Header alternative to the pass cookie for apps.
+pub const PASS_HEADER: &str = "wicket-bot-pass";
+/// The solver, embedded so the edge can always serve it.
+pub const POW_JS: &str = include_str!("../../static/pow.js");
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Why a proof-of-work was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowError {
+    /// Not a challenge this edge issued (bad format or MAC).
+    Invalid,
+    /// Past its expiry.
+    Expired,
+    /// The hash lacks the leading zero bits.
+    WrongSolution,
+    /// Already used.
+    Reused,
+    /// The memory of used challenges is full.
+    Busy,
+}
+
+impl PowError {
+    /// Short text for the client.
+    pub fn text(self) -> &'static str {
+        match self {
+            PowError::Invalid => "invalid challenge",
+            PowError::Expired => "challenge expired",
+            PowError::WrongSolution => "wrong solution",
+            PowError::Reused => "challenge already used",
+            PowError::Busy => "too many outstanding challenges, retry",
+        }
+    }
+}
+
+const PAYLOAD_LEN: usize = 8 + 1 + 16;
+
+/// The proof-of-work issuer and verifier.
+pub struct ProofOfWork {
+    signer: Signer,
+    difficulty: AtomicU8,
+    ttl: u64,
+    max_remembered: usize,
+    /// Solved challenge ids → expiry. A std HashMap behind a mutex: one insert per solution,
+    /// which is rare next to page views.
+    seen: Mutex<HashMap<[u8; 16], u64>>,
+}
+
+impl ProofOfWork {
+    /// A verifier with the given settings.
+    pub fn new(signer: Signer, difficulty: u8, ttl: u64, max_remembered: usize) -> Self {
+        ProofOfWork {
+            signer,
+            difficulty: AtomicU8::new(difficulty),
+            ttl,
+            max_remembered,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Difficulty of new challenges.
+    pub fn difficulty(&self) -> u8 {
+        self.difficulty.load(Ordering::Relaxed)
+    }
+
+    /// Changes the difficulty of new challenges (1..=32).
+    pub fn set_difficulty(&self, d: u8) {
+        self.difficulty.store(d.clamp(1, 32), Ordering::Relaxed);
+    }
+
+    /// Seconds a challenge lives.
+    pub fn ttl(&self) -> u64 {
+        self.ttl
+    }
+
+    /// A fresh challenge and its difficulty.
+    pub fn issue(&self, now: u64) -> (String, u8) {
+        let d = self.difficulty();
+        let mut payload = [0u8; PAYLOAD_LEN];
+        payload[..8].copy_from_slice(&(now + self.ttl).to_be_bytes());
+        payload[8] = d;
+        payload[9..].copy_from_slice(&rand::random::<[u8; 16]>());
+        let tag = self.signer.mac(b"pow", &payload);
+        (format!("{}.{}", B64.encode(payload), B64.encode(&tag[..16])), d)
+    }
+
+    /// Checks a solution; on success the challenge is spent.
+    pub fn verify(&self, challenge: &str, nonce: &str, now: u64) -> Result<(), PowError> {
+        if challenge.len() > 128 || nonce.is_empty() || nonce.len() > 64 || !nonce.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(PowError::Invalid);
+        }
+        let (p, t) = challenge.split_once('.').ok_or(PowError::Invalid)?;
+        let payload = B64.decode(p).map_err(|_| PowError::Invalid)?;
+        let tag = B64.decode(t).map_err(|_| PowError::Invalid)?;
+        if payload.len() != PAYLOAD_LEN || !self.signer.verify(b"pow", &payload, &tag) {
+            return Err(PowError::Invalid);
+        }
+        let exp = u64::from_be_bytes(payload[..8].try_into().map_err(|_| PowError::Invalid)?);
+        if exp < now {
+            return Err(PowError::Expired);
+        }
+        let difficulty = payload[8];
+        let mut h = Sha256::new();
+        h.update(challenge.as_bytes());
+        h.update(nonce.as_bytes());
+        if leading_zero_bits(&h.finalize()) < u32::from(difficulty) {
+            return Err(PowError::WrongSolution);
+        }
+        let id: [u8; 16] = payload[9..].try_into().map_err(|_| PowError::Invalid)?;
+        let mut seen = self.seen.lock();
+        if seen.contains_key(&id) {
+            return Err(PowError::Reused);
+        }
+        if seen.len() >= self.max_remembered {
+            seen.retain(|_, e| *e >= now);
+            if seen.len() >= self.max_remembered {
+                return Err(PowError::Busy);
+            }
+        }
+        seen.insert(id, exp);
+        Ok(())
+    }
+
+    /// Forgets expired challenges (their reuse is refused as expired anyway).
+    pub fn prune(&self, now: u64) {
+        let mut seen = self.seen.lock();
+        seen.retain(|_, e| *e >= now);
+        seen.shrink_to_fit();
+    }
+
+    /// Remembered solutions.
+    pub fn remembered(&self) -> usize {
+        self.seen.lock().len()
+    }
+}
+
+/// Leading zero bits of a hash.
+pub fn leading_zero_bits(h: &[u8]) -> u32 {
+    let mut n = 0;
+    for &b in h {
+        if b == 0 {
+            n += 8;
+        } else {
+            return n + b.leading_zeros();
+        }
+    }
+    n
+}
+
+/// A siteverify answer, as the edge reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptchaOutcome {
+    /// `success: true`.
+    Pass,
+    /// `success: false`.
+    Fail,
+    /// Timeout, connection error, non-200 or unreadable answer.
+    Unavailable,
+}
+
+#[derive(Deserialize)]
+struct SiteVerify {
+    success: bool,
+}
+
+/// The CAPTCHA hook.
+pub struct Captcha {
+    url: HttpUrl,
+    addr: SocketAddr,
+    secret: String,
+    timeout: Duration,
+    fail_open: AtomicBool,
+    client: hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+}
+
+impl Captcha {
+    /// Builds the hook from validated config.
+    pub fn new(cfg: &CaptchaConfig) -> Result<Self, String> {
+        let url = crate::config::parse_http_url(&cfg.verify_url)?;
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(url.host.as_str(), url.port))
+            .map_err(|e| format!("cannot resolve {}: {e}", cfg.verify_url))?
+            .next()
+            .ok_or_else(|| format!("cannot resolve {}", cfg.verify_url))?;
+        let secret = match &cfg.secret_env {
+            Some(var) => std::env::var(var).map_err(|_| format!("{var} is not set"))?,
+            None => cfg.secret.clone().unwrap_or_default(),
+        };
+        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_millis(cfg.timeout_ms)));
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Ok(Captcha {
+            url,
+            addr,
+            secret,
+            timeout: Duration::from_millis(cfg.timeout_ms),
+            fail_open: AtomicBool::new(cfg.fail_open),
+            client,
+        })
+    }
+
+    /// Whether an unavailable provider lets clients through.
+    pub fn fail_open(&self) -> bool {
+        self.fail_open.load(Ordering::Relaxed)
+    }
+
+    /// Flips the degrade switch.
+    pub fn set_fail_open(&self, v: bool) {
+        self.fail_open.store(v, Ordering::Relaxed);
+    }
+
+    /// Asks the provider.
+    pub async fn siteverify(&self, response: &str, remote_ip: IpAddr) -> CaptchaOutcome {
+        let form = format!(
+            "secret={}&response={}&remoteip={}",
+            form_encode(&self.secret),
+            form_encode(response),
+            remote_ip
+        );
+        let uri = format!("http://{}{}", self.addr, self.url.path);
+        let Ok(req) = http::Request::post(uri)
+            .header(http::header::HOST, self.url.authority.as_str())
+            .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Full::new(Bytes::from(form)))
+        else {
+            return CaptchaOutcome::Unavailable;
+        };
+        let call = async {
+            let resp = self.client.request(req).await.ok()?;
+            if resp.status() != http::StatusCode::OK {
+                return None;
+            }
+            let body = Limited::new(resp.into_body(), 64 * 1024).collect().await.ok()?.to_bytes();
+            serde_json::from_slice::<SiteVerify>(&body).ok()
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Some(SiteVerify { success: true })) => CaptchaOutcome::Pass,
+            Ok(Some(SiteVerify { success: false })) => CaptchaOutcome::Fail,
+            _ => CaptchaOutcome::Unavailable,
+        }
+    }
+}
+
+fn form_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The bot policy, changeable at run time through the admin API.
+pub struct BotChecks {
+    /// Check mode per path prefix.
+    routes: RwLock<Vec<BotRoute>>,
+    /// Which proof is asked for.
+    proof: RwLock<BotProofKind>,
+    /// The proof-of-work.
+    pub pow: ProofOfWork,
+    /// The CAPTCHA hook, when configured.
+    pub captcha: Option<Captcha>,
+    signer: Signer,
+    pass_seconds: u64,
+}
+
+/// `PUT /admin/bot-policy` body; absent fields stay as they are.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BotPolicyUpdate {
+    /// New route list (replaces the old one).
+    #[serde(default)]
+    pub routes: Option<Vec<BotRoute>>,
+    /// `pow` or `captcha`.
+    #[serde(default)]
+    pub proof: Option<BotProofKind>,
+    /// New PoW difficulty (1..=32).
+    #[serde(default)]
+    pub pow_difficulty: Option<u8>,
+    /// New CAPTCHA degrade switch.
+    #[serde(default)]
+    pub captcha_fail_open: Option<bool>,
+}
+
+impl BotChecks {
+    /// Builds from validated config.
+    pub fn new(cfg: &BotConfig, signer: Signer) -> Result<Self, String> {
+        Ok(BotChecks {
+            routes: RwLock::new(cfg.routes.clone()),
+            proof: RwLock::new(cfg.proof),
+            pow: ProofOfWork::new(signer.clone(), cfg.pow.difficulty, cfg.pow.ttl_seconds, cfg.pow.max_remembered),
+            captcha: cfg.captcha.as_ref().map(Captcha::new).transpose()?,
+            signer,
+            pass_seconds: cfg.pass_seconds,
+        })
+    }
+
+    /// The mode for a path (longest matching prefix; none → off).
+    pub fn mode(&self, path: &str) -> BotCheckMode {
+        let routes = self.routes.read();
+        routes
+            .iter()
+            .filter(|r| path.starts_with(r.path.as_str()))
+            .max_by_key(|r| r.path.len())
+            .map_or(BotCheckMode::Off, |r| r.check)
+    }
+
+    /// Whether any route checks anything (fast path skip).
+    pub fn any(&self) -> bool {
+        self.routes.read().iter().any(|r| r.check != BotCheckMode::Off)
+    }
+
+    /// The proof asked for.
+    pub fn proof(&self) -> BotProofKind {
+        *self.proof.read()
+    }
+
+    /// Applies an admin update; returns the problems instead when it is invalid.
+    pub fn update(&self, u: &BotPolicyUpdate) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        if let Some(d) = u.pow_difficulty
+            && !(1..=32).contains(&d)
+        {
+            problems.push("pow_difficulty: must be between 1 and 32".to_owned());
+        }
+        if (u.captcha_fail_open.is_some() || u.proof == Some(BotProofKind::Captcha)) && self.captcha.is_none() {
+            problems.push("captcha: no [edge.bot.captcha] configured".to_owned());
+        }
+        if let Some(routes) = &u.routes {
+            for (i, r) in routes.iter().enumerate() {
+                if !r.path.starts_with('/') {
+                    problems.push(format!("routes[{i}].path: must start with '/'"));
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        if let Some(d) = u.pow_difficulty {
+            self.pow.set_difficulty(d);
+        }
+        if let (Some(v), Some(c)) = (u.captcha_fail_open, &self.captcha) {
+            c.set_fail_open(v);
+        }
+        if let Some(p) = u.proof {
+            *self.proof.write() = p;
+        }
+        if let Some(routes) = &u.routes {
+            *self.routes.write() = routes.clone();
+        }
+        Ok(())
+    }
+
+    /// The policy as JSON.
+    pub fn policy_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "routes": *self.routes.read(),
+            "proof": self.proof(),
+            "pow_difficulty": self.pow.difficulty(),
+            "pow_ttl_seconds": self.pow.ttl(),
+            "captcha_configured": self.captcha.is_some(),
+            "captcha_fail_open": self.captcha.as_ref().map(Captcha::fail_open),
+            "pass_seconds": self.pass_seconds,
+        })
+    }
+
+    /// Seconds a pass lives.
+    pub fn pass_seconds(&self) -> u64 {
+        self.pass_seconds
+    }
+
+    /// A pass bound to `binding` (the device id): `<exp>.<mac>`.
+    pub fn issue_pass(&self, binding: &str, now: u64) -> String {
+        let exp = now + self.pass_seconds;
+        let tag = self.signer.mac(b"pass", format!("{exp}|{binding}").as_bytes());
+        format!("{exp}.{}", B64.encode(&tag[..16]))
+    }
+
+    /// Whether a pass is valid for `binding` now.
+    pub fn check_pass(&self, value: &str, binding: &str, now: u64) -> bool {
+        let Some((exp, tag)) = value.split_once('.') else { return false };
+        let (Ok(exp_n), Ok(tag)) = (exp.parse::<u64>(), B64.decode(tag)) else { return false };
+        exp_n >= now && self.signer.verify(b"pass", format!("{exp}|{binding}").as_bytes(), &tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn solve(challenge: &str, difficulty: u8) -> String {
+        (0u64..)
+            .map(|n| n.to_string())
+            .find(|n| {
+                let mut h = Sha256::new();
+                h.update(challenge.as_bytes());
+                h.update(n.as_bytes());
+                leading_zero_bits(&h.finalize()) >= u32::from(difficulty)
+            })
+            .unwrap()
+    }
+
+    fn pow() -> ProofOfWork {
+        ProofOfWork::new(Signer::new(b"0123456789abcdef"), 8, 60, 3)
+    }
+
+    #[test]
+    fn pow_accepts_a_solution_once() {
+        let p = pow();
+        let (c, d) = p.issue(1000);
+        let n = solve(&c, d);
+        assert_eq!(p.verify(&c, &n, 1001), Ok(()));
+        assert_eq!(p.verify(&c, &n, 1001), Err(PowError::Reused));
+    }
+
+    #[test]
+    fn pow_rejects_wrong_expired_and_forged() {
+        let p = pow();
+        let (c, d) = p.issue(1000);
+        let n = solve(&c, d);
+        let wrong = (0u64..)
+            .map(|n| n.to_string())
+            .find(|n| {
+                let mut h = Sha256::new();
+                h.update(c.as_bytes());
+                h.update(n.as_bytes());
+                leading_zero_bits(&h.finalize()) < 8
+            })
+            .unwrap();
+        assert_eq!(p.verify(&c, &wrong, 1001), Err(PowError::WrongSolution));
+        assert_eq!(p.verify(&c, &n, 1061), Err(PowError::Expired));
+        let other = ProofOfWork::new(Signer::new(b"another secret!!"), 8, 60, 3);
+        let (c2, _) = other.issue(1000);
+        assert_eq!(p.verify(&c2, &solve(&c2, 8), 1001), Err(PowError::Invalid));
+        assert_eq!(p.verify("garbage", "1", 1001), Err(PowError::Invalid));
+        assert_eq!(p.verify(&c, "", 1001), Err(PowError::Invalid));
+        // A wrong solution does not spend the challenge.
+        assert_eq!(p.verify(&c, &n, 1001), Ok(()));
+    }
+
+    #[test]
+    fn pow_memory_is_bounded_and_fails_closed() {
+        let p = pow();
+        for _ in 0..3 {
+            let (c, d) = p.issue(1000);
+            assert_eq!(p.verify(&c, &solve(&c, d), 1000), Ok(()));
+        }
+        let (c, d) = p.issue(1000);
+        assert_eq!(p.verify(&c, &solve(&c, d), 1000), Err(PowError::Busy));
+        // Once the remembered ones expire there is room again.
+        let (c, d) = p.issue(1100);
+        assert_eq!(p.verify(&c, &solve(&c, d), 1100), Ok(()));
+    }
+
+    #[test]
+    fn difficulty_changes_at_run_time() {
+        let p = pow();
+        p.set_difficulty(12);
+        let (_, d) = p.issue(0);
+        assert_eq!(d, 12);
+    }
+
+    #[test]
+    fn passes_are_bound_and_expire() {
+        let cfg = BotConfig::default();
+        let b = BotChecks::new(&cfg, Signer::new(b"0123456789abcdef")).unwrap();
+        let pass = b.issue_pass("dev1", 100);
+        assert!(b.check_pass(&pass, "dev1", 101));
+        assert!(!b.check_pass(&pass, "dev2", 101));
+        assert!(!b.check_pass(&pass, "dev1", 100 + cfg.pass_seconds + 1));
+        assert!(!b.check_pass("1.x", "dev1", 0));
+    }
+}

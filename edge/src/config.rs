@@ -1,0 +1,897 @@
+//! Configuration: the TOML the operator writes, and its validation.
+//!
+//! One file serves the edge and the core. The edge reads `[edge]` (strictly: unknown keys are
+//! errors), `[tokens]` (leniently: the core owns some of its keys too) and `[[rooms]]` (leniently,
+//! for the protected paths a room declares); every other top-level key belongs to the core and is
+//! ignored here. [`WicketConfig::validate`] checks everything the edge needs at once and reports
+//! every problem with its path, so `wicket check-config` and `wicket serve` say the same.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use crate::limit::NginxRate;
+
+/// One problem in a config file: where (`edge.limits[2].rate`) and what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfigIssue {
+    /// Dotted path of the offending key.
+    pub path: String,
+    /// What is wrong with it, in words an operator can act on.
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Every problem found in one file; displayed one per line.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigIssue>);
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, issue) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{issue}")?;
+        }
+        Ok(())
+    }
+}
+
+fn issue(path: impl Into<String>, message: impl Into<String>) -> ConfigIssue {
+    ConfigIssue { path: path.into(), message: message.into() }
+}
+
+/// The parts of the shared config file the edge reads.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WicketConfig {
+    /// `[edge]`.
+    pub edge: EdgeConfig,
+    /// `[tokens]`: admission-token keys (verification only at the edge for now).
+    pub tokens: Option<TokensConfig>,
+    /// `[[rooms]]`, kept as raw TOML: the waiting room owns their schema. The edge only reads
+    /// `id` (or `name`), `event` and `protected` to guard the room's paths.
+    #[serde(skip)]
+    pub rooms: Vec<toml::Value>,
+    /// Top-level `admin-token`, used for the edge's admin port when `[edge]` names none.
+    #[serde(skip)]
+    pub shared_admin_token: Option<String>,
+    /// Top-level `admin-token-env`, same fallback.
+    #[serde(skip)]
+    pub shared_admin_token_env: Option<String>,
+    /// Folder of the config file: relative paths in it are resolved against this.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+/// `[edge]`: the public proxy, its admin port, limits, bot checks and routing.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct EdgeConfig {
+    /// Public listen address. Default `0.0.0.0:8080`.
+    pub listen: String,
+    /// Admin listen address; loopback so it is not reachable from outside unless asked.
+    /// Default `127.0.0.1:9090`.
+    pub admin_listen: String,
+    /// Bearer token of the admin port. Default: the top-level `admin-token`.
+    pub admin_token: Option<String>,
+    /// Environment variable holding the admin token (wins over `admin-token`).
+    pub admin_token_env: Option<String>,
+    /// Worker threads of the public service. Default: one per core.
+    pub threads: Option<usize>,
+    /// The existing site, `http://host:port`. Default: none (unrouted requests get 502).
+    pub origin: Option<String>,
+    /// The sale core, `http://host:port` or `embedded`. Default `http://127.0.0.1:8081`.
+    pub core: String,
+    /// Path prefixes sent to the core. Default `["/v1/"]`.
+    pub core_prefixes: Vec<String>,
+    /// Folder of Wicket's own static files (queue page, pow.js, dashboard), served from memory
+    /// under `static-prefix`. Default: none.
+    pub static_dir: Option<String>,
+    /// URL prefix of `static-dir`. Default `/static/`.
+    pub static_prefix: String,
+    /// The sale's static pages, served from memory at their paths (`index.html` at `/`).
+    /// Default: none.
+    pub site_dir: Option<String>,
+    /// `Cache-Control` of static files unless a `cache-control` rule matches.
+    /// Default `public, max-age=5`: refreshes during a sale hit browser caches, not the edge.
+    pub default_cache_control: String,
+    /// Per path prefix `Cache-Control` of static files; the longest matching prefix wins.
+    pub cache_control: Vec<CacheRule>,
+    /// Upstream connect timeout in milliseconds. Default 1000.
+    pub connect_timeout_ms: u64,
+    /// Upstream read timeout (time to each read) in milliseconds. Default 10000.
+    pub read_timeout_ms: u64,
+    /// Upstream write timeout in milliseconds. Default 10000.
+    pub write_timeout_ms: u64,
+    /// How many times an idempotent request is retried on another connection when the
+    /// upstream fails before answering. Default 1.
+    pub retries: usize,
+    /// Idle keep-alive timeout of client connections, seconds. Default 60.
+    pub keepalive_seconds: u64,
+    /// Largest request body the edge itself reads (bot verification). Default 16384.
+    pub max_body_bytes: usize,
+    /// Request header carrying the site's signed-in user id. Default: none.
+    pub user_header: Option<String>,
+    /// Cookie carrying the site's signed-in user id. Default: none.
+    pub user_cookie: Option<String>,
+    /// Peers (IPs or CIDRs) whose `X-Forwarded-For` is believed. Default: none.
+    pub trusted_proxies: Vec<String>,
+    /// Secret signing the `wicket_d` device cookie, the PoW challenges and bot passes.
+    /// Default: random per process (devices are forgotten on restart).
+    pub secret: Option<String>,
+    /// Environment variable holding `secret` (wins over `secret`).
+    pub secret_env: Option<String>,
+    /// Mark the edge's cookies `Secure`. Default false (set it when TLS is in front).
+    pub secure_cookies: bool,
+    /// Seconds a graceful stop (SIGTERM, SIGINT) waits for in-flight requests. Default 5.
+    pub shutdown_grace_seconds: u64,
+    /// Rate limits, nginx `limit_req` semantics.
+    pub limits: Vec<LimitRule>,
+    /// Blocked IPs/CIDRs, users and devices at start.
+    pub blocklist: BlocklistConfig,
+    /// Anomaly rules.
+    pub anomaly: AnomalyConfig,
+    /// Bot checks.
+    pub bot: BotConfig,
+    /// Paths only admission-token holders may reach (rooms add their own).
+    pub protected: Vec<ProtectedRule>,
+}
+
+impl Default for EdgeConfig {
+    fn default() -> Self {
+        EdgeConfig {
+            listen: "0.0.0.0:8080".into(),
+            admin_listen: "127.0.0.1:9090".into(),
+            admin_token: None,
+            admin_token_env: None,
+            threads: None,
+            origin: None,
+            core: "http://127.0.0.1:8081".into(),
+            core_prefixes: vec!["/v1/".into()],
+            static_dir: None,
+            static_prefix: "/static/".into(),
+            site_dir: None,
+            default_cache_control: "public, max-age=5".into(),
+            cache_control: Vec::new(),
+            connect_timeout_ms: 1000,
+            read_timeout_ms: 10_000,
+            write_timeout_ms: 10_000,
+            retries: 1,
+            keepalive_seconds: 60,
+            max_body_bytes: 16 * 1024,
+            user_header: None,
+            user_cookie: None,
+            trusted_proxies: Vec::new(),
+            secret: None,
+            secret_env: None,
+            secure_cookies: false,
+            shutdown_grace_seconds: 5,
+            limits: Vec::new(),
+            blocklist: BlocklistConfig::default(),
+            anomaly: AnomalyConfig::default(),
+            bot: BotConfig::default(),
+            protected: Vec::new(),
+        }
+    }
+}
+
+/// `[[edge.cache-control]]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CacheRule {
+    /// URL path prefix.
+    pub path: String,
+    /// `Cache-Control` value.
+    pub value: String,
+}
+
+/// What a limit counts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitKey {
+    /// Client IP (after trusted proxies).
+    Ip,
+    /// The site's user id; requests without one are not counted by this rule.
+    User,
+    /// The edge's device id (signed cookie, else a header fingerprint).
+    Device,
+}
+
+/// `[[edge.limits]]`: one nginx `limit_req`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LimitRule {
+    /// Path prefix the rule applies to. A rule applies to the queue's own paths (`/queue/`)
+    /// only when its path is under `/queue/`, so a site-wide limit never starves queue polls.
+    pub path: String,
+    /// `ip`, `user` or `device`.
+    pub key: LimitKey,
+    /// `"<n>r/s"` or `"<n>r/m"`, as nginx parses it.
+    pub rate: String,
+    /// Requests allowed beyond the rate (nginx `burst`). Default 0.
+    #[serde(default)]
+    pub burst: u32,
+    /// Serve burst requests at once instead of pacing them at the rate (nginx `nodelay`).
+    /// Default false.
+    #[serde(default)]
+    pub nodelay: bool,
+}
+
+/// `[edge.blocklist]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct BlocklistConfig {
+    /// IPs or CIDRs.
+    pub ips: Vec<String>,
+    /// User ids.
+    pub users: Vec<String>,
+    /// Device ids.
+    pub devices: Vec<String>,
+}
+
+/// `[edge.anomaly]`: rules that block for a while and are counted in metrics.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct AnomalyConfig {
+    /// A device seen with more than this many user ids in a window is blocked. 0 = off. Default 5.
+    pub device_max_users: usize,
+    /// A client IP with more than this many rejects in a window is blocked. 0 = off. Default 200.
+    pub client_max_rejects: u32,
+    /// Window length, seconds. Default 60.
+    pub window_seconds: u64,
+    /// How long an anomaly block lasts, seconds. Default 300.
+    pub block_seconds: u64,
+}
+
+impl Default for AnomalyConfig {
+    fn default() -> Self {
+        AnomalyConfig { device_max_users: 5, client_max_rejects: 200, window_seconds: 60, block_seconds: 300 }
+    }
+}
+
+/// When a route demands a bot check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BotCheckMode {
+    /// Never.
+    Off,
+    /// Always, unless the client holds a bot pass.
+    Always,
+    /// Only for suspicious clients (no User-Agent or Accept-Language, no valid device cookie,
+    /// or recent rejects), unless the client holds a bot pass.
+    Suspicious,
+}
+
+/// Which proof a check asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BotProofKind {
+    /// The built-in proof-of-work.
+    Pow,
+    /// The CAPTCHA hook.
+    Captcha,
+}
+
+/// `[edge.bot]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct BotConfig {
+    /// Per path prefix check modes; longest prefix wins; paths matching none are `off`.
+    pub routes: Vec<BotRoute>,
+    /// What a check asks for. Default `pow`.
+    pub proof: BotProofKind,
+    /// Seconds a bot pass (`wicket_b` cookie) is valid after a solved check. Default 600.
+    pub pass_seconds: u64,
+    /// The proof-of-work.
+    pub pow: PowConfig,
+    /// The CAPTCHA hook; required when `proof = "captcha"`.
+    pub captcha: Option<CaptchaConfig>,
+}
+
+impl Default for BotConfig {
+    fn default() -> Self {
+        BotConfig {
+            routes: Vec::new(),
+            proof: BotProofKind::Pow,
+            pass_seconds: 600,
+            pow: PowConfig::default(),
+            captcha: None,
+        }
+    }
+}
+
+/// `[[edge.bot.routes]]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BotRoute {
+    /// Path prefix.
+    pub path: String,
+    /// `off`, `always` or `suspicious`.
+    pub check: BotCheckMode,
+}
+
+/// `[edge.bot.pow]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct PowConfig {
+    /// Leading zero bits of sha256(challenge || nonce). Default 16 (about 65k hashes, well under
+    /// a second in a browser). Changeable at run time.
+    pub difficulty: u8,
+    /// Seconds a challenge stays valid. Default 120.
+    pub ttl_seconds: u64,
+    /// Most solved-and-unexpired challenges remembered to refuse reuse; when full, solutions are
+    /// refused (fail closed) until entries expire. Default 1,000,000 (about 50 MB at worst).
+    pub max_remembered: usize,
+}
+
+impl Default for PowConfig {
+    fn default() -> Self {
+        PowConfig { difficulty: 16, ttl_seconds: 120, max_remembered: 1_000_000 }
+    }
+}
+
+/// `[edge.bot.captcha]`: the siteverify protocol Turnstile, hCaptcha and reCAPTCHA share.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CaptchaConfig {
+    /// Siteverify URL (`http://` only: put an egress proxy in front for `https://` providers).
+    pub verify_url: String,
+    /// Provider secret.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Environment variable holding the secret (wins over `secret`).
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// Timeout of one verification, milliseconds. Default 2000.
+    #[serde(default = "default_captcha_timeout")]
+    pub timeout_ms: u64,
+    /// When the provider is slow, down or answers garbage: let the client through (`true`) or
+    /// refuse it (`false`). Default false. Changeable at run time.
+    #[serde(default)]
+    pub fail_open: bool,
+}
+
+fn default_captcha_timeout() -> u64 {
+    2000
+}
+
+/// `[[edge.protected]]`: a path only admission-token holders reach.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ProtectedRule {
+    /// Path prefix.
+    pub path: String,
+    /// Room whose queue a refused visitor is sent to (`/queue/<room>`).
+    pub room: String,
+    /// Event id the token's `aud` must name. Default: the room.
+    #[serde(default)]
+    pub event: Option<String>,
+}
+
+/// `[tokens]` (shared with the core; unknown keys are left to it).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TokensConfig {
+    /// Required `iss`.
+    pub issuer: String,
+    /// Key new tokens are signed with.
+    #[serde(default)]
+    pub signing_kid: Option<String>,
+    /// Allowed clock skew for `nbf`/`exp`, seconds (≤ 10). Default 5.
+    #[serde(default = "default_leeway")]
+    pub leeway_seconds: u64,
+    /// Keys by `kid`.
+    #[serde(default)]
+    pub keys: Vec<TokenKey>,
+}
+
+fn default_leeway() -> u64 {
+    5
+}
+
+/// One `[[tokens.keys]]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TokenKey {
+    /// Key id, matched against the JWT header's `kid`.
+    pub kid: String,
+    /// `EdDSA` or `HS256`.
+    pub alg: String,
+    /// PEM private key (signing; not read by the edge's verifier).
+    #[serde(default)]
+    pub private_key_file: Option<String>,
+    /// PEM public key (EdDSA verification).
+    #[serde(default)]
+    pub public_key_file: Option<String>,
+    /// HS256 secret.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Environment variable holding the HS256 secret.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+}
+
+impl WicketConfig {
+    /// Reads and parses a file; relative paths in it are resolved against its folder.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigErrors> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors(vec![issue(path.display().to_string(), format!("cannot read: {e}"))]))?;
+        let mut cfg = Self::from_toml_str(&text)?;
+        cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(cfg)
+    }
+
+    /// Parses TOML text: the whole file as a table, then `[edge]` strictly.
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigErrors> {
+        let root: toml::Value =
+            toml::from_str(text).map_err(|e| ConfigErrors(vec![issue("(file)", e.to_string())]))?;
+        let Some(table) = root.as_table() else {
+            return Err(ConfigErrors(vec![issue("(file)", "not a TOML table")]));
+        };
+        let mut issues = Vec::new();
+        let mut cfg = WicketConfig::default();
+        if let Some(edge) = table.get("edge") {
+            match EdgeConfig::deserialize(edge.clone()) {
+                Ok(e) => cfg.edge = e,
+                Err(e) => issues.push(issue("edge", e.to_string())),
+            }
+        }
+        if let Some(tokens) = table.get("tokens") {
+            match TokensConfig::deserialize(tokens.clone()) {
+                Ok(t) => cfg.tokens = Some(t),
+                Err(e) => issues.push(issue("tokens", e.to_string())),
+            }
+        }
+        match table.get("rooms") {
+            None => {}
+            Some(toml::Value::Array(rooms)) => cfg.rooms = rooms.clone(),
+            Some(_) => issues.push(issue("rooms", "must be an array of tables ([[rooms]])")),
+        }
+        cfg.shared_admin_token = table.get("admin-token").and_then(|v| v.as_str()).map(str::to_owned);
+        cfg.shared_admin_token_env = table.get("admin-token-env").and_then(|v| v.as_str()).map(str::to_owned);
+        if issues.is_empty() { Ok(cfg) } else { Err(ConfigErrors(issues)) }
+    }
+
+    /// Resolves a path from the config against the config file's folder.
+    pub fn resolve(&self, p: &str) -> PathBuf {
+        let p = Path::new(p);
+        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+    }
+
+    /// Every problem, with its path; empty when the edge can start with this config.
+    pub fn validate(&self) -> Vec<ConfigIssue> {
+        let mut out = Vec::new();
+        let e = &self.edge;
+        if parse_listen(&e.listen).is_none() {
+            out.push(issue("edge.listen", format!("not an address like 0.0.0.0:8080: {:?}", e.listen)));
+        }
+        if parse_listen(&e.admin_listen).is_none() {
+            out.push(issue("edge.admin-listen", format!("not an address like 127.0.0.1:9090: {:?}", e.admin_listen)));
+        }
+        if e.threads == Some(0) {
+            out.push(issue("edge.threads", "must be at least 1"));
+        }
+        if let Some(origin) = &e.origin
+            && let Err(m) = parse_http_upstream(origin)
+        {
+            out.push(issue("edge.origin", m));
+        }
+        if e.core != "embedded"
+            && let Err(m) = parse_http_upstream(&e.core)
+        {
+            out.push(issue("edge.core", m));
+        }
+        for (i, p) in e.core_prefixes.iter().enumerate() {
+            check_prefix(&mut out, &format!("edge.core-prefixes[{i}]"), p);
+        }
+        check_prefix(&mut out, "edge.static-prefix", &e.static_prefix);
+        for (key, dir) in [("edge.static-dir", &e.static_dir), ("edge.site-dir", &e.site_dir)] {
+            if let Some(d) = dir
+                && !self.resolve(d).is_dir()
+            {
+                out.push(issue(key, format!("not a folder: {}", self.resolve(d).display())));
+            }
+        }
+        if http::HeaderValue::from_str(&e.default_cache_control).is_err() {
+            out.push(issue("edge.default-cache-control", "not a valid header value"));
+        }
+        for (i, r) in e.cache_control.iter().enumerate() {
+            check_prefix(&mut out, &format!("edge.cache-control[{i}].path"), &r.path);
+            if http::HeaderValue::from_str(&r.value).is_err() {
+                out.push(issue(format!("edge.cache-control[{i}].value"), "not a valid header value"));
+            }
+        }
+        for (key, v) in [
+            ("edge.connect-timeout-ms", e.connect_timeout_ms),
+            ("edge.read-timeout-ms", e.read_timeout_ms),
+            ("edge.write-timeout-ms", e.write_timeout_ms),
+        ] {
+            if v == 0 || v > 600_000 {
+                out.push(issue(key, "must be between 1 and 600000"));
+            }
+        }
+        if e.retries > 5 {
+            out.push(issue("edge.retries", "must be at most 5"));
+        }
+        if e.keepalive_seconds == 0 || e.keepalive_seconds > 3600 {
+            out.push(issue("edge.keepalive-seconds", "must be between 1 and 3600"));
+        }
+        if e.max_body_bytes == 0 || e.max_body_bytes > 1 << 20 {
+            out.push(issue("edge.max-body-bytes", "must be between 1 and 1048576"));
+        }
+        if let Some(h) = &e.user_header
+            && http::HeaderName::from_bytes(h.as_bytes()).is_err()
+        {
+            out.push(issue("edge.user-header", "not a valid header name"));
+        }
+        if let Some(c) = &e.user_cookie
+            && (c.is_empty() || !c.bytes().all(is_cookie_name_byte))
+        {
+            out.push(issue("edge.user-cookie", "not a valid cookie name"));
+        }
+        for (i, p) in e.trusted_proxies.iter().enumerate() {
+            if parse_net(p).is_none() {
+                out.push(issue(format!("edge.trusted-proxies[{i}]"), format!("not an IP or CIDR: {p:?}")));
+            }
+        }
+        if let Some(var) = &e.secret_env
+            && std::env::var(var).map(|v| v.is_empty()).unwrap_or(true)
+        {
+            out.push(issue("edge.secret-env", format!("environment variable {var} is not set")));
+        }
+        if let Some(s) = &e.secret
+            && s.len() < 16
+        {
+            out.push(issue("edge.secret", "must be at least 16 characters"));
+        }
+        if e.shutdown_grace_seconds == 0 || e.shutdown_grace_seconds > 300 {
+            out.push(issue("edge.shutdown-grace-seconds", "must be between 1 and 300"));
+        }
+        match (&e.admin_token, &e.admin_token_env, &self.shared_admin_token, &self.shared_admin_token_env) {
+            (_, Some(var), _, _) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => {
+                out.push(issue("edge.admin-token-env", format!("environment variable {var} is not set")));
+            }
+            (Some(t), None, _, _) if t.len() < 16 => {
+                out.push(issue("edge.admin-token", "must be at least 16 characters"));
+            }
+            _ => {}
+        }
+        for (i, l) in e.limits.iter().enumerate() {
+            check_prefix(&mut out, &format!("edge.limits[{i}].path"), &l.path);
+            if let Err(m) = NginxRate::parse(&l.rate) {
+                out.push(issue(format!("edge.limits[{i}].rate"), m));
+            }
+            if l.burst > 1_000_000 {
+                out.push(issue(format!("edge.limits[{i}].burst"), "must be at most 1000000"));
+            }
+            if l.key == LimitKey::User && e.user_header.is_none() && e.user_cookie.is_none() {
+                out.push(issue(
+                    format!("edge.limits[{i}].key"),
+                    "key = \"user\" needs edge.user-header or edge.user-cookie",
+                ));
+            }
+        }
+        for (i, ip) in e.blocklist.ips.iter().enumerate() {
+            if parse_net(ip).is_none() {
+                out.push(issue(format!("edge.blocklist.ips[{i}]"), format!("not an IP or CIDR: {ip:?}")));
+            }
+        }
+        let a = &e.anomaly;
+        if a.window_seconds == 0 || a.window_seconds > 86_400 {
+            out.push(issue("edge.anomaly.window-seconds", "must be between 1 and 86400"));
+        }
+        if a.block_seconds == 0 || a.block_seconds > 86_400 * 7 {
+            out.push(issue("edge.anomaly.block-seconds", "must be between 1 and 604800"));
+        }
+        if a.device_max_users > 1000 {
+            out.push(issue("edge.anomaly.device-max-users", "must be at most 1000"));
+        }
+        let b = &e.bot;
+        for (i, r) in b.routes.iter().enumerate() {
+            check_prefix(&mut out, &format!("edge.bot.routes[{i}].path"), &r.path);
+        }
+        if b.pass_seconds == 0 || b.pass_seconds > 86_400 {
+            out.push(issue("edge.bot.pass-seconds", "must be between 1 and 86400"));
+        }
+        if b.pow.difficulty == 0 || b.pow.difficulty > 32 {
+            out.push(issue("edge.bot.pow.difficulty", "must be between 1 and 32"));
+        }
+        if b.pow.ttl_seconds == 0 || b.pow.ttl_seconds > 3600 {
+            out.push(issue("edge.bot.pow.ttl-seconds", "must be between 1 and 3600"));
+        }
+        if b.pow.max_remembered == 0 || b.pow.max_remembered > 10_000_000 {
+            out.push(issue("edge.bot.pow.max-remembered", "must be between 1 and 10000000"));
+        }
+        match &b.captcha {
+            None if b.proof == BotProofKind::Captcha => {
+                out.push(issue("edge.bot.captcha", "required when edge.bot.proof = \"captcha\""));
+            }
+            None => {}
+            Some(c) => {
+                if let Err(m) = parse_http_url(&c.verify_url) {
+                    out.push(issue("edge.bot.captcha.verify-url", m));
+                }
+                match (&c.secret, &c.secret_env) {
+                    (_, Some(var)) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => {
+                        out.push(issue("edge.bot.captcha.secret-env", format!("environment variable {var} is not set")));
+                    }
+                    (None, None) => out.push(issue("edge.bot.captcha.secret", "secret or secret-env is required")),
+                    _ => {}
+                }
+                if c.timeout_ms == 0 || c.timeout_ms > 60_000 {
+                    out.push(issue("edge.bot.captcha.timeout-ms", "must be between 1 and 60000"));
+                }
+            }
+        }
+        for (i, p) in e.protected.iter().enumerate() {
+            check_prefix(&mut out, &format!("edge.protected[{i}].path"), &p.path);
+            if !is_room_id(&p.room) {
+                out.push(issue(format!("edge.protected[{i}].room"), "letters, digits, '-' and '_' only (1-64)"));
+            }
+        }
+        if !self.protected_rules().is_empty() && self.tokens.is_none() {
+            out.push(issue("tokens", "protected paths need [tokens] to verify admission tokens"));
+        }
+        if let Some(t) = &self.tokens {
+            if t.issuer.is_empty() {
+                out.push(issue("tokens.issuer", "must not be empty"));
+            }
+            if t.leeway_seconds > 10 {
+                out.push(issue("tokens.leeway-seconds", "must be at most 10"));
+            }
+            if t.keys.is_empty() {
+                out.push(issue("tokens.keys", "at least one key is required"));
+            }
+            for (i, k) in t.keys.iter().enumerate() {
+                match k.alg.as_str() {
+                    "EdDSA" => match &k.public_key_file {
+                        None => out.push(issue(format!("tokens.keys[{i}].public-key-file"), "required for EdDSA")),
+                        Some(f) => {
+                            let path = self.resolve(f);
+                            match std::fs::read(&path) {
+                                Err(e) => out.push(issue(
+                                    format!("tokens.keys[{i}].public-key-file"),
+                                    format!("cannot read {}: {e}", path.display()),
+                                )),
+                                Ok(pem) => {
+                                    if jsonwebtoken::DecodingKey::from_ed_pem(&pem).is_err() {
+                                        out.push(issue(
+                                            format!("tokens.keys[{i}].public-key-file"),
+                                            "not an Ed25519 public key in PEM",
+                                        ));
+                                    }
+                                }
+                            }
+                        }
+                    },
+                    "HS256" => match (&k.secret, &k.secret_env) {
+                        (_, Some(var)) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => out.push(issue(
+                            format!("tokens.keys[{i}].secret-env"),
+                            format!("environment variable {var} is not set"),
+                        )),
+                        (Some(s), None) if s.len() < 32 => {
+                            out.push(issue(format!("tokens.keys[{i}].secret"), "must be at least 32 characters"))
+                        }
+                        (None, None) => out.push(issue(format!("tokens.keys[{i}]"), "secret or secret-env is required")),
+                        _ => {}
+                    },
+                    other => out.push(issue(format!("tokens.keys[{i}].alg"), format!("EdDSA or HS256, not {other:?}"))),
+                }
+            }
+        }
+        for (i, room) in self.rooms.iter().enumerate() {
+            if !room.is_table() {
+                out.push(issue(format!("rooms[{i}]"), "must be a table"));
+            }
+        }
+        out
+    }
+
+    /// Protected paths from `[[edge.protected]]` and from rooms' `protected` lists.
+    pub fn protected_rules(&self) -> Vec<ProtectedRule> {
+        let mut rules = self.edge.protected.clone();
+        for room in &self.rooms {
+            let Some(t) = room.as_table() else { continue };
+            let Some(id) = t.get("id").or_else(|| t.get("name")).and_then(|v| v.as_str()) else { continue };
+            let event = t.get("event").and_then(|v| v.as_str()).map(str::to_owned);
+            if let Some(paths) = t.get("protected").and_then(|v| v.as_array()) {
+                for p in paths.iter().filter_map(|p| p.as_str()) {
+                    rules.push(ProtectedRule { path: p.to_owned(), room: id.to_owned(), event: event.clone() });
+                }
+            }
+        }
+        rules
+    }
+
+    /// The admin bearer token, if one is configured.
+    pub fn admin_token(&self) -> Option<String> {
+        let e = &self.edge;
+        if let Some(var) = &e.admin_token_env {
+            return std::env::var(var).ok().filter(|v| !v.is_empty());
+        }
+        if let Some(t) = &e.admin_token {
+            return Some(t.clone());
+        }
+        if let Some(var) = &self.shared_admin_token_env
+            && let Ok(v) = std::env::var(var)
+            && !v.is_empty()
+        {
+            return Some(v);
+        }
+        self.shared_admin_token.clone()
+    }
+
+    /// The config as JSON with every secret replaced by `"<redacted>"`.
+    pub fn redacted_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        redact(&mut v);
+        v
+    }
+}
+
+fn redact(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, val) in map.iter_mut() {
+                let secret = matches!(k.as_str(), "secret" | "admin-token") && !val.is_null();
+                if secret {
+                    *val = serde_json::Value::String("<redacted>".into());
+                } else {
+                    redact(val);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(redact),
+        _ => {}
+    }
+}
+
+fn check_prefix(out: &mut Vec<ConfigIssue>, path: &str, p: &str) {
+    if !p.starts_with('/') {
+        out.push(issue(path, format!("a path must start with '/': {p:?}")));
+    } else if p.len() > 1024 || p.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        out.push(issue(path, "not a valid URL path"));
+    }
+}
+
+fn is_cookie_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Room ids appear in URLs and cookie names.
+pub fn is_room_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// `"0.0.0.0:8080"` → a socket address.
+pub fn parse_listen(s: &str) -> Option<SocketAddr> {
+    s.parse().ok()
+}
+
+/// `"10.0.0.0/8"` or `"10.1.2.3"` → a network.
+pub fn parse_net(s: &str) -> Option<IpNet> {
+    let s = s.trim();
+    s.parse::<IpNet>().ok().or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
+}
+
+/// A parsed `http://host:port[/path]` URL.
+#[derive(Debug, Clone)]
+pub struct HttpUrl {
+    /// `host:port` as written (the `Host` header).
+    pub authority: String,
+    /// Host part.
+    pub host: String,
+    /// Port (default 80).
+    pub port: u16,
+    /// Path and query, `/` when absent.
+    pub path: String,
+}
+
+/// Parses `http://host[:port][/path]`; https is refused (the edge has no TLS client).
+pub fn parse_http_url(s: &str) -> Result<HttpUrl, String> {
+    let Some(rest) = s.strip_prefix("http://") else {
+        return Err(format!("must start with http:// (no TLS client in the edge): {s:?}"));
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() {
+        return Err(format!("no host in {s:?}"));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse::<u16>() {
+            Ok(port) => (h.trim_start_matches('[').trim_end_matches(']'), port),
+            Err(_) => return Err(format!("bad port in {s:?}")),
+        },
+        _ => (authority, 80),
+    };
+    Ok(HttpUrl { authority: authority.to_owned(), host: host.to_owned(), port, path: path.to_owned() })
+}
+
+/// An upstream: `http://host:port`, resolved once at start.
+pub fn parse_http_upstream(s: &str) -> Result<(HttpUrl, SocketAddr), String> {
+    let url = parse_http_url(s)?;
+    if url.path != "/" {
+        return Err(format!("an upstream has no path: {s:?}"));
+    }
+    let addr = (url.host.as_str(), url.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {s:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("cannot resolve {s:?}"))?;
+    Ok((url, addr))
+}
+
+/// Cache rules as a map for quick longest-prefix lookup at load time.
+pub fn cache_rules(e: &EdgeConfig) -> BTreeMap<String, String> {
+    e.cache_control.iter().map(|r| (r.path.clone(), r.value.clone())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let cfg = WicketConfig::from_toml_str(
+            r#"
+            listen = "127.0.0.1:8081"
+            store = "embedded"
+            [payment]
+            callback-secret = "x"
+            [edge]
+            listen = "nope"
+            origin = "https://example.invalid"
+            [[edge.limits]]
+            path = "/"
+            key = "ip"
+            rate = "10r/h"
+            [[edge.limits]]
+            path = "x"
+            key = "user"
+            rate = "1r/s"
+            "#,
+        )
+        .unwrap();
+        let paths: Vec<_> = cfg.validate().into_iter().map(|i| i.path).collect();
+        for want in ["edge.listen", "edge.origin", "edge.limits[0].rate", "edge.limits[1].path", "edge.limits[1].key"]
+        {
+            assert!(paths.iter().any(|p| p == want), "missing {want} in {paths:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_edge_keys_are_errors() {
+        let err = WicketConfig::from_toml_str("[edge]\nlisten = \"0.0.0.0:1\"\nlissen = 1\n").unwrap_err();
+        assert!(err.to_string().contains("lissen"), "{err}");
+    }
+
+    #[test]
+    fn core_keys_are_ignored() {
+        let cfg = WicketConfig::from_toml_str(
+            "listen = \"x\"\nadmin-token = \"0123456789abcdef0\"\nstore = { cluster = [] }\n[core]\nfoo = 1\n[payment]\nx = 1\n",
+        )
+        .unwrap();
+        assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
+        assert_eq!(cfg.admin_token().as_deref(), Some("0123456789abcdef0"));
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let cfg =
+            WicketConfig::from_toml_str("[edge]\nadmin-token = \"supersecretsupersecret\"\nsecret = \"abcdefghijklmnopq\"\n")
+                .unwrap();
+        let s = cfg.redacted_json().to_string();
+        assert!(!s.contains("supersecret") && !s.contains("abcdefghijklmnopq"), "{s}");
+    }
+}

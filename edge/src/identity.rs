@@ -1,0 +1,269 @@
+//! Who is asking: client IP (trusting `X-Forwarded-For` only from configured proxies), the site's
+//! user id (header or cookie), and the edge's own device id (signed `wicket_d` cookie, else a
+//! fingerprint of stable request headers).
+
+use std::net::IpAddr;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use hmac::{Hmac, Mac};
+use ipnet::IpNet;
+use pingora::http::RequestHeader;
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+/// Name of the device cookie.
+pub const DEVICE_COOKIE: &str = "wicket_d";
+/// Longest user id accepted from a header or cookie; longer ones count as absent.
+pub const MAX_USER_LEN: usize = 128;
+
+/// HMAC-SHA256 under the edge secret, with a label per purpose so one MAC never verifies as
+/// another (device id vs PoW challenge vs bot pass).
+#[derive(Clone)]
+pub struct Signer {
+    key: [u8; 32],
+}
+
+impl Signer {
+    /// Derives the signing key from the configured secret.
+    pub fn new(secret: &[u8]) -> Self {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(b"wicket-edge-v1").expect("hmac takes any key length");
+        mac.update(secret);
+        Signer { key: mac.finalize().into_bytes().into() }
+    }
+
+    /// A random key, for when no secret is configured.
+    pub fn random() -> Self {
+        Signer { key: rand::random() }
+    }
+
+    /// MAC of `label || 0 || data`.
+    pub fn mac(&self, label: &[u8], data: &[u8]) -> [u8; 32] {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("hmac takes any key length");
+        mac.update(label);
+        mac.update(&[0]);
+        mac.update(data);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Checks a truncated MAC in constant time.
+    pub fn verify(&self, label: &[u8], data: &[u8], tag: &[u8]) -> bool {
+        let full = self.mac(label, data);
+        tag.len() >= 16 && tag.len() <= 32 && bool::from(full[..tag.len()].ct_eq(tag))
+    }
+}
+
+/// Resolves the client IP.
+#[derive(Debug, Clone, Default)]
+pub struct ClientIp {
+    trusted: Vec<IpNet>,
+}
+
+impl ClientIp {
+    /// Peers in `trusted` may speak for their clients through `X-Forwarded-For`.
+    pub fn new(trusted: Vec<IpNet>) -> Self {
+        ClientIp { trusted }
+    }
+
+    fn is_trusted(&self, ip: &IpAddr) -> bool {
+        self.trusted.iter().any(|n| n.contains(ip))
+    }
+
+    /// The socket peer, unless it is a trusted proxy: then the right-most `X-Forwarded-For`
+    /// entry that is not itself a trusted proxy. A malformed entry stops the walk at the last
+    /// address known to be good.
+    pub fn resolve(&self, peer: IpAddr, req: &RequestHeader) -> IpAddr {
+        let peer = canonical(peer);
+        if self.trusted.is_empty() || !self.is_trusted(&peer) {
+            return peer;
+        }
+        let mut current = peer;
+        for value in req.headers.get_all("x-forwarded-for").iter().rev() {
+            let Ok(s) = value.to_str() else { return current };
+            for entry in s.rsplit(',') {
+                let Some(ip) = parse_forwarded_ip(entry.trim()) else { return current };
+                current = canonical(ip);
+                if !self.is_trusted(&current) {
+                    return current;
+                }
+            }
+        }
+        current
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn parse_forwarded_ip(s: &str) -> Option<IpAddr> {
+    if let Ok(ip) = s.parse() {
+        return Some(ip);
+    }
+    // "1.2.3.4:5678" or "[::1]:5678"
+    if let Ok(sa) = s.parse::<std::net::SocketAddr>() {
+        return Some(sa.ip());
+    }
+    None
+}
+
+/// The value of cookie `name` in the request, if present (first match wins).
+pub fn cookie<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a str> {
+    for value in req.headers.get_all("cookie") {
+        let Ok(s) = value.to_str() else { continue };
+        for pair in s.split(';') {
+            if let Some((k, v)) = pair.trim().split_once('=')
+                && k == name
+            {
+                return Some(v.trim_matches('"'));
+            }
+        }
+    }
+    None
+}
+
+/// A header as UTF-8 text, if present and valid.
+pub fn header<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a str> {
+    req.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Where the site's user id is found.
+#[derive(Debug, Clone, Default)]
+pub struct UserSource {
+    /// Header name.
+    pub header: Option<String>,
+    /// Cookie name.
+    pub cookie: Option<String>,
+}
+
+impl UserSource {
+    /// The user id, if present, non-empty, printable and not over [`MAX_USER_LEN`].
+    pub fn user<'a>(&self, req: &'a RequestHeader) -> Option<&'a str> {
+        let raw = self
+            .header
+            .as_deref()
+            .and_then(|h| header(req, h))
+            .or_else(|| self.cookie.as_deref().and_then(|c| cookie(req, c)))?;
+        let ok = !raw.is_empty() && raw.len() <= MAX_USER_LEN && raw.bytes().all(|b| b.is_ascii_graphic());
+        ok.then_some(raw)
+    }
+}
+
+/// Where a device id came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Device {
+    /// A valid `wicket_d` cookie.
+    Cookie(String),
+    /// No valid cookie: a fingerprint of IP and stable headers; a new cookie is set.
+    Fingerprint(String),
+}
+
+impl Device {
+    /// The id (`fp-…` for fingerprints).
+    pub fn id(&self) -> &str {
+        match self {
+            Device::Cookie(id) | Device::Fingerprint(id) => id,
+        }
+    }
+}
+
+/// Issues and checks device ids.
+#[derive(Clone)]
+pub struct DeviceIds {
+    signer: Signer,
+}
+
+impl DeviceIds {
+    /// Uses `signer` for the cookie MAC.
+    pub fn new(signer: Signer) -> Self {
+        DeviceIds { signer }
+    }
+
+    /// A new device id and its cookie value `<id>.<mac>`.
+    pub fn issue(&self) -> (String, String) {
+        let id = B64.encode(rand::random::<[u8; 16]>());
+        let tag = self.signer.mac(b"device", id.as_bytes());
+        let value = format!("{id}.{}", B64.encode(&tag[..16]));
+        (id, value)
+    }
+
+    /// The id in a cookie value, if the MAC holds.
+    pub fn verify<'a>(&self, value: &'a str) -> Option<&'a str> {
+        let (id, tag) = value.split_once('.')?;
+        if id.len() != 22 || tag.len() != 22 {
+            return None;
+        }
+        let tag = B64.decode(tag).ok()?;
+        self.signer.verify(b"device", id.as_bytes(), &tag).then_some(id)
+    }
+
+    /// The request's device: the cookie's id, or a fingerprint of IP + User-Agent +
+    /// Accept-Language + Accept-Encoding for clients that keep no cookies.
+    pub fn device(&self, req: &RequestHeader, ip: IpAddr) -> Device {
+        if let Some(id) = cookie(req, DEVICE_COOKIE).and_then(|v| self.verify(v)) {
+            return Device::Cookie(id.to_owned());
+        }
+        let mut data = Vec::with_capacity(256);
+        data.extend_from_slice(ip.to_string().as_bytes());
+        for h in ["user-agent", "accept-language", "accept-encoding"] {
+            data.push(0);
+            data.extend_from_slice(req.headers.get(h).map_or(&b""[..], |v| v.as_bytes()));
+        }
+        let tag = self.signer.mac(b"fingerprint", &data);
+        Device::Fingerprint(format!("fp-{}", hex::encode(&tag[..10])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = RequestHeader::build("GET", b"/", None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn xff_is_ignored_from_untrusted_peers_and_walked_from_trusted_ones() {
+        let c = ClientIp::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        let r = req(&[("x-forwarded-for", "6.6.6.6, 1.2.3.4, 10.0.0.9")]);
+        assert_eq!(c.resolve("203.0.113.5".parse().unwrap(), &r), "203.0.113.5".parse::<IpAddr>().unwrap());
+        assert_eq!(c.resolve("10.1.1.1".parse().unwrap(), &r), "1.2.3.4".parse::<IpAddr>().unwrap());
+        let bad = req(&[("x-forwarded-for", "garbage, 10.0.0.9")]);
+        assert_eq!(c.resolve("10.1.1.1".parse().unwrap(), &bad), "10.0.0.9".parse::<IpAddr>().unwrap());
+        let none = req(&[]);
+        assert_eq!(c.resolve("10.1.1.1".parse().unwrap(), &none), "10.1.1.1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn device_cookies_verify_and_forgeries_fall_back_to_fingerprints() {
+        let d = DeviceIds::new(Signer::new(b"0123456789abcdef"));
+        let (id, value) = d.issue();
+        assert_eq!(d.verify(&value), Some(id.as_str()));
+        let forged = format!("{}.{}", "A".repeat(22), &value[23..]);
+        assert_eq!(d.verify(&forged), None);
+        assert_eq!(d.verify("x"), None);
+        assert_eq!(d.verify(&format!("{value}x")), None);
+        let other = DeviceIds::new(Signer::new(b"another secret!!"));
+        assert_eq!(other.verify(&value), None);
+        let r = req(&[("cookie", &format!("a=b; wicket_d={value}"))]);
+        assert_eq!(d.device(&r, "1.1.1.1".parse().unwrap()), Device::Cookie(id));
+        let r = req(&[("cookie", "wicket_d=junk"), ("user-agent", "x")]);
+        assert!(matches!(d.device(&r, "1.1.1.1".parse().unwrap()), Device::Fingerprint(_)));
+    }
+
+    #[test]
+    fn user_ids_come_from_header_or_cookie_and_are_bounded() {
+        let u = UserSource { header: Some("x-user-id".into()), cookie: Some("uid".into()) };
+        assert_eq!(u.user(&req(&[("x-user-id", "alice")])), Some("alice"));
+        assert_eq!(u.user(&req(&[("cookie", "uid=bob")])), Some("bob"));
+        assert_eq!(u.user(&req(&[("x-user-id", &"a".repeat(200))])), None);
+        assert_eq!(u.user(&req(&[])), None);
+    }
+}

@@ -1,0 +1,49 @@
+//! # Wicket edge
+//!
+//! The front door of a flash sale: static pages from memory, limits, bot checks, admission
+//! tokens on protected paths, and proxying of the rest to the core or the existing site. Built
+//! on Pingora; the binary `wicket` (src/main.rs) only parses arguments and calls [`server::run`].
+//!
+//! # Layout
+//!
+//! - [`config`]: the TOML file (`[edge]`, `[tokens]`, `[[rooms]]`), defaults, `validate()`.
+//! - [`state`]: everything the services share, built once from a validated config.
+//! - [`server`]: the Pingora server (public, admin and upkeep services), graceful stop.
+//! - [`proxy`]: the public service's `ProxyHttp` phases (the phase chart lives there).
+//! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
+//! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
+//! - [`limit`]: nginx `limit_req` semantics on governor.
+//! - [`blocklist`], [`anomaly`]: who is refused, and rules that block for a while.
+//! - [`bot`]: proof-of-work, CAPTCHA siteverify, bot passes, run-time policy.
+//! - [`admission`]: the protected-path hook (admission-token JWT check).
+//! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer.
+//! - [`admin`]: the admin port (bearer token).
+//! - [`metrics`]: Prometheus metrics.
+//!
+//! # The path of a request
+//!
+//! `proxy::EdgeProxy::request_filter` resolves the client IP (`identity`), refuses blocked IPs
+//! (`blocklist`), and answers static files from memory (`statics`) after the limits (`limit`).
+//! Other requests get a user and device (`identity`), pass the user/device blocklist and anomaly
+//! rule (`anomaly`), the limits, the route's bot check (`bot`) and, on protected paths, the
+//! admission check (`admission`); refusals are rendered by `reject`. What remains goes to the
+//! core (core prefixes) or the origin, with verified `Wicket-*` identity headers; upstream
+//! failures become 502/504 pages in `fail_to_proxy`.
+
+pub mod admin;
+pub mod admission;
+pub mod anomaly;
+pub mod blocklist;
+pub mod bot;
+pub mod config;
+pub mod identity;
+pub mod limit;
+pub mod metrics;
+pub mod proxy;
+pub mod reject;
+pub mod server;
+pub mod state;
+pub mod statics;
+
+pub use config::WicketConfig;
+pub use server::run;

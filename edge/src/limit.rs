@@ -1,0 +1,294 @@
+//! Rate limits in nginx's words (`rate = "10r/s"`, `burst`, `nodelay`), enforced with `governor`.
+//!
+//! nginx's `limit_req` is a leaky bucket: each key has an `excess` that drains at `rate` and
+//! grows by one per request; a request is refused when the new excess would exceed `burst`.
+//! So `burst = b` admits `b + 1` requests at once, then one per `1/rate`. That is exactly GCRA
+//! with a period of `1/rate` and a burst size of `b + 1`, which is what governor implements
+//! (one `AtomicU64` per key, no approximation, no false positives between keys).
+//!
+//! Without `nodelay`, nginx holds the requests it admits into the burst until the bucket has
+//! drained to them, so they leave at `rate`. Here a second governor limiter with burst 1 paces
+//! them: an admitted request waits until its pacing slot comes. The first limiter bounds how many
+//! can wait (`burst`), the second when each goes.
+//!
+//! nginx parses the rate as an integer count of milli-requests per second (`n * 1000 / 60` for
+//! `r/m`, truncated), and so does [`NginxRate::parse`].
+
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+use crate::config::{LimitKey, LimitRule};
+
+/// A rate as nginx stores it: requests per second × 1000, integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NginxRate {
+    /// Milli-requests per second.
+    pub milli_per_second: u64,
+}
+
+impl NginxRate {
+    /// Parses `"<n>r/s"` or `"<n>r/m"` (n ≥ 1).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (num, scale) = if let Some(n) = s.strip_suffix("r/s") {
+            (n, 1)
+        } else if let Some(n) = s.strip_suffix("r/m") {
+            (n, 60)
+        } else {
+            return Err(format!("rate must look like \"10r/s\" or \"30r/m\": {s:?}"));
+        };
+        let n: u64 = num.parse().map_err(|_| format!("rate must look like \"10r/s\" or \"30r/m\": {s:?}"))?;
+        if n == 0 || n > 1_000_000 {
+            return Err(format!("rate must be between 1 and 1000000: {s:?}"));
+        }
+        Ok(NginxRate { milli_per_second: n * 1000 / scale })
+    }
+
+    /// Time between two requests at this rate (nginx's drain of 1000 units).
+    pub fn period(self) -> Duration {
+        Duration::from_nanos(1_000_000_000_000 / self.milli_per_second.max(1))
+    }
+}
+
+/// What a request is counted by in one rule: an IP, or a keyed hash of a user or device id.
+///
+/// User and device ids are hashed with a per-process random SipHash key, so the limiter never
+/// allocates on the request path and an attacker cannot aim collisions (2^-64 per pair).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Subject {
+    /// Client IP.
+    Ip(IpAddr),
+    /// Hashed user or device id.
+    Id(u64),
+}
+
+/// The keyed hasher for [`Subject::Id`].
+#[derive(Clone)]
+pub struct IdHasher(std::collections::hash_map::RandomState);
+
+impl IdHasher {
+    /// A fresh random key.
+    pub fn new() -> Self {
+        IdHasher(std::collections::hash_map::RandomState::new())
+    }
+
+    /// The subject for an id.
+    pub fn subject(&self, id: &str) -> Subject {
+        let mut h = self.0.build_hasher();
+        id.hash(&mut h);
+        Subject::Id(h.finish())
+    }
+}
+
+impl Default for IdHasher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The outcome of one rule for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go now.
+    Pass,
+    /// Go after pacing (no `nodelay`): wait for [`RuleLimiter::pace`].
+    Paced,
+    /// Over the limit; try again after this long.
+    Refuse(Duration),
+}
+
+/// One configured rule and its limiters.
+pub struct RuleLimiter {
+    /// The rule as configured.
+    pub rule: LimitRule,
+    /// Parsed rate.
+    pub rate: NginxRate,
+    /// Admits `burst + 1` at once, then one per period.
+    admit: DefaultKeyedRateLimiter<Subject>,
+    /// Paces admitted requests at the rate (rules without `nodelay` and with a burst).
+    pacer: Option<DefaultKeyedRateLimiter<Subject>>,
+    clock: DefaultClock,
+}
+
+impl RuleLimiter {
+    /// Builds the limiters of a validated rule.
+    pub fn new(rule: LimitRule) -> Result<Self, String> {
+        let rate = NginxRate::parse(&rule.rate)?;
+        let burst = NonZeroU32::new(rule.burst.saturating_add(1)).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::with_period(rate.period()).ok_or("rate too high")?.allow_burst(burst);
+        let pacer = if !rule.nodelay && rule.burst > 0 {
+            let q = Quota::with_period(rate.period()).ok_or("rate too high")?.allow_burst(NonZeroU32::MIN);
+            Some(RateLimiter::dashmap(q))
+        } else {
+            None
+        };
+        Ok(RuleLimiter { rule, rate, admit: RateLimiter::dashmap(quota), pacer, clock: DefaultClock::default() })
+    }
+
+    /// Whether the rule covers this path. Rules under `/` skip `queue_prefix` unless they name it.
+    pub fn applies(&self, path: &str, queue_prefix: &str) -> bool {
+        path.starts_with(self.rule.path.as_str())
+            && (!path.starts_with(queue_prefix) || self.rule.path.starts_with(queue_prefix))
+    }
+
+    /// Counts one request of `subject`.
+    pub fn check(&self, subject: &Subject) -> Verdict {
+        match self.admit.check_key(subject) {
+            Ok(()) if self.pacer.is_some() => Verdict::Paced,
+            Ok(()) => Verdict::Pass,
+            Err(not_until) => Verdict::Refuse(not_until.wait_time_from(self.clock.now())),
+        }
+    }
+
+    /// Waits for the pacing slot of an admitted request (no-op for `nodelay` rules).
+    /// Bounded: at most `burst` requests per key can be waiting, each at most `burst` periods.
+    pub async fn pace(&self, subject: &Subject) {
+        let Some(pacer) = &self.pacer else { return };
+        loop {
+            match pacer.check_key(subject) {
+                Ok(()) => return,
+                Err(not_until) => tokio::time::sleep(not_until.wait_time_from(self.clock.now())).await,
+            }
+        }
+    }
+
+    /// Live keys (for the admin API and metrics).
+    pub fn keys(&self) -> usize {
+        self.admit.len() + self.pacer.as_ref().map_or(0, |p| p.len())
+    }
+
+    /// Forgets keys whose state is back to "fresh" and returns memory to the allocator.
+    pub fn prune(&self) {
+        self.admit.retain_recent();
+        self.admit.shrink_to_fit();
+        if let Some(p) = &self.pacer {
+            p.retain_recent();
+            p.shrink_to_fit();
+        }
+    }
+}
+
+/// All configured rules.
+pub struct Limits {
+    /// In config order.
+    pub rules: Vec<RuleLimiter>,
+    /// Hashes user and device ids into subjects.
+    pub hasher: IdHasher,
+    /// Whether any rule counts by user or device (so identity must be computed).
+    pub needs_identity: bool,
+}
+
+impl Limits {
+    /// Builds every rule.
+    pub fn new(rules: &[LimitRule]) -> Result<Self, String> {
+        let rules = rules.iter().cloned().map(RuleLimiter::new).collect::<Result<Vec<_>, _>>()?;
+        let needs_identity = rules.iter().any(|r| r.rule.key != LimitKey::Ip);
+        Ok(Limits { rules, hasher: IdHasher::new(), needs_identity })
+    }
+
+    /// Prunes every rule.
+    pub fn prune(&self) {
+        self.rules.iter().for_each(RuleLimiter::prune);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(rate: &str, burst: u32, nodelay: bool) -> RuleLimiter {
+        RuleLimiter::new(LimitRule { path: "/".into(), key: LimitKey::Ip, rate: rate.into(), burst, nodelay })
+            .unwrap()
+    }
+
+    #[test]
+    fn rates_parse_like_nginx() {
+        assert_eq!(NginxRate::parse("10r/s").unwrap().milli_per_second, 10_000);
+        assert_eq!(NginxRate::parse("30r/m").unwrap().milli_per_second, 500);
+        // nginx truncates: 1r/m is 16 milli-requests per second, one request per 62.5 s.
+        assert_eq!(NginxRate::parse("1r/m").unwrap().period(), Duration::from_millis(62_500));
+        assert_eq!(NginxRate::parse("10r/s").unwrap().period(), Duration::from_millis(100));
+        for bad in ["10", "r/s", "0r/s", "-1r/s", "10r/h", "1.5r/s", " 10r/s"] {
+            assert!(NginxRate::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn burst_admits_burst_plus_one_then_refuses_with_retry_after() {
+        let r = rule("1r/s", 3, true);
+        let ip = Subject::Ip("192.0.2.1".parse().unwrap());
+        for _ in 0..4 {
+            assert_eq!(r.check(&ip), Verdict::Pass);
+        }
+        match r.check(&ip) {
+            Verdict::Refuse(d) => assert!(d > Duration::from_millis(500) && d <= Duration::from_secs(1), "{d:?}"),
+            v => panic!("{v:?}"),
+        }
+        // Other keys are untouched.
+        assert_eq!(r.check(&Subject::Ip("192.0.2.2".parse().unwrap())), Verdict::Pass);
+    }
+
+    #[test]
+    fn without_nodelay_the_burst_is_paced() {
+        let r = rule("10r/s", 2, false);
+        let ip = Subject::Ip("192.0.2.1".parse().unwrap());
+        assert_eq!(r.check(&ip), Verdict::Paced);
+        assert_eq!(r.check(&ip), Verdict::Paced);
+        assert_eq!(r.check(&ip), Verdict::Paced);
+        assert!(matches!(r.check(&ip), Verdict::Refuse(_)));
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let start = std::time::Instant::now();
+        rt.block_on(async {
+            r.pace(&ip).await;
+            r.pace(&ip).await;
+            r.pace(&ip).await;
+        });
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(180) && took < Duration::from_millis(600), "{took:?}");
+    }
+
+    #[test]
+    fn queue_paths_have_their_own_budget() {
+        let site = rule("1r/s", 0, true);
+        assert!(site.applies("/buy", "/queue/"));
+        assert!(!site.applies("/queue/ev/status", "/queue/"));
+        let q = RuleLimiter::new(LimitRule {
+            path: "/queue/".into(),
+            key: LimitKey::Ip,
+            rate: "1r/s".into(),
+            burst: 0,
+            nodelay: true,
+        })
+        .unwrap();
+        assert!(q.applies("/queue/ev/status", "/queue/"));
+    }
+
+    /// 100,000 distinct clients, each within its limit (burst + 1 requests at once): none is
+    /// refused, and the state shrinks back once they go quiet.
+    #[test]
+    fn hundred_thousand_distinct_ips_within_limit_are_never_refused() {
+        let r = rule("2r/s", 4, true);
+        for i in 0..100_000u32 {
+            let ip = Subject::Ip(IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i)));
+            for _ in 0..5 {
+                assert_eq!(r.check(&ip), Verdict::Pass, "client {i} refused");
+            }
+        }
+        assert_eq!(r.keys(), 100_000);
+    }
+
+    #[test]
+    fn pruning_forgets_idle_keys() {
+        let r = rule("1000r/s", 0, true);
+        for i in 0..1000u32 {
+            r.check(&Subject::Ip(IpAddr::from(std::net::Ipv4Addr::from(i))));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        r.prune();
+        assert_eq!(r.keys(), 0);
+    }
+}

@@ -1,0 +1,152 @@
+//! Prometheus metrics of the edge, served on the admin port at `/metrics`.
+//!
+//! Hot-path counters are resolved to plain handles at start, so counting a static page is one
+//! atomic add, not a label lookup.
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+
+/// Where a request went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Served from memory.
+    Static,
+    /// Answered by the edge itself (bot endpoints, rejects before routing).
+    Edge,
+    /// Forwarded to the core.
+    Core,
+    /// Forwarded to the origin.
+    Origin,
+    /// A protected path (forwarded to core or origin once admitted).
+    Protected,
+}
+
+impl Route {
+    const ALL: [Route; 5] = [Route::Static, Route::Edge, Route::Core, Route::Origin, Route::Protected];
+
+    /// Label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Route::Static => "static",
+            Route::Edge => "edge",
+            Route::Core => "core",
+            Route::Origin => "origin",
+            Route::Protected => "protected",
+        }
+    }
+}
+
+/// How it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx/3xx answered.
+    Ok,
+    /// 304 from memory.
+    NotModified,
+    /// Refused by the edge (limit, block, bot check, token).
+    Rejected,
+    /// Upstream failure or 5xx.
+    Error,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 4] = [Outcome::Ok, Outcome::NotModified, Outcome::Rejected, Outcome::Error];
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::NotModified => "not_modified",
+            Outcome::Rejected => "rejected",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// All edge metrics.
+pub struct Metrics {
+    /// The registry `/metrics` encodes.
+    pub registry: Registry,
+    requests: [[IntCounter; 4]; 5],
+    /// Rejects by reason.
+    pub rejects: IntCounterVec,
+    /// Upstream response-header latency by upstream.
+    pub upstream_seconds: HistogramVec,
+    /// Anomaly rules tripped, by rule.
+    pub anomalies: IntCounterVec,
+    /// Live limiter keys by rule index and key kind.
+    pub limiter_keys: IntGaugeVec,
+    /// CAPTCHA verifications by outcome.
+    pub captcha: IntCounterVec,
+    /// PoW verifications by outcome.
+    pub pow: IntCounterVec,
+}
+
+impl Metrics {
+    /// Registers everything.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let requests_vec = IntCounterVec::new(
+            Opts::new("wicket_edge_requests_total", "Requests by route and outcome"),
+            &["route", "outcome"],
+        )
+        .expect("valid metric");
+        let requests = Route::ALL.map(|r| Outcome::ALL.map(|o| requests_vec.with_label_values(&[r.label(), o.label()])));
+        let rejects =
+            IntCounterVec::new(Opts::new("wicket_edge_rejects_total", "Requests refused by the edge, by reason"), &[
+                "reason",
+            ])
+            .expect("valid metric");
+        let upstream_seconds = HistogramVec::new(
+            HistogramOpts::new("wicket_edge_upstream_seconds", "Time to the upstream's response header")
+                .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &["upstream"],
+        )
+        .expect("valid metric");
+        let anomalies =
+            IntCounterVec::new(Opts::new("wicket_edge_anomalies_total", "Anomaly rules tripped, by rule"), &["rule"])
+                .expect("valid metric");
+        let limiter_keys = IntGaugeVec::new(
+            Opts::new("wicket_edge_limiter_keys", "Live keys per limit rule (after the last prune)"),
+            &["rule", "key"],
+        )
+        .expect("valid metric");
+        let captcha = IntCounterVec::new(
+            Opts::new("wicket_edge_captcha_total", "CAPTCHA siteverify calls by outcome"),
+            &["outcome"],
+        )
+        .expect("valid metric");
+        let pow = IntCounterVec::new(Opts::new("wicket_edge_pow_total", "Proof-of-work checks by outcome"), &[
+            "outcome",
+        ])
+        .expect("valid metric");
+        for c in [
+            Box::new(requests_vec) as Box<dyn prometheus::core::Collector>,
+            Box::new(rejects.clone()),
+            Box::new(upstream_seconds.clone()),
+            Box::new(anomalies.clone()),
+            Box::new(limiter_keys.clone()),
+            Box::new(captcha.clone()),
+            Box::new(pow.clone()),
+        ] {
+            registry.register(c).expect("unique metric names");
+        }
+        Metrics { registry, requests, rejects, upstream_seconds, anomalies, limiter_keys, captcha, pow }
+    }
+
+    /// Counts one request.
+    pub fn request(&self, route: Route, outcome: Outcome) {
+        self.requests[route as usize][outcome as usize].inc();
+    }
+
+    /// Prometheus text format.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        buf
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,592 @@
+//! The public service: Pingora's `ProxyHttp` with the edge's decisions in its phases.
+//!
+//! ```text
+//! early_request_filter   keep-alive timeout
+//!        │
+//! request_filter         client IP → IP blocklist → static file? ─ yes ─▶ limits → 200/304 from memory
+//!        │                    │ no
+//!        │               identity (user, device) → user/device blocklist → anomaly (device users)
+//!        │               → limits (429) → /wicket/* endpoints → bot check (403) → protected (302/403)
+//!        ▼
+//! upstream_peer          core (core prefixes) or origin; none → 502
+//! upstream_request_filter strip and set Wicket-* identity headers, X-Forwarded-For
+//! upstream_response_filter  upstream latency
+//! response_filter        Set-Cookie (device, bot pass), Wicket-Revoke
+//! fail_to_connect        retry idempotent requests on connect failure
+//! fail_to_proxy          502/504 (or the edge's own reject) as JSON or HTML
+//! logging                requests by route and outcome
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::header;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::{Error, ErrorType, HttpPeer};
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::{ErrorSource, Result};
+use serde::Deserialize;
+
+use crate::admission::{AdmissionClaims, ProtectedPath};
+use crate::anomaly::Tripped;
+use crate::bot::{CHALLENGE_PATH, CaptchaOutcome, PASS_COOKIE, PASS_HEADER, VERIFY_PATH, unix_now};
+use crate::config::{BotCheckMode, BotProofKind, LimitKey};
+use crate::identity::{DEVICE_COOKIE, Device, cookie, header as header_str};
+use crate::limit::{Subject, Verdict};
+use crate::metrics::{Outcome, Route};
+use crate::reject::{Reject, send, send_json, wants_html};
+use crate::state::{EdgeState, QUEUE_PREFIX, Upstream};
+use crate::statics::{Asset, Encoding, none_match};
+
+/// Identity headers the edge sets for the core and origin; incoming copies are removed.
+pub const IDENTITY_HEADERS: [&str; 4] = ["wicket-user", "wicket-device", "wicket-room", "wicket-position"];
+
+/// Per-request state carried between phases.
+pub struct RequestCtx {
+    route: Route,
+    ip: IpAddr,
+    identified: bool,
+    user: Option<String>,
+    device: Option<Device>,
+    /// `Set-Cookie` values to add to the answer.
+    cookies: Vec<String>,
+    admitted: Option<(String, AdmissionClaims)>,
+    to_core: bool,
+    /// A reject decided in a phase that cannot answer itself (upstream_peer).
+    fail: Option<Reject>,
+    upstream_started: Option<Instant>,
+    tries: usize,
+}
+
+/// The `ProxyHttp` implementation.
+pub struct EdgeProxy {
+    /// Shared state.
+    pub state: Arc<EdgeState>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyBody {
+    #[serde(default)]
+    pow: Option<PowProof>,
+    #[serde(default)]
+    captcha: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PowProof {
+    challenge: String,
+    nonce: String,
+}
+
+impl EdgeProxy {
+    /// Answers a reject, counts it, and feeds the anomaly rule for clients that keep hitting
+    /// limits or failing checks.
+    async fn reject(&self, session: &mut Session, ctx: &mut RequestCtx, r: Reject) -> Result<bool> {
+        let st = &self.state;
+        st.metrics.rejects.with_label_values(&[r.reason()]).inc();
+        if matches!(r, Reject::RateLimited { .. } | Reject::BotCheckFailed(_)) && st.anomaly.observe_reject(ctx.ip) {
+            st.blocklist.block_ip_for(ctx.ip, st.anomaly.block_for());
+            st.metrics.anomalies.with_label_values(&[anomaly_label(Tripped::ClientRejects)]).inc();
+        }
+        let (mut h, body) = r.render(wants_html(session));
+        for c in ctx.cookies.drain(..) {
+            h.append_header(header::SET_COOKIE, c)?;
+        }
+        send(session, h, body).await?;
+        Ok(true)
+    }
+
+    /// Fills in user and device once.
+    fn identify(&self, req: &RequestHeader, ctx: &mut RequestCtx) {
+        if ctx.identified {
+            return;
+        }
+        ctx.identified = true;
+        let st = &self.state;
+        ctx.user = st.users.user(req).map(str::to_owned);
+        let device = st.devices.device(req, ctx.ip);
+        if let Device::Fingerprint(_) = device {
+            let (_, value) = st.devices.issue();
+            ctx.cookies.push(st.cookie(DEVICE_COOKIE, &value, 400 * 86_400));
+        }
+        ctx.device = Some(device);
+    }
+
+    /// Counts the request against every applicable rule; returns the pacing each needs.
+    fn check_limits(&self, req: &RequestHeader, ctx: &mut RequestCtx) -> std::result::Result<Vec<(usize, Subject)>, Reject> {
+        let st = &self.state;
+        let path = req.uri.path();
+        let mut paced = Vec::new();
+        for (i, r) in st.limits.rules.iter().enumerate() {
+            if !r.applies(path, QUEUE_PREFIX) {
+                continue;
+            }
+            let subject = match r.rule.key {
+                LimitKey::Ip => Subject::Ip(ctx.ip),
+                LimitKey::User => {
+                    self.identify(req, ctx);
+                    match &ctx.user {
+                        Some(u) => st.limits.hasher.subject(u),
+                        None => continue,
+                    }
+                }
+                LimitKey::Device => {
+                    self.identify(req, ctx);
+                    match &ctx.device {
+                        Some(d) => st.limits.hasher.subject(d.id()),
+                        None => continue,
+                    }
+                }
+            };
+            match r.check(&subject) {
+                Verdict::Pass => {}
+                Verdict::Paced => paced.push((i, subject)),
+                Verdict::Refuse(retry_after) => return Err(Reject::RateLimited { retry_after }),
+            }
+        }
+        Ok(paced)
+    }
+
+    async fn limits(&self, session: &mut Session, ctx: &mut RequestCtx) -> std::result::Result<(), Reject> {
+        let paced = self.check_limits(session.req_header(), ctx)?;
+        for (i, subject) in paced {
+            self.state.limits.rules[i].pace(&subject).await;
+        }
+        Ok(())
+    }
+
+    /// Serves a file from memory: 200 or 304, HEAD without body, `Content-Length` always.
+    async fn serve_static(&self, session: &mut Session, asset: &Asset) -> Result<Outcome> {
+        let req = session.req_header();
+        let ae = req.headers.get(header::ACCEPT_ENCODING).map_or(&b""[..], |v| v.as_bytes());
+        let (encoding, variant) = asset.choose(ae);
+        let not_modified =
+            req.headers.get(header::IF_NONE_MATCH).is_some_and(|inm| none_match(inm.as_bytes(), variant.etag.as_bytes()));
+        let head = req.method == http::Method::HEAD;
+        let mut h = ResponseHeader::build_no_case(if not_modified { 304 } else { 200 }, Some(8))?;
+        h.insert_header(header::ETAG, variant.etag.clone())?;
+        h.insert_header(header::CACHE_CONTROL, asset.cache_control.clone())?;
+        if asset.varies() {
+            h.insert_header(header::VARY, http::HeaderValue::from_static("accept-encoding"))?;
+        }
+        if not_modified {
+            session.write_response_header(Box::new(h), true).await?;
+            return Ok(Outcome::NotModified);
+        }
+        h.insert_header(header::CONTENT_TYPE, asset.content_type.clone())?;
+        h.insert_header(header::CONTENT_LENGTH, variant.length.clone())?;
+        match encoding {
+            Encoding::Identity => {}
+            Encoding::Gzip => h.insert_header(header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"))?,
+            Encoding::Brotli => h.insert_header(header::CONTENT_ENCODING, http::HeaderValue::from_static("br"))?,
+        }
+        session.write_response_header(Box::new(h), head).await?;
+        if !head {
+            session.write_response_body(Some(variant.body.clone()), true).await?;
+        }
+        Ok(Outcome::Ok)
+    }
+
+    /// `/wicket/challenge` and `/wicket/verify`.
+    async fn bot_endpoint(&self, session: &mut Session, ctx: &mut RequestCtx, verify: bool) -> Result<bool> {
+        let st = &self.state;
+        if !verify {
+            let (challenge, difficulty) = st.bot.pow.issue(unix_now());
+            let v = serde_json::json!({"challenge": challenge, "difficulty": difficulty, "expires_in": st.bot.pow.ttl()});
+            let extra = self.cookie_headers(ctx);
+            send_json(session, 200, &v, &extra).await?;
+            return Ok(true);
+        }
+        if session.req_header().method != http::Method::POST {
+            return self.reject(session, ctx, Reject::BadRequest("use POST")).await;
+        }
+        let body = match self.read_body(session).await {
+            Ok(b) => b,
+            Err(r) => return self.reject(session, ctx, r).await,
+        };
+        let Ok(proof) = serde_json::from_slice::<VerifyBody>(&body) else {
+            return self.reject(session, ctx, Reject::BadRequest("body must be {\"pow\":{...}} or {\"captcha\":\"...\"}")).await;
+        };
+        if let Err(r) = self.check_proof(proof.pow.as_ref().map(|p| (p.challenge.as_str(), p.nonce.as_str())), proof.captcha.as_deref(), ctx.ip).await {
+            return self.reject(session, ctx, r).await;
+        }
+        let pass = self.grant_pass(ctx);
+        let v = serde_json::json!({"ok": true, "pass": pass, "expires_in": st.bot.pass_seconds()});
+        let extra = self.cookie_headers(ctx);
+        send_json(session, 200, &v, &extra).await?;
+        Ok(true)
+    }
+
+    fn cookie_headers(&self, ctx: &mut RequestCtx) -> Vec<(http::HeaderName, http::HeaderValue)> {
+        ctx.cookies
+            .drain(..)
+            .filter_map(|c| http::HeaderValue::from_str(&c).ok().map(|v| (header::SET_COOKIE, v)))
+            .collect()
+    }
+
+    /// Issues a bot pass bound to the device (a fresh device cookie when it had none).
+    fn grant_pass(&self, ctx: &mut RequestCtx) -> String {
+        let st = &self.state;
+        let binding = match &ctx.device {
+            Some(Device::Cookie(id)) => id.clone(),
+            _ => {
+                // The fingerprint cookie set in identify() is replaced by one we know the id of.
+                ctx.cookies.retain(|c| !c.starts_with(DEVICE_COOKIE));
+                let (id, value) = st.devices.issue();
+                ctx.cookies.push(st.cookie(DEVICE_COOKIE, &value, 400 * 86_400));
+                ctx.device = Some(Device::Cookie(id.clone()));
+                id
+            }
+        };
+        let pass = st.bot.issue_pass(&binding, unix_now());
+        ctx.cookies.push(st.cookie(PASS_COOKIE, &pass, st.bot.pass_seconds()));
+        pass
+    }
+
+    /// Verifies a PoW or CAPTCHA proof per the current policy.
+    async fn check_proof(&self, pow: Option<(&str, &str)>, captcha: Option<&str>, ip: IpAddr) -> std::result::Result<(), Reject> {
+        let st = &self.state;
+        match (st.bot.proof(), pow, captcha) {
+            (BotProofKind::Pow, Some((c, n)), _) => match st.bot.pow.verify(c, n, unix_now()) {
+                Ok(()) => {
+                    st.metrics.pow.with_label_values(&["pass"]).inc();
+                    Ok(())
+                }
+                Err(e) => {
+                    st.metrics.pow.with_label_values(&["fail"]).inc();
+                    Err(Reject::BotCheckFailed(e.text()))
+                }
+            },
+            (BotProofKind::Captcha, _, Some(resp)) if !resp.is_empty() && resp.len() <= 4096 => {
+                let Some(c) = &st.bot.captcha else { return Err(Reject::BotCheckUnavailable) };
+                let outcome = c.siteverify(resp, ip).await;
+                let label = match outcome {
+                    CaptchaOutcome::Pass => "pass",
+                    CaptchaOutcome::Fail => "fail",
+                    CaptchaOutcome::Unavailable => "unavailable",
+                };
+                st.metrics.captcha.with_label_values(&[label]).inc();
+                match outcome {
+                    CaptchaOutcome::Pass => Ok(()),
+                    CaptchaOutcome::Fail => Err(Reject::BotCheckFailed("captcha not solved")),
+                    CaptchaOutcome::Unavailable if c.fail_open() => Ok(()),
+                    CaptchaOutcome::Unavailable => Err(Reject::BotCheckUnavailable),
+                }
+            }
+            _ => Err(Reject::BotCheckRequired),
+        }
+    }
+
+    /// Reads the request body, refusing more than `max-body-bytes`.
+    async fn read_body(&self, session: &mut Session) -> std::result::Result<Bytes, Reject> {
+        let max = self.state.max_body;
+        let declared = header_str(session.req_header(), "content-length").and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > max) {
+            return Err(Reject::PayloadTooLarge);
+        }
+        let mut buf = Vec::new();
+        loop {
+            match session.read_request_body().await {
+                Ok(Some(chunk)) => {
+                    if buf.len() + chunk.len() > max {
+                        return Err(Reject::PayloadTooLarge);
+                    }
+                    buf.extend_from_slice(&chunk);
+                }
+                Ok(None) => return Ok(Bytes::from(buf)),
+                Err(_) => return Err(Reject::BadRequest("could not read the request body")),
+            }
+        }
+    }
+
+    /// The bot check of a route: a valid pass, or a proof in the request's headers.
+    async fn bot_gate(&self, session: &mut Session, ctx: &mut RequestCtx) -> std::result::Result<(), Reject> {
+        let st = &self.state;
+        let req = session.req_header();
+        let mode = st.bot.mode(req.uri.path());
+        let binding = ctx.device.as_ref().map(Device::id).unwrap_or_default();
+        let suspicious = || {
+            req.headers.get(header::USER_AGENT).is_none()
+                || req.headers.get(header::ACCEPT_LANGUAGE).is_none()
+                || !matches!(ctx.device, Some(Device::Cookie(_)))
+                || st.anomaly.recent_rejects(&ctx.ip) > 0
+        };
+        let needed = match mode {
+            BotCheckMode::Off => false,
+            BotCheckMode::Always => true,
+            BotCheckMode::Suspicious => suspicious(),
+        };
+        if !needed {
+            return Ok(());
+        }
+        let now = unix_now();
+        let pass = cookie(req, PASS_COOKIE).or_else(|| header_str(req, PASS_HEADER));
+        if pass.is_some_and(|p| st.bot.check_pass(p, binding, now)) {
+            return Ok(());
+        }
+        let pow = header_str(req, "wicket-pow").and_then(|v| v.split_once(' ')).map(|(c, n)| (c.to_owned(), n.to_owned()));
+        let captcha = header_str(req, "wicket-captcha").map(str::to_owned);
+        if pow.is_none() && captcha.is_none() {
+            return Err(Reject::BotCheckRequired);
+        }
+        self.check_proof(pow.as_ref().map(|(c, n)| (c.as_str(), n.as_str())), captcha.as_deref(), ctx.ip).await?;
+        self.grant_pass(ctx);
+        Ok(())
+    }
+
+    fn protected_for(&self, path: &str) -> Option<&ProtectedPath> {
+        self.state.protected.iter().filter(|p| path.starts_with(p.rule.path.as_str())).max_by_key(|p| p.rule.path.len())
+    }
+
+    fn upstream(&self, ctx: &RequestCtx) -> Option<&Upstream> {
+        if ctx.to_core { self.state.core.as_ref() } else { self.state.origin.as_ref() }
+    }
+}
+
+fn anomaly_label(t: Tripped) -> &'static str {
+    match t {
+        Tripped::DeviceUsers => "device_users",
+        Tripped::ClientRejects => "client_rejects",
+    }
+}
+
+fn bearer(req: &RequestHeader) -> Option<&str> {
+    header_str(req, "authorization").and_then(|v| v.strip_prefix("Bearer ")).map(str::trim)
+}
+
+#[async_trait]
+impl ProxyHttp for EdgeProxy {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx {
+            route: Route::Edge,
+            ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            identified: false,
+            user: None,
+            device: None,
+            cookies: Vec::new(),
+            admitted: None,
+            to_core: false,
+            fail: None,
+            upstream_started: None,
+            tries: 0,
+        }
+    }
+
+    /// Phase: first, before any module. Default: nothing.
+    /// Here: sets the idle keep-alive timeout (Pingora has none by default).
+    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut RequestCtx) -> Result<()> {
+        session.set_keepalive(Some(self.state.keepalive));
+        Ok(())
+    }
+
+    /// Phase: after the request header is read; `Ok(true)` means answered. Default: `Ok(false)`.
+    /// Here: every edge decision (see the chart at the top of this module).
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let st = Arc::clone(&self.state);
+        let peer = session.client_addr().and_then(|a| a.as_inet()).map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
+        ctx.ip = st.client_ip.resolve(peer, session.req_header());
+        if st.blocklist.ip(&ctx.ip) {
+            return self.reject(session, ctx, Reject::Blocked).await;
+        }
+        let req = session.req_header();
+        let method = &req.method;
+        if (method == http::Method::GET || method == http::Method::HEAD)
+            && let Some(asset) = st.statics.get(req.uri.path())
+        {
+            let asset = Arc::clone(asset);
+            ctx.route = Route::Static;
+            if let Err(r) = self.limits(session, ctx).await {
+                return self.reject(session, ctx, r).await;
+            }
+            let outcome = self.serve_static(session, &asset).await?;
+            st.metrics.request(Route::Static, outcome);
+            return Ok(true);
+        }
+
+        self.identify(req, ctx);
+        if ctx.user.as_deref().is_some_and(|u| st.blocklist.user(u))
+            || ctx.device.as_ref().is_some_and(|d| st.blocklist.device(d.id()))
+        {
+            return self.reject(session, ctx, Reject::Blocked).await;
+        }
+        if let (Some(user), Some(device)) = (&ctx.user, &ctx.device)
+            && st.anomaly.tracks_devices()
+            && let Subject::Id(h) = st.limits.hasher.subject(user)
+            && st.anomaly.observe_user(device.id(), h)
+        {
+            st.blocklist.block_device_for(device.id(), st.anomaly.block_for());
+            st.metrics.anomalies.with_label_values(&[anomaly_label(Tripped::DeviceUsers)]).inc();
+            return self.reject(session, ctx, Reject::Blocked).await;
+        }
+        if let Err(r) = self.limits(session, ctx).await {
+            return self.reject(session, ctx, r).await;
+        }
+
+        let path = session.req_header().uri.path();
+        if path == CHALLENGE_PATH || path == VERIFY_PATH {
+            let verify = path == VERIFY_PATH;
+            return self.bot_endpoint(session, ctx, verify).await;
+        }
+        if st.bot.any()
+            && let Err(r) = self.bot_gate(session, ctx).await
+        {
+            return self.reject(session, ctx, r).await;
+        }
+
+        let req = session.req_header();
+        let path = req.uri.path();
+        ctx.to_core = st.core_prefixes.iter().any(|p| path.starts_with(p.as_str()));
+        ctx.route = if ctx.to_core { Route::Core } else { Route::Origin };
+        if let Some(p) = self.protected_for(path) {
+            ctx.route = Route::Protected;
+            let token = cookie(req, &p.cookie).or_else(|| bearer(req));
+            let verdict = match (token, &st.admission) {
+                (Some(t), Some(check)) => check.verify(t, &p.rule).ok(),
+                _ => None,
+            };
+            match verdict {
+                Some(claims) => ctx.admitted = Some((p.rule.room.clone(), claims)),
+                None => {
+                    let room = p.rule.room.clone();
+                    return self.reject(session, ctx, Reject::NotAdmitted { room }).await;
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Phase: choose the upstream. Required (no default).
+    /// Here: the core for core prefixes, else the origin; a missing one is a 502 page.
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
+        ctx.tries += 1;
+        let Some(up) = self.upstream(ctx) else {
+            ctx.fail = Some(Reject::NoUpstream);
+            return Err(Error::explain(ErrorType::HTTPStatus(502), "no upstream configured"));
+        };
+        let mut peer = HttpPeer::new(up.addr, false, String::new());
+        peer.options = up.options.clone();
+        Ok(Box::new(peer))
+    }
+
+    /// Phase: after connecting, before sending the request header. Default: nothing.
+    /// Here: removes any incoming `Wicket-*` identity header and sets the verified ones, and
+    /// appends the client to `X-Forwarded-For` (replacing it when the peer is not trusted).
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        for h in IDENTITY_HEADERS {
+            upstream_request.remove_header(h);
+        }
+        if let Some((room, claims)) = &ctx.admitted {
+            upstream_request.insert_header("wicket-user", claims.sub.as_str())?;
+            upstream_request.insert_header("wicket-room", room.as_str())?;
+            upstream_request.insert_header("wicket-position", claims.pos.to_string())?;
+        } else if let Some(u) = &ctx.user {
+            upstream_request.insert_header("wicket-user", u.as_str())?;
+        }
+        if let Some(d) = &ctx.device {
+            upstream_request.insert_header("wicket-device", d.id())?;
+        }
+        let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+        let xff = match (peer, header_str(session.req_header(), "x-forwarded-for")) {
+            (Some(p), Some(prev)) if p != ctx.ip => format!("{prev}, {p}"),
+            _ => ctx.ip.to_string(),
+        };
+        upstream_request.insert_header("x-forwarded-for", xff)?;
+        ctx.upstream_started = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Phase: upstream response header arrived. Default: nothing.
+    /// Here: records the upstream's latency.
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        _upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let (Some(t), Some(up)) = (ctx.upstream_started.take(), self.upstream(ctx)) {
+            self.state.metrics.upstream_seconds.with_label_values(&[up.name]).observe(t.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+
+    /// Phase: before the response header goes to the client. Default: nothing.
+    /// Here: adds the edge's cookies; `Wicket-Revoke: 1` from the origin clears the admission.
+    async fn response_filter(&self, _session: &mut Session, resp: &mut ResponseHeader, ctx: &mut RequestCtx) -> Result<()> {
+        for c in ctx.cookies.drain(..) {
+            resp.append_header(header::SET_COOKIE, c)?;
+        }
+        if resp.remove_header("wicket-revoke").is_some_and(|v| v.as_bytes() == b"1")
+            && let Some((room, _)) = &ctx.admitted
+        {
+            let c = self.state.cookie(&format!("wicket_a_{room}"), "", 0);
+            resp.append_header(header::SET_COOKIE, c)?;
+        }
+        Ok(())
+    }
+
+    /// Phase: connecting to the upstream failed. Default: pass the error on (no retry).
+    /// Here: idempotent requests are retried up to `retries` times.
+    fn fail_to_connect(&self, session: &mut Session, _peer: &HttpPeer, ctx: &mut RequestCtx, mut e: Box<Error>) -> Box<Error> {
+        if session.req_header().method.is_idempotent() && ctx.tries <= self.state.retries {
+            e.set_retry(true);
+        }
+        e
+    }
+
+    /// Phase: a fatal error. Default: a bare status page and closing the connection.
+    /// Here: the edge's JSON/HTML error (502, 504, or the reject decided earlier).
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> FailToProxy
+    where
+        RequestCtx: Send + Sync,
+    {
+        let reject = ctx.fail.take().or_else(|| match e.etype() {
+            ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+                Some(Reject::GatewayTimeout)
+            }
+            _ => match e.esource() {
+                ErrorSource::Upstream => Some(Reject::BadGateway),
+                ErrorSource::Downstream => match e.etype() {
+                    ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed => None,
+                    _ => Some(Reject::BadRequest("bad request")),
+                },
+                ErrorSource::Internal | ErrorSource::Unset => Some(Reject::BadGateway),
+            },
+        });
+        let Some(reject) = reject else {
+            return FailToProxy { error_code: 0, can_reuse_downstream: false };
+        };
+        let code = reject.status();
+        self.state.metrics.rejects.with_label_values(&[reject.reason()]).inc();
+        let (h, body) = reject.render(wants_html(session));
+        let _ = send(session, h, body).await;
+        FailToProxy { error_code: code, can_reuse_downstream: false }
+    }
+
+    /// Phase: the end of every request. Default: nothing.
+    /// Here: counts the request by route and outcome (static pages are counted when served).
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut RequestCtx) {
+        if ctx.route == Route::Static {
+            return;
+        }
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        let outcome = match status {
+            0 | 500.. => Outcome::Error,
+            304 => Outcome::NotModified,
+            400..=499 => Outcome::Rejected,
+            _ => Outcome::Ok,
+        };
+        self.state.metrics.request(ctx.route, outcome);
+    }
+}

@@ -1,0 +1,254 @@
+//! The one mapping from "the edge says no" to an HTTP answer.
+//!
+//! JSON clients get `{"error": "<code>", "message": "<text>", ...}` (API.md's codes); browsers
+//! (`Accept` naming `text/html`) get a small page where a page is what they need. Every answer
+//! carries `Content-Length` (Pingora closes the connection otherwise) and `Cache-Control:
+//! no-store`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderValue;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use serde_json::json;
+
+/// Why the edge answers instead of forwarding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reject {
+    /// Over a rate limit.
+    RateLimited {
+        /// For `Retry-After` (rounded up to whole seconds, at least 1).
+        retry_after: Duration,
+    },
+    /// On the blocklist (configured, admin-set, or an anomaly rule).
+    Blocked,
+    /// The route asks for a bot check the client has not passed.
+    BotCheckRequired,
+    /// A proof was offered and is wrong, expired or reused.
+    BotCheckFailed(&'static str),
+    /// The CAPTCHA provider could not answer and the switch says fail closed.
+    BotCheckUnavailable,
+    /// A protected path without a valid admission token.
+    NotAdmitted {
+        /// The room whose queue the client is sent to.
+        room: String,
+    },
+    /// Malformed input.
+    BadRequest(&'static str),
+    /// A body over the configured cap.
+    PayloadTooLarge,
+    /// Nothing here.
+    NotFound,
+    /// The upstream failed before answering.
+    BadGateway,
+    /// The upstream did not answer in time.
+    GatewayTimeout,
+    /// No upstream configured for this path.
+    NoUpstream,
+}
+
+impl Reject {
+    /// Status code.
+    pub fn status(&self) -> u16 {
+        match self {
+            Reject::RateLimited { .. } => 429,
+            Reject::Blocked | Reject::BotCheckRequired | Reject::BotCheckFailed(_) | Reject::NotAdmitted { .. } => 403,
+            Reject::BotCheckUnavailable => 503,
+            Reject::BadRequest(_) => 400,
+            Reject::PayloadTooLarge => 413,
+            Reject::NotFound => 404,
+            Reject::BadGateway | Reject::NoUpstream => 502,
+            Reject::GatewayTimeout => 504,
+        }
+    }
+
+    /// API.md error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Reject::RateLimited { .. } => "rate_limited",
+            Reject::Blocked | Reject::BotCheckRequired | Reject::BotCheckFailed(_) | Reject::NotAdmitted { .. } => {
+                "forbidden"
+            }
+            Reject::BadRequest(_) => "bad_request",
+            Reject::PayloadTooLarge => "payload_too_large",
+            Reject::NotFound => "not_found",
+            Reject::BotCheckUnavailable | Reject::BadGateway | Reject::GatewayTimeout | Reject::NoUpstream => {
+                "unavailable"
+            }
+        }
+    }
+
+    /// Metric label of the reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Reject::RateLimited { .. } => "rate_limited",
+            Reject::Blocked => "blocked",
+            Reject::BotCheckRequired => "bot_required",
+            Reject::BotCheckFailed(_) => "bot_failed",
+            Reject::BotCheckUnavailable => "bot_unavailable",
+            Reject::NotAdmitted { .. } => "not_admitted",
+            Reject::BadRequest(_) => "bad_request",
+            Reject::PayloadTooLarge => "payload_too_large",
+            Reject::NotFound => "not_found",
+            Reject::BadGateway => "bad_gateway",
+            Reject::GatewayTimeout => "gateway_timeout",
+            Reject::NoUpstream => "no_upstream",
+        }
+    }
+
+    /// Human text.
+    pub fn message(&self) -> String {
+        match self {
+            Reject::RateLimited { retry_after } => {
+                format!("too many requests; retry after {} s", retry_secs(*retry_after))
+            }
+            Reject::Blocked => "access denied".into(),
+            Reject::BotCheckRequired => "a bot check is required: solve the challenge and retry".into(),
+            Reject::BotCheckFailed(why) => format!("bot check failed: {why}"),
+            Reject::BotCheckUnavailable => "bot check is unavailable; retry shortly".into(),
+            Reject::NotAdmitted { room } => format!("an admission token for room {room} is required"),
+            Reject::BadRequest(why) => (*why).into(),
+            Reject::PayloadTooLarge => "request body too large".into(),
+            Reject::NotFound => "not found".into(),
+            Reject::BadGateway => "the upstream failed".into(),
+            Reject::GatewayTimeout => "the upstream timed out".into(),
+            Reject::NoUpstream => "no upstream for this path".into(),
+        }
+    }
+
+    /// Status, headers and body for a client that wants HTML (`html`) or JSON.
+    pub fn render(&self, html: bool) -> (ResponseHeader, Bytes) {
+        if let (true, Reject::NotAdmitted { room }) = (html, self) {
+            let mut h = ResponseHeader::build(302, Some(4)).expect("static status");
+            let _ = h.insert_header(http::header::LOCATION, format!("/queue/{room}"));
+            let _ = h.insert_header(http::header::CACHE_CONTROL, "no-store");
+            let _ = h.insert_header(http::header::CONTENT_LENGTH, "0");
+            return (h, Bytes::new());
+        }
+        let (ct, body) = if html {
+            ("text/html; charset=utf-8", Bytes::from(self.page()))
+        } else {
+            let mut v = json!({"error": self.code(), "message": self.message()});
+            match self {
+                Reject::NotAdmitted { room } => v["queue"] = json!(format!("/queue/{room}")),
+                Reject::BotCheckRequired | Reject::BotCheckFailed(_) => {
+                    v["challenge"] = json!(crate::bot::CHALLENGE_PATH);
+                    v["verify"] = json!(crate::bot::VERIFY_PATH);
+                }
+                Reject::RateLimited { retry_after } => v["retry_after"] = json!(retry_secs(*retry_after)),
+                _ => {}
+            }
+            ("application/json", Bytes::from(v.to_string()))
+        };
+        let mut h = ResponseHeader::build(self.status(), Some(5)).expect("valid status");
+        let _ = h.insert_header(http::header::CONTENT_TYPE, ct);
+        let _ = h.insert_header(http::header::CONTENT_LENGTH, body.len());
+        let _ = h.insert_header(http::header::CACHE_CONTROL, "no-store");
+        if let Reject::RateLimited { retry_after } = self {
+            let _ = h.insert_header(http::header::RETRY_AFTER, retry_secs(*retry_after));
+        }
+        (h, body)
+    }
+
+    fn page(&self) -> String {
+        let (title, extra) = match self {
+            Reject::RateLimited { retry_after } => (
+                "Busy — please wait",
+                format!(
+                    "<p>Too many requests. This page reloads in <b id=s>{s}</b> s.</p>\
+                     <script>let s={s};setInterval(()=>{{if(--s<=0)location.reload();document.getElementById('s').textContent=s}},1000)</script>",
+                    s = retry_secs(*retry_after)
+                ),
+            ),
+            Reject::BotCheckRequired | Reject::BotCheckFailed(_) => (
+                "Checking your browser",
+                format!(
+                    "<p id=pow-status>Checking your browser, this takes a second…</p>\
+                     <script src=\"{}\" data-auto=\"reload\"></script>",
+                    crate::bot::POW_JS_PATH
+                ),
+            ),
+            _ => ("Sorry", String::new()),
+        };
+        format!(
+            "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+             <title>{title}</title><body style=\"font:16px system-ui;max-width:36em;margin:4em auto;padding:0 1em\">\
+             <h1>{title}</h1><p>{}</p>{extra}</body></html>",
+            html_escape(&self.message())
+        )
+    }
+}
+
+fn retry_secs(d: Duration) -> u64 {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    s.max(1)
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Whether the client wants a page rather than JSON.
+pub fn wants_html(session: &Session) -> bool {
+    session
+        .req_header()
+        .headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"))
+}
+
+/// Writes a complete answer (header + body) to the client.
+pub async fn send(session: &mut Session, header: ResponseHeader, body: Bytes) -> pingora::Result<()> {
+    let head = session.req_header().method == http::Method::HEAD;
+    let empty = body.is_empty() || head;
+    session.write_response_header(Box::new(header), empty).await?;
+    if !empty {
+        session.write_response_body(Some(body), true).await?;
+    }
+    Ok(())
+}
+
+/// Writes a JSON answer with extra headers.
+pub async fn send_json(
+    session: &mut Session,
+    status: u16,
+    value: &serde_json::Value,
+    extra: &[(http::HeaderName, HeaderValue)],
+) -> pingora::Result<()> {
+    let body = Bytes::from(value.to_string());
+    let mut h = ResponseHeader::build(status, Some(4 + extra.len()))?;
+    h.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+    h.insert_header(http::header::CACHE_CONTROL, "no-store")?;
+    for (k, v) in extra {
+        h.append_header(k.clone(), v.clone())?;
+    }
+    send(session, h, body).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(retry_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_secs(Duration::from_millis(1500)), 2);
+        assert_eq!(retry_secs(Duration::from_secs(3)), 3);
+    }
+
+    #[test]
+    fn not_admitted_is_a_redirect_for_browsers_and_403_json_otherwise() {
+        let r = Reject::NotAdmitted { room: "ev-1".into() };
+        let (h, _) = r.render(true);
+        assert_eq!(h.status.as_u16(), 302);
+        assert_eq!(h.headers.get("location").unwrap(), "/queue/ev-1");
+        let (h, body) = r.render(false);
+        assert_eq!(h.status.as_u16(), 403);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"], "forbidden");
+        assert_eq!(v["queue"], "/queue/ev-1");
+    }
+}

@@ -1,0 +1,143 @@
+//! Assembling and running the Pingora server: the public proxy service, the admin service and
+//! the upkeep background service, with a bounded graceful stop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::apps::HttpServerOptions;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch};
+use pingora::services::background::{BackgroundService, background_service};
+use pingora::services::listening::Service;
+use tokio::sync::Notify;
+
+use crate::admin::AdminService;
+use crate::config::WicketConfig;
+use crate::proxy::EdgeProxy;
+use crate::state::EdgeState;
+
+/// How often limiter keys, anomaly windows, expired blocks and PoW memory are pruned.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(10);
+
+/// Stops on SIGTERM or SIGINT, gracefully either way (in-flight requests finish within the
+/// configured grace).
+pub struct SignalShutdown;
+
+#[async_trait]
+impl ShutdownSignalWatch for SignalShutdown {
+    async fn recv(&self) -> ShutdownSignal {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => std::future::pending::<()>().await,
+        }
+        tracing::info!("stop requested: finishing in-flight requests");
+        ShutdownSignal::GracefulTerminate
+    }
+}
+
+/// Stops when [`StopHandle::stop`] is called (tests, embedding).
+pub struct NotifyShutdown(Arc<Notify>);
+
+/// Triggers a [`NotifyShutdown`].
+#[derive(Clone)]
+pub struct StopHandle(Arc<Notify>);
+
+impl StopHandle {
+    /// Requests a graceful stop.
+    pub fn stop(&self) {
+        self.0.notify_one();
+    }
+}
+
+/// A shutdown watch and its trigger.
+pub fn stop_pair() -> (NotifyShutdown, StopHandle) {
+    let n = Arc::new(Notify::new());
+    (NotifyShutdown(n.clone()), StopHandle(n))
+}
+
+#[async_trait]
+impl ShutdownSignalWatch for NotifyShutdown {
+    async fn recv(&self) -> ShutdownSignal {
+        self.0.notified().await;
+        ShutdownSignal::GracefulTerminate
+    }
+}
+
+struct Upkeep {
+    state: Arc<EdgeState>,
+}
+
+#[async_trait]
+impl BackgroundService for Upkeep {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut tick = tokio::time::interval(PRUNE_EVERY);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.state.prune(),
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// Builds the Pingora server for a validated state. Listening happens in `run`.
+pub fn build(state: Arc<EdgeState>) -> Server {
+    let e = &state.config.edge;
+    let grace = e.shutdown_grace_seconds;
+    let conf = ServerConf {
+        threads: e.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        // Pingora sleeps the whole grace period, then gives runtimes the shutdown timeout:
+        // split the configured grace between the two so the total stays within it.
+        grace_period_seconds: Some(grace.saturating_sub(1)),
+        graceful_shutdown_timeout_seconds: Some(1),
+        max_retries: state.retries,
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let conf = server.configuration.clone();
+
+    let mut options = HttpServerOptions::default();
+    options.keepalive_request_limit = Some(100_000);
+    let mut public = pingora::proxy::ProxyServiceBuilder::new(&conf, EdgeProxy { state: state.clone() })
+        .name("wicket edge")
+        .server_options(options)
+        .build();
+    public.add_tcp(&e.listen);
+    let mut admin = Service::new("wicket admin".to_owned(), AdminService { state: state.clone() });
+    admin.threads = Some(1);
+    admin.add_tcp(&e.admin_listen);
+    server.add_service(public);
+    server.add_service(admin);
+    server.add_service(background_service("wicket upkeep", Upkeep { state }));
+    server
+}
+
+/// Checks that both ports can be bound, so a busy port is a clear error rather than a panic
+/// inside Pingora.
+pub fn check_ports(cfg: &WicketConfig) -> anyhow::Result<()> {
+    for (name, addr) in [("edge.listen", &cfg.edge.listen), ("edge.admin-listen", &cfg.edge.admin_listen)] {
+        std::net::TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("{name}: cannot listen on {addr}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Runs the edge until `shutdown` fires; returns after in-flight requests finished (or the grace
+/// ran out).
+pub fn run(cfg: WicketConfig, shutdown: Box<dyn ShutdownSignalWatch>) -> anyhow::Result<()> {
+    if cfg.edge.core == "embedded" {
+        anyhow::bail!("edge.core = \"embedded\" is not wired yet: run the core separately and set edge.core to its URL");
+    }
+    let state = Arc::new(EdgeState::build(cfg)?);
+    check_ports(&state.config)?;
+    let server = build(state);
+    server.run(RunArgs { shutdown_signal: shutdown });
+    Ok(())
+}

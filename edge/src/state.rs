@@ -1,0 +1,187 @@
+//! Everything the edge's services share, built once from a validated config.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pingora::upstreams::peer::PeerOptions;
+
+use crate::admission::{AdmissionCheck, JwtAdmission, ProtectedPath};
+use crate::anomaly::Anomaly;
+use crate::blocklist::Blocklist;
+use crate::bot::{BotChecks, POW_JS, POW_JS_PATH};
+use crate::config::{ConfigErrors, ConfigIssue, WicketConfig, parse_http_upstream, parse_net};
+use crate::identity::{ClientIp, DeviceIds, Signer, UserSource};
+use crate::limit::Limits;
+use crate::metrics::Metrics;
+use crate::statics::{StaticSite, prepare};
+
+/// Prefix of the waiting room's paths: site-wide limits do not count them (they have their own).
+pub const QUEUE_PREFIX: &str = "/queue/";
+
+/// An HTTP upstream (origin or core).
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Resolved at start.
+    pub addr: SocketAddr,
+    /// `origin` or `core`, for metrics.
+    pub name: &'static str,
+    /// Timeouts.
+    pub options: PeerOptions,
+}
+
+/// The edge's shared state.
+pub struct EdgeState {
+    /// The config it was built from (served redacted by the admin API).
+    pub config: WicketConfig,
+    /// Static files by path.
+    pub statics: StaticSite,
+    /// The existing site.
+    pub origin: Option<Upstream>,
+    /// The sale core.
+    pub core: Option<Upstream>,
+    /// Paths sent to the core.
+    pub core_prefixes: Vec<String>,
+    /// Paths only admission-token holders reach.
+    pub protected: Vec<ProtectedPath>,
+    /// The admission check.
+    pub admission: Option<Arc<dyn AdmissionCheck>>,
+    /// Rate limits.
+    pub limits: Limits,
+    /// Client IP resolution.
+    pub client_ip: ClientIp,
+    /// Where user ids are.
+    pub users: UserSource,
+    /// Device ids.
+    pub devices: DeviceIds,
+    /// Blocklist.
+    pub blocklist: Blocklist,
+    /// Anomaly rules.
+    pub anomaly: Anomaly,
+    /// Bot checks.
+    pub bot: BotChecks,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Admin bearer token (none: the admin API refuses everything but `/healthz`).
+    pub admin_token: Option<String>,
+    /// `Secure` on cookies.
+    pub secure_cookies: bool,
+    /// Cap on bodies the edge reads itself.
+    pub max_body: usize,
+    /// Idle keep-alive of client connections, seconds.
+    pub keepalive: u64,
+    /// Retries of idempotent requests.
+    pub retries: usize,
+    /// Start time (for health).
+    pub started: Instant,
+}
+
+fn errs(v: Vec<ConfigIssue>) -> ConfigErrors {
+    ConfigErrors(v)
+}
+
+fn one(path: &str, message: impl Into<String>) -> ConfigErrors {
+    errs(vec![ConfigIssue { path: path.into(), message: message.into() }])
+}
+
+impl EdgeState {
+    /// Validates the config and builds the state (loads static files, keys...).
+    pub fn build(config: WicketConfig) -> Result<Self, ConfigErrors> {
+        let issues = config.validate();
+        if !issues.is_empty() {
+            return Err(errs(issues));
+        }
+        let e = &config.edge;
+        let mut options = PeerOptions::new();
+        options.connection_timeout = Some(Duration::from_millis(e.connect_timeout_ms));
+        options.total_connection_timeout = Some(Duration::from_millis(e.connect_timeout_ms));
+        options.read_timeout = Some(Duration::from_millis(e.read_timeout_ms));
+        options.write_timeout = Some(Duration::from_millis(e.write_timeout_ms));
+        options.idle_timeout = Some(Duration::from_secs(60));
+        let upstream = |s: &str, name: &'static str, path: &str| -> Result<Upstream, ConfigErrors> {
+            let (_, addr) = parse_http_upstream(s).map_err(|m| one(path, m))?;
+            Ok(Upstream { addr, name, options: options.clone() })
+        };
+        let origin = e.origin.as_deref().map(|o| upstream(o, "origin", "edge.origin")).transpose()?;
+        let core = if e.core == "embedded" { None } else { Some(upstream(&e.core, "core", "edge.core")?) };
+
+        let rules = crate::config::cache_rules(e);
+        let default_cc = e.default_cache_control.clone();
+        let cache_control = move |url: &str| -> String {
+            rules
+                .iter()
+                .filter(|(p, _)| url.starts_with(p.as_str()))
+                .max_by_key(|(p, _)| p.len())
+                .map_or_else(|| default_cc.clone(), |(_, v)| v.clone())
+        };
+        let mut statics = StaticSite::new();
+        if let Some(d) = &e.site_dir {
+            statics.load_dir(&config.resolve(d), "/", &cache_control).map_err(|err| one("edge.site-dir", err.to_string()))?;
+        }
+        if let Some(d) = &e.static_dir {
+            statics
+                .load_dir(&config.resolve(d), &e.static_prefix, &cache_control)
+                .map_err(|err| one("edge.static-dir", err.to_string()))?;
+        }
+        statics.insert(POW_JS_PATH, prepare("pow.js", POW_JS.as_bytes().to_vec(), "public, max-age=3600"));
+
+        let signer = match (&e.secret_env, &e.secret) {
+            (Some(var), _) => Signer::new(std::env::var(var).unwrap_or_default().as_bytes()),
+            (None, Some(s)) => Signer::new(s.as_bytes()),
+            (None, None) => Signer::random(),
+        };
+        let protected: Vec<ProtectedPath> = config.protected_rules().into_iter().map(ProtectedPath::new).collect();
+        let admission: Option<Arc<dyn AdmissionCheck>> = match &config.tokens {
+            Some(t) => Some(Arc::new(JwtAdmission::new(&config, t).map_err(|m| one("tokens", m))?)),
+            None => None,
+        };
+        let limits = Limits::new(&e.limits).map_err(|m| one("edge.limits", m))?;
+        let trusted = e.trusted_proxies.iter().filter_map(|p| parse_net(p)).collect();
+        let bot = BotChecks::new(&e.bot, signer.clone()).map_err(|m| one("edge.bot", m))?;
+        Ok(EdgeState {
+            statics,
+            origin,
+            core,
+            core_prefixes: e.core_prefixes.clone(),
+            protected,
+            admission,
+            limits,
+            client_ip: ClientIp::new(trusted),
+            users: UserSource { header: e.user_header.clone(), cookie: e.user_cookie.clone() },
+            devices: DeviceIds::new(signer),
+            blocklist: Blocklist::new(&e.blocklist),
+            anomaly: Anomaly::new(&e.anomaly),
+            bot,
+            metrics: Metrics::new(),
+            admin_token: config.admin_token(),
+            secure_cookies: e.secure_cookies,
+            max_body: e.max_body_bytes,
+            keepalive: e.keepalive_seconds,
+            retries: e.retries,
+            started: Instant::now(),
+            config,
+        })
+    }
+
+    /// A `Set-Cookie` value with the edge's attributes.
+    pub fn cookie(&self, name: &str, value: &str, max_age: u64) -> String {
+        let secure = if self.secure_cookies { "; Secure" } else { "" };
+        format!("{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}")
+    }
+
+    /// Periodic upkeep: prunes limiter keys, anomaly windows, expired blocks and PoW memory.
+    pub fn prune(&self) {
+        self.limits.prune();
+        self.anomaly.prune();
+        self.blocklist.prune();
+        self.bot.pow.prune(crate::bot::unix_now());
+        for (i, r) in self.limits.rules.iter().enumerate() {
+            let key = match r.rule.key {
+                crate::config::LimitKey::Ip => "ip",
+                crate::config::LimitKey::User => "user",
+                crate::config::LimitKey::Device => "device",
+            };
+            self.metrics.limiter_keys.with_label_values(&[&i.to_string(), key]).set(r.keys() as i64);
+        }
+    }
+}
