@@ -1,10 +1,159 @@
-//! Wicket's sale core.
+//! Wicket's sale core: holds, orders, payments and stock, on an embedded or a Redis store.
 //!
 //! # Layout
+//! - [`config`]: the TOML config (`CoreConfig`), strict, with `validate()` listing every problem by path.
 //! - [`model`]: events, pools, SKUs, limits, orders and the typed outcomes of every store operation.
-//! - [`clock`]: the time source (system, or manual in tests).
-//! - [`store`]: the [`store::SaleStore`] trait and its embedded and Redis implementations.
+//! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process) and [`store::redis`] (Lua).
+//! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
+//! - [`payment`]: signed callbacks and the provider's status query.
+//! - [`http`]: the axum router: guard (in-flight limit, latency) → handler → one store call → JSON.
+//! - [`sweeper`]: closes expired holds, asking the provider first; [`reconciler`]: counters vs orders.
+//! - [`metrics`]: Prometheus text at `/metrics`. [`clock`]: time source, manual in tests.
+//!
+//! A hold travels: `POST /v1/events/{event}/holds` → [`http`] (body ≤ 64 KiB, strict JSON, sold-out flag,
+//! token verified by [`token`]) → [`store::SaleStore::hold`] (one atomic step) → 201 with the order.
 
 pub mod clock;
+pub mod config;
+pub mod http;
+pub mod metrics;
 pub mod model;
+pub mod payment;
+pub mod reconciler;
 pub mod store;
+pub mod sweeper;
+pub mod token;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::config::{CoreConfig, CoreTuning, StoreConfig};
+use crate::http::{AppState, Shared};
+use crate::metrics::CoreMetrics;
+use crate::model::{EventSpec, PutEventOutcome};
+use crate::payment::PaymentQuery;
+use crate::store::DynStore;
+use crate::token::Keyring;
+
+/// A configured core: the shared state of its handlers and what its background tasks need.
+pub struct Core {
+    pub state: Shared,
+    query: Option<PaymentQuery>,
+    tuning: CoreTuning,
+    grace_ms: i64,
+    /// This instance's name in the sweeper lease.
+    instance: String,
+}
+
+impl Core {
+    /// Builds a core over `store` from a validated config, and puts the config's event files.
+    pub async fn new(config: &CoreConfig, store: DynStore) -> anyhow::Result<Core> {
+        let keys = Keyring::from_config(&config.tokens)?;
+        let metrics = CoreMetrics::new();
+        metrics.concurrency_limit.set(config.core.max_inflight as i64);
+        let mut state = AppState::new(store, keys, config.admin_token(), config.callback_secret(), metrics);
+        state.max_inflight = config.core.max_inflight;
+        state.signature_tolerance = config.payment.tolerance_seconds();
+        let query = match &config.payment.query_url {
+            Some(u) => Some(PaymentQuery::new(u, config.payment.query_timeout())?),
+            None => None,
+        };
+        let core = Core {
+            state: Arc::new(state),
+            query,
+            tuning: config.core.clone(),
+            grace_ms: config.payment.unknown_grace_ms(),
+            instance: format!("{}-{}", std::process::id(), ulid::Ulid::new()),
+        };
+        for file in &config.event_files {
+            core.put_event_file(file).await?;
+        }
+        Ok(core)
+    }
+
+    async fn put_event_file(&self, file: &std::path::Path) -> anyhow::Result<()> {
+        let id = file.file_stem().and_then(|s| s.to_str()).context("event file without a name")?;
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let spec: EventSpec = serde_json::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+        let errs = spec.validate();
+        if !errs.is_empty() {
+            let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
+            anyhow::bail!("{}: {}", file.display(), list.join("; "));
+        }
+        match self.state.store.put_event(id, &spec, false).await? {
+            PutEventOutcome::Created | PutEventOutcome::Updated => Ok(()),
+            PutEventOutcome::NeedsForce(m) => {
+                tracing::warn!(event = id, "{m}; keeping the stored event");
+                Ok(())
+            }
+            PutEventOutcome::Rejected(errs) => {
+                let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
+                anyhow::bail!("{}: {}", file.display(), list.join("; "))
+            }
+        }
+    }
+
+    pub fn router(&self) -> axum::Router {
+        http::router(self.state.clone())
+    }
+
+    /// Runs the sweeper and the reconciler until `shutdown` fires.
+    pub fn spawn_background(self: &Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
+        let core = self.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(core.tuning.sweeper_period_ms));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => { core.sweep_once().await; }
+                    _ = stop.changed() => break,
+                }
+            }
+        });
+        let core = self.clone();
+        let mut stop = shutdown;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(core.tuning.reconciler_period_seconds));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => { core.reconcile_once().await; }
+                    _ = stop.changed() => break,
+                }
+            }
+        });
+    }
+}
+
+/// Opens the configured store.
+pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<DynStore> {
+    match cfg {
+        StoreConfig::Url(u) if u == "embedded" => Ok(Arc::new(store::embedded::EmbeddedStore::new())),
+        StoreConfig::Url(u) => Ok(Arc::new(store::redis::RedisStore::connect(u).await?)),
+        StoreConfig::Cluster { cluster } => Ok(Arc::new(store::redis::RedisStore::connect_cluster(cluster).await?)),
+    }
+}
+
+/// Serves the core on `listener` until `shutdown` completes, then finishes in-flight requests.
+pub async fn run(
+    config: CoreConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = open_store(&config.store).await?;
+    let core = Arc::new(Core::new(&config, store).await?);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    core.spawn_background(stop_rx);
+    tracing::info!(addr = %listener.local_addr()?, "wicket core listening");
+    let result = axum::serve(listener, core.router())
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+        })
+        .await;
+    let _ = stop_tx.send(true);
+    result.context("serving the core")
+}

@@ -1,1 +1,134 @@
-fn main() {}
+//! `wicket-core`: the sale core alone.
+//!
+//! ```text
+//! wicket-core serve --config core/examples/core.toml
+//! wicket-core check-config core/examples/core.toml
+//! wicket-core mint-token --config core/examples/core.toml --event ev-42 --sub alice
+//! curl -s localhost:8081/v1/events/ev-42/stock
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use wicket_core::config::CoreConfig;
+
+#[derive(Parser)]
+#[command(name = "wicket-core", about = "Wicket's sale core", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the core API.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Validate a config file and print every problem.
+    CheckConfig { file: PathBuf },
+    /// Print an admission token signed with the config's signing key (for trying the API by hand).
+    MintToken {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        event: String,
+        #[arg(long)]
+        sub: String,
+        #[arg(long, default_value_t = 4)]
+        max_qty: u32,
+        #[arg(long, default_value_t = 300)]
+        lifetime: i64,
+    },
+}
+
+fn load(path: &std::path::Path) -> Result<CoreConfig, ExitCode> {
+    CoreConfig::from_file(path).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::CheckConfig { file } => match load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Cmd::MintToken { config, event, sub, max_qty, lifetime } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let result = wicket_core::token::Keyring::from_config(&cfg.tokens).and_then(|ring| {
+                let claims = ring.new_claims(&event, &sub, &event, 0, max_qty, lifetime);
+                ring.sign(&claims, None)
+            });
+            match result {
+                Ok(t) => {
+                    println!("{t}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Serve { config } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            init_logs(cfg.core.json_logs);
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let result = rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+                wicket_core::run(cfg, listener, shutdown_signal()).await
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("wicket-core: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if json {
+        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,435 @@
+//! The core's configuration: TOML, kebab-case, unknown keys refused, every default documented.
+//!
+//! One file may serve both the edge and the core (API.md "Config"): the core reads its own keys and leaves
+//! `[edge]` and `[[rooms]]` to the edge, which checks them just as strictly. `validate()` returns every
+//! problem with its path, so an operator fixes a file in one pass.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::FieldError;
+
+/// The whole file as the core sees it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CoreConfig {
+    /// Where the core's HTTP API listens. Default `127.0.0.1:8081`.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Bearer token of admin calls. Give this or `admin-token-env`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token: Option<String>,
+    /// Name of an environment variable that holds the admin token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token_env: Option<String>,
+    /// `"embedded"` (default), `"redis://host:port/db"`, or `{ cluster = ["redis://...", ...] }`.
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub payment: PaymentConfig,
+    #[serde(default)]
+    pub tokens: TokensConfig,
+    #[serde(default)]
+    pub core: CoreTuning,
+    /// Event bodies (JSON files, API.md "Event body") put at start-up, each under its file stem as the
+    /// event id (`examples/ev-42.json` → `ev-42`). Paths are relative to the config file.
+    #[serde(default)]
+    pub event_files: Vec<PathBuf>,
+    /// The edge's section: checked by the edge, ignored here.
+    #[serde(default, skip_serializing)]
+    pub edge: Option<toml::Value>,
+    /// The edge's rooms: checked by the edge, ignored here.
+    #[serde(default, skip_serializing)]
+    pub rooms: Option<toml::Value>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8081))
+}
+
+/// Where sale state lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StoreConfig {
+    /// `"embedded"` or a `redis://` URL.
+    Url(String),
+    /// A Redis Cluster seed list.
+    Cluster {
+        cluster: Vec<String>,
+    },
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig::Url("embedded".into())
+    }
+}
+
+/// Payment provider settings.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PaymentConfig {
+    /// HMAC-SHA256 secret of `Wicket-Signature` on callbacks. Give this or `callback-secret-env`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_secret_env: Option<String>,
+    /// The provider's status query (`GET <url>?order_id=...`); without it the sweeper closes expired holds
+    /// without asking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_url: Option<String>,
+    /// Timeout of one status query. Default 2000 ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_timeout_ms: Option<u64>,
+    /// How long past its deadline a hold whose payment status is unknown is kept (and asked about again)
+    /// before it is closed anyway. Default 600 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_grace_seconds: Option<u64>,
+    /// Largest |now − t| of a callback signature. Default 300 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature_tolerance_seconds: Option<u64>,
+}
+
+impl PaymentConfig {
+    pub fn query_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.query_timeout_ms.unwrap_or(2000))
+    }
+    pub fn unknown_grace_ms(&self) -> i64 {
+        self.unknown_grace_seconds.unwrap_or(600) as i64 * 1000
+    }
+    pub fn tolerance_seconds(&self) -> u64 {
+        self.signature_tolerance_seconds.unwrap_or(300)
+    }
+}
+
+/// Admission-token keys (API.md "Admission token").
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TokensConfig {
+    /// Expected `iss`. Default `wicket`.
+    #[serde(default = "default_issuer")]
+    pub issuer: String,
+    /// The key new tokens are signed with (edge; and `wicket-core mint-token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_kid: Option<String>,
+    /// Leeway on `nbf`/`exp`, seconds, at most 10. Default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leeway_seconds: Option<u64>,
+    #[serde(default)]
+    pub keys: Vec<KeyConfig>,
+}
+
+fn default_issuer() -> String {
+    "wicket".into()
+}
+
+/// One verification (and maybe signing) key, chosen by `kid`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct KeyConfig {
+    pub kid: String,
+    /// `EdDSA` (Ed25519 PEM files) or `HS256` (a shared secret).
+    pub alg: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+}
+
+/// Run-time tuning of the core.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CoreTuning {
+    /// How often the sweeper looks for expired holds. Default 1000 ms.
+    #[serde(default = "default_sweeper_ms")]
+    pub sweeper_period_ms: u64,
+    /// How often every event is reconciled. Default 30 s.
+    #[serde(default = "default_reconciler_s")]
+    pub reconciler_period_seconds: u64,
+    /// Pause an event whose reconciliation fails. Default true.
+    #[serde(default = "default_true")]
+    pub pause_on_mismatch: bool,
+    /// Requests served at once; more get a quick 503 `unavailable`. Default 4096.
+    #[serde(default = "default_inflight")]
+    pub max_inflight: usize,
+    /// Log as JSON lines. Default false.
+    #[serde(default)]
+    pub json_logs: bool,
+}
+
+fn default_sweeper_ms() -> u64 {
+    1000
+}
+fn default_reconciler_s() -> u64 {
+    30
+}
+fn default_true() -> bool {
+    true
+}
+fn default_inflight() -> usize {
+    4096
+}
+
+impl Default for CoreTuning {
+    fn default() -> Self {
+        CoreTuning {
+            sweeper_period_ms: default_sweeper_ms(),
+            reconciler_period_seconds: default_reconciler_s(),
+            pause_on_mismatch: true,
+            max_inflight: default_inflight(),
+            json_logs: false,
+        }
+    }
+}
+
+/// A config that could not be read: a TOML error, or every validation problem.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Parse(String),
+    #[error("invalid configuration:\n{}", .0.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<FieldError>),
+}
+
+impl CoreConfig {
+    /// Parses and validates a TOML text.
+    pub fn from_toml_str(text: &str) -> Result<CoreConfig, ConfigError> {
+        let cfg: CoreConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let errs = cfg.validate();
+        if errs.is_empty() { Ok(cfg) } else { Err(ConfigError::Invalid(errs)) }
+    }
+
+    /// Reads, parses and validates a file; relative paths inside it become relative to its folder.
+    pub fn from_file(path: &Path) -> Result<CoreConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Io { path: path.display().to_string(), source })?;
+        let mut cfg: CoreConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse(format!("{}: {e}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        cfg.rebase(base);
+        let errs = cfg.validate();
+        if errs.is_empty() { Ok(cfg) } else { Err(ConfigError::Invalid(errs)) }
+    }
+
+    /// Makes relative file paths relative to `base`.
+    pub fn rebase(&mut self, base: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        self.event_files.iter_mut().for_each(fix);
+        for k in &mut self.tokens.keys {
+            k.private_key_file.as_mut().map(fix);
+            k.public_key_file.as_mut().map(fix);
+        }
+    }
+
+    /// Every problem, each with its path.
+    pub fn validate(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let mut err = |path: &str, message: String| errs.push(FieldError { path: path.to_string(), message });
+        match (&self.admin_token, &self.admin_token_env) {
+            (Some(_), Some(_)) => err("admin-token", "give admin-token or admin-token-env, not both".into()),
+            (None, None) => err("admin-token", "required (or admin-token-env)".into()),
+            (Some(t), None) if t.len() < 16 => err("admin-token", "must be at least 16 characters".into()),
+            (None, Some(var)) if std::env::var(var).map(|v| v.len() < 16).unwrap_or(true) => {
+                err("admin-token-env", format!("environment variable {var} is unset or shorter than 16 characters"))
+            }
+            _ => {}
+        }
+        match &self.store {
+            StoreConfig::Url(u) if u == "embedded" => {}
+            StoreConfig::Url(u) if u.starts_with("redis://") || u.starts_with("rediss://") => {
+                if url::Url::parse(u).is_err() {
+                    err("store", format!("not a valid URL: {u}"));
+                }
+            }
+            StoreConfig::Url(u) => err("store", format!("must be \"embedded\", a redis:// URL or {{ cluster = [...] }}, got {u:?}")),
+            StoreConfig::Cluster { cluster } => {
+                if cluster.is_empty() {
+                    err("store.cluster", "needs at least one seed URL".into());
+                }
+                for (i, u) in cluster.iter().enumerate() {
+                    if !u.starts_with("redis://") || url::Url::parse(u).is_err() {
+                        err(&format!("store.cluster[{i}]"), format!("not a redis:// URL: {u}"));
+                    }
+                }
+            }
+        }
+        let p = &self.payment;
+        match (&p.callback_secret, &p.callback_secret_env) {
+            (Some(_), Some(_)) => err("payment.callback-secret", "give callback-secret or callback-secret-env, not both".into()),
+            (None, None) => err("payment.callback-secret", "required (or payment.callback-secret-env)".into()),
+            (Some(s), None) if s.len() < 16 => err("payment.callback-secret", "must be at least 16 characters".into()),
+            (None, Some(var)) if std::env::var(var).is_err() => {
+                err("payment.callback-secret-env", format!("environment variable {var} is unset"))
+            }
+            _ => {}
+        }
+        if let Some(u) = &p.query_url {
+            match url::Url::parse(u) {
+                Ok(parsed) if parsed.scheme() == "http" => {}
+                Ok(_) => err("payment.query-url", "only http:// is supported (terminate TLS in a local proxy)".into()),
+                Err(e) => err("payment.query-url", format!("not a URL: {e}")),
+            }
+        }
+        if p.query_timeout_ms == Some(0) {
+            err("payment.query-timeout-ms", "must be ≥ 1".into());
+        }
+        if self.tokens.leeway_seconds.is_some_and(|l| l > 10) {
+            err("tokens.leeway-seconds", "must be ≤ 10".into());
+        }
+        if self.tokens.issuer.is_empty() {
+            err("tokens.issuer", "must not be empty".into());
+        }
+        if self.tokens.keys.is_empty() {
+            err("tokens.keys", "needs at least one key".into());
+        }
+        let mut kids = std::collections::HashSet::new();
+        for (i, k) in self.tokens.keys.iter().enumerate() {
+            let at = |f: &str| format!("tokens.keys[{i}].{f}");
+            if k.kid.is_empty() || k.kid.len() > 64 {
+                err(&at("kid"), "must be 1..=64 characters".into());
+            } else if !kids.insert(k.kid.as_str()) {
+                err(&at("kid"), format!("duplicate kid {}", k.kid));
+            }
+            match k.alg.as_str() {
+                "EdDSA" => {
+                    if k.secret.is_some() || k.secret_env.is_some() {
+                        err(&at("secret"), "an EdDSA key has no secret".into());
+                    }
+                    match &k.public_key_file {
+                        None => err(&at("public-key-file"), "required for EdDSA".into()),
+                        Some(f) if !f.is_file() => err(&at("public-key-file"), format!("no such file: {}", f.display())),
+                        _ => {}
+                    }
+                    if let Some(f) = &k.private_key_file
+                        && !f.is_file()
+                    {
+                        err(&at("private-key-file"), format!("no such file: {}", f.display()));
+                    }
+                }
+                "HS256" => {
+                    if k.public_key_file.is_some() || k.private_key_file.is_some() {
+                        err(&at("public-key-file"), "an HS256 key has a secret, not key files".into());
+                    }
+                    match (&k.secret, &k.secret_env) {
+                        (Some(s), None) if s.len() < 32 => err(&at("secret"), "must be at least 32 characters".into()),
+                        (None, Some(var)) if std::env::var(var).is_err() => {
+                            err(&at("secret-env"), format!("environment variable {var} is unset"))
+                        }
+                        (None, None) => err(&at("secret"), "required for HS256 (or secret-env)".into()),
+                        (Some(_), Some(_)) => err(&at("secret"), "give secret or secret-env, not both".into()),
+                        _ => {}
+                    }
+                }
+                other => err(&at("alg"), format!("must be EdDSA or HS256, got {other:?}")),
+            }
+        }
+        if let Some(kid) = &self.tokens.signing_kid
+            && !self.tokens.keys.iter().any(|k| &k.kid == kid)
+        {
+            err("tokens.signing-kid", format!("names no configured key: {kid}"));
+        }
+        if self.core.sweeper_period_ms == 0 {
+            err("core.sweeper-period-ms", "must be ≥ 1".into());
+        }
+        if self.core.reconciler_period_seconds == 0 {
+            err("core.reconciler-period-seconds", "must be ≥ 1".into());
+        }
+        if self.core.max_inflight == 0 {
+            err("core.max-inflight", "must be ≥ 1".into());
+        }
+        for (i, f) in self.event_files.iter().enumerate() {
+            let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            if !crate::model::valid_event_id(stem) {
+                err(&format!("event-files[{i}]"), format!("file stem {stem:?} is not a valid event id"));
+            } else if !f.is_file() {
+                err(&format!("event-files[{i}]"), format!("no such file: {}", f.display()));
+            }
+        }
+        errs
+    }
+
+    /// The admin token (from the file or the environment).
+    pub fn admin_token(&self) -> String {
+        self.admin_token
+            .clone()
+            .or_else(|| self.admin_token_env.as_ref().and_then(|v| std::env::var(v).ok()))
+            .unwrap_or_default()
+    }
+
+    /// The payment callback secret (from the file or the environment).
+    pub fn callback_secret(&self) -> String {
+        self.payment
+            .callback_secret
+            .clone()
+            .or_else(|| self.payment.callback_secret_env.as_ref().and_then(|v| std::env::var(v).ok()))
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_has_its_path() {
+        let text = r#"
+            store = "mysql://nope"
+            [payment]
+            callback-secret = "short"
+            query-url = "ftp://x"
+            [tokens]
+            leeway-seconds = 30
+            signing-kid = "missing"
+            [[tokens.keys]]
+            kid = "k1"
+            alg = "RS256"
+            [[tokens.keys]]
+            kid = "k1"
+            alg = "HS256"
+            secret = "tiny"
+            [core]
+            sweeper-period-ms = 0
+        "#;
+        let Err(ConfigError::Invalid(errs)) = CoreConfig::from_toml_str(text) else { panic!("should be invalid") };
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        for want in [
+            "admin-token",
+            "store",
+            "payment.callback-secret",
+            "payment.query-url",
+            "tokens.leeway-seconds",
+            "tokens.keys[0].alg",
+            "tokens.keys[1].kid",
+            "tokens.keys[1].secret",
+            "tokens.signing-kid",
+            "core.sweeper-period-ms",
+        ] {
+            assert!(paths.contains(&want), "missing {want} in {paths:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err = CoreConfig::from_toml_str("listen = \"127.0.0.1:1\"\nlisten-port = 3\n").unwrap_err();
+        assert!(err.to_string().contains("listen-port"), "{err}");
+        let err = CoreConfig::from_toml_str("[payment]\nsecret = \"x\"\n").unwrap_err();
+        assert!(err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn cluster_store_parses() {
+        let cfg: CoreConfig = toml::from_str("store = { cluster = [\"redis://127.0.0.1:7000\"] }").unwrap();
+        assert_eq!(cfg.store, StoreConfig::Cluster { cluster: vec!["redis://127.0.0.1:7000".into()] });
+    }
+}

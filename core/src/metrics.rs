@@ -1,0 +1,91 @@
+//! Prometheus metrics of the core (DESIGN §8). The edge reads `wicket_core_request_duration_seconds` (P99 of
+//! holds) and `wicket_core_inflight` / `wicket_core_concurrency_limit` (utilisation) as a second source for
+//! its release controller.
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+/// Every metric the core exports, registered in its own registry (tests run several cores in one process).
+#[derive(Clone)]
+pub struct CoreMetrics {
+    registry: Registry,
+    pub holds: IntCounterVec,
+    pub transitions: IntCounterVec,
+    pub payments: IntCounterVec,
+    pub sweeper: IntCounterVec,
+    pub reconcile_ok: IntGaugeVec,
+    pub reconcile_failures: IntCounterVec,
+    pub latency: HistogramVec,
+    pub responses: IntCounterVec,
+    pub inflight: IntGauge,
+    pub concurrency_limit: IntGauge,
+    pub store_errors: IntCounterVec,
+}
+
+/// Latency buckets, seconds: fine below 100 ms, where P99 targets live.
+const BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.030, 0.040, 0.050, 0.075, 0.100, 0.150, 0.200,
+    0.300, 0.500, 1.0, 2.0, 5.0,
+];
+
+impl CoreMetrics {
+    pub fn new() -> CoreMetrics {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry.register(Box::new(c.clone())).expect("unique metric");
+            c
+        };
+        let holds = counter("wicket_core_holds_total", "Hold attempts by outcome", &["outcome"]);
+        let transitions = counter("wicket_core_orders_total", "Orders entering a state", &["state"]);
+        let payments = counter("wicket_core_payments_total", "Payment callbacks and queries by result", &["result"]);
+        let sweeper = counter("wicket_core_sweeper_total", "Expired holds handled by the sweeper", &["action"]);
+        let reconcile_failures =
+            counter("wicket_core_reconcile_failures_total", "Reconciliations that found a mismatch", &["event"]);
+        let responses = counter("wicket_core_responses_total", "Responses by route and status class", &["route", "class"]);
+        let store_errors = counter("wicket_core_store_errors_total", "Store calls that failed", &["kind"]);
+        let reconcile_ok = IntGaugeVec::new(
+            Opts::new("wicket_core_reconcile_ok", "1 when the last reconciliation of the event passed"),
+            &["event"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(reconcile_ok.clone())).expect("unique metric");
+        let latency = HistogramVec::new(
+            HistogramOpts::new("wicket_core_request_duration_seconds", "Request latency by route").buckets(BUCKETS.to_vec()),
+            &["route"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(latency.clone())).expect("unique metric");
+        let inflight = IntGauge::new("wicket_core_inflight", "Requests being served").expect("valid metric");
+        registry.register(Box::new(inflight.clone())).expect("unique metric");
+        let concurrency_limit =
+            IntGauge::new("wicket_core_concurrency_limit", "Requests served at once before quick 503s").expect("valid metric");
+        registry.register(Box::new(concurrency_limit.clone())).expect("unique metric");
+        CoreMetrics {
+            registry,
+            holds,
+            transitions,
+            payments,
+            sweeper,
+            reconcile_ok,
+            reconcile_failures,
+            latency,
+            responses,
+            inflight,
+            concurrency_limit,
+            store_errors,
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Default for CoreMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
