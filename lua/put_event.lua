@@ -73,18 +73,21 @@ if exists then
         errs[#errs + 1] = 'cannot switch between capacity and seats while tickets are held or sold'
         skip = true
       end
-      local taken, old_csv = {}, nil
+      local taken, taken_list, old_csv = {}, {}, nil
       if not skip then
         if was_seated then
           old_csv = redis.call('HGET', KEYS[1], 'seats:' .. p.id)
           for _, name in ipairs(split(old_csv)) do
-            if redis.call('HEXISTS', KEYS[5], p.id .. '/' .. name) == 1 then taken[name] = true end
+            if redis.call('HEXISTS', KEYS[5], p.id .. '/' .. name) == 1 then
+              taken[name] = true
+              taken_list[#taken_list + 1] = name
+            end
           end
         end
         if p.seats then
           local keep = {}
           for _, name in ipairs(p.seats) do keep[name] = true end
-          for name, _ in pairs(taken) do
+          for _, name in ipairs(taken_list) do
             if not keep[name] then
               errs[#errs + 1] = path .. '.seats'
               errs[#errs + 1] = 'seat ' .. name .. ' is held or sold and cannot be removed'
