@@ -97,7 +97,11 @@ impl WindowStats {
     /// errors / (successes + errors); 0 with no requests.
     pub fn error_fraction(&self) -> f64 {
         let total = self.successes + self.errors;
-        if total == 0 { 0.0 } else { self.errors as f64 / total as f64 }
+        if total == 0 {
+            0.0
+        } else {
+            self.errors as f64 / total as f64
+        }
     }
 }
 
@@ -129,7 +133,10 @@ impl LatencyWindow {
         let seen = slot.epoch.load(Ordering::Relaxed);
         if seen != epoch
             && (seen == u64::MAX || seen < epoch)
-            && slot.epoch.compare_exchange(seen, epoch, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            && slot
+                .epoch
+                .compare_exchange(seen, epoch, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
         {
             for b in slot.buckets.iter() {
                 b.store(0, Ordering::Relaxed);
@@ -192,7 +199,11 @@ impl LatencyWindow {
             }
             Some(bucket_mid_us(at) / 1000.0)
         };
-        WindowStats { successes, errors, p99_ms }
+        WindowStats {
+            successes,
+            errors,
+            p99_ms,
+        }
     }
 }
 
@@ -275,6 +286,20 @@ pub struct ControllerConfig {
     pub min_budget: f64,
 }
 
+impl ControllerConfig {
+    /// The configuration for a room's `release` block and `total_active_max`; the rest at its default.
+    /// The first budget is 10 s of the start rate.
+    pub fn for_room(p99_target_ms: f64, start_rate: f64, bounds: Bounds) -> Self {
+        Self {
+            p99_target_ms,
+            bounds,
+            start_rate,
+            initial_budget: (start_rate * 10.0).max(1.0),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for ControllerConfig {
     fn default() -> Self {
         Self {
@@ -310,7 +335,7 @@ impl Default for ControllerConfig {
 }
 
 /// Release bounds: the operator's box around the controller.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Bounds {
     /// Minimum release rate in auto mode, admissions/s (room `release.min`; default 5).
     pub min_rate: f64,
@@ -323,12 +348,18 @@ pub struct Bounds {
 
 impl Default for Bounds {
     fn default() -> Self {
-        Self { min_rate: 5.0, max_rate: 2000.0, total_active_max: None }
+        Self {
+            min_rate: 5.0,
+            max_rate: 2000.0,
+            total_active_max: None,
+        }
     }
 }
 
 /// Who decides the rate. Anything but `Auto` is an operator override and wins over the loop.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// JSON: `"auto"`, `{"fixed": 50.0}`, `"paused"`, `"queue_all"`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ReleaseMode {
     /// The feedback loop, within the bounds.
     Auto,
@@ -341,7 +372,7 @@ pub enum ReleaseMode {
 }
 
 /// One second's view of the core and the room. Every field is a measurement the edge already has.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct TickInput {
     /// Time of this tick, ms since the same origin as every other call.
     pub now_ms: u64,
@@ -363,8 +394,9 @@ pub struct TickInput {
     pub sold_out: bool,
 }
 
-/// Why the tick chose its rate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Why the tick chose its rate. JSON: the same snake_case name as [`Reason::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Reason {
     /// Sold out: nothing more to sell, nothing released.
     SoldOut,
@@ -428,7 +460,8 @@ impl Reason {
 }
 
 /// What one tick decided, and from what: one per tick, for the stats stream and the dashboard.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// (An infinite `ssthresh` serializes as JSON `null`.)
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Decision {
     pub at_ms: u64,
     /// Admissions per second until the next tick.
@@ -445,20 +478,28 @@ pub struct Decision {
 }
 
 /// A change worth a log line and an exported event: operator actions and the loop's cuts.
-#[derive(Debug, Clone, PartialEq)]
+/// JSON: `{"at_ms": 1000, "event": "budget_cut", "from": 400.0, "to": 280.0, ...}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ControlEvent {
     pub at_ms: u64,
+    #[serde(flatten)]
     pub kind: ControlEventKind,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum ControlEventKind {
     /// The operator changed the mode.
     ModeChanged { from: ReleaseMode, to: ReleaseMode },
     /// The operator changed the bounds or cap.
     BoundsChanged { from: Bounds, to: Bounds },
     /// The loop cut the budget.
-    BudgetCut { from: f64, to: f64, pressure: Option<f64>, error_fraction: f64 },
+    BudgetCut {
+        from: f64,
+        to: f64,
+        pressure: Option<f64>,
+        error_fraction: f64,
+    },
     /// Slow start ended at this budget.
     SlowStartEnded { budget: f64, pressure: f64 },
     /// Metrics went stale (true) or came back (false).
@@ -565,9 +606,20 @@ impl ReleaseController {
     /// validating the admin request is the API layer's job.
     pub fn set_bounds(&mut self, now_ms: u64, bounds: Bounds) {
         let mut to = bounds;
-        to.min_rate = if to.min_rate.is_finite() { to.min_rate.max(0.0) } else { 0.0 };
-        to.max_rate = if to.max_rate.is_finite() { to.max_rate.max(to.min_rate) } else { to.min_rate };
-        to.total_active_max = to.total_active_max.filter(|c| c.is_finite()).map(|c| c.max(0.0));
+        to.min_rate = if to.min_rate.is_finite() {
+            to.min_rate.max(0.0)
+        } else {
+            0.0
+        };
+        to.max_rate = if to.max_rate.is_finite() {
+            to.max_rate.max(to.min_rate)
+        } else {
+            to.min_rate
+        };
+        to.total_active_max = to
+            .total_active_max
+            .filter(|c| c.is_finite())
+            .map(|c| c.max(0.0));
         if to == self.config.bounds {
             return;
         }
@@ -614,8 +666,14 @@ impl ReleaseController {
 
     /// max(P99 / (0.8 × target), u / 0.85), from whatever of the two is present.
     fn pressure(&self, input: &TickInput) -> Option<f64> {
-        let lat = input.p99_ms.filter(|p| p.is_finite()).map(|p| p / (0.8 * self.config.p99_target_ms));
-        let util = input.utilisation.filter(|u| u.is_finite()).map(|u| u / 0.85);
+        let lat = input
+            .p99_ms
+            .filter(|p| p.is_finite())
+            .map(|p| p / (0.8 * self.config.p99_target_ms));
+        let util = input
+            .utilisation
+            .filter(|u| u.is_finite())
+            .map(|u| u / 0.85);
         match (lat, util) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -625,18 +683,41 @@ impl ReleaseController {
     /// One control step. Call about once a second; the returned rate holds until the next call.
     pub fn tick(&mut self, input: &TickInput) -> Decision {
         let now = input.now_ms;
-        let occ = if input.occupancy.is_finite() { input.occupancy.max(0.0) } else { 0.0 };
-        let exits = if input.exits_per_s.is_finite() { input.exits_per_s.max(0.0) } else { 0.0 };
-        let err = if input.error_fraction.is_finite() { input.error_fraction.clamp(0.0, 1.0) } else { 0.0 };
+        let occ = if input.occupancy.is_finite() {
+            input.occupancy.max(0.0)
+        } else {
+            0.0
+        };
+        let exits = if input.exits_per_s.is_finite() {
+            input.exits_per_s.max(0.0)
+        } else {
+            0.0
+        };
+        let err = if input.error_fraction.is_finite() {
+            input.error_fraction.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
 
         if input.sold_out != self.sold_out {
             self.sold_out = input.sold_out;
-            self.push_event(now, ControlEventKind::SoldOut { sold_out: input.sold_out });
+            self.push_event(
+                now,
+                ControlEventKind::SoldOut {
+                    sold_out: input.sold_out,
+                },
+            );
         }
         let stale = input.metrics_age_ms > self.config.max_metrics_age_ms;
         if stale != self.stale {
             self.stale = stale;
-            self.push_event(now, ControlEventKind::MetricsStale { stale, age_ms: input.metrics_age_ms });
+            self.push_event(
+                now,
+                ControlEventKind::MetricsStale {
+                    stale,
+                    age_ms: input.metrics_age_ms,
+                },
+            );
         }
         let pressure = if stale { None } else { self.pressure(input) };
         let measured_occ = self.occupancy_ago(now, self.config.actuation_delay_ms);
@@ -667,7 +748,9 @@ impl ReleaseController {
             self.reseed = false;
             // Not below the configured first budget: an emptied room (long pause) would otherwise
             // have too few requests to measure, and thin metrics never grow.
-            self.budget = occ.max(self.config.initial_budget).max(self.config.min_budget);
+            self.budget = occ
+                .max(self.config.initial_budget)
+                .max(self.config.min_budget);
             self.last_cut_ms = None;
         }
 
@@ -676,16 +759,22 @@ impl ReleaseController {
         let over_latency = pressure.is_some_and(|x| x > 1.0);
         let over_errors = enough && err > cfg.error_threshold;
         let over = !stale && (over_latency || over_errors);
-        let far = pressure.is_some_and(|x| x >= cfg.far_pressure) || (enough && err >= 5.0 * cfg.error_threshold);
+        let far = pressure.is_some_and(|x| x >= cfg.far_pressure)
+            || (enough && err >= 5.0 * cfg.error_threshold);
         // A cut shows in the metrics once the occupancy they reflect (one actuation delay ago) is down
         // to the budget; cutting again before that is windup.
-        let shown = occ <= self.budget * 1.05 && measured_occ.is_some_and(|m| m <= self.budget * 1.05);
+        let shown =
+            occ <= self.budget * 1.05 && measured_occ.is_some_and(|m| m <= self.budget * 1.05);
         let in_cooldown = self.last_cut_ms.is_some_and(|cut| {
             let since = now.saturating_sub(cut);
             since < cfg.cooldown_ms || (!shown && since < cfg.max_cooldown_ms)
         });
 
-        self.over_streak = if over { self.over_streak.saturating_add(1) } else { 0 };
+        self.over_streak = if over {
+            self.over_streak.saturating_add(1)
+        } else {
+            0
+        };
         let reason = if over {
             if in_cooldown {
                 Reason::CoolDown
@@ -704,7 +793,12 @@ impl ReleaseController {
                 let to = self.budget;
                 self.push_event(
                     now,
-                    ControlEventKind::BudgetCut { from, to, pressure, error_fraction: err },
+                    ControlEventKind::BudgetCut {
+                        from,
+                        to,
+                        pressure,
+                        error_fraction: err,
+                    },
                 );
                 if far { Reason::CutFar } else { Reason::CutMild }
             }
@@ -727,8 +821,15 @@ impl ReleaseController {
             } else {
                 cfg.max_lead
             };
-            let ratio = if x > 0.0 { cfg.hold_pressure / x } else { max_lead };
-            let lead = ratio.clamp(1.0 / cfg.near_fraction, max_lead.max(1.0 / cfg.near_fraction));
+            let ratio = if x > 0.0 {
+                cfg.hold_pressure / x
+            } else {
+                max_lead
+            };
+            let lead = ratio.clamp(
+                1.0 / cfg.near_fraction,
+                max_lead.max(1.0 / cfg.near_fraction),
+            );
             let ceiling = measured_occ.unwrap_or(0.0) * lead;
             if self.budget >= ceiling {
                 Reason::BudgetUnfilled
@@ -736,10 +837,18 @@ impl ReleaseController {
                 if x > cfg.slow_start_exit_pressure {
                     self.ssthresh = self.budget;
                     let budget = self.budget;
-                    self.push_event(now, ControlEventKind::SlowStartEnded { budget, pressure: x });
+                    self.push_event(
+                        now,
+                        ControlEventKind::SlowStartEnded {
+                            budget,
+                            pressure: x,
+                        },
+                    );
                     Reason::SlowStartExit
                 } else {
-                    self.budget = (self.budget * self.config.slow_start_factor).min(self.ssthresh).min(ceiling);
+                    self.budget = (self.budget * self.config.slow_start_factor)
+                        .min(self.ssthresh)
+                        .min(ceiling);
                     Reason::SlowStart
                 }
             } else if x >= cfg.hold_pressure {
@@ -780,7 +889,14 @@ impl ReleaseController {
         }
     }
 
-    fn decide(&mut self, now: u64, rate: f64, occ: f64, pressure: Option<f64>, reason: Reason) -> Decision {
+    fn decide(
+        &mut self,
+        now: u64,
+        rate: f64,
+        occ: f64,
+        pressure: Option<f64>,
+        reason: Reason,
+    ) -> Decision {
         let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
         self.prev_rate = rate;
         Decision {
@@ -802,14 +918,32 @@ mod tests {
     #[test]
     fn buckets_are_monotone_and_close() {
         let mut last = 0;
-        for us in [0u64, 1, 15, 16, 17, 31, 32, 100, 999, 1000, 65_535, 1 << 20, 1 << 31, 1 << 40] {
+        for us in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            31,
+            32,
+            100,
+            999,
+            1000,
+            65_535,
+            1 << 20,
+            1 << 31,
+            1 << 40,
+        ] {
             let b = bucket_of(us);
             assert!(b >= last, "bucket of {us} went down");
             assert!(b < BUCKETS);
             last = b;
             if (16..(1 << 31)).contains(&us) {
                 let mid = bucket_mid_us(b);
-                assert!((mid - us as f64).abs() / us as f64 <= 1.0 / 16.0 + 1e-9, "{us} → {mid}");
+                assert!(
+                    (mid - us as f64).abs() / us as f64 <= 1.0 / 16.0 + 1e-9,
+                    "{us} → {mid}"
+                );
             }
         }
     }
@@ -900,11 +1034,18 @@ mod tests {
         let mut hot = calm(0, 400.0);
         hot.p99_ms = Some(90.0); // x = 1.125: over, not far
         let d = c.tick(&hot);
-        assert_eq!(d.reason, Reason::Confirming, "one mildly-over second is not enough");
+        assert_eq!(
+            d.reason,
+            Reason::Confirming,
+            "one mildly-over second is not enough"
+        );
         assert_eq!(d.budget, 500.0);
         let d = c.tick(&hot);
         assert_eq!(d.reason, Reason::CutMild);
-        assert!((d.budget - 280.0).abs() < 1e-9, "cut from min(L, occ) = 400");
+        assert!(
+            (d.budget - 280.0).abs() < 1e-9,
+            "cut from min(L, occ) = 400"
+        );
         assert_eq!(d.ssthresh, d.budget);
         assert_eq!(d.rate, 5.0, "occupancy above budget: only the minimum rate");
         // Still hot for the next seconds: no second cut during the cool-down.
@@ -961,8 +1102,15 @@ mod tests {
         assert_eq!(d.reason, Reason::ThinMetrics);
         assert_eq!(d.budget, 500.0);
         let ev = c.drain_events();
-        assert!(ev.iter().any(|e| e.kind == ControlEventKind::MetricsStale { stale: true, age_ms: 10_000 }));
-        assert!(ev.iter().any(|e| matches!(e.kind, ControlEventKind::MetricsStale { stale: false, .. })));
+        assert!(ev.iter().any(|e| e.kind
+            == ControlEventKind::MetricsStale {
+                stale: true,
+                age_ms: 10_000
+            }));
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e.kind, ControlEventKind::MetricsStale { stale: false, .. }))
+        );
     }
 
     #[test]
@@ -986,10 +1134,21 @@ mod tests {
         let mut hot = calm(1000, 10.0);
         hot.p99_ms = Some(500.0);
         let d = c.tick(&hot);
-        assert_eq!((d.rate, d.reason), (123.0, Reason::Fixed), "fixed wins even when hot");
+        assert_eq!(
+            (d.rate, d.reason),
+            (123.0, Reason::Fixed),
+            "fixed wins even when hot"
+        );
         c.set_mode(2000, ReleaseMode::QueueAll);
         assert_eq!(c.tick(&calm(2000, 0.0)).reason, Reason::QueueAll);
-        c.set_bounds(3000, Bounds { min_rate: 1.0, max_rate: 7.0, total_active_max: Some(100.0) });
+        c.set_bounds(
+            3000,
+            Bounds {
+                min_rate: 1.0,
+                max_rate: 7.0,
+                total_active_max: Some(100.0),
+            },
+        );
         c.set_mode(3000, ReleaseMode::Auto);
         let d = c.tick(&calm(3000, 50.0));
         assert!(d.rate <= 7.0 && d.rate >= 1.0, "{}", d.rate);
@@ -997,10 +1156,20 @@ mod tests {
         let d = c.tick(&calm(4000, 100.0));
         assert_eq!((d.rate, d.reason), (0.0, Reason::AtCap));
         c.set_mode(5000, ReleaseMode::Fixed(50.0));
-        assert_eq!(c.tick(&calm(5000, 100.0)).reason, Reason::AtCap, "the cap holds in fixed mode too");
+        assert_eq!(
+            c.tick(&calm(5000, 100.0)).reason,
+            Reason::AtCap,
+            "the cap holds in fixed mode too"
+        );
         let ev = c.drain_events();
-        let modes = ev.iter().filter(|e| matches!(e.kind, ControlEventKind::ModeChanged { .. })).count();
-        let bounds = ev.iter().filter(|e| matches!(e.kind, ControlEventKind::BoundsChanged { .. })).count();
+        let modes = ev
+            .iter()
+            .filter(|e| matches!(e.kind, ControlEventKind::ModeChanged { .. }))
+            .count();
+        let bounds = ev
+            .iter()
+            .filter(|e| matches!(e.kind, ControlEventKind::BoundsChanged { .. }))
+            .count();
         assert_eq!((modes, bounds), (5, 1));
     }
 
@@ -1015,7 +1184,28 @@ mod tests {
         c.set_mode(1000, ReleaseMode::Auto);
         t.now_ms = 1000;
         assert_eq!(c.tick(&t).rate, 0.0);
-        assert!(c.drain_events().iter().any(|e| e.kind == ControlEventKind::SoldOut { sold_out: true }));
+        assert!(
+            c.drain_events()
+                .iter()
+                .any(|e| e.kind == ControlEventKind::SoldOut { sold_out: true })
+        );
+    }
+
+    #[test]
+    fn records_serialize_for_export() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        c.set_mode(1000, ReleaseMode::Fixed(12.5));
+        let ev = c.drain_events();
+        let json = serde_json::to_value(&ev[0]).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"at_ms": 1000, "event": "mode_changed", "from": "auto", "to": {"fixed": 12.5}})
+        );
+        let d = c.tick(&calm(2000, 0.0));
+        let json = serde_json::to_value(d).unwrap();
+        assert_eq!(json["reason"], "fixed");
+        assert_eq!(json["rate"], 12.5);
+        assert!(json["ssthresh"].is_null(), "infinite before the first cut");
     }
 
     #[test]
@@ -1034,7 +1224,14 @@ mod tests {
         };
         let d = c.tick(&t);
         assert!(d.rate.is_finite() && d.rate >= 0.0);
-        c.set_bounds(0, Bounds { min_rate: f64::NAN, max_rate: -1.0, total_active_max: Some(f64::NAN) });
+        c.set_bounds(
+            0,
+            Bounds {
+                min_rate: f64::NAN,
+                max_rate: -1.0,
+                total_active_max: Some(f64::NAN),
+            },
+        );
         let d = c.tick(&calm(1000, 10.0));
         assert!(d.rate.is_finite() && d.rate >= 0.0);
     }

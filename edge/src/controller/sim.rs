@@ -24,8 +24,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::controller::{
-    Bounds, ControlEvent, ControllerConfig, Decision, LatencyWindow, ReleaseController, ReleaseMode,
-    TickInput,
+    Bounds, ControlEvent, ControllerConfig, Decision, LatencyWindow, ReleaseController,
+    ReleaseMode, TickInput,
 };
 
 const US: u64 = 1_000_000;
@@ -103,13 +103,24 @@ pub struct CoreModel {
 
 impl Default for CoreModel {
     fn default() -> Self {
-        Self { servers: 8, service_ms: 10.0, limit_per_server: 16, timeout_ms: 1000.0, steps: Vec::new() }
+        Self {
+            servers: 8,
+            service_ms: 10.0,
+            limit_per_server: 16,
+            timeout_ms: 1000.0,
+            steps: Vec::new(),
+        }
     }
 }
 
 impl CoreModel {
     pub fn servers_at(&self, t_s: f64) -> usize {
-        self.steps.iter().filter(|(at, _)| *at <= t_s).map(|(_, n)| *n).next_back().unwrap_or(self.servers)
+        self.steps
+            .iter()
+            .filter(|(at, _)| *at <= t_s)
+            .map(|(_, n)| *n)
+            .next_back()
+            .unwrap_or(self.servers)
     }
 
     /// Raw capacity (ρ = 1) at `t_s`, requests/s.
@@ -119,7 +130,9 @@ impl CoreModel {
 
     /// Distinct worker counts over the curve.
     pub fn levels(&self) -> Vec<usize> {
-        let mut v: Vec<usize> = std::iter::once(self.servers).chain(self.steps.iter().map(|s| s.1)).collect();
+        let mut v: Vec<usize> = std::iter::once(self.servers)
+            .chain(self.steps.iter().map(|s| s.1))
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -261,13 +274,17 @@ impl Scenario {
         }
     }
 
-    /// The controller configuration the edge would build from this room.
+    /// The controller configuration the edge would build from this room (start 50/s, min 1, max 2000).
     pub fn controller_config(&self) -> ControllerConfig {
-        ControllerConfig {
-            p99_target_ms: self.p99_target_ms,
-            bounds: Bounds { min_rate: 1.0, max_rate: 2000.0, total_active_max: None },
-            ..ControllerConfig::default()
-        }
+        ControllerConfig::for_room(
+            self.p99_target_ms,
+            50.0,
+            Bounds {
+                min_rate: 1.0,
+                max_rate: 2000.0,
+                total_active_max: None,
+            },
+        )
     }
 }
 
@@ -294,7 +311,10 @@ pub struct ControllerPolicy {
 
 impl ControllerPolicy {
     pub fn new(config: ControllerConfig) -> Self {
-        Self { controller: ReleaseController::new(config), last: None }
+        Self {
+            controller: ReleaseController::new(config),
+            last: None,
+        }
     }
 }
 
@@ -350,9 +370,17 @@ impl OraclePolicy {
     /// `slo_loads`: (workers, SLO load in req/s) as [`slo_load`] finds them.
     pub fn new(scn: &Scenario, slo_loads: &[(usize, f64)]) -> Self {
         let mean_delay = (scn.delay_s.0 + scn.delay_s.1) / 2.0;
-        let targets =
-            slo_loads.iter().map(|&(n, load)| (n, load / scn.requests_per_session_s)).collect();
-        Self { core: scn.core.clone(), targets, lookahead_s: mean_delay, mean_delay_s: mean_delay, horizon_s: 1.0 }
+        let targets = slo_loads
+            .iter()
+            .map(|&(n, load)| (n, load / scn.requests_per_session_s))
+            .collect();
+        Self {
+            core: scn.core.clone(),
+            targets,
+            lookahead_s: mean_delay,
+            mean_delay_s: mean_delay,
+            horizon_s: 1.0,
+        }
     }
 }
 
@@ -364,7 +392,9 @@ impl ReleasePolicy for OraclePolicy {
         if input.sold_out {
             return 0.0;
         }
-        let n = self.core.servers_at(input.now_ms as f64 / 1000.0 + self.lookahead_s);
+        let n = self
+            .core
+            .servers_at(input.now_ms as f64 / 1000.0 + self.lookahead_s);
         // Tokens on their way count in the occupancy; as many are needed as sessions end during the delay.
         let target = self.targets.iter().find(|t| t.0 == n).map_or(0.0, |t| t.1)
             + input.exits_per_s * self.mean_delay_s;
@@ -433,7 +463,11 @@ impl SimResult {
     pub fn goodput(&self, ranges: &[(u64, u64)]) -> f64 {
         let secs: u64 = ranges.iter().map(|(a, b)| b.saturating_sub(*a)).sum();
         let ok: usize = self.scored(ranges).map(|w| w.ok).sum();
-        if secs == 0 { 0.0 } else { ok as f64 / secs as f64 }
+        if secs == 0 {
+            0.0
+        } else {
+            ok as f64 / secs as f64
+        }
     }
 
     /// Settle time after a step at `step_s`: seconds until the end of the last window over target that
@@ -458,6 +492,23 @@ impl SimResult {
             }
         }
         last_over.map_or(0, |t| t + 1 - step_s)
+    }
+
+    /// Coefficient of variation (std / mean) of the per-second admissions over the ranges: how jumpy
+    /// the release is for the people in the queue.
+    pub fn release_variation(&self, ranges: &[(u64, u64)]) -> f64 {
+        let xs: Vec<f64> = self
+            .ticks
+            .iter()
+            .filter(|t| ranges.iter().any(|&(a, b)| t.t_s >= a && t.t_s < b))
+            .map(|t| t.admitted as f64)
+            .collect();
+        if xs.is_empty() {
+            return 0.0;
+        }
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        if mean > 0.0 { var.sqrt() / mean } else { 0.0 }
     }
 
     /// Seconds of a window over target in [from, to).
@@ -567,7 +618,13 @@ pub fn run(scn: &Scenario, policy: &mut dyn ReleasePolicy) -> SimResult {
                 prev.admitted = tick_admitted;
             }
             tick_admitted = 0;
-            ticks.push(TickRecord { t_s: sec, rate, admitted: 0, input, decision: policy.last_decision() });
+            ticks.push(TickRecord {
+                t_s: sec,
+                rate,
+                admitted: 0,
+                input,
+                decision: policy.last_decision(),
+            });
             events.extend(policy.drain_events());
             exits = 0;
             inflight_sum = 0.0;
@@ -612,9 +669,21 @@ pub fn run(scn: &Scenario, policy: &mut dyn ReleasePolicy) -> SimResult {
         .into_iter()
         .zip(ok)
         .enumerate()
-        .map(|(i, (mut l, ok))| Window { t_s: i as u64, requests: l.len(), ok, p99_ms: p99_exact(&mut l) })
+        .map(|(i, (mut l, ok))| Window {
+            t_s: i as u64,
+            requests: l.len(),
+            ok,
+            p99_ms: p99_exact(&mut l),
+        })
         .collect();
-    SimResult { policy: policy.name(), p99_target_ms: scn.p99_target_ms, windows, ticks, events, admitted }
+    SimResult {
+        policy: policy.name(),
+        p99_target_ms: scn.p99_target_ms,
+        windows,
+        ticks,
+        events,
+        admitted,
+    }
 }
 
 fn p99_exact(l: &mut [f32]) -> Option<f64> {
@@ -627,8 +696,19 @@ fn p99_exact(l: &mut [f32]) -> Option<f64> {
 }
 
 /// Open-loop Poisson load on a fixed `workers` core: the fraction of scored 1 s windows over target.
-fn open_loop_over(core: &CoreModel, workers: usize, load: f64, target_ms: f64, secs: u64, seed: u64) -> f64 {
-    let model = CoreModel { servers: workers, steps: Vec::new(), ..core.clone() };
+fn open_loop_over(
+    core: &CoreModel,
+    workers: usize,
+    load: f64,
+    target_ms: f64,
+    secs: u64,
+    seed: u64,
+) -> f64 {
+    let model = CoreModel {
+        servers: workers,
+        steps: Vec::new(),
+        ..core.clone()
+    };
     let mut c = Core::new(&model);
     let mut rng = Rng::new(seed);
     let mut lat: Vec<Vec<f32>> = vec![Vec::new(); secs as usize];
@@ -645,7 +725,11 @@ fn open_loop_over(core: &CoreModel, workers: usize, load: f64, target_ms: f64, s
         lat[(at / US) as usize].push(l);
     }
     // The first seconds start from an empty core: skip them.
-    let scored: Vec<f64> = lat.iter_mut().skip(5).filter_map(|l| p99_exact(l)).collect();
+    let scored: Vec<f64> = lat
+        .iter_mut()
+        .skip(5)
+        .filter_map(|l| p99_exact(l))
+        .collect();
     if scored.is_empty() {
         return 1.0;
     }
@@ -679,15 +763,29 @@ pub fn oracle_load(scn: &Scenario, workers: usize) -> f64 {
     static CACHE: OnceLock<Mutex<HashMap<String, f64>>> = OnceLock::new();
     let key = format!(
         "{workers}|{:?}|{}|{:?}|{:?}|{}|{}",
-        scn.core.service_ms, scn.p99_target_ms, scn.delay_s, scn.session_s, scn.requests_per_session_s, scn.window_s
+        scn.core.service_ms,
+        scn.p99_target_ms,
+        scn.delay_s,
+        scn.session_s,
+        scn.requests_per_session_s,
+        scn.window_s
     );
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     if let Some(v) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return *v;
     }
-    let open = slo_load(&scn.core, workers, scn.p99_target_ms, 0x5eed ^ workers as u64);
+    let open = slo_load(
+        &scn.core,
+        workers,
+        scn.p99_target_ms,
+        0x5eed ^ workers as u64,
+    );
     let mut flat = Scenario::base("oracle_calibration", 160, 0xca1 ^ workers as u64);
-    flat.core = CoreModel { servers: workers, steps: Vec::new(), ..scn.core.clone() };
+    flat.core = CoreModel {
+        servers: workers,
+        steps: Vec::new(),
+        ..scn.core.clone()
+    };
     flat.p99_target_ms = scn.p99_target_ms;
     flat.delay_s = scn.delay_s;
     flat.session_s = scn.session_s;
@@ -696,7 +794,10 @@ pub fn oracle_load(scn: &Scenario, workers: usize) -> f64 {
     let (mut lo, mut hi) = (0.5, 1.0);
     for _ in 0..7 {
         let mid = (lo + hi) / 2.0;
-        let r = run(&flat, &mut OraclePolicy::new(&flat, &[(workers, open * mid)]));
+        let r = run(
+            &flat,
+            &mut OraclePolicy::new(&flat, &[(workers, open * mid)]),
+        );
         if r.over_fraction(&[(40, 160)]) <= 0.01 {
             lo = mid;
         } else {
@@ -704,7 +805,10 @@ pub fn oracle_load(scn: &Scenario, workers: usize) -> f64 {
         }
     }
     let v = open * lo;
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, v);
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, v);
     v
 }
 
@@ -727,7 +831,11 @@ impl Comparison {
         for &(a, b) in ranges {
             for s in a..b {
                 let w = scn.core.servers_at(s as f64);
-                sum += self.slo_loads.iter().find(|l| l.0 == w).map_or(0.0, |l| l.1);
+                sum += self
+                    .slo_loads
+                    .iter()
+                    .find(|l| l.0 == w)
+                    .map_or(0.0, |l| l.1);
                 n += 1;
             }
         }
@@ -741,16 +849,31 @@ pub fn compare(scn: &Scenario) -> Comparison {
     let levels = scn.core.levels();
     let slo_loads: Vec<(usize, f64)> = levels
         .iter()
-        .map(|&w| (w, slo_load(&scn.core, w, scn.p99_target_ms, 0x5eed ^ w as u64)))
+        .map(|&w| {
+            (
+                w,
+                slo_load(&scn.core, w, scn.p99_target_ms, 0x5eed ^ w as u64),
+            )
+        })
         .collect();
-    let oracle_loads: Vec<(usize, f64)> = levels.iter().map(|&w| (w, oracle_load(scn, w))).collect();
-    let nominal = oracle_loads.iter().find(|l| l.0 == scn.core.servers).map_or(0.0, |l| l.1);
+    let oracle_loads: Vec<(usize, f64)> =
+        levels.iter().map(|&w| (w, oracle_load(scn, w))).collect();
+    let nominal = oracle_loads
+        .iter()
+        .find(|l| l.0 == scn.core.servers)
+        .map_or(0.0, |l| l.1);
     let mean_session = (scn.session_s.0 + scn.session_s.1) / 2.0;
     let fixed_rate = nominal / scn.requests_per_session_s / mean_session;
     let controller = run(scn, &mut ControllerPolicy::new(scn.controller_config()));
     let fixed = run(scn, &mut FixedPolicy { rate: fixed_rate });
     let oracle = run(scn, &mut OraclePolicy::new(scn, &oracle_loads));
-    Comparison { controller, fixed, oracle, slo_loads, oracle_loads }
+    Comparison {
+        controller,
+        fixed,
+        oracle,
+        slo_loads,
+        oracle_loads,
+    }
 }
 
 /// A scenario with the seconds that count as steady state and the second of its capacity step.
@@ -784,14 +907,29 @@ pub fn comparison_table(seeds: &[u64]) -> String {
                 scn.name,
                 seed,
                 steady,
-                c.slo_loads.iter().map(|(w, l)| (*w, l.round())).collect::<Vec<_>>(),
-                c.oracle_loads.iter().map(|(w, l)| (*w, l.round())).collect::<Vec<_>>(),
+                c.slo_loads
+                    .iter()
+                    .map(|(w, l)| (*w, l.round()))
+                    .collect::<Vec<_>>(),
+                c.oracle_loads
+                    .iter()
+                    .map(|(w, l)| (*w, l.round()))
+                    .collect::<Vec<_>>(),
                 scn.p99_target_ms
             );
             let _ = writeln!(
                 out,
-                "  {:<10} {:>12} {:>10} {:>12} {:>12} {:>10} {:>10} {:>10}",
-                "policy", "over/steady", "over%", "all over", "goodput/s", "/SLO", "/oracle", "settle_s"
+                "  {:<10} {:>12} {:>10} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>9}",
+                "policy",
+                "over/steady",
+                "over%",
+                "all over",
+                "goodput/s",
+                "/SLO",
+                "/oracle",
+                "viol_s",
+                "settle_s",
+                "rate_cv"
             );
             let og = c.oracle.goodput(&steady);
             for r in [&c.controller, &c.fixed, &c.oracle] {
@@ -799,9 +937,10 @@ pub fn comparison_table(seeds: &[u64]) -> String {
                 let (ao, an) = r.over(&[(0, scn.duration_s)]);
                 let g = r.goodput(&steady);
                 let settle = step.map_or("-".to_string(), |s| r.settle_after(s, 120).to_string());
+                let viol = step.map_or("-".to_string(), |s| r.violation_s(s, s + 120).to_string());
                 let _ = writeln!(
                     out,
-                    "  {:<10} {:>12} {:>9.2}% {:>12} {:>12.1} {:>10.3} {:>10.3} {:>10}",
+                    "  {:<10} {:>12} {:>9.2}% {:>12} {:>12.1} {:>10.3} {:>10.3} {:>10} {:>10} {:>9.2}",
                     r.policy,
                     format!("{o}/{n}"),
                     100.0 * o as f64 / n.max(1) as f64,
@@ -809,9 +948,88 @@ pub fn comparison_table(seeds: &[u64]) -> String {
                     g,
                     g / slo,
                     g / og,
-                    settle
+                    viol,
+                    settle,
+                    r.release_variation(&steady)
                 );
             }
+        }
+    }
+    out
+}
+
+/// One line per scenario over many seeds: steady windows over target (all seeds together), goodput vs
+/// the oracle (min and mean over seeds), and after a step the extra violation and settle time vs the
+/// oracle (worst seed).
+pub fn summary_table(seeds: &[u64]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<13} {:<10} {:>14} {:>9} {:>9} {:>9} {:>16} {:>16}",
+        "scenario",
+        "policy",
+        "steady over",
+        "over%",
+        "gp/orc min",
+        "gp/orc avg",
+        "extra viol max",
+        "settle (orc) max"
+    );
+    for i in 0..3 {
+        let runs: Vec<(ScoredScenario, Comparison)> = seeds
+            .iter()
+            .map(|&seed| {
+                let sc = standard_scenarios(seed).swap_remove(i);
+                let c = compare(&sc.0);
+                (sc, c)
+            })
+            .collect();
+        for pick in 0..3 {
+            let mut over = (0, 0);
+            let mut ratios = Vec::new();
+            let mut extra_max = i64::MIN;
+            let mut settle_max = (0, 0);
+            let mut name = "";
+            for ((_, steady, step), c) in &runs {
+                let r = [&c.controller, &c.fixed, &c.oracle][pick];
+                name = r.policy;
+                let (o, n) = r.over(steady);
+                over = (over.0 + o, over.1 + n);
+                ratios.push(r.goodput(steady) / c.oracle.goodput(steady));
+                if let Some(st) = step {
+                    let e = r.violation_s(*st, st + 120) as i64
+                        - c.oracle.violation_s(*st, st + 120) as i64;
+                    extra_max = extra_max.max(e);
+                    let s = (r.settle_after(*st, 120), c.oracle.settle_after(*st, 120));
+                    if s.0 >= settle_max.0 {
+                        settle_max = s;
+                    }
+                }
+            }
+            let min = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
+            let avg = ratios.iter().sum::<f64>() / ratios.len().max(1) as f64;
+            let has_step = runs.first().is_some_and(|r| r.0.2.is_some());
+            let _ = writeln!(
+                out,
+                "{:<13} {:<10} {:>14} {:>8.2}% {:>9.3} {:>9.3} {:>16} {:>16}",
+                runs[0].0.0.name,
+                name,
+                format!("{}/{}", over.0, over.1),
+                100.0 * over.0 as f64 / over.1.max(1) as f64,
+                min,
+                avg,
+                if has_step {
+                    format!("{extra_max} s")
+                } else {
+                    "-".into()
+                },
+                if has_step {
+                    format!("{} s ({} s)", settle_max.0, settle_max.1)
+                } else {
+                    "-".into()
+                },
+            );
         }
     }
     out
@@ -823,10 +1041,8 @@ mod tests {
     use crate::controller::Reason;
 
     const SEED: u64 = 42;
-
-    fn scenario(i: usize) -> ScoredScenario {
-        standard_scenarios(SEED).swap_remove(i)
-    }
+    /// Seeds of the comparison tests: one seed can be lucky; three runs score 480–720 steady windows.
+    const SEEDS: [u64; 3] = [42, 7, 1234];
 
     #[test]
     fn core_latency_rises_at_the_knee() {
@@ -834,74 +1050,132 @@ mod tests {
         let low = open_loop_over(&core, 8, 400.0, 100.0, 60, 1);
         let high = open_loop_over(&core, 8, 790.0, 100.0, 60, 1);
         assert_eq!(low, 0.0, "half load is comfortably within target");
-        assert!(high > 0.25, "at 99% of capacity many windows are over: {high}");
+        assert!(
+            high > 0.25,
+            "at 99% of capacity many windows are over: {high}"
+        );
         let slo = slo_load(&core, 8, 100.0, 7);
         assert!((500.0..790.0).contains(&slo), "SLO load {slo}");
     }
 
+    /// The standard scenario `i` compared on each of `SEEDS`.
+    fn compare_seeds(i: usize) -> Vec<(ScoredScenario, Comparison)> {
+        SEEDS
+            .iter()
+            .map(|&seed| {
+                let sc = standard_scenarios(seed).swap_remove(i);
+                let c = compare(&sc.0);
+                (sc, c)
+            })
+            .collect()
+    }
+
+    /// Steady windows over target, summed over the seeds: (over, scored).
+    fn steady_over(runs: &[(ScoredScenario, Comparison)]) -> (usize, usize) {
+        runs.iter().fold((0, 0), |(o, n), ((_, steady, _), c)| {
+            let (a, b) = c.controller.over(steady);
+            (o + a, n + b)
+        })
+    }
+
     #[test]
     fn cold_start() {
-        let (scn, steady, _) = scenario(0);
-        let c = compare(&scn);
-        let ctl = &c.controller;
+        let runs = compare_seeds(0);
+        let (over, scored) = steady_over(&runs);
         assert!(
-            ctl.over_fraction(&steady) <= 0.01,
-            "steady windows over target: {:?}",
-            ctl.over(&steady)
+            over * 100 <= scored,
+            "steady windows over target: {over}/{scored}"
         );
-        let ratio = ctl.goodput(&steady) / c.oracle.goodput(&steady);
-        assert!(ratio >= 0.85, "goodput vs oracle {ratio:.3}");
-        // The ramp itself: no more than a few bad seconds while finding the level.
-        let (ramp_over, _) = ctl.over(&[(0, 60)]);
-        assert!(ramp_over <= 5, "{ramp_over} windows over target during the ramp");
-        // And it gets there: goodput in 30..60 s at least 70% of the oracle's.
-        let early = ctl.goodput(&[(30, 60)]) / c.oracle.goodput(&[(30, 60)]);
-        assert!(early >= 0.7, "ramp too slow: {early:.3}");
+        for ((scn, steady, _), c) in &runs {
+            let ctl = &c.controller;
+            let ratio = ctl.goodput(steady) / c.oracle.goodput(steady);
+            assert!(
+                ratio >= 0.85,
+                "seed {}: goodput vs oracle {ratio:.3}",
+                scn.seed
+            );
+            // The ramp itself: no more than a few bad seconds while finding the level...
+            let (ramp_over, _) = ctl.over(&[(0, 60)]);
+            assert!(
+                ramp_over <= 3,
+                "seed {}: {ramp_over} windows over target during the ramp",
+                scn.seed
+            );
+            // ...and it gets there: goodput in 30..60 s at least 60% of the oracle's.
+            let early = ctl.goodput(&[(30, 60)]) / c.oracle.goodput(&[(30, 60)]);
+            assert!(early >= 0.6, "seed {}: ramp too slow: {early:.3}", scn.seed);
+        }
     }
 
     #[test]
     fn step_down_50() {
-        let (scn, steady, step) = scenario(1);
-        let step = step.unwrap();
-        let c = compare(&scn);
-        let ctl = &c.controller;
-        assert!(ctl.over_fraction(&steady) <= 0.01, "steady over: {:?}", ctl.over(&steady));
-        let ratio = ctl.goodput(&steady) / c.oracle.goodput(&steady);
-        assert!(ratio >= 0.85, "goodput vs oracle {ratio:.3}");
-        let extra = ctl.violation_s(step, step + 120) as i64 - c.oracle.violation_s(step, step + 120) as i64;
-        assert!(extra <= 10, "{extra} s more violation than the oracle after the step");
-        let settle = ctl.settle_after(step, 120);
-        assert!(settle <= c.oracle.settle_after(step, 120) + 15, "settle {settle} s");
-        // The fixed rate sized for the old capacity never recovers: the test can tell them apart.
-        let fixed_extra = c.fixed.violation_s(step, step + 120) as i64 - c.oracle.violation_s(step, step + 120) as i64;
-        assert!(fixed_extra > 30, "fixed rate only {fixed_extra} s worse than the oracle?");
-        // The first cut after the step is a far cut, and no second cut piles up within the cool-down.
-        let cuts: Vec<u64> = ctl
-            .ticks
-            .iter()
-            .filter(|t| t.t_s >= step)
-            .filter_map(|t| t.decision)
-            .filter(|d| matches!(d.reason, Reason::CutFar | Reason::CutMild))
-            .map(|d| d.at_ms)
-            .collect();
-        assert!(!cuts.is_empty());
-        assert!(cuts.windows(2).all(|w| w[1] - w[0] >= scn.controller_config().cooldown_ms));
+        let runs = compare_seeds(1);
+        let (over, scored) = steady_over(&runs);
+        assert!(
+            over * 100 <= scored,
+            "steady windows over target: {over}/{scored}"
+        );
+        for ((scn, steady, step), c) in &runs {
+            let (ctl, seed, step) = (&c.controller, scn.seed, step.unwrap());
+            let ratio = ctl.goodput(steady) / c.oracle.goodput(steady);
+            assert!(ratio >= 0.85, "seed {seed}: goodput vs oracle {ratio:.3}");
+            let oracle_violation = c.oracle.violation_s(step, step + 120) as i64;
+            let extra = ctl.violation_s(step, step + 120) as i64 - oracle_violation;
+            assert!(
+                extra <= 10,
+                "seed {seed}: {extra} s more violation than the oracle after the step"
+            );
+            let settle = ctl.settle_after(step, 120);
+            assert!(
+                settle <= c.oracle.settle_after(step, 120) + 15,
+                "seed {seed}: settle {settle} s"
+            );
+            // The fixed rate sized for the old capacity never recovers: the test tells them apart.
+            let fixed_extra = c.fixed.violation_s(step, step + 120) as i64 - oracle_violation;
+            assert!(
+                fixed_extra > 30,
+                "seed {seed}: fixed rate only {fixed_extra} s worse than the oracle?"
+            );
+            // No second cut piles up within the cool-down (windup).
+            let cuts: Vec<u64> = ctl
+                .ticks
+                .iter()
+                .filter(|t| t.t_s >= step)
+                .filter_map(|t| t.decision)
+                .filter(|d| matches!(d.reason, Reason::CutFar | Reason::CutMild))
+                .map(|d| d.at_ms)
+                .collect();
+            assert!(!cuts.is_empty());
+            assert!(
+                cuts.windows(2)
+                    .all(|w| w[1] - w[0] >= scn.controller_config().cooldown_ms)
+            );
+        }
     }
 
     #[test]
     fn step_up_50() {
-        let (scn, steady, step) = scenario(2);
-        let step = step.unwrap();
-        let c = compare(&scn);
-        let ctl = &c.controller;
-        assert!(ctl.over_fraction(&steady) <= 0.01, "steady over: {:?}", ctl.over(&steady));
-        let ratio = ctl.goodput(&steady) / c.oracle.goodput(&steady);
-        assert!(ratio >= 0.85, "goodput vs oracle {ratio:.3}");
-        // It finds the new capacity: from 60 s after the step, goodput at least 80% of the oracle's.
-        let after = ctl.goodput(&[(step + 60, scn.duration_s)]) / c.oracle.goodput(&[(step + 60, scn.duration_s)]);
-        assert!(after >= 0.8, "after the step {after:.3}");
-        let fixed = c.fixed.goodput(&[(step + 60, scn.duration_s)]) / c.oracle.goodput(&[(step + 60, scn.duration_s)]);
-        assert!(fixed < 0.75, "the fixed rate should leave the new capacity unused: {fixed:.3}");
+        let runs = compare_seeds(2);
+        let (over, scored) = steady_over(&runs);
+        assert!(
+            over * 100 <= scored,
+            "steady windows over target: {over}/{scored}"
+        );
+        for ((scn, steady, step), c) in &runs {
+            let (ctl, seed, step) = (&c.controller, scn.seed, step.unwrap());
+            let end = scn.duration_s;
+            let ratio = ctl.goodput(steady) / c.oracle.goodput(steady);
+            assert!(ratio >= 0.85, "seed {seed}: goodput vs oracle {ratio:.3}");
+            // It finds the new capacity: from 60 s after the step, goodput at least 80% of the oracle's.
+            let after = ctl.goodput(&[(step + 60, end)]) / c.oracle.goodput(&[(step + 60, end)]);
+            assert!(after >= 0.8, "seed {seed}: after the step {after:.3}");
+            let fixed =
+                c.fixed.goodput(&[(step + 60, end)]) / c.oracle.goodput(&[(step + 60, end)]);
+            assert!(
+                fixed < 0.75,
+                "seed {seed}: the fixed rate should leave the new capacity unused: {fixed:.3}"
+            );
+        }
     }
 
     #[test]
@@ -910,13 +1184,28 @@ mod tests {
         let mut scn = Scenario::base("stale", 150, SEED);
         scn.stale = Some((60, 120));
         let r = run(&scn, &mut ControllerPolicy::new(scn.controller_config()));
-        let during: Vec<Decision> =
-            r.ticks.iter().filter(|t| (64..120).contains(&t.t_s)).filter_map(|t| t.decision).collect();
-        assert!(during.iter().all(|d| d.reason == Reason::StaleMetrics), "{:?}", during[0]);
+        let during: Vec<Decision> = r
+            .ticks
+            .iter()
+            .filter(|t| (64..120).contains(&t.t_s))
+            .filter_map(|t| t.decision)
+            .collect();
+        assert!(
+            during.iter().all(|d| d.reason == Reason::StaleMetrics),
+            "{:?}",
+            during[0]
+        );
         assert!(during.windows(2).all(|w| w[1].budget <= w[0].budget));
         // Once fresh again the loop works as before.
-        assert!(r.over_fraction(&[(60, 150)]) <= 0.02, "{:?}", r.over(&[(60, 150)]));
-        assert!(r.events.iter().any(|e| matches!(e.kind, crate::controller::ControlEventKind::MetricsStale { stale: true, .. })));
+        assert!(
+            r.over_fraction(&[(60, 150)]) <= 0.02,
+            "{:?}",
+            r.over(&[(60, 150)])
+        );
+        assert!(r.events.iter().any(|e| matches!(
+            e.kind,
+            crate::controller::ControlEventKind::MetricsStale { stale: true, .. }
+        )));
     }
 
     #[test]
@@ -935,14 +1224,32 @@ mod tests {
                 _ => {}
             }
         }
-        let fixed_admitted: u64 = r.ticks.iter().filter(|t| (100..120).contains(&t.t_s)).map(|t| t.admitted).sum();
+        let fixed_admitted: u64 = r
+            .ticks
+            .iter()
+            .filter(|t| (100..120).contains(&t.t_s))
+            .map(|t| t.admitted)
+            .sum();
         assert!((135..=141).contains(&fixed_admitted), "{fixed_admitted}");
         // Back in auto it refills without overshooting.
-        assert!(r.over_fraction(&[(120, 200)]) <= 0.02, "{:?}", r.over(&[(120, 200)]));
+        assert!(
+            r.over_fraction(&[(120, 200)]) <= 0.02,
+            "{:?}",
+            r.over(&[(120, 200)])
+        );
         let (after, before) = (r.goodput(&[(160, 200)]), r.goodput(&[(40, 80)]));
-        assert!(after > 0.8 * before, "after resume {after:.0}/s, before the pause {before:.0}/s");
+        assert!(
+            after > 0.8 * before,
+            "after resume {after:.0}/s, before the pause {before:.0}/s"
+        );
         assert_eq!(
-            r.events.iter().filter(|e| matches!(e.kind, crate::controller::ControlEventKind::ModeChanged { .. })).count(),
+            r.events
+                .iter()
+                .filter(|e| matches!(
+                    e.kind,
+                    crate::controller::ControlEventKind::ModeChanged { .. }
+                ))
+                .count(),
             3
         );
     }
@@ -952,7 +1259,14 @@ mod tests {
         let mut scn = Scenario::base("sold_out", 120, SEED);
         scn.sold_out_at_s = Some(70);
         let r = run(&scn, &mut ControllerPolicy::new(scn.controller_config()));
-        assert!(r.ticks.iter().filter(|t| t.t_s < 70).map(|t| t.admitted).sum::<u64>() > 100);
+        assert!(
+            r.ticks
+                .iter()
+                .filter(|t| t.t_s < 70)
+                .map(|t| t.admitted)
+                .sum::<u64>()
+                > 100
+        );
         for t in r.ticks.iter().filter(|t| t.t_s >= 70) {
             assert_eq!(t.admitted, 0, "released at {}", t.t_s);
             assert_eq!(t.decision.map(|d| d.reason), Some(Reason::SoldOut));
@@ -968,28 +1282,67 @@ mod tests {
         assert_eq!(a.admitted, b.admitted);
     }
 
+    /// `SEEDS=1,2,3 cargo test --release -- --ignored --nocapture summary_report`: one line per scenario.
+    #[test]
+    #[ignore]
+    fn summary_report() {
+        let seeds: Vec<u64> = std::env::var("SEEDS")
+            .ok()
+            .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_else(|| (1..=10).collect());
+        println!("seeds {seeds:?}\n{}", summary_table(&seeds));
+    }
+
     /// `cargo test --release -- --ignored --nocapture comparison_report`: the figures for bench/.
     #[test]
     #[ignore]
     fn comparison_report() {
-        println!("{}", comparison_table(&[42, 7, 1234]));
+        let seeds: Vec<u64> = std::env::var("SEEDS")
+            .ok()
+            .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_else(|| vec![42, 7, 1234]);
+        println!("{}", comparison_table(&seeds));
     }
 }
 
+/// A per-tick trace of the controller on one standard scenario, for tuning:
+/// `SCN=1 SEED=42 cargo test --release -- --ignored --nocapture trace_run` (SCN 0 cold start, 1 −50%, 2 +50%).
 #[cfg(test)]
 mod trace {
     use super::*;
     #[test]
     #[ignore]
     fn trace_run() {
-        let i: usize = std::env::var("SCN").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-        let (scn, _, _) = standard_scenarios(42).swap_remove(i);
+        let i: usize = std::env::var("SCN")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let seed: u64 = std::env::var("SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(42);
+        let (scn, _, _) = standard_scenarios(seed).swap_remove(i);
         let r = run(&scn, &mut ControllerPolicy::new(scn.controller_config()));
         for t in &r.ticks {
             let w = &r.windows[t.t_s as usize];
             let d = t.decision.unwrap();
-            println!("{:>4} rate {:>7.1} adm {:>4} occ {:>6.0} L {:>7.0} ss {:>7.0} x {:>5.2} p99est {:>6.1} n {:>5} u {:>4.2} exits {:>4} | win p99 {:>7.1} ok {:>4} {}",
-              t.t_s, t.rate, t.admitted, t.input.occupancy, d.budget, d.ssthresh.min(99999.0), d.pressure.unwrap_or(-1.0), t.input.p99_ms.unwrap_or(-1.0), t.input.samples, t.input.utilisation.unwrap_or(0.0), t.input.exits_per_s, w.p99_ms.unwrap_or(-1.0).min(9999.0), w.ok, d.reason.as_str());
+            println!(
+                "{:>4} rate {:>7.1} adm {:>4} occ {:>6.0} L {:>7.0} ss {:>7.0} x {:>5.2} p99est {:>6.1} n {:>5} u {:>4.2} exits {:>4} | win p99 {:>7.1} ok {:>4} {}",
+                t.t_s,
+                t.rate,
+                t.admitted,
+                t.input.occupancy,
+                d.budget,
+                d.ssthresh.min(99999.0),
+                d.pressure.unwrap_or(-1.0),
+                t.input.p99_ms.unwrap_or(-1.0),
+                t.input.samples,
+                t.input.utilisation.unwrap_or(0.0),
+                t.input.exits_per_s,
+                w.p99_ms.unwrap_or(-1.0).min(9999.0),
+                w.ok,
+                d.reason.as_str()
+            );
         }
     }
 }
