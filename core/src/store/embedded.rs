@@ -112,6 +112,16 @@ impl EmbeddedStore {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         EmbeddedStore { state: Mutex::new(State::default()), clock }
     }
+
+    /// Fault injection for tests of the reconciler: moves a pool's `available` counter by `delta` without
+    /// any order, as a bug or a hand edit would.
+    #[doc(hidden)]
+    pub fn tamper_available(&self, event: &str, pool: &str, delta: i64) {
+        let mut st = self.state.lock();
+        if let Some(p) = st.events.get_mut(event).and_then(|e| e.pools.get_mut(pool)) {
+            p.available = p.available.saturating_add_signed(delta);
+        }
+    }
 }
 
 impl EventState {

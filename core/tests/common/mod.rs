@@ -243,3 +243,4 @@ impl RedisCluster {
 pub fn scratch_dir() -> PathBuf {
     std::env::temp_dir()
 }
+pub mod core_server;

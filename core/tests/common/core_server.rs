@@ -1,0 +1,202 @@
+//! A real core on `127.0.0.1:0` for HTTP tests, with HS256 and EdDSA keys and helpers to mint tokens and
+//! sign payment callbacks.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use wicket_core::Core;
+use wicket_core::config::CoreConfig;
+use wicket_core::store::DynStore;
+use wicket_core::token::{AdmissionClaims, Keyring};
+
+pub const ADMIN: &str = "test-admin-token-0123456789";
+pub const CALLBACK_SECRET: &str = "test-callback-secret-0123456789";
+pub const HS_SECRET: &str = "test-hs256-secret-0123456789abcdef";
+
+/// A core serving on a free port until dropped.
+pub struct TestCore {
+    pub addr: SocketAddr,
+    pub base: String,
+    pub core: Arc<Core>,
+    pub keys: Keyring,
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// The test config: HS256 key `hs` (signing) and the demo EdDSA key `ed`.
+pub fn config_text(query_url: Option<&str>, max_inflight: usize) -> String {
+    let keys = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/keys");
+    let query = query_url.map(|u| format!("query-url = \"{u}\"\nunknown-grace-seconds = 60\n")).unwrap_or_default();
+    format!(
+        r#"
+admin-token = "{ADMIN}"
+[payment]
+callback-secret = "{CALLBACK_SECRET}"
+{query}
+[core]
+max-inflight = {max_inflight}
+[tokens]
+issuer = "wicket"
+signing-kid = "hs"
+[[tokens.keys]]
+kid = "hs"
+alg = "HS256"
+secret = "{HS_SECRET}"
+[[tokens.keys]]
+kid = "ed"
+alg = "EdDSA"
+private-key-file = "{keys}/demo-ed25519.pem"
+public-key-file = "{keys}/demo-ed25519.pub.pem"
+"#
+    )
+}
+
+impl TestCore {
+    pub async fn start(store: DynStore) -> TestCore {
+        Self::start_with(store, None, 4096).await
+    }
+
+    pub async fn start_with(store: DynStore, query_url: Option<&str>, max_inflight: usize) -> TestCore {
+        let cfg = CoreConfig::from_toml_str(&config_text(query_url, max_inflight)).expect("test config is valid");
+        let core = Arc::new(Core::new(&cfg, store).await.expect("core starts"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let router = core.router();
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+        });
+        TestCore {
+            addr,
+            base: format!("http://{addr}"),
+            core,
+            keys: Keyring::from_config(&cfg.tokens).unwrap(),
+            http: reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap(),
+            stop: Some(tx),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn claims(&self, event: &str, sub: &str) -> AdmissionClaims {
+        self.keys.new_claims(event, sub, "room-1", 1, 6, 120)
+    }
+
+    /// A fresh HS256 admission token for `sub` on `event`.
+    pub fn token(&self, event: &str, sub: &str) -> String {
+        self.keys.sign(&self.claims(event, sub), None).unwrap()
+    }
+
+    pub fn sign_claims(&self, c: &AdmissionClaims, kid: &str) -> String {
+        self.keys.sign(c, Some(kid)).unwrap()
+    }
+
+    /// PUT an event as admin; returns the status.
+    pub async fn put_event(&self, id: &str, body: &serde_json::Value) -> u16 {
+        self.http
+            .put(self.url(&format!("/v1/events/{id}")))
+            .bearer_auth(ADMIN)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    /// POST a hold with a fresh token; returns (status, body).
+    pub async fn hold(&self, event: &str, sub: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let token = self.token(event, sub);
+        self.hold_with(event, &token, body).await
+    }
+
+    pub async fn hold_with(&self, event: &str, token: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let r = self
+            .http
+            .post(self.url(&format!("/v1/events/{event}/holds")))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// A signed payment callback; returns (status, body).
+    pub async fn pay(&self, order: &str, txn: &str, amount: u64) -> (u16, serde_json::Value) {
+        let body = serde_json::json!({"order_id": order, "txn_id": txn, "amount_cents": amount, "status": "SUCCESS"}).to_string();
+        let t = time::OffsetDateTime::now_utc().unix_timestamp();
+        let sig = wicket_core::payment::sign(body.as_bytes(), CALLBACK_SECRET.as_bytes(), t);
+        let r = self
+            .http
+            .post(self.url("/v1/payments/callback"))
+            .header("Wicket-Signature", sig)
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    pub async fn get_json(&self, path: &str, admin: bool) -> (u16, serde_json::Value) {
+        let mut rb = self.http.get(self.url(path));
+        if admin {
+            rb = rb.bearer_auth(ADMIN);
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    pub async fn post_admin(&self, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+        let mut rb = self.http.post(self.url(path)).bearer_auth(ADMIN);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+}
+
+impl Drop for TestCore {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// The example event body with `opens_at` an hour ago.
+pub fn event_body(park: u32, zoo: u32, seats: usize, limits: serde_json::Value) -> serde_json::Value {
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = &time::format_description::well_known::Rfc3339;
+    serde_json::json!({
+        "name": "Test sale",
+        "opens_at": (now - time::Duration::hours(1)).format(fmt).unwrap(),
+        "closes_at": (now + time::Duration::days(1)).format(fmt).unwrap(),
+        "hold_seconds": 900,
+        "pools": [
+            {"id": "park", "capacity": park},
+            {"id": "zoo", "capacity": zoo},
+            {"id": "stalls", "seats": (1..=seats).map(|i| format!("A-{i}")).collect::<Vec<_>>()}
+        ],
+        "skus": [
+            {"id": "park", "pools": ["park"], "price_cents": 100},
+            {"id": "park+zoo", "pools": ["park", "zoo"], "price_cents": 150},
+            {"id": "stalls", "pools": ["stalls"], "price_cents": 68000, "max_qty": 4}
+        ],
+        "limits": limits
+    })
+}
+
