@@ -21,6 +21,12 @@
 //! occupancy at L: `rate = (L − occ) / horizon + exits`. Over the latency target L is cut from what is
 //! really out there (`min(L, occ)`), then left alone until the cut has had time to show (cool-down), the
 //! way TCP treats a congestion window.
+//!
+//! Growth is delay-aware: the metrics show the load of the occupancy one actuation delay ago, so L may
+//! run ahead of *that* occupancy only as far as the pressure leaves room for (at most 15%, 30% in slow
+//! start). Without this bound a loop that grows a few % per second overshoots the knee by the whole
+//! delay's growth before the first bad P99 arrives, and the overshoot then takes a session length to
+//! drain. Tuning and the figures behind the defaults: bench/controller/README-notes.
 
 pub mod sim;
 

@@ -11,14 +11,16 @@
 //!   times (half the nodes gone, or added).
 //!
 //! The harness advances in 10 ms steps, ticks the policy once a second with what the edge would measure
-//! (P99 from a [`LatencyWindow`] fed at each request's *completion* time, error fraction, utilisation,
-//! occupancy, exits), and scores every 1 s window (by arrival time) with its exact P99, counting failed
-//! requests as infinitely slow.
+//! (P99 from a [`LatencyWindow`] fed at each request's *completion* time, error fraction, utilisation
+//! = busy workers / workers over the same window, occupancy, exits), and scores every 1 s window (by
+//! arrival time) with its exact P99, counting failed requests as infinitely slow.
 //!
 //! Policies: [`ControllerPolicy`] (the real [`ReleaseController`]), [`FixedPolicy`] (what an operator
 //! would set for the nominal capacity) and [`OraclePolicy`] (knows the capacity curve and the plant,
-//! looks ahead by the mean delay, same delay as everybody). [`compare`] runs all three on a scenario
-//! and [`comparison_table`] prints the figures bench/ reports.
+//! looks ahead by the mean delay, same delay as everybody, holds the highest load that keeps ≤ 1% of
+//! windows over target: [`oracle_load`]). [`compare`] runs all three on a scenario;
+//! [`comparison_table`] and [`summary_table`] print the figures bench/ reports:
+//! `cargo test --release -- --ignored --nocapture comparison_report` (or `summary_report`).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
