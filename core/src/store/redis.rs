@@ -312,7 +312,18 @@ impl RedisStore {
             inv.arg(*a);
         }
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(CALL_TIMEOUT, inv.invoke_async::<Value>(&mut conn)).await {
+        let attempt = async {
+            // `invoke_async` reloads the script once after NOSCRIPT; a flush racing that reload (or a
+            // failover to a node without it) answers NOSCRIPT again, and nothing ran: try again.
+            let mut tries = 0;
+            loop {
+                match inv.invoke_async::<Value>(&mut conn).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && tries < 5 => tries += 1,
+                    r => return r,
+                }
+            }
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, attempt).await {
             Ok(r) => r.map_err(map_err),
             Err(_) => Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
         }
