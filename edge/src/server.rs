@@ -97,7 +97,8 @@ pub fn build(state: Arc<EdgeState>) -> Server {
         // split the configured grace between the two so the total stays within it.
         grace_period_seconds: Some(grace.saturating_sub(1)),
         graceful_shutdown_timeout_seconds: Some(1),
-        max_retries: state.retries,
+        // Pingora counts the first attempt as a try.
+        max_retries: state.retries + 1,
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);

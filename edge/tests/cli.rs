@@ -1,0 +1,132 @@
+//! The `wicket` binary: `check-config` on every shipped example, bad configs, and a graceful stop
+//! on SIGTERM/SIGINT.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn wicket() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wicket"));
+    c.env("WICKET_ADMIN_TOKEN", "an-admin-token-from-the-environment");
+    c
+}
+
+fn examples() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_shipped_example_config_passes_check_config() {
+    let files = examples();
+    assert!(files.len() >= 2, "{files:?}");
+    for f in files {
+        let out = wicket().arg("check-config").arg(&f).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}{}",
+            f.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_bad_config_lists_every_problem_with_its_path_and_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bad.toml");
+    std::fs::write(
+        &f,
+        "[edge]\nlisten = \"nowhere\"\nsite-dir = \"missing\"\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"5r/h\"\n\
+         [edge.bot.pow]\ndifficulty = 99\n",
+    )
+    .unwrap();
+    for args in [vec!["check-config".to_owned()], vec!["serve".to_owned(), "--config".to_owned()]] {
+        let out = wicket().args(&args).arg(&f).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for path in ["edge.listen", "edge.site-dir", "edge.limits[0].rate", "edge.bot.pow.difficulty"] {
+            assert!(err.contains(path), "{args:?} missing {path}: {err}");
+        }
+    }
+    std::fs::write(&f, "[edge]\nlisen = 1\n").unwrap();
+    let out = wicket().arg("check-config").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lisen"));
+    std::fs::write(&f, "not = [toml").unwrap();
+    assert_eq!(wicket().arg("check-config").arg(&f).output().unwrap().status.code(), Some(2));
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap().success();
+    assert!(ok);
+}
+
+async fn stops_gracefully_on(sig: &str) {
+    let origin = TestUpstream::start("origin").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let cfg = dir.path().join("w.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[edge]\nlisten = \"127.0.0.1:{port}\"\nadmin-listen = \"127.0.0.1:{admin}\"\norigin = \"{}\"\n\
+             shutdown-grace-seconds = 3\nthreads = 1\n",
+            origin.url()
+        ),
+    )
+    .unwrap();
+    let mut child =
+        wicket().arg("serve").arg("--config").arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "wicket did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // An in-flight request that outlives the signal by a second.
+    let url = format!("{base}/slow/1200");
+    let in_flight = tokio::spawn(async move { get(&url, &[]).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let signalled = Instant::now();
+    signal(child.id(), sig);
+    let r = in_flight.await.unwrap();
+    assert_eq!(r.status, 200, "the in-flight request finishes");
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(4), "wicket did not stop within its grace (3 s)");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "the port is closed after the stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_serve_within_its_grace_after_in_flight_requests() {
+    stops_gracefully_on("TERM").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_serve_within_its_grace_after_in_flight_requests() {
+    stops_gracefully_on("INT").await;
+}
+
+#[test]
+fn core_and_demo_say_they_are_not_wired_yet() {
+    let out = wicket().arg("demo").output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not yet wired"));
+}

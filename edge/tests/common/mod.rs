@@ -1,0 +1,282 @@
+//! The one test helper of wicket-edge: a real edge (Pingora server on free loopback ports, on its
+//! own thread) and real upstream HTTP servers (hyper on 127.0.0.1:0).
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use wicket_edge::server::{StopHandle, stop_pair};
+
+/// A loopback port free right now (bound and released; Pingora binds by address).
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A loopback address whose port refuses connections.
+pub fn dead_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+/// A response as the tests see it.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    /// `name=value` of each Set-Cookie, attributes dropped.
+    pub fn cookies(&self) -> HashMap<String, String> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(|v| v.split(';').next()?.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect()
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection.
+pub async fn request(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build_http::<Full<Bytes>>();
+    let mut b = http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b.body(Full::new(Bytes::copy_from_slice(body))).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(20), client.request(req))
+        .await
+        .expect("request timed out")
+        .expect("request failed");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    Resp { status, headers, body }
+}
+
+pub async fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
+    request("GET", url, headers, b"").await
+}
+
+/// What the test upstream saw of one request.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub path: String,
+    pub headers: HashMap<String, String>,
+}
+
+/// A real HTTP upstream. Paths: `/slow/<ms>` answers after a delay; everything else echoes the
+/// request as JSON `{"upstream": name, "path", "headers"}`. paths ending in `/revoke` answer
+/// with `Wicket-Revoke: 1`.
+pub struct TestUpstream {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicUsize>,
+    pub name: &'static str,
+}
+
+impl TestUpstream {
+    pub async fn start(name: &'static str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let h = h.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let h = h.clone();
+                        async move {
+                            h.fetch_add(1, Ordering::SeqCst);
+                            let path = req.uri().path().to_owned();
+                            if let Some(ms) = path.strip_prefix("/slow/").and_then(|m| m.parse::<u64>().ok()) {
+                                tokio::time::sleep(Duration::from_millis(ms)).await;
+                            }
+                            let headers: HashMap<String, String> = req
+                                .headers()
+                                .iter()
+                                .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+                                .collect();
+                            let body = serde_json::json!({"upstream": name, "path": path, "headers": headers});
+                            let mut resp = http::Response::builder()
+                                .header("content-type", "application/json")
+                                .header("x-upstream", name);
+                            if path.ends_with("/revoke") {
+                                resp = resp.header("wicket-revoke", "1");
+                            }
+                            Ok::<_, Infallible>(resp.body(Full::new(Bytes::from(body.to_string()))).unwrap())
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        TestUpstream { addr, hits, name }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// A fake siteverify server: the answer depends on the `response` field: `yes` → success,
+/// `no` → failure, `slow` → answers after 3 s, `garbage` → not JSON.
+pub struct FakeSiteverify {
+    pub addr: SocketAddr,
+    pub calls: Arc<AtomicUsize>,
+}
+
+impl FakeSiteverify {
+    pub async fn start(secret: &'static str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let c = c.clone();
+                        async move {
+                            c.fetch_add(1, Ordering::SeqCst);
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let form: HashMap<String, String> = String::from_utf8_lossy(&body)
+                                .split('&')
+                                .filter_map(|kv| kv.split_once('='))
+                                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                                .collect();
+                            let ok_secret = form.get("secret").map(String::as_str) == Some(secret);
+                            let answer = match form.get("response").map(String::as_str) {
+                                Some("yes") if ok_secret && form.contains_key("remoteip") => r#"{"success":true}"#,
+                                Some("slow") => {
+                                    tokio::time::sleep(Duration::from_secs(3)).await;
+                                    r#"{"success":true}"#
+                                }
+                                Some("garbage") => "<html>oops",
+                                _ => r#"{"success":false,"error-codes":["invalid-input-response"]}"#,
+                            };
+                            Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(answer))))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        FakeSiteverify { addr, calls }
+    }
+}
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+pub const SECRET: &str = "test-edge-secret-0123456789";
+pub const HS_SECRET: &str = "hs-secret-for-tests-0123456789abcdef";
+
+/// A running edge.
+pub struct TestEdge {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub dir: tempfile::TempDir,
+    stop: StopHandle,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+/// The detail page every test edge serves at `/`.
+pub fn detail_page() -> String {
+    format!("<!doctype html><title>Sale</title>{}", "<p>Prehistoric park, 1-yuan day ticket</p>\n".repeat(60))
+}
+
+impl TestEdge {
+    /// Starts an edge whose `[edge]` table is `listen`, `admin-listen`, `admin-token`, `secret`,
+    /// `site-dir` plus `edge_extra` (more `[edge]` keys, then any further tables).
+    pub fn start(edge_extra: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let site = dir.path().join("site");
+        std::fs::create_dir_all(site.join("img")).unwrap();
+        std::fs::write(site.join("index.html"), detail_page()).unwrap();
+        std::fs::write(site.join("app.js"), "console.log('sale');\n".repeat(50)).unwrap();
+        std::fs::write(site.join("img/logo.png"), [0x89, b'P', b'N', b'G', 0, 1, 2, 3]).unwrap();
+        let port = free_port();
+        let admin_port = free_port();
+        let text = format!(
+            "[edge]\nlisten = \"127.0.0.1:{port}\"\nadmin-listen = \"127.0.0.1:{admin_port}\"\n\
+             admin-token = \"{ADMIN_TOKEN}\"\nsecret = \"{SECRET}\"\nsite-dir = \"site\"\n\
+             shutdown-grace-seconds = 1\nthreads = 2\n{edge_extra}\n"
+        );
+        let path = dir.path().join("wicket.toml");
+        std::fs::write(&path, &text).unwrap();
+        let cfg = wicket_edge::WicketConfig::from_file(&path).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let issues = cfg.validate();
+        assert!(issues.is_empty(), "{issues:?}\n{text}");
+        let (watch, stop) = stop_pair();
+        let thread = std::thread::spawn(move || wicket_edge::run(cfg, Box::new(watch)));
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(addr).is_err() || TcpStream::connect(admin).is_err() {
+            assert!(Instant::now() < deadline, "edge did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        TestEdge { addr, admin, dir, stop, thread: Some(thread) }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    pub async fn admin(&self, method: &str, path: &str, body: &str) -> Resp {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        request(method, &self.admin_url(path), &[("authorization", &auth), ("content-type", "application/json")], body.as_bytes()).await
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+}
+
+impl Drop for TestEdge {
+    fn drop(&mut self) {
+        self.stop.stop();
+        // Not joined: the process ends with the test; Pingora's stop takes about a second.
+        drop(self.thread.take());
+    }
+}
+
+/// Mints an admission token (HS256) like the waiting room will.
+pub fn mint_token(room: &str, event: &str, sub: &str, lifetime: i64, issuer: &str, kid: &str, secret: &str) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.typ = Some("admission+jwt".into());
+    header.kid = Some(kid.into());
+    let claims = serde_json::json!({
+        "iss": issuer, "aud": event, "sub": sub, "jti": "0123456789abcdef0123456789abcdef",
+        "iat": now, "nbf": now, "exp": now + lifetime, "room": room, "pos": 42, "max_qty": 2,
+    });
+    jsonwebtoken::encode(&header, &claims, &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes())).unwrap()
+}

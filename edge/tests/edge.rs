@@ -1,0 +1,519 @@
+//! The edge end to end: a real edge on free ports in front of real upstream servers.
+
+mod common;
+
+use std::io::Read;
+use std::sync::atomic::Ordering;
+
+use common::*;
+use sha2::{Digest, Sha256};
+
+fn cookie_header(cookies: &[(&str, &str)]) -> String {
+    cookies.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_files_have_etags_encodings_304_and_head_and_never_reach_the_origin() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[[edge.cache-control]]\npath = \"/img/\"\nvalue = \"public, max-age=86400, immutable\"",
+        origin.url()
+    ));
+    let page = detail_page();
+
+    let r = get(&edge.url("/"), &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(r.header("content-length"), Some(page.len().to_string().as_str()));
+    assert_eq!(r.header("cache-control"), Some("public, max-age=5"));
+    assert_eq!(r.header("vary"), Some("accept-encoding"));
+    assert!(r.header("date").is_some(), "the page's countdown reads the server time from Date");
+    assert_eq!(r.text(), page);
+    let etag = r.header("etag").unwrap().to_owned();
+    assert!(etag.starts_with('"'), "strong etag: {etag}");
+
+    let r = get(&edge.url("/"), &[("if-none-match", &etag)]).await;
+    assert_eq!(r.status, 304);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+    let r = get(&edge.url("/"), &[("if-none-match", "\"other\"")]).await;
+    assert_eq!(r.status, 200);
+
+    let r = get(&edge.url("/"), &[("accept-encoding", "gzip")]).await;
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(r.header("content-length"), Some(r.body.len().to_string().as_str()));
+    assert!(r.body.len() < page.len());
+    let mut plain = String::new();
+    flate2::read::GzDecoder::new(&r.body[..]).read_to_string(&mut plain).unwrap();
+    assert_eq!(plain, page);
+    let gz_etag = r.header("etag").unwrap().to_owned();
+    assert_ne!(gz_etag, etag);
+    let r = get(&edge.url("/"), &[("accept-encoding", "gzip"), ("if-none-match", &gz_etag)]).await;
+    assert_eq!(r.status, 304);
+
+    let r = get(&edge.url("/index.html"), &[("accept-encoding", "gzip, deflate, br")]).await;
+    assert_eq!(r.header("content-encoding"), Some("br"));
+    let mut plain = Vec::new();
+    brotli::BrotliDecompress(&mut &r.body[..], &mut plain).unwrap();
+    assert_eq!(plain, page.as_bytes());
+    let r = get(&edge.url("/"), &[("accept-encoding", "br;q=0, gzip;q=0")]).await;
+    assert_eq!(r.header("content-encoding"), None);
+
+    let r = request("HEAD", &edge.url("/"), &[], b"").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some(page.len().to_string().as_str()));
+    assert!(r.body.is_empty());
+
+    let r = get(&edge.url("/img/logo.png"), &[("accept-encoding", "gzip, br")]).await;
+    assert_eq!(r.header("content-type"), Some("image/png"));
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.header("cache-control"), Some("public, max-age=86400, immutable"));
+    let r = get(&edge.url("/app.js"), &[]).await;
+    assert_eq!(r.header("content-type"), Some("text/javascript; charset=utf-8"));
+    let r = get(&edge.url("/wicket/pow.js"), &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("leadingZeroBits"));
+
+    assert_eq!(origin.hits.load(Ordering::SeqCst), 0, "static files never reach the origin");
+    let r = get(&edge.url("/not-static"), &[]).await;
+    assert_eq!(r.json()["upstream"], "origin");
+    assert_eq!(origin.hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_prefix_goes_to_the_core_the_rest_to_the_origin_with_verified_identity_headers() {
+    let origin = TestUpstream::start("origin").await;
+    let core = TestUpstream::start("core").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\ncore = \"{}\"\nuser-header = \"x-user-id\"",
+        origin.url(),
+        core.url()
+    ));
+    let r = get(&edge.url("/v1/events/ev-1"), &[("x-user-id", "alice"), ("wicket-room", "forged")]).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["upstream"], "core");
+    assert_eq!(v["headers"]["wicket-user"], "alice");
+    assert!(v["headers"].get("wicket-room").is_none(), "incoming identity headers are stripped");
+    assert!(v["headers"]["wicket-device"].as_str().unwrap().starts_with("fp-"));
+    assert_eq!(v["headers"]["x-forwarded-for"], "127.0.0.1");
+    assert!(r.cookies().contains_key("wicket_d"), "a device cookie is set when absent");
+
+    let r = get(&edge.url("/shop?x=1"), &[("wicket-user", "forged")]).await;
+    let v = r.json();
+    assert_eq!(v["upstream"], "origin");
+    assert!(v["headers"].get("wicket-user").is_none());
+    let device = r.cookies()["wicket_d"].clone();
+    let r = get(&edge.url("/shop"), &[("cookie", &format!("wicket_d={device}"))]).await;
+    let v = r.json();
+    assert_eq!(v["headers"]["wicket-device"].as_str().unwrap(), device.split('.').next().unwrap());
+    assert!(!r.cookies().contains_key("wicket_d"), "a valid device cookie is kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_down_is_a_502_page_and_a_slow_origin_a_504() {
+    let edge = TestEdge::start(&format!("origin = \"http://{}\"\nconnect-timeout-ms = 300", dead_addr()));
+    let r = get(&edge.url("/anything"), &[]).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.json()["error"], "unavailable");
+    let r = get(&edge.url("/anything"), &[("accept", "text/html,*/*")]).await;
+    assert_eq!(r.status, 502);
+    assert!(r.header("content-type").unwrap().starts_with("text/html"));
+    assert_eq!(r.header("content-length"), Some(r.body.len().to_string().as_str()));
+    assert!(r.text().contains("upstream"));
+    // Static pages still work with the origin down.
+    assert_eq!(get(&edge.url("/"), &[]).await.status, 200);
+
+    let slow = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!("origin = \"{}\"\nread-timeout-ms = 300\nretries = 0", slow.url()));
+    let r = get(&edge.url("/slow/3000"), &[]).await;
+    assert_eq!(r.status, 504);
+    assert_eq!(r.json()["error"], "unavailable");
+    assert_eq!(get(&edge.url("/slow/10"), &[]).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ip_limit_refuses_over_burst_with_retry_after_in_json_or_html() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true",
+        origin.url()
+    ));
+    for _ in 0..3 {
+        assert_eq!(get(&edge.url("/"), &[]).await.status, 200);
+    }
+    let r = get(&edge.url("/"), &[]).await;
+    assert_eq!(r.status, 429);
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=63).contains(&retry), "{retry}");
+    assert_eq!(r.json()["error"], "rate_limited");
+    let r = get(&edge.url("/other"), &[("accept", "text/html")]).await;
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").is_some());
+    assert!(r.text().contains("<html"));
+    // Queue polls have their own budget.
+    let r = get(&edge.url("/queue/ev/status"), &[]).await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_limit_counts_each_user_separately() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\nuser-cookie = \"uid\"\n[[edge.limits]]\npath = \"/api/\"\nkey = \"user\"\nrate = \"1r/m\"",
+        origin.url()
+    ));
+    assert_eq!(get(&edge.url("/api/x"), &[("cookie", "uid=alice")]).await.status, 200);
+    let r = get(&edge.url("/api/x"), &[("cookie", "uid=alice")]).await;
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+    assert_eq!(get(&edge.url("/api/x"), &[("cookie", "uid=bob")]).await.status, 200);
+    // Requests without a user are not counted by a user rule.
+    assert_eq!(get(&edge.url("/api/x"), &[]).await.status, 200);
+    assert_eq!(get(&edge.url("/api/x"), &[]).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_limit_uses_the_signed_cookie_and_falls_back_to_a_fingerprint() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[[edge.limits]]\npath = \"/api/\"\nkey = \"device\"\nrate = \"1r/m\"",
+        origin.url()
+    ));
+    let first = get(&edge.url("/api/x"), &[("user-agent", "ua-1")]).await;
+    assert_eq!(first.status, 200);
+    let d1 = first.cookies()["wicket_d"].clone();
+    let c1 = format!("wicket_d={d1}");
+    assert_eq!(get(&edge.url("/api/x"), &[("cookie", &c1)]).await.status, 200);
+    let r = get(&edge.url("/api/x"), &[("cookie", &c1)]).await;
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").is_some());
+    // Without cookies the fingerprint (IP + headers) is the device: same headers, same device.
+    let r = get(&edge.url("/api/x"), &[("user-agent", "ua-1")]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(get(&edge.url("/api/x"), &[("user-agent", "ua-2")]).await.status, 200);
+    // A forged cookie is not a device of its own: it falls back to the fingerprint.
+    let forged = format!("wicket_d={}.{}", "A".repeat(22), "B".repeat(22));
+    let r = get(&edge.url("/api/x"), &[("cookie", &forged), ("user-agent", "ua-2")]).await;
+    assert_eq!(r.status, 429);
+    assert!(r.cookies().contains_key("wicket_d"), "a fresh cookie replaces the forged one");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xff_from_an_untrusted_peer_is_ignored_and_from_a_trusted_one_honoured() {
+    let origin = TestUpstream::start("origin").await;
+    let limit = "[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"";
+    let untrusted = TestEdge::start(&format!("origin = \"{}\"\n{limit}", origin.url()));
+    assert_eq!(get(&untrusted.url("/p"), &[("x-forwarded-for", "198.51.100.1")]).await.status, 200);
+    let r = get(&untrusted.url("/p"), &[("x-forwarded-for", "198.51.100.2")]).await;
+    assert_eq!(r.status, 429, "spoofed X-Forwarded-For from an untrusted peer must not dodge the limit");
+
+    let trusted =
+        TestEdge::start(&format!("origin = \"{}\"\ntrusted-proxies = [\"127.0.0.0/8\"]\n{limit}", origin.url()));
+    let r = get(&trusted.url("/p"), &[("x-forwarded-for", "203.0.113.9, 198.51.100.1")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["headers"]["x-forwarded-for"], "203.0.113.9, 198.51.100.1, 127.0.0.1");
+    assert_eq!(get(&trusted.url("/p"), &[("x-forwarded-for", "198.51.100.2")]).await.status, 200);
+    assert_eq!(get(&trusted.url("/p"), &[("x-forwarded-for", "198.51.100.1")]).await.status, 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_distinct_clients_behind_a_trusted_proxy_are_never_refused() {
+    let edge = TestEdge::start(
+        "trusted-proxies = [\"127.0.0.1\"]\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 1\nnodelay = true",
+    );
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    for i in 0..3000u32 {
+        let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string();
+        for _ in 0..2 {
+            let req = http::Request::get(edge.url("/"))
+                .header("x-forwarded-for", &ip)
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap();
+            let resp = client.request(req).await.unwrap();
+            assert_eq!(resp.status(), 200, "client {ip} refused");
+            http_body_util::BodyExt::collect(resp.into_body()).await.unwrap();
+        }
+    }
+}
+
+fn solve(challenge: &str, difficulty: u64) -> String {
+    (0u64..)
+        .map(|n| n.to_string())
+        .find(|n| {
+            let h = Sha256::digest(format!("{challenge}{n}").as_bytes());
+            wicket_edge::bot::leading_zero_bits(&h) as u64 >= difficulty
+        })
+        .unwrap()
+}
+
+fn unsolve(challenge: &str, difficulty: u64) -> String {
+    (0u64..)
+        .map(|n| n.to_string())
+        .find(|n| {
+            let h = Sha256::digest(format!("{challenge}{n}").as_bytes());
+            (wicket_edge::bot::leading_zero_bits(&h) as u64) < difficulty
+        })
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proof_of_work_accepts_rejects_and_refuses_reuse() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[edge.bot.pow]\ndifficulty = 8\n[[edge.bot.routes]]\npath = \"/api/\"\ncheck = \"always\"",
+        origin.url()
+    ));
+    let r = get(&edge.url("/api/buy"), &[]).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json()["challenge"], "/wicket/challenge");
+    let r = get(&edge.url("/api/buy"), &[("accept", "text/html")]).await;
+    assert_eq!(r.status, 403);
+    assert!(r.text().contains("/wicket/pow.js"));
+    assert_eq!(get(&edge.url("/elsewhere"), &[]).await.status, 200, "routes without a check pass");
+
+    let c = get(&edge.url("/wicket/challenge"), &[]).await.json();
+    let (challenge, difficulty) = (c["challenge"].as_str().unwrap().to_owned(), c["difficulty"].as_u64().unwrap());
+    assert_eq!(difficulty, 8);
+    let verify = |nonce: String| {
+        let body = serde_json::json!({"pow": {"challenge": challenge, "nonce": nonce}}).to_string();
+        let url = edge.url("/wicket/verify");
+        async move { request("POST", &url, &[("content-type", "application/json")], body.as_bytes()).await }
+    };
+    let r = verify(unsolve(&challenge, difficulty)).await;
+    assert_eq!(r.status, 403);
+    assert!(r.json()["message"].as_str().unwrap().contains("wrong solution"));
+    let nonce = solve(&challenge, difficulty);
+    let r = verify(nonce.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let cookies = r.cookies();
+    let pass = cookie_header(&[("wicket_b", &cookies["wicket_b"]), ("wicket_d", &cookies["wicket_d"])]);
+    let r = verify(nonce).await;
+    assert_eq!(r.status, 403);
+    assert!(r.json()["message"].as_str().unwrap().contains("already used"));
+
+    let r = get(&edge.url("/api/buy"), &[("cookie", &pass)]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["upstream"], "origin");
+    // The pass is bound to its device.
+    let other = cookie_header(&[("wicket_b", &cookies["wicket_b"])]);
+    assert_eq!(get(&edge.url("/api/buy"), &[("cookie", &other)]).await.status, 403);
+
+    // A proof can ride on the request itself.
+    let c = get(&edge.url("/wicket/challenge"), &[]).await.json();
+    let ch = c["challenge"].as_str().unwrap();
+    let header = format!("{ch} {}", solve(ch, 8));
+    let r = get(&edge.url("/api/buy"), &[("wicket-pow", &header)]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.cookies().contains_key("wicket_b"));
+    let r = get(&edge.url("/api/buy"), &[("wicket-pow", &header)]).await;
+    assert_eq!(r.status, 403, "inline proofs cannot be reused either");
+
+    // Garbage is a clear 4xx.
+    let r = request("POST", &edge.url("/wicket/verify"), &[], b"{not json").await;
+    assert_eq!(r.status, 400);
+    let big = vec![b'x'; 100_000];
+    let r = request("POST", &edge.url("/wicket/verify"), &[], &big).await;
+    assert_eq!(r.status, 413);
+    let r = verify_raw(&edge, "{\"pow\":{\"challenge\":\"AAAA.BBBB\",\"nonce\":\"1\"}}").await;
+    assert_eq!(r.status, 403);
+
+    // Difficulty changes at run time.
+    let r = edge.admin("PUT", "/admin/bot-policy", "{\"pow_difficulty\": 12}").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(get(&edge.url("/wicket/challenge"), &[]).await.json()["difficulty"], 12);
+}
+
+async fn verify_raw(edge: &TestEdge, body: &str) -> Resp {
+    request("POST", &edge.url("/wicket/verify"), &[("content-type", "application/json")], body.as_bytes()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn captcha_hook_yes_no_slow_garbage_down_in_both_degrade_modes() {
+    let origin = TestUpstream::start("origin").await;
+    let fake = FakeSiteverify::start("cap-secret").await;
+    let cfg = |url: String| {
+        format!(
+            "origin = \"{}\"\n[edge.bot]\nproof = \"captcha\"\n[edge.bot.captcha]\nverify-url = \"{url}\"\n\
+             secret = \"cap-secret\"\ntimeout-ms = 500\n[[edge.bot.routes]]\npath = \"/api/\"\ncheck = \"always\"",
+            origin.url()
+        )
+    };
+    let edge = TestEdge::start(&cfg(format!("http://{}/siteverify", fake.addr)));
+    let ask = |resp: &'static str| {
+        let edge = &edge;
+        async move { verify_raw(edge, &format!("{{\"captcha\": \"{resp}\"}}")).await }
+    };
+    let r = ask("yes").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let cookies = r.cookies();
+    let pass = cookie_header(&[("wicket_b", &cookies["wicket_b"]), ("wicket_d", &cookies["wicket_d"])]);
+    assert_eq!(get(&edge.url("/api/x"), &[("cookie", &pass)]).await.status, 200);
+    assert_eq!(ask("no").await.status, 403);
+    // Fail closed (default): slow and garbage answers refuse with 503.
+    let started = std::time::Instant::now();
+    assert_eq!(ask("slow").await.status, 503);
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "the timeout bounds the wait");
+    assert_eq!(ask("garbage").await.status, 503);
+    // The header path works too.
+    assert_eq!(get(&edge.url("/api/x"), &[("wicket-captcha", "yes")]).await.status, 200);
+    assert_eq!(get(&edge.url("/api/x"), &[("wicket-captcha", "no")]).await.status, 403);
+
+    // Fail open, switched at run time: unavailable passes, "no" still fails.
+    let r = edge.admin("PUT", "/admin/bot-policy", "{\"captcha_fail_open\": true}").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["captcha_fail_open"], true);
+    assert_eq!(ask("slow").await.status, 200);
+    assert_eq!(ask("garbage").await.status, 200);
+    assert_eq!(ask("no").await.status, 403);
+    assert!(fake.calls.load(Ordering::SeqCst) >= 8);
+
+    // Provider down.
+    let down = TestEdge::start(&cfg(format!("http://{}/siteverify", dead_addr())));
+    let r = verify_raw(&down, "{\"captcha\": \"yes\"}").await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["error"], "unavailable");
+    down.admin("PUT", "/admin/bot-policy", "{\"captcha_fail_open\": true}").await;
+    assert_eq!(verify_raw(&down, "{\"captcha\": \"yes\"}").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocklist_ips_users_devices_at_run_time() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!("origin = \"{}\"\nuser-header = \"x-user-id\"", origin.url()));
+    assert_eq!(get(&edge.url("/"), &[]).await.status, 200);
+    let r = edge.admin("POST", "/admin/blocklist", "{\"ips\": [\"127.0.0.0/8\"]}").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["ips"][0], "127.0.0.0/8");
+    let r = get(&edge.url("/"), &[]).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json()["error"], "forbidden");
+    let r = edge.admin("DELETE", "/admin/blocklist", "{\"ips\": [\"127.0.0.0/8\"]}").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(get(&edge.url("/"), &[]).await.status, 200);
+
+    edge.admin("POST", "/admin/blocklist", "{\"users\": [\"mallory\"]}").await;
+    assert_eq!(get(&edge.url("/shop"), &[("x-user-id", "mallory")]).await.status, 403);
+    assert_eq!(get(&edge.url("/shop"), &[("x-user-id", "alice")]).await.status, 200);
+
+    let d = get(&edge.url("/shop"), &[]).await.cookies()["wicket_d"].clone();
+    let id = d.split('.').next().unwrap().to_owned();
+    edge.admin("POST", "/admin/blocklist", &format!("{{\"devices\": [\"{id}\"]}}")).await;
+    assert_eq!(get(&edge.url("/shop"), &[("cookie", &format!("wicket_d={d}"))]).await.status, 403);
+
+    let r = edge.admin("POST", "/admin/blocklist", "{\"ips\": [\"not-an-ip\"], \"users\": [\"eve\"]}").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(get(&edge.url("/shop"), &[("x-user-id", "eve")]).await.status, 200, "invalid input adds nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anomaly_rules_block_and_are_counted() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\nuser-header = \"x-user-id\"\n[edge.anomaly]\ndevice-max-users = 2\nclient-max-rejects = 3\n\
+         [[edge.limits]]\npath = \"/limited/\"\nkey = \"ip\"\nrate = \"1r/m\"",
+        origin.url()
+    ));
+    let d = get(&edge.url("/shop"), &[]).await.cookies()["wicket_d"].clone();
+    let c = format!("wicket_d={d}");
+    assert_eq!(get(&edge.url("/shop"), &[("cookie", &c), ("x-user-id", "u1")]).await.status, 200);
+    assert_eq!(get(&edge.url("/shop"), &[("cookie", &c), ("x-user-id", "u2")]).await.status, 200);
+    assert_eq!(get(&edge.url("/shop"), &[("cookie", &c), ("x-user-id", "u3")]).await.status, 403);
+    assert_eq!(get(&edge.url("/shop"), &[("cookie", &c), ("x-user-id", "u1")]).await.status, 403, "device blocked");
+    let bl = edge.admin("GET", "/admin/blocklist", "").await.json();
+    assert_eq!(bl["temporary"]["devices"][0]["device"], d.split('.').next().unwrap());
+
+    assert_eq!(get(&edge.url("/limited/a"), &[]).await.status, 200);
+    for _ in 0..3 {
+        assert_eq!(get(&edge.url("/limited/a"), &[]).await.status, 429);
+    }
+    // The fourth reject trips the rule: the client is blocked everywhere for a while.
+    assert_eq!(get(&edge.url("/limited/a"), &[]).await.status, 429);
+    assert_eq!(get(&edge.url("/"), &[]).await.status, 403);
+
+    let m = String::from_utf8_lossy(&edge.admin("GET", "/metrics", "").await.body).into_owned();
+    assert!(m.contains("wicket_edge_anomalies_total{rule=\"device_users\"} 1"), "{m}");
+    assert!(m.contains("wicket_edge_anomalies_total{rule=\"client_rejects\"} 1"), "{m}");
+    assert!(m.contains("wicket_edge_rejects_total{reason=\"rate_limited\"} 4"), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_without_or_with_a_wrong_token_is_401_and_changes_nothing() {
+    let edge = TestEdge::start("");
+    let body = b"{\"ips\": [\"127.0.0.1\"]}";
+    for auth in [None, Some("Bearer wrong"), Some("Bearer "), Some(ADMIN_TOKEN)] {
+        let headers: Vec<(&str, &str)> = auth.map(|a| ("authorization", a)).into_iter().collect();
+        let r = request("POST", &edge.admin_url("/admin/blocklist"), &headers, body).await;
+        assert_eq!(r.status, 401, "{auth:?}");
+        assert_eq!(r.json()["error"], "unauthorized");
+        let r = request("PUT", &edge.admin_url("/admin/bot-policy"), &headers, b"{\"pow_difficulty\": 30}").await;
+        assert_eq!(r.status, 401);
+        assert_eq!(request("GET", &edge.admin_url("/metrics"), &headers, b"").await.status, 401);
+    }
+    assert_eq!(get(&edge.url("/"), &[]).await.status, 200, "the blocklist is unchanged");
+    let p = edge.admin("GET", "/admin/bot-policy", "").await.json();
+    assert_eq!(p["pow_difficulty"], 16, "the bot policy is unchanged");
+
+    assert_eq!(get(&edge.admin_url("/healthz"), &[]).await.status, 200);
+    let h = edge.admin("GET", "/admin/health", "").await;
+    assert_eq!(h.status, 200);
+    assert_eq!(h.json()["static_files"], 5);
+    let cfg = edge.admin("GET", "/admin/config", "").await.text();
+    assert!(!cfg.contains(ADMIN_TOKEN) && !cfg.contains(SECRET), "secrets are redacted: {cfg}");
+    assert!(cfg.contains("<redacted>"));
+    assert_eq!(edge.admin("GET", "/admin/limits", "").await.json()["limits"], serde_json::json!([]));
+    let m = edge.admin("GET", "/metrics", "").await;
+    assert!(m.text().contains("wicket_edge_requests_total"));
+    assert_eq!(edge.admin("GET", "/admin/nope", "").await.status, 404);
+    assert_eq!(edge.admin("POST", "/admin/blocklist", "{\"bogus\": 1}").await.status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protected_paths_need_an_admission_token() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[[edge.protected]]\npath = \"/buy/ev-42\"\nroom = \"ev-42\"\n\n\
+         [tokens]\nissuer = \"wicket\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"",
+        origin.url()
+    ));
+    let r = get(&edge.url("/buy/ev-42"), &[("accept", "text/html")]).await;
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/queue/ev-42"));
+    let r = get(&edge.url("/buy/ev-42"), &[("accept", "application/json")]).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json()["error"], "forbidden");
+    assert_eq!(r.json()["queue"], "/queue/ev-42");
+    assert_eq!(origin.hits.load(Ordering::SeqCst), 0);
+
+    let token = mint_token("ev-42", "ev-42", "alice", 120, "wicket", "hs-1", HS_SECRET);
+    let bearer = format!("Bearer {token}");
+    let r = get(&edge.url("/buy/ev-42"), &[("authorization", &bearer), ("wicket-user", "mallory")]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["headers"]["wicket-user"], "alice");
+    assert_eq!(v["headers"]["wicket-room"], "ev-42");
+    assert_eq!(v["headers"]["wicket-position"], "42");
+    let cookie = format!("wicket_a_ev-42={token}");
+    assert_eq!(get(&edge.url("/buy/ev-42/seats"), &[("cookie", &cookie)]).await.status, 200);
+
+    let r = get(&edge.url("/buy/ev-42/revoke"), &[("cookie", &cookie)]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("wicket-revoke").is_none());
+    assert_eq!(r.cookies().get("wicket_a_ev-42").map(String::as_str), Some(""));
+
+    for bad in [
+        mint_token("ev-43", "ev-42", "alice", 120, "wicket", "hs-1", HS_SECRET),
+        mint_token("ev-42", "ev-43", "alice", 120, "wicket", "hs-1", HS_SECRET),
+        mint_token("ev-42", "ev-42", "alice", -60, "wicket", "hs-1", HS_SECRET),
+        mint_token("ev-42", "ev-42", "alice", 3600, "wicket", "hs-1", HS_SECRET),
+        mint_token("ev-42", "ev-42", "alice", 120, "other", "hs-1", HS_SECRET),
+        mint_token("ev-42", "ev-42", "alice", 120, "wicket", "hs-2", HS_SECRET),
+        mint_token("ev-42", "ev-42", "alice", 120, "wicket", "hs-1", "a-different-secret-0123456789abcdef"),
+        "garbage".to_owned(),
+    ] {
+        let r = get(&edge.url("/buy/ev-42"), &[("authorization", &format!("Bearer {bad}"))]).await;
+        assert_eq!(r.status, 403, "{bad}");
+    }
+}
