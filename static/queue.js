@@ -131,6 +131,11 @@
   // WebCrypto when the page is a secure context; a small pure-JS SHA-256 otherwise (plain http on a LAN).
   // ------------------------------------------------------------------------------------------------
 
+  // What goes between challenge and nonce in the hashed string. NOTE: the edge's general bot check
+  // (edge/src/bot.rs, static/pow.js) hashes challenge + nonce with nothing between; the room join must
+  // verify with the same rule as this page: change one side.
+  var POW_SEPARATOR = ':';
+
   function leadingZeroBits(bytes) {
     var n = 0;
     for (var i = 0; i < bytes.length; i++) {
@@ -218,7 +223,7 @@
    * so the per-call overhead does not dominate; the page stays responsive between batches.
    */
   function solvePow(challenge, difficulty, onProgress, shouldStop) {
-    var prefix = String(challenge) + ':';
+    var prefix = String(challenge) + POW_SEPARATOR;
     var bits = Math.max(0, Math.min(64, difficulty | 0));
     var subtle = subtleCrypto();
     var nonce = 0, BATCH = 256;
@@ -254,7 +259,8 @@
 
   var api = {
     pickLanguage: pickLanguage, etaText: etaText, leadingZeroBits: leadingZeroBits, sha256: sha256,
-    utf8: utf8, solvePow: solvePow, TEXT: TEXT, roomFromPath: roomFromPath, safeRedirect: safeRedirect
+    utf8: utf8, solvePow: solvePow, TEXT: TEXT, roomFromPath: roomFromPath, safeRedirect: safeRedirect,
+    POW_SEPARATOR: POW_SEPARATOR
   };
 
   /** The room id from /queue/<room>[/...]; null when the path is not a queue path. */
