@@ -254,6 +254,9 @@ pub struct Scenario {
     pub sold_out_at_s: Option<u64>,
     /// Operator actions, applied at the start of their second before the tick.
     pub operator: Vec<(u64, OperatorAction)>,
+    /// Whether the core reports its utilisation (busy workers / workers). Without it the controller
+    /// has the P99 and the error fraction only.
+    pub report_utilisation: bool,
     pub seed: u64,
 }
 
@@ -272,6 +275,7 @@ impl Scenario {
             stale: None,
             sold_out_at_s: None,
             operator: Vec::new(),
+            report_utilisation: true,
             seed,
         }
     }
@@ -594,7 +598,7 @@ pub fn run(scn: &Scenario, policy: &mut dyn ReleasePolicy) -> SimResult {
                 samples: stats.successes + stats.errors,
                 error_fraction: stats.error_fraction(),
                 // What the core would export: busy workers / workers, over the window.
-                utilisation: Some(util),
+                utilisation: scn.report_utilisation.then_some(util),
                 occupancy: (pending.len() + sessions.len()) as f64,
                 exits_per_s: exits as f64,
                 metrics_age_ms: 0,
@@ -964,6 +968,11 @@ pub fn comparison_table(seeds: &[u64]) -> String {
 /// the oracle (min and mean over seeds), and after a step the extra violation and settle time vs the
 /// oracle (worst seed).
 pub fn summary_table(seeds: &[u64]) -> String {
+    summary_table_with(seeds, true)
+}
+
+/// [`summary_table`], with or without the core reporting its utilisation.
+pub fn summary_table_with(seeds: &[u64], report_utilisation: bool) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(
@@ -982,7 +991,8 @@ pub fn summary_table(seeds: &[u64]) -> String {
         let runs: Vec<(ScoredScenario, Comparison)> = seeds
             .iter()
             .map(|&seed| {
-                let sc = standard_scenarios(seed).swap_remove(i);
+                let mut sc = standard_scenarios(seed).swap_remove(i);
+                sc.0.report_utilisation = report_utilisation;
                 let c = compare(&sc.0);
                 (sc, c)
             })
@@ -1292,7 +1302,12 @@ mod tests {
             .ok()
             .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
             .unwrap_or_else(|| (1..=10).collect());
-        println!("seeds {seeds:?}\n{}", summary_table(&seeds));
+        // NO_UTILISATION=1: the core does not report utilisation (P99 and errors only).
+        let util = std::env::var("NO_UTILISATION").is_err();
+        println!(
+            "seeds {seeds:?} utilisation reported: {util}\n{}",
+            summary_table_with(&seeds, util)
+        );
     }
 
     /// `cargo test --release -- --ignored --nocapture other_plants_report`: plants not tuned on.
