@@ -70,6 +70,9 @@ pub struct WicketConfig {
     /// Folder of the config file: relative paths in it are resolved against this.
     #[serde(skip)]
     pub base_dir: PathBuf,
+    /// The file it was read from (the embedded core reads its own keys from it).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// `[edge]`: the public proxy, its admin port, limits, bot checks and routing.
@@ -427,6 +430,7 @@ impl WicketConfig {
             .map_err(|e| ConfigErrors(vec![issue(path.display().to_string(), format!("cannot read: {e}"))]))?;
         let mut cfg = Self::from_toml_str(&text)?;
         cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        cfg.source = Some(path.to_path_buf());
         Ok(cfg)
     }
 

@@ -8,7 +8,8 @@
 //!
 //! - [`config`]: the TOML file (`[edge]`, `[tokens]`, `[[rooms]]`), defaults, `validate()`.
 //! - [`state`]: everything the services share, built once from a validated config.
-//! - [`server`]: the Pingora server (public, admin and upkeep services), graceful stop.
+//! - [`server`]: the Pingora server (public, admin and upkeep services), graceful stop, the
+//!   embedded core.
 //! - [`proxy`]: the public service's `ProxyHttp` phases (the phase chart lives there).
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
 //! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
@@ -18,6 +19,7 @@
 //! - [`admission`]: the protected-path hook (admission-token JWT check).
 //! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer.
 //! - [`admin`]: the admin port (bearer token).
+//! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
 //! - [`metrics`]: Prometheus metrics.
 //!
 //! # The path of a request
@@ -36,6 +38,7 @@ pub mod anomaly;
 pub mod blocklist;
 pub mod bot;
 pub mod config;
+pub mod demo;
 pub mod identity;
 pub mod limit;
 pub mod metrics;

@@ -14,7 +14,7 @@
 //! nginx parses the rate as an integer count of milli-requests per second (`n * 1000 / 60` for
 //! `r/m`, truncated), and so does [`NginxRate::parse`].
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -78,9 +78,7 @@ impl IdHasher {
 
     /// The subject for an id.
     pub fn subject(&self, id: &str) -> Subject {
-        let mut h = self.0.build_hasher();
-        id.hash(&mut h);
-        Subject::Id(h.finish())
+        Subject::Id(self.0.hash_one(id))
     }
 }
 

@@ -34,7 +34,20 @@ enum Command {
         config: PathBuf,
     },
     /// Everything embedded plus a demo origin; prints the URLs to open.
-    Demo,
+    Demo {
+        /// Public edge port.
+        #[arg(long, default_value_t = 8080)]
+        edge_port: u16,
+        /// Admin port.
+        #[arg(long, default_value_t = 9090)]
+        admin_port: u16,
+        /// Core port.
+        #[arg(long, default_value_t = 8081)]
+        core_port: u16,
+        /// Port of the stand-in for the existing site.
+        #[arg(long, default_value_t = 3000)]
+        origin_port: u16,
+    },
     /// Validate a config file and print every problem.
     CheckConfig {
         /// Config file.
@@ -78,11 +91,42 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Core { .. } | Command::Demo => {
-            eprintln!("wicket: not yet wired: the core (wicket-core) is not linked into this binary yet");
-            ExitCode::FAILURE
-        }
+        Command::Core { config } => match run_core(&config) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("wicket: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Demo { edge_port, admin_port, core_port, origin_port } => match wicket_edge::demo::run(
+            wicket_edge::demo::DemoPorts { edge: edge_port, admin: admin_port, core: core_port, origin: origin_port },
+        ) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("wicket: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
+}
+
+/// `wicket core`: the sale core alone, until SIGTERM/SIGINT.
+fn run_core(path: &std::path::Path) -> anyhow::Result<()> {
+    let cfg = wicket_core::config::CoreConfig::from_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+        let stop = async {
+            use tokio::signal::unix::{SignalKind, signal};
+            if let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+        };
+        wicket_core::run(cfg, listener, stop).await
+    })
 }
 
 /// Parses and validates, reporting every problem with its path.

@@ -133,12 +133,56 @@ pub fn check_ports(cfg: &WicketConfig) -> anyhow::Result<()> {
 /// Runs the edge until `shutdown` fires; returns after in-flight requests finished (or the grace
 /// ran out).
 pub fn run(cfg: WicketConfig, shutdown: Box<dyn ShutdownSignalWatch>) -> anyhow::Result<()> {
-    if cfg.edge.core == "embedded" {
-        anyhow::bail!("edge.core = \"embedded\" is not wired yet: run the core separately and set edge.core to its URL");
-    }
-    let state = Arc::new(EdgeState::build(cfg)?);
+    let embedded = if cfg.edge.core == "embedded" {
+        let Some(source) = &cfg.source else {
+            anyhow::bail!("edge.core = \"embedded\" needs the config to be read from a file");
+        };
+        let core_cfg = wicket_core::config::CoreConfig::from_file(source).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Some(EmbeddedCore::start(core_cfg)?)
+    } else {
+        None
+    };
+    let state = Arc::new(EdgeState::build_with_core(cfg, embedded.as_ref().map(|c| c.addr))?);
     check_ports(&state.config)?;
     let server = build(state);
     server.run(RunArgs { shutdown_signal: shutdown });
+    if let Some(core) = embedded {
+        core.stop();
+    }
     Ok(())
+}
+
+/// The sale core running in this process on its own runtime (`edge.core = "embedded"`).
+pub struct EmbeddedCore {
+    /// Where it listens (its configured `listen`).
+    pub addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<anyhow::Result<()>>,
+}
+
+impl EmbeddedCore {
+    /// Binds the core's `listen` address and serves it on a thread.
+    pub fn start(cfg: wicket_core::config::CoreConfig) -> anyhow::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let listen = cfg.listen;
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind(listen))
+            .map_err(|e| anyhow::anyhow!("listen: cannot listen on {listen} (embedded core): {e}"))?;
+        let addr = listener.local_addr()?;
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            rt.block_on(wicket_core::run(cfg, listener, async move {
+                let _ = rx.await;
+            }))
+        });
+        Ok(EmbeddedCore { addr, stop, thread })
+    }
+
+    /// Stops it after its in-flight requests.
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        if let Ok(Err(e)) = self.thread.join() {
+            tracing::warn!("embedded core: {e:#}");
+        }
+    }
 }

@@ -87,6 +87,12 @@ fn one(path: &str, message: impl Into<String>) -> ConfigErrors {
 impl EdgeState {
     /// Validates the config and builds the state (loads static files, keys...).
     pub fn build(config: WicketConfig) -> Result<Self, ConfigErrors> {
+        Self::build_with_core(config, None)
+    }
+
+    /// Like [`EdgeState::build`], with the address of a core started in this process (for
+    /// `core = "embedded"`).
+    pub fn build_with_core(config: WicketConfig, embedded_core: Option<SocketAddr>) -> Result<Self, ConfigErrors> {
         let issues = config.validate();
         if !issues.is_empty() {
             return Err(errs(issues));
@@ -103,7 +109,11 @@ impl EdgeState {
             Ok(Upstream { addr, name, options: options.clone() })
         };
         let origin = e.origin.as_deref().map(|o| upstream(o, "origin", "edge.origin")).transpose()?;
-        let core = if e.core == "embedded" { None } else { Some(upstream(&e.core, "core", "edge.core")?) };
+        let core = match embedded_core {
+            Some(addr) => Some(Upstream { addr, name: "core", options: options.clone() }),
+            None if e.core == "embedded" => None,
+            None => Some(upstream(&e.core, "core", "edge.core")?),
+        };
 
         let rules = crate::config::cache_rules(e);
         let default_cc = e.default_cache_control.clone();

@@ -124,9 +124,43 @@ async fn sigint_stops_serve_within_its_grace_after_in_flight_requests() {
     stops_gracefully_on("INT").await;
 }
 
-#[test]
-fn core_and_demo_say_they_are_not_wired_yet() {
-    let out = wicket().arg("demo").output().unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not yet wired"));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_serves_the_page_the_core_and_the_origin_then_stops_on_sigterm() {
+    let (edge, admin, core, origin) = (free_port(), free_port(), free_port(), free_port());
+    let mut child = wicket()
+        .arg("demo")
+        .args(["--edge-port", &edge.to_string(), "--admin-port", &admin.to_string()])
+        .args(["--core-port", &core.to_string(), "--origin-port", &origin.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", edge)).is_err() {
+        assert!(Instant::now() < deadline, "demo did not start");
+        assert!(child.try_wait().unwrap().is_none(), "demo exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let base = format!("http://127.0.0.1:{edge}");
+    let page = get(&format!("{base}/"), &[]).await;
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("Prehistoric Park"));
+    let ev = get(&format!("{base}/v1/events/ev-42"), &[]).await;
+    assert_eq!(ev.status, 200, "{}", ev.text());
+    assert_eq!(ev.json()["name"], "Prehistoric park, 1-yuan day ticket");
+    let o = get(&format!("{base}/anything"), &[]).await;
+    assert!(o.text().contains("existing site"));
+    assert_eq!(get(&format!("{base}/buy/ev-42"), &[("accept", "text/html")]).await.status, 302);
+    signal(child.id(), "TERM");
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "demo did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(out.contains(&format!("http://127.0.0.1:{edge}/")), "{out}");
 }
