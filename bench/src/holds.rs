@@ -1,0 +1,178 @@
+//! Holds per second through the core's HTTP API: the real `wicket-core` binary on loopback, N clients
+//! with keep-alive connections, each hold with a fresh admission token, for a fixed time.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use wicket_core::config::CoreConfig;
+use wicket_core::token::Keyring;
+
+const ADMIN: &str = "bench-admin-token-0123456789";
+const HS: &str = "bench-hs256-secret-0123456789abcdef";
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct HoldFigures {
+    pub holds: u64,
+    pub seconds: f64,
+    pub per_second: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+}
+
+/// The `wicket-core` binary next to this one (build both with `cargo build --release`).
+pub fn core_binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let p = exe.with_file_name("wicket-core");
+    anyhow::ensure!(p.is_file(), "{} not found: run `cargo build --release -p wicket-core -p wicket-bench` first", p.display());
+    Ok(p)
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+/// A `wicket-core` child process with its config in a temp dir; killed on drop.
+pub struct CoreProcess {
+    child: Child,
+    pub base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for CoreProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config_text(port: u16, store: &str) -> String {
+    format!(
+        r#"listen = "127.0.0.1:{port}"
+admin-token = "{ADMIN}"
+store = "{store}"
+[payment]
+callback-secret = "bench-callback-secret-0123456789"
+[core]
+sweeper-period-ms = 1000
+max-inflight = 100000
+[tokens]
+issuer = "wicket"
+signing-kid = "hs"
+[[tokens.keys]]
+kid = "hs"
+alg = "HS256"
+secret = "{HS}"
+"#
+    )
+}
+
+/// Starts the core on `store` and waits until it answers.
+pub async fn start_core(store: &str) -> anyhow::Result<CoreProcess> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port();
+    let cfg = dir.path().join("core.toml");
+    std::fs::write(&cfg, config_text(port, store))?;
+    let child = Command::new(core_binary()?)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the core did not start on {base}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(CoreProcess { child, base, _dir: dir })
+}
+
+/// The keyring that signs the bench's tokens (the same HS256 key as the core's config).
+pub fn keyring() -> anyhow::Result<Keyring> {
+    let cfg = CoreConfig::from_toml_str(&config_text(1, "embedded")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Keyring::from_config(&cfg.tokens)
+}
+
+/// Puts a big general-admission event `event` (no limits, so every hold succeeds).
+pub async fn put_event(base: &str, event: &str, capacity: u64) -> anyhow::Result<()> {
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = &time::format_description::well_known::Rfc3339;
+    let body = json!({
+        "name": "bench",
+        "opens_at": (now - time::Duration::hours(1)).format(fmt)?,
+        "closes_at": (now + time::Duration::days(1)).format(fmt)?,
+        "pools": [{"id": "ga", "capacity": capacity}],
+        "skus": [{"id": "ga", "pools": ["ga"], "price_cents": 100}],
+    });
+    let r = reqwest::Client::new().put(format!("{base}/v1/events/{event}")).bearer_auth(ADMIN).json(&body).send().await?;
+    anyhow::ensure!(r.status().is_success(), "PUT event: {}", r.status());
+    Ok(())
+}
+
+/// Runs `clients` concurrent clients for `duration` against `base`; counts 201s.
+pub async fn run_holds(base: &str, event: &str, clients: usize, duration: Duration) -> anyhow::Result<HoldFigures> {
+    let keys = Arc::new(keyring()?);
+    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let url = format!("{base}/v1/events/{event}/holds");
+    let mut tasks = Vec::new();
+    let started = Instant::now();
+    let run = started.elapsed().as_nanos() ^ std::process::id() as u128 ^ time::OffsetDateTime::now_utc().unix_timestamp_nanos() as u128;
+    for c in 0..clients {
+        let (keys, http, stop, errors, url, event) =
+            (keys.clone(), http.clone(), stop.clone(), errors.clone(), url.clone(), event.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut lat: Vec<u32> = Vec::with_capacity(100_000);
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let sub = format!("r{run:x}-c{c}-{i}");
+                let token = keys.sign(&keys.new_claims(&event, &sub, "bench", 0, 4, 120), None).unwrap_or_default();
+                let body = format!(r#"{{"sku":"ga","qty":1,"idempotency_key":"{sub}"}}"#);
+                let t0 = Instant::now();
+                let ok = match http.post(&url).bearer_auth(token).header("content-type", "application/json").body(body).send().await {
+                    Ok(r) => {
+                        let s = r.status().as_u16();
+                        let _ = r.bytes().await;
+                        s == 201
+                    }
+                    Err(_) => false,
+                };
+                if ok {
+                    lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                } else {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            lat
+        }));
+    }
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await?);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    all.sort_unstable();
+    Ok(HoldFigures {
+        holds: all.len() as u64,
+        seconds,
+        per_second: all.len() as f64 / seconds,
+        p50_ms: crate::report::percentile_ms(&all, 0.50),
+        p99_ms: crate::report::percentile_ms(&all, 0.99),
+        errors: errors.load(Ordering::Relaxed),
+    })
+}

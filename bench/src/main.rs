@@ -1,0 +1,78 @@
+//! `wicket-bench`: Wicket's benchmarks, each writing its figures to bench/RESULTS.md and
+//! bench/results/summary.json.
+//!
+//! ```text
+//! cargo build --release -p wicket-core -p wicket-bench
+//! target/release/wicket-bench holds --store embedded --clients 64 --seconds 10
+//! ```
+
+mod holds;
+mod report;
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "wicket-bench", about = "Wicket's benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Holds per second through the core's HTTP API (the real wicket-core binary over loopback).
+    Holds {
+        /// `embedded` (Redis runs come with the Redis comparison).
+        #[arg(long, default_value = "embedded")]
+        store: String,
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Print only; don't write RESULTS.md / summary.json.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Holds { store, clients, seconds, dry_run } => {
+            anyhow::ensure!(store == "embedded", "holds --store {store}: only embedded here; use `holds-vs-evalsha` for Redis");
+            let core = holds::start_core("embedded").await?;
+            holds::put_event(&core.base, "bench", 10_000_000).await?;
+            // Warm up connections and code paths, then measure.
+            holds::run_holds(&core.base, "bench", clients, Duration::from_secs(1)).await?;
+            let f = holds::run_holds(&core.base, "bench", clients, Duration::from_secs(seconds)).await?;
+            println!(
+                "embedded store, {clients} clients, {:.1} s: {} holds, {:.0} holds/s, P50 {:.2} ms, P99 {:.2} ms, {} errors",
+                f.seconds, f.holds, f.per_second, f.p50_ms, f.p99_ms, f.errors
+            );
+            if !dry_run {
+                report::merge_summary(
+                    "core_holds_embedded",
+                    serde_json::json!({
+                        "holds_per_second": f.per_second.round(),
+                        "p50_ms": f.p50_ms, "p99_ms": f.p99_ms, "clients": clients, "seconds": seconds, "errors": f.errors,
+                    }),
+                )?;
+                report::write_section(
+                    "core-holds-embedded",
+                    &format!(
+                        "## Core holds on the embedded store\n\n\
+                         Command: `cargo build --release -p wicket-core -p wicket-bench && target/release/wicket-bench holds --store embedded --clients {clients} --seconds {seconds}`\n\n\
+                         Machine: {}. The real `wicket-core` binary on loopback HTTP/1.1 keep-alive; each hold carries a fresh \
+                         HS256 admission token (signed by the client, verified by the core) and its own idempotency key; \
+                         load generator and core share the machine's cores.\n\n\
+                         | clients | holds/s | P50 | P99 | errors |\n|---|---|---|---|---|\n| {clients} | {:.0} | {:.2} ms | {:.2} ms | {} |\n",
+                        report::machine(), f.per_second, f.p50_ms, f.p99_ms, f.errors
+                    ),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,63 @@
+//! Where figures go: `bench/results/summary.json` (one JSON object shared by every benchmark, each writing
+//! only its own keys) and `bench/RESULTS.md` (one section per benchmark between marker comments).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The bench folder of the source tree.
+pub fn bench_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Merges `values` (an object) into summary.json under `key`.
+pub fn merge_summary(key: &str, value: Value) -> anyhow::Result<()> {
+    let path = bench_dir().join("results/summary.json");
+    let mut root: Value = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| serde_json::json!({}));
+    if !root.is_object() {
+        root = serde_json::json!({});
+    }
+    root[key] = value;
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+    std::fs::write(&path, serde_json::to_string_pretty(&root)? + "\n")?;
+    Ok(())
+}
+
+/// Replaces (or appends) the section `name` of RESULTS.md with `body`.
+pub fn write_section(name: &str, body: &str) -> anyhow::Result<()> {
+    let path = bench_dir().join("RESULTS.md");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| "# Benchmark results\n\nFigures of the latest runs; each section names its command.\n".into());
+    let begin = format!("<!-- begin:{name} -->");
+    let end = format!("<!-- end:{name} -->");
+    let section = format!("{begin}\n{}\n{end}", body.trim_end());
+    let new = match (text.find(&begin), text.find(&end)) {
+        (Some(a), Some(b)) if b > a => format!("{}{}{}", &text[..a], section, &text[b + end.len()..]),
+        _ => format!("{}\n{}\n", text.trim_end(), section),
+    };
+    std::fs::write(&path, new)?;
+    Ok(())
+}
+
+/// A line saying what machine produced a figure.
+pub fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| t.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let date = time::OffsetDateTime::now_utc().date();
+    format!("{cpus} cores ({model}), {date}")
+}
+
+/// Percentile of sorted microsecond samples, in ms.
+pub fn percentile_ms(sorted_us: &[u32], p: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted_us.len() as f64 - 1.0) * p).round() as usize;
+    sorted_us[i] as f64 / 1000.0
+}

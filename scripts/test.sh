@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every test of Wicket on a fresh Debian machine: installs what is missing (cmake for Pingora's
+# zlib-ng, redis-server and redis-cli, nginx, wrk), then the whole workspace's tests with cargo-nextest.
+# Tests start their own servers on free loopback ports; nothing here starts a shared one.
+#
+#   bash scripts/test.sh            # everything
+#   bash scripts/test.sh -p wicket-core   # extra arguments go to `cargo nextest run`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v wrk >/dev/null || need+=(wrk)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# Debian starts a redis-server on 6379 when it installs one; the tests never use it.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  cargo install --locked cargo-nextest
+fi
+
+export PATH="$PATH:/usr/sbin"
+cargo build --workspace --all-targets
+cargo nextest run --workspace --no-fail-fast --profile ci "$@"
+cargo test --workspace --doc
