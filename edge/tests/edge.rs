@@ -517,3 +517,24 @@ async fn protected_paths_need_an_admission_token() {
         assert_eq!(r.status, 403, "{bad}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspicious_mode_checks_only_suspicious_clients() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[edge.bot.pow]\ndifficulty = 4\n[[edge.bot.routes]]\npath = \"/\"\ncheck = \"suspicious\"",
+        origin.url()
+    ));
+    // No device cookie, no browser headers: suspicious.
+    let r = get(&edge.url("/shop"), &[]).await;
+    assert_eq!(r.status, 403);
+    let device = r.cookies()["wicket_d"].clone();
+    let browser = [("user-agent", "Mozilla/5.0"), ("accept-language", "en")];
+    let c = format!("wicket_d={device}");
+    let r = get(&edge.url("/shop"), &[browser[0], browser[1], ("cookie", &c)]).await;
+    assert_eq!(r.status, 200, "a browser with a valid device cookie is not checked");
+    let r = get(&edge.url("/shop"), &[browser[0], ("cookie", &c)]).await;
+    assert_eq!(r.status, 403, "no Accept-Language is suspicious");
+    // Static pages are never bot-checked.
+    assert_eq!(get(&edge.url("/"), &[]).await.status, 200);
+}

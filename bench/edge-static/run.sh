@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Edge static vs nginx: the example detail page (static/site/index.html) served by the Wicket edge
+# from memory and by nginx from disk, same file, same number of worker threads, same wrk load,
+# side by side in one run. Writes the "Edge static vs nginx" section of bench/RESULTS.md and the
+# `static_vs_nginx` key of bench/results/summary.json (other keys are kept).
+#
+#   bash bench/edge-static/run.sh                 # defaults: THREADS=2 CONNS=64 SECONDS_=10 ROUNDS=3
+#   THREADS=1 CONNS=32 bash bench/edge-static/run.sh
+#
+# Needs: cargo, nginx, wrk (the test command installs them). Loopback only.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+THREADS="${THREADS:-2}"
+CONNS="${CONNS:-64}"
+SECONDS_="${SECONDS_:-10}"
+ROUNDS="${ROUNDS:-3}"
+WRK_THREADS="${WRK_THREADS:-2}"
+
+export PATH="$PATH:/usr/sbin"
+for bin in nginx wrk; do
+  command -v "$bin" >/dev/null || { echo "missing $bin (apt-get install -y $bin)" >&2; exit 1; }
+done
+
+cd "$ROOT"
+cargo build --release -q -p wicket-edge
+WICKET="$ROOT/target/release/wicket"
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+NGINX_PORT="$(free_port)"; EDGE_PORT="$(free_port)"; ADMIN_PORT="$(free_port)"
+
+mkdir -p "$WORK/site" "$WORK/nginx/logs"
+cp "$ROOT/static/site/index.html" "$WORK/site/index.html"
+SIZE="$(stat -c %s "$WORK/site/index.html")"
+
+cat > "$WORK/nginx/nginx.conf" <<CONF
+worker_processes $THREADS;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  tcp_nodelay on;
+  keepalive_timeout 60;
+  keepalive_requests 100000;
+  open_file_cache max=100 inactive=60s;
+  open_file_cache_valid 60s;
+  default_type text/html;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  fastcgi_temp_path $WORK/nginx/fastcgi;
+  uwsgi_temp_path $WORK/nginx/uwsgi;
+  scgi_temp_path $WORK/nginx/scgi;
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    root $WORK/site;
+    location / { add_header Cache-Control "public, max-age=5"; }
+  }
+}
+CONF
+
+cat > "$WORK/wicket.toml" <<CONF
+[edge]
+listen = "127.0.0.1:$EDGE_PORT"
+admin-listen = "127.0.0.1:$ADMIN_PORT"
+threads = $THREADS
+site-dir = "site"
+shutdown-grace-seconds = 1
+CONF
+
+nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+PIDS+=($!)
+RUST_LOG=error "$WICKET" serve --config "$WORK/wicket.toml" &
+PIDS+=($!)
+
+for port in "$NGINX_PORT" "$EDGE_PORT"; do
+  for _ in $(seq 1 100); do
+    curl -sf -o /dev/null "http://127.0.0.1:$port/" && break
+    sleep 0.1
+  done
+done
+# Same bytes from both.
+cmp <(curl -s "http://127.0.0.1:$NGINX_PORT/") <(curl -s "http://127.0.0.1:$EDGE_PORT/")
+
+run_wrk() { # url → "rps p99_ms"
+  wrk -t"$WRK_THREADS" -c"$CONNS" -d"${SECONDS_}s" --latency "$1" | python3 -c '
+import re, sys
+out = sys.stdin.read()
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
+v, unit = float(m.group(1)), m.group(2)
+p99 = v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
+errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+if errs: sys.exit("non-2xx responses: " + errs.group(1))
+print(rps, p99)'
+}
+
+# Warm-up, then alternate rounds so both see the same machine conditions.
+wrk -t1 -c8 -d2s "http://127.0.0.1:$NGINX_PORT/" >/dev/null
+wrk -t1 -c8 -d2s "http://127.0.0.1:$EDGE_PORT/" >/dev/null
+RESULTS="$WORK/results.txt"
+: > "$RESULTS"
+for r in $(seq 1 "$ROUNDS"); do
+  echo "nginx $(run_wrk "http://127.0.0.1:$NGINX_PORT/")" >> "$RESULTS"
+  echo "edge $(run_wrk "http://127.0.0.1:$EDGE_PORT/")" >> "$RESULTS"
+  tail -2 "$RESULTS" | sed "s/^/round $r: /"
+done
+
+export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS SIZE RESULTS ROOT
+python3 - <<'PY'
+import json, os, statistics, datetime, re, platform
+rows = [l.split() for l in open(os.environ["RESULTS"]) if l.strip()]
+def med(name, i):
+    return statistics.median(float(r[i]) for r in rows if r[0] == name)
+n_rps, e_rps = med("nginx", 1), med("edge", 1)
+n_p99, e_p99 = med("nginx", 2), med("edge", 2)
+ratio = e_rps / n_rps
+threads, conns, secs, rounds = (int(os.environ[k]) for k in ("THREADS", "CONNS", "SECONDS_", "ROUNDS"))
+wrk_threads, size = int(os.environ["WRK_THREADS"]), int(os.environ["SIZE"])
+root = os.environ["ROOT"]
+cpu = "unknown"
+try:
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip(); break
+except OSError:
+    pass
+today = datetime.date.today().isoformat()
+entry = {
+    "ratio": round(ratio, 3), "edge_rps": round(e_rps), "nginx_rps": round(n_rps),
+    "edge_p99_ms": round(e_p99, 3), "nginx_p99_ms": round(n_p99, 3),
+    "worker_threads": threads, "connections": conns, "seconds": secs, "rounds": rounds,
+    "wrk_threads": wrk_threads, "file_bytes": size, "date": today,
+}
+path = os.path.join(root, "bench/results/summary.json")
+os.makedirs(os.path.dirname(path), exist_ok=True)
+try:
+    summary = json.load(open(path))
+except (OSError, ValueError):
+    summary = {}
+summary["static_vs_nginx"] = entry
+with open(path + ".tmp", "w") as f:
+    json.dump(summary, f, indent=2, sort_keys=True); f.write("\n")
+os.replace(path + ".tmp", path)
+
+per_round = "\n".join(f"| {i // 2 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
+section = f"""<!-- begin:edge-static-vs-nginx -->
+## Edge static vs nginx
+
+Command: `bash bench/edge-static/run.sh` (THREADS={threads} CONNS={conns} SECONDS_={secs} ROUNDS={rounds})
+
+Machine: {os.cpu_count()} cores ({cpu}), {today}. The example detail page (`static/site/index.html`,
+{size} bytes, identity encoding) from the Wicket edge (release build, from memory, no limits
+configured) and from nginx (from disk with `sendfile` and `open_file_cache`, `access_log off`), each
+with {threads} worker threads, loaded by `wrk -t{wrk_threads} -c{conns} -d{secs}s` over loopback
+keep-alive; rounds alternate between the two and the figures are medians. wrk shares the cores
+with the server under test.
+
+| server | requests/s | P99 |
+|---|---|---|
+| nginx | {n_rps:.0f} | {n_p99:.2f} ms |
+| wicket edge | {e_rps:.0f} | {e_p99:.2f} ms |
+
+**Edge / nginx: {ratio:.2f}x** (goal ≥ 1.0x).
+
+| round | server | requests/s | P99 |
+|---|---|---|---|
+{per_round}
+<!-- end:edge-static-vs-nginx -->"""
+rpath = os.path.join(root, "bench/RESULTS.md")
+try:
+    text = open(rpath).read()
+except OSError:
+    text = "# Benchmark results\n\nFigures of the latest runs; each section names its command.\n"
+pat = re.compile(r"<!-- begin:edge-static-vs-nginx -->.*?<!-- end:edge-static-vs-nginx -->", re.S)
+text = pat.sub(lambda _: section, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
+with open(rpath + ".tmp", "w") as f:
+    f.write(text)
+os.replace(rpath + ".tmp", rpath)
+print(f"edge {e_rps:.0f} req/s (P99 {e_p99:.2f} ms), nginx {n_rps:.0f} req/s (P99 {n_p99:.2f} ms): {ratio:.2f}x")
+PY
