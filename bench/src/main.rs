@@ -7,7 +7,11 @@
 //! ```
 
 mod holds;
+mod procs;
 mod report;
+mod stats;
+mod surge;
+mod svg;
 
 use std::time::Duration;
 
@@ -35,11 +39,55 @@ enum Cmd {
         #[arg(long)]
         dry_run: bool,
     },
+    /// A flash sale end to end against the real edge and core: stararena | scenic | capacity-drop | bots | bots-nopow.
+    Surge {
+        scenario: String,
+        /// Small numbers, under a minute (what the test suite runs).
+        #[arg(long)]
+        quick: bool,
+        /// Override the number of virtual users.
+        #[arg(long)]
+        users: Option<usize>,
+        /// Print only; don't write RESULTS.md / summary.json / plots.
+        #[arg(long)]
+        dry_run: bool,
+        /// Exit non-zero when oversold or double-sold is not 0.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
+        Cmd::Surge { scenario, quick, users, dry_run, check } => {
+            let mut s = surge::Scenario::preset(&scenario, quick)?;
+            if let Some(u) = users {
+                s.users = u;
+            }
+            let r = surge::run(s, !quick).await?;
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                "scenario": r.scenario, "users": r.users, "seats": r.seats, "seconds": r.seconds,
+                "admitted": r.admitted, "sold": r.sold, "abandoned": r.abandoned, "sellout_seconds": r.sellout_seconds,
+                "oversold": r.oversold, "double_sold": r.double_sold, "over_limit_users": r.over_limit_users,
+                "fifo_tau": if r.fifo_tau.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau) },
+                "p99_windows_ok": r.p99_windows_ok, "p99_windows": r.p99_windows,
+                "bots_share_of_seats": r.bots_share_of_seats, "edge_rss_mb": r.edge_rss_mb,
+                "requests_per_second": r.requests_per_second, "endpoints": r.endpoints, "statuses": r.statuses,
+            }))?);
+            if !dry_run {
+                let cmd = format!(
+                    "cargo build --release --workspace && target/release/wicket-bench surge {scenario}{}{}",
+                    if quick { " --quick" } else { "" },
+                    users.map(|u| format!(" --users {u}")).unwrap_or_default()
+                );
+                surge::publish(&r, &cmd)?;
+            }
+            if check {
+                anyhow::ensure!(r.oversold == 0 && r.double_sold == 0 && r.over_limit_users == 0, "oversold {} double-sold {} over-limit {}", r.oversold, r.double_sold, r.over_limit_users);
+                anyhow::ensure!(r.sold > 0, "nothing was sold");
+            }
+        }
         Cmd::Holds { store, clients, seconds, dry_run } => {
             anyhow::ensure!(store == "embedded", "holds --store {store}: only embedded here; use `holds-vs-evalsha` for Redis");
             let core = holds::start_core("embedded").await?;

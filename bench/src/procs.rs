@@ -1,0 +1,421 @@
+//! The processes of a surge run: the real `wicket-core` and `wicket` binaries (release builds next to this
+//! one), a stand-in origin, and an optional capacity shaper between the edge and the core (a reverse proxy
+//! with K concurrent slots and a fixed service time, so "half the core's capacity" is a real, known step).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::holds::free_port;
+
+pub const ADMIN: &str = "bench-admin-token-0123456789";
+const CALLBACK: &str = "bench-callback-secret-0123456789";
+const HS: &str = "bench-hs256-secret-0123456789abcdef";
+pub const EVENT: &str = "ev";
+pub const ROOM: &str = "ev";
+
+/// What the stack is built for.
+pub struct StackOptions {
+    pub seats: u32,
+    pub combo_seats: u32,
+    pub named_seats: u32,
+    pub random: bool,
+    pub p99_target_ms: u64,
+    pub pow: bool,
+    pub hold_seconds: u32,
+    pub shaper: bool,
+    pub release_max: u32,
+}
+
+/// Running core, edge, origin (and shaper); everything is stopped on drop.
+pub struct Stack {
+    core: Child,
+    edge: Child,
+    pub core_base: String,
+    pub edge_base: String,
+    pub admin_base: String,
+    shaper: Option<Arc<Shaper>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        for c in [&mut self.edge, &mut self.core] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let p = std::env::current_exe()?.with_file_name(name);
+    anyhow::ensure!(p.is_file(), "{} not found: run `cargo build --release --workspace` first", p.display());
+    Ok(p)
+}
+
+async fn wait_http(url: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if http.get(url).send().await.is_ok() {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{url} did not answer");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+impl Stack {
+    pub async fn start(o: StackOptions) -> anyhow::Result<Stack> {
+        let dir = tempfile::tempdir()?;
+        let (core_port, edge_port, admin_port) = (free_port(), free_port(), free_port());
+        let origin = start_origin().await?;
+        let shaper = if o.shaper { Some(Shaper::start(core_port, 32, Duration::from_millis(10)).await?) } else { None };
+        let core_url = match &shaper {
+            Some(s) => format!("http://{}", s.addr),
+            None => format!("http://127.0.0.1:{core_port}"),
+        };
+        let now = time::OffsetDateTime::now_utc();
+        let mut pools = vec![json!({"id": "main", "capacity": o.seats})];
+        let mut skus = vec![json!({"id": "ga", "pools": ["main"], "price_cents": 990})];
+        if o.combo_seats > 0 {
+            pools.push(json!({"id": "combo", "capacity": o.combo_seats}));
+            skus.push(json!({"id": "combo", "pools": ["main", "combo"], "price_cents": 1490}));
+        }
+        if o.named_seats > 0 {
+            pools.push(json!({"id": "seated", "seats": (1..=o.named_seats).map(|i| format!("S-{i}")).collect::<Vec<_>>()}));
+            skus.push(json!({"id": "seat", "pools": ["seated"], "price_cents": 6800}));
+        }
+        let event = json!({
+            "name": "bench sale",
+            "opens_at": rfc3339(now - time::Duration::minutes(1)),
+            "closes_at": rfc3339(now + time::Duration::hours(2)),
+            "hold_seconds": o.hold_seconds,
+            "pools": pools, "skus": skus,
+            "limits": [{"dimension": "user", "max": 2}],
+        });
+        std::fs::write(dir.path().join(format!("{EVENT}.json")), event.to_string())?;
+        let config = format!(
+            r#"listen = "127.0.0.1:{core_port}"
+admin-token = "{ADMIN}"
+store = "embedded"
+event-files = ["{EVENT}.json"]
+
+[payment]
+callback-secret = "{CALLBACK}"
+
+[core]
+sweeper-period-ms = 500
+max-inflight = 256
+
+[tokens]
+issuer = "wicket"
+signing-kid = "hs"
+[[tokens.keys]]
+kid = "hs"
+alg = "HS256"
+secret = "{HS}"
+
+[edge]
+listen = "127.0.0.1:{edge_port}"
+admin-listen = "127.0.0.1:{admin_port}"
+threads = 2
+origin = "http://{origin}"
+core = "{core_url}"
+user-header = "X-User-Id"
+secret = "bench-edge-secret-0123456789abcdef"
+shutdown-grace-seconds = 1
+
+[edge.anomaly]
+device-max-users = 3
+
+[[rooms]]
+id = "{ROOM}"
+event = "{EVENT}"
+target = "/buy/{EVENT}"
+protected = ["/buy/{EVENT}"]
+method = "{method}"
+total-active-max = 100000
+session-seconds = 120
+token-seconds = 120
+bot-check = "{bot}"
+[rooms.schedule]
+prequeue-at = "{pre}"
+opens-at = "{opens}"
+closes-at = "{closes}"
+[rooms.release]
+mode = "auto"
+start = 200
+min = 20
+max = {max}
+p99-target-ms = {p99}
+"#,
+            method = if o.random { "random" } else { "fifo" },
+            bot = if o.pow { "pow" } else { "off" },
+            pre = rfc3339(now - time::Duration::seconds(5)),
+            opens = rfc3339(now + time::Duration::seconds(3)),
+            closes = rfc3339(now + time::Duration::hours(2)),
+            max = o.release_max,
+            p99 = o.p99_target_ms,
+        );
+        let cfg = dir.path().join("wicket.toml");
+        std::fs::write(&cfg, config)?;
+        let core = Command::new(binary("wicket-core")?)
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let core_base = format!("http://127.0.0.1:{core_port}");
+        wait_http(&format!("{core_base}/healthz")).await?;
+        let edge = Command::new(binary("wicket")?)
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let edge_base = format!("http://127.0.0.1:{edge_port}");
+        let admin_base = format!("http://127.0.0.1:{admin_port}");
+        wait_http(&format!("{admin_base}/admin/health")).await?;
+        Ok(Stack { core, edge, core_base, edge_base, admin_base, shaper, _dir: dir })
+    }
+
+    pub async fn join(&self, http: &reqwest::Client, user: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
+        let mut rb = http
+            .post(format!("{}/queue/{ROOM}/join", self.edge_base))
+            .header("Accept", "application/json")
+            .header("X-User-Id", user)
+            .header("User-Agent", if bot { "bot/1.0" } else { "Mozilla/5.0 bench" });
+        if !cookies.is_empty() {
+            rb = rb.header("Cookie", cookies);
+        }
+        let r = rb.json(&json!({})).send().await?;
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
+    }
+
+    pub async fn status(&self, http: &reqwest::Client, user: &str, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
+        let mut rb = http
+            .get(format!("{}/queue/{ROOM}/status", self.edge_base))
+            .header("Accept", "application/json")
+            .header("X-User-Id", user);
+        if !cookies.is_empty() {
+            rb = rb.header("Cookie", cookies);
+        }
+        let r = rb.send().await?;
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
+    }
+
+    pub async fn hold(&self, http: &reqwest::Client, token: &str, sku: &str, qty: u32, user: &str) -> anyhow::Result<(u16, Value)> {
+        let r = http
+            .post(format!("{}/v1/events/{EVENT}/holds", self.edge_base))
+            .bearer_auth(token)
+            .header("X-User-Id", user)
+            .json(&json!({"sku": sku, "qty": qty, "idempotency_key": format!("{user}-1"), "identity": {"phone": format!("p-{user}")}}))
+            .send()
+            .await?;
+        let status = r.status().as_u16();
+        Ok((status, r.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// The provider's callback, straight to the core (providers don't queue).
+    pub async fn pay(&self, http: &reqwest::Client, order: &str, amount: u64) -> anyhow::Result<u16> {
+        let body = json!({"order_id": order, "txn_id": format!("txn-{order}"), "amount_cents": amount, "status": "SUCCESS"}).to_string();
+        let t = time::OffsetDateTime::now_utc().unix_timestamp();
+        let sig = wicket_core::payment::sign(body.as_bytes(), CALLBACK.as_bytes(), t);
+        let r = http
+            .post(format!("{}/v1/payments/callback", self.core_base))
+            .header("Wicket-Signature", sig)
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+            .await?;
+        Ok(r.status().as_u16())
+    }
+
+    pub async fn room_stats(&self, http: &reqwest::Client) -> anyhow::Result<Value> {
+        Ok(http.get(format!("{}/admin/rooms/{ROOM}/stats", self.admin_base)).bearer_auth(ADMIN).send().await?.json().await?)
+    }
+
+    pub async fn stock(&self, http: &reqwest::Client) -> anyhow::Result<Value> {
+        Ok(http.get(format!("{}/v1/events/{EVENT}/stock", self.core_base)).send().await?.json().await?)
+    }
+
+    /// Every order's last state (from the outbox, then each live order in full), and the stock.
+    pub async fn read_back(&self, http: &reqwest::Client) -> anyhow::Result<(Vec<Value>, Value)> {
+        let mut last: std::collections::HashMap<String, Value> = std::collections::HashMap::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let page: Value = http
+                .get(format!("{}/v1/events/{EVENT}/outbox?after={cursor}&limit=1000", self.core_base))
+                .bearer_auth(ADMIN)
+                .send()
+                .await?
+                .json()
+                .await?;
+            let entries = page["entries"].as_array().cloned().unwrap_or_default();
+            if entries.is_empty() {
+                break;
+            }
+            for e in entries {
+                if e["kind"] != "refund_required" {
+                    last.insert(e["order_id"].as_str().unwrap_or_default().to_string(), e);
+                }
+            }
+            cursor = page["cursor"].as_str().unwrap_or("0").to_string();
+        }
+        let mut orders = Vec::new();
+        for (id, e) in last {
+            if matches!(e["state"].as_str(), Some("CREATED" | "PAID" | "USED")) {
+                let o: Value = http.get(format!("{}/v1/orders/{id}", self.core_base)).bearer_auth(ADMIN).send().await?.json().await?;
+                orders.push(o);
+            }
+        }
+        Ok((orders, self.stock(http).await?))
+    }
+
+    pub fn set_core_capacity(&self, fraction: f64) {
+        if let Some(s) = &self.shaper {
+            s.set_fraction(fraction);
+        }
+    }
+
+    /// Peak resident set of the edge process (VmHWM), MB.
+    pub fn edge_peak_rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.edge.id())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map(|kb| kb / 1024.0)
+            .unwrap_or(0.0)
+    }
+}
+
+/// A stand-in for the existing site: answers every path with a small page.
+async fn start_origin() -> anyhow::Result<SocketAddr> {
+    let app = axum_free_origin();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else { continue };
+            let app = app.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 16 * 1024];
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {
+                            if s.write_all(app.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+fn axum_free_origin() -> Arc<String> {
+    let body = "<!doctype html><title>buy</title><p>the site's buy page</p>";
+    Arc::new(format!("HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\r\n{body}", body.len()))
+}
+
+/// A reverse proxy with `slots` concurrent requests, each taking at least `service` — a core of known
+/// capacity `slots / service`, which `set_fraction` scales at run time.
+pub struct Shaper {
+    pub addr: SocketAddr,
+    sem: Arc<tokio::sync::Semaphore>,
+    slots: usize,
+    active: AtomicUsize,
+}
+
+impl Shaper {
+    async fn start(core_port: u16, slots: usize, service: Duration) -> anyhow::Result<Arc<Shaper>> {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = l.local_addr()?;
+        let shaper = Arc::new(Shaper { addr, sem: Arc::new(tokio::sync::Semaphore::new(slots)), slots, active: AtomicUsize::new(slots) });
+        let sh = shaper.clone();
+        let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = l.accept().await else { continue };
+                let (sh, client) = (sh.clone(), client.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (sh, client) = (sh.clone(), client.clone());
+                        async move {
+                            use http_body_util::BodyExt;
+                            let _permit = sh.sem.clone().acquire_owned().await;
+                            let started = Instant::now();
+                            let (parts, body) = req.into_parts();
+                            let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let url = format!("http://127.0.0.1:{core_port}{}", parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
+                            let mut rb = client.request(parts.method.clone(), url).body(bytes);
+                            for (k, v) in parts.headers.iter() {
+                                if k != hyper::header::HOST && k != hyper::header::CONTENT_LENGTH {
+                                    rb = rb.header(k, v);
+                                }
+                            }
+                            let resp = rb.send().await;
+                            let left = service.saturating_sub(started.elapsed());
+                            tokio::time::sleep(left).await;
+                            let out = match resp {
+                                Ok(r) => {
+                                    let status = r.status();
+                                    let ct = r.headers().get("content-type").cloned();
+                                    let b = r.bytes().await.unwrap_or_default();
+                                    let mut out = hyper::Response::new(http_body_util::Full::new(b));
+                                    *out.status_mut() = status;
+                                    if let Some(ct) = ct {
+                                        out.headers_mut().insert("content-type", ct);
+                                    }
+                                    out
+                                }
+                                Err(_) => {
+                                    let mut out = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")));
+                                    *out.status_mut() = hyper::StatusCode::BAD_GATEWAY;
+                                    out
+                                }
+                            };
+                            Ok::<_, std::convert::Infallible>(out)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Ok(shaper)
+    }
+
+    fn set_fraction(&self, f: f64) {
+        let want = ((self.slots as f64 * f).round() as usize).max(1);
+        let have = self.active.swap(want, Ordering::SeqCst);
+        if want > have {
+            self.sem.add_permits(want - have);
+        } else if have > want {
+            self.sem.forget_permits(have - want);
+        }
+    }
+}

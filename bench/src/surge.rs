@@ -1,0 +1,677 @@
+//! The surge simulator: virtual users against the real `wicket` edge and `wicket-core` over loopback.
+//!
+//! Each virtual user joins the room, polls as told (`poll_after_ms`), holds when admitted, then pays after a
+//! think time or abandons (the sweeper must give those seats back). Users are multiplexed over a bounded
+//! number of connections: a scheduler pops whoever is due and runs their next request under a semaphore, so a
+//! 2-core box can play a million of them. Bots share devices, ignore `poll_after_ms` and drop cookies.
+
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::procs::{Stack, StackOptions};
+use crate::stats::{Recorder, kendall_tau};
+
+/// One scenario's knobs.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub users: usize,
+    /// Seats of the main pool.
+    pub seats: u32,
+    /// Second pool of the combo SKU (0 = no combo).
+    pub combo_seats: u32,
+    /// Named seats (a seated SKU), 0 = none.
+    pub named_seats: u32,
+    pub ramp_seconds: f64,
+    pub random: bool,
+    pub p99_target_ms: u64,
+    pub pay_probability: f64,
+    pub bots_fraction: f64,
+    pub pow: bool,
+    pub hold_seconds: u32,
+    pub max_seconds: u64,
+    pub connections: usize,
+    /// Halve the core's capacity between these seconds of the run.
+    pub capacity_drop: Option<(u64, u64)>,
+    pub release_max: u32,
+}
+
+impl Scenario {
+    pub fn preset(name: &str, quick: bool) -> anyhow::Result<Scenario> {
+        let base = Scenario {
+            name: "stararena",
+            users: 1_000_000,
+            seats: 20_000,
+            combo_seats: 0,
+            named_seats: 0,
+            ramp_seconds: 10.0,
+            random: false,
+            p99_target_ms: 100,
+            pay_probability: 0.9,
+            bots_fraction: 0.0,
+            pow: false,
+            hold_seconds: 20,
+            max_seconds: 600,
+            connections: 256,
+            capacity_drop: None,
+            release_max: 2000,
+        };
+        let mut s = match name {
+            "stararena" => base,
+            "scenic" => Scenario {
+                name: "scenic",
+                users: 120_000,
+                seats: 3000,
+                combo_seats: 600,
+                named_seats: 0,
+                random: true,
+                pay_probability: 0.7,
+                ..base
+            },
+            "capacity-drop" => Scenario {
+                name: "capacity-drop",
+                users: 200_000,
+                seats: 8000,
+                capacity_drop: Some((20, 50)),
+                max_seconds: 300,
+                ..base
+            },
+            "bots" => Scenario { name: "bots", users: 50_000, seats: 2000, bots_fraction: 0.10, pow: true, ..base },
+            "bots-nopow" => Scenario { name: "bots-nopow", users: 50_000, seats: 2000, bots_fraction: 0.10, pow: false, ..base },
+            other => anyhow::bail!("unknown scenario {other}: stararena | scenic | capacity-drop | bots | bots-nopow"),
+        };
+        if quick {
+            s.users = (s.users / 200).max(2000);
+            s.seats = (s.seats / 100).max(200);
+            s.combo_seats /= 100;
+            s.ramp_seconds = 3.0;
+            s.max_seconds = 50;
+            s.connections = 64;
+            s.hold_seconds = 5;
+            s.capacity_drop = s.capacity_drop.map(|_| (8, 16));
+        }
+        Ok(s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Join,
+    Poll,
+    Hold,
+    Pay,
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    None,
+    Paid,
+    Abandoned,
+    SoldOut,
+    Refused,
+    Error,
+}
+
+struct User {
+    phase: Phase,
+    bot: bool,
+    cookies: String,
+    token: Option<String>,
+    order: Option<(String, u64)>,
+    join_seq: u64,
+    position: u64,
+    admitted_ms: Option<u64>,
+    outcome: Outcome,
+    qty: u32,
+    sku: &'static str,
+    polls: u32,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SurgeReport {
+    pub scenario: String,
+    pub users: usize,
+    pub bots: usize,
+    pub seats: u64,
+    pub seconds: f64,
+    pub admitted: u64,
+    pub sold: u64,
+    pub paid_orders: u64,
+    pub abandoned: u64,
+    pub sellout_seconds: Option<f64>,
+    pub oversold: u64,
+    pub double_sold: u64,
+    pub over_limit_users: u64,
+    pub fifo_tau: f64,
+    pub p99_windows_ok: f64,
+    pub p99_windows: usize,
+    pub bots_share_of_seats: f64,
+    pub bots_share_of_population: f64,
+    pub edge_rss_mb: f64,
+    pub requests_per_second: f64,
+    pub endpoints: Vec<crate::stats::EndpointFigures>,
+    pub statuses: BTreeMap<String, u64>,
+    pub release_rate: Vec<(f64, f64)>,
+    pub queue_length: Vec<(f64, f64)>,
+    pub hold_p99: Vec<(f64, f64)>,
+}
+
+struct Shared {
+    s: Scenario,
+    stack: Stack,
+    http: reqwest::Client,
+    users: Vec<Mutex<User>>,
+    heap: Mutex<BinaryHeap<Reverse<(u64, u32)>>>,
+    start: Instant,
+    rec: Recorder,
+    join_seq: AtomicU64,
+    admitted: AtomicU64,
+    done: AtomicUsize,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+    fn schedule(&self, user: u32, at_ms: u64) {
+        self.heap.lock().push(Reverse((at_ms, user)));
+    }
+}
+
+fn merge_cookies(jar: &mut String, headers: &reqwest::header::HeaderMap) {
+    for v in headers.get_all(reqwest::header::SET_COOKIE) {
+        let Ok(v) = v.to_str() else { continue };
+        let Some(pair) = v.split(';').next() else { continue };
+        let Some((name, _)) = pair.split_once('=') else { continue };
+        let mut kept: Vec<&str> =
+            jar.split("; ").filter(|c| !c.is_empty() && !c.starts_with(&format!("{name}="))).collect();
+        kept.push(pair);
+        *jar = kept.join("; ");
+    }
+}
+
+/// Small deterministic per-user randomness (no shared RNG on the hot path).
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn unit(x: u64) -> f64 {
+    (mix(x) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Runs a scenario end to end and returns its report.
+pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
+    let stack = Stack::start(StackOptions {
+        seats: s.seats,
+        combo_seats: s.combo_seats,
+        named_seats: s.named_seats,
+        random: s.random,
+        p99_target_ms: s.p99_target_ms,
+        pow: s.pow,
+        hold_seconds: s.hold_seconds,
+        shaper: s.capacity_drop.is_some(),
+        release_max: s.release_max,
+    })
+    .await?;
+    let bots = (s.users as f64 * s.bots_fraction) as usize;
+    let users: Vec<Mutex<User>> = (0..s.users)
+        .map(|i| {
+            let r = mix(i as u64);
+            let (sku, qty) = if s.combo_seats > 0 && r % 5 == 0 {
+                ("combo", 1)
+            } else {
+                ("ga", 1 + (r >> 8) as u32 % 2)
+            };
+            Mutex::new(User {
+                phase: Phase::Join,
+                bot: i < bots,
+                cookies: String::new(),
+                token: None,
+                order: None,
+                join_seq: 0,
+                position: 0,
+                admitted_ms: None,
+                outcome: Outcome::None,
+                qty,
+                sku,
+                polls: 0,
+            })
+        })
+        .collect();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(s.connections)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let sh = Arc::new(Shared {
+        s: s.clone(),
+        stack,
+        http,
+        users,
+        heap: Mutex::new(BinaryHeap::new()),
+        start: Instant::now(),
+        rec: Recorder::default(),
+        join_seq: AtomicU64::new(0),
+        admitted: AtomicU64::new(0),
+        done: AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+    });
+    // Arrivals spread over the ramp, in a shuffled order so bots are not all first.
+    for i in 0..s.users {
+        let at = (unit(i as u64 ^ 0xA5A5) * s.ramp_seconds * 1000.0) as u64;
+        sh.schedule(i as u32, at);
+    }
+    // Samplers: the room's stats and the core's stock every second.
+    let samples = Arc::new(Mutex::new(Vec::<(f64, Value, Value)>::new()));
+    let sampler = {
+        let sh = sh.clone();
+        let samples = samples.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            while !sh.stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let t = sh.start.elapsed().as_secs_f64();
+                let stats = sh.stack.room_stats(&sh.http).await.unwrap_or(Value::Null);
+                let stock = sh.stack.stock(&sh.http).await.unwrap_or(Value::Null);
+                if progress {
+                    let done = sh.done.load(Ordering::Relaxed);
+                    let sold = stock["pools"]["main"]["sold"].as_u64().unwrap_or(0);
+                    let held = stock["pools"]["main"]["held"].as_u64().unwrap_or(0);
+                    let bar = (done * 30 / sh.s.users.max(1)).min(30);
+                    eprint!(
+                        "\r[{}{}] {t:5.0}s done {done}/{} admitted {} held {held} sold {sold}   ",
+                        "#".repeat(bar),
+                        " ".repeat(30 - bar),
+                        sh.s.users,
+                        sh.admitted.load(Ordering::Relaxed)
+                    );
+                    let _ = std::io::stderr().flush();
+                }
+                samples.lock().push((t, stats, stock));
+            }
+        })
+    };
+    if let Some((from, to)) = s.capacity_drop {
+        let sh2 = sh.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(from)).await;
+            sh2.stack.set_core_capacity(0.5);
+            tokio::time::sleep(Duration::from_secs(to - from)).await;
+            sh2.stack.set_core_capacity(1.0);
+        });
+    }
+    let sem = Arc::new(tokio::sync::Semaphore::new(s.connections));
+    let deadline = Duration::from_secs(s.max_seconds);
+    loop {
+        if sh.start.elapsed() > deadline || sh.done.load(Ordering::Relaxed) >= s.users {
+            break;
+        }
+        let now = sh.now_ms();
+        let next = {
+            let mut h = sh.heap.lock();
+            match h.peek() {
+                Some(Reverse((at, _))) if *at <= now => h.pop().map(|Reverse((_, u))| u),
+                Some(Reverse((at, _))) => {
+                    let wait = (*at - now).min(5);
+                    drop(h);
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                    continue;
+                }
+                None => {
+                    drop(h);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+            }
+        };
+        let Some(u) = next else { continue };
+        let permit = sem.clone().acquire_owned().await?;
+        let sh2 = sh.clone();
+        tokio::spawn(async move {
+            step(&sh2, u).await;
+            drop(permit);
+        });
+    }
+    sh.stop.store(true, Ordering::Relaxed);
+    let _ = sem.acquire_many(s.connections as u32).await;
+    let _ = sampler.await;
+    if progress {
+        eprintln!();
+    }
+    // Let the sweeper give back abandoned holds before reading the result.
+    let seconds = sh.start.elapsed().as_secs_f64();
+    report(&sh, &samples.lock(), seconds, bots).await
+}
+
+async fn step(sh: &Shared, u: u32) {
+    let (phase, bot, cookies, token, order, sku, qty) = {
+        let g = sh.users[u as usize].lock();
+        (g.phase, g.bot, g.cookies.clone(), g.token.clone(), g.order.clone(), g.sku, g.qty)
+    };
+    let user_id = format!("u{u}");
+    let t0 = Instant::now();
+    let second = sh.start.elapsed().as_secs() as u32;
+    let jitter = mix(u as u64 ^ sh.now_ms());
+    match phase {
+        Phase::Join => {
+            let seq = sh.join_seq.fetch_add(1, Ordering::Relaxed);
+            let r = sh.stack.join(&sh.http, &user_id, bot, if bot { "" } else { &cookies }).await;
+            let Ok((status, headers, body)) = r else {
+                return finish(sh, u, Outcome::Error);
+            };
+            sh.rec.record("join", second, status, t0.elapsed().as_micros() as u32);
+            let mut g = sh.users[u as usize].lock();
+            if !bot {
+                merge_cookies(&mut g.cookies, &headers);
+            }
+            g.join_seq = seq;
+            g.position = body["position"].as_u64().unwrap_or(0);
+            drop(g);
+            after_status(sh, u, status, &headers, &body, bot, jitter);
+        }
+        Phase::Poll => {
+            let r = sh.stack.status(&sh.http, &user_id, if bot { "" } else { &cookies }).await;
+            let Ok((status, headers, body)) = r else {
+                sh.schedule(u, sh.now_ms() + 1000);
+                return;
+            };
+            sh.rec.record("status", second, status, t0.elapsed().as_micros() as u32);
+            if !bot {
+                merge_cookies(&mut sh.users[u as usize].lock().cookies, &headers);
+            }
+            after_status(sh, u, status, &headers, &body, bot, jitter);
+        }
+        Phase::Hold => {
+            let Some(token) = token else { return finish(sh, u, Outcome::Error) };
+            let r = sh.stack.hold(&sh.http, &token, sku, qty, &user_id).await;
+            let Ok((status, body)) = r else { return finish(sh, u, Outcome::Error) };
+            sh.rec.record("hold", second, status, t0.elapsed().as_micros() as u32);
+            match status {
+                201 => {
+                    let id = body["order_id"].as_str().unwrap_or_default().to_string();
+                    let amount = body["amount_cents"].as_u64().unwrap_or(0);
+                    let pays = unit(u as u64 ^ 0x5EED) < sh.s.pay_probability;
+                    let mut g = sh.users[u as usize].lock();
+                    g.order = Some((id, amount));
+                    if pays {
+                        g.phase = Phase::Pay;
+                        drop(g);
+                        sh.schedule(u, sh.now_ms() + 500 + jitter % 2500);
+                    } else {
+                        drop(g);
+                        finish(sh, u, Outcome::Abandoned);
+                    }
+                }
+                409 if body["error"] == "sold_out" => finish(sh, u, Outcome::SoldOut),
+                429 | 503 => sh.schedule(u, sh.now_ms() + 500 + jitter % 1000),
+                _ => finish(sh, u, Outcome::Refused),
+            }
+        }
+        Phase::Pay => {
+            let Some((order, amount)) = order else { return finish(sh, u, Outcome::Error) };
+            match sh.stack.pay(&sh.http, &order, amount).await {
+                Ok(status) => {
+                    sh.rec.record("pay", second, status, t0.elapsed().as_micros() as u32);
+                    finish(sh, u, if status == 200 { Outcome::Paid } else { Outcome::Error })
+                }
+                Err(_) => sh.schedule(u, sh.now_ms() + 1000),
+            }
+        }
+        Phase::Done => {}
+    }
+}
+
+fn after_status(sh: &Shared, u: u32, status: u16, headers: &reqwest::header::HeaderMap, body: &Value, bot: bool, jitter: u64) {
+    let retry_ms = || {
+        headers
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|s| s * 1000)
+            .unwrap_or(1000)
+    };
+    if status == 429 {
+        sh.schedule(u, sh.now_ms() + retry_ms() + jitter % 500);
+        return;
+    }
+    if status >= 400 {
+        // A refused bot, a blocked device: it tries again later, as scripts do, but counts as refused.
+        let mut g = sh.users[u as usize].lock();
+        g.polls += 1;
+        if g.polls > 20 {
+            drop(g);
+            return finish(sh, u, Outcome::Refused);
+        }
+        g.phase = Phase::Join;
+        drop(g);
+        sh.schedule(u, sh.now_ms() + 2000 + jitter % 2000);
+        return;
+    }
+    let state = body["state"].as_str().unwrap_or("");
+    let mut g = sh.users[u as usize].lock();
+    g.polls += 1;
+    if let Some(p) = body["position"].as_u64() {
+        g.position = p;
+    }
+    match state {
+        "admitted" => {
+            g.token = body["token"].as_str().map(str::to_string);
+            if g.admitted_ms.is_none() {
+                g.admitted_ms = Some(sh.now_ms());
+                sh.admitted.fetch_add(1, Ordering::Relaxed);
+            }
+            g.phase = Phase::Hold;
+            drop(g);
+            // See "admitted", click "buy".
+            sh.schedule(u, sh.now_ms() + 200 + jitter % 800);
+        }
+        "sold_out" | "closed" => {
+            drop(g);
+            finish(sh, u, Outcome::SoldOut);
+        }
+        _ => {
+            g.phase = Phase::Poll;
+            drop(g);
+            let told = body["poll_after_ms"].as_u64().unwrap_or(2000);
+            let wait = if bot { 100 + jitter % 100 } else { told };
+            sh.schedule(u, sh.now_ms() + wait);
+        }
+    }
+}
+
+fn finish(sh: &Shared, u: u32, outcome: Outcome) {
+    let mut g = sh.users[u as usize].lock();
+    if g.phase != Phase::Done {
+        g.phase = Phase::Done;
+        g.outcome = outcome;
+        sh.done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+async fn report(sh: &Shared, samples: &[(f64, Value, Value)], seconds: f64, bots: usize) -> anyhow::Result<SurgeReport> {
+    // Give abandoned holds back (hold time + a sweeper pass), then read the truth from the core.
+    let (orders, stock) = sh.stack.read_back(&sh.http).await?;
+    let capacity: u64 = stock["pools"]["main"]["capacity"].as_u64().unwrap_or(0);
+    let mut live_qty: HashMap<String, u64> = HashMap::new();
+    let mut per_user: HashMap<String, u64> = HashMap::new();
+    let mut seat_owners: HashMap<String, u32> = HashMap::new();
+    let mut paid_orders = 0;
+    let mut sold_by_bots = 0u64;
+    let mut sold = 0u64;
+    for o in &orders {
+        let state = o["state"].as_str().unwrap_or("");
+        if !matches!(state, "CREATED" | "PAID" | "USED") {
+            continue;
+        }
+        let qty = o["qty"].as_u64().unwrap_or(0);
+        let pools: Vec<String> = if o["sku"] == "combo" { vec!["main".into(), "combo".into()] } else { vec!["main".into()] };
+        for p in pools {
+            *live_qty.entry(p).or_default() += qty;
+        }
+        *per_user.entry(o["user"].as_str().unwrap_or("").to_string()).or_default() += qty;
+        for seat in o["seats"].as_array().into_iter().flatten() {
+            *seat_owners.entry(seat.as_str().unwrap_or("").to_string()).or_default() += 1;
+        }
+        if state != "CREATED" {
+            paid_orders += 1;
+            sold += qty;
+            let uid: usize = o["user"].as_str().and_then(|u| u.strip_prefix('u')).and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
+            if uid < bots {
+                sold_by_bots += qty;
+            }
+        }
+    }
+    let mut oversold = 0;
+    for (pool, q) in &live_qty {
+        let cap = stock["pools"][pool]["capacity"].as_u64().unwrap_or(0);
+        oversold += q.saturating_sub(cap);
+        let p = &stock["pools"][pool];
+        let counted = p["held"].as_u64().unwrap_or(0) + p["sold"].as_u64().unwrap_or(0) + p["available"].as_u64().unwrap_or(0);
+        oversold += counted.saturating_sub(cap);
+    }
+    let double_sold = seat_owners.values().filter(|&&n| n > 1).count() as u64;
+    let over_limit_users = per_user.values().filter(|&&q| q > 2).count() as u64;
+    // FIFO fidelity: the order users sent their join vs the order of the positions the edge gave them.
+    let mut pairs: Vec<(u64, u64)> = Vec::new();
+    let mut abandoned = 0;
+    for (i, u) in sh.users.iter().enumerate() {
+        let g = u.lock();
+        if g.outcome == Outcome::Abandoned {
+            abandoned += 1;
+        }
+        if !g.bot && g.admitted_ms.is_some() && g.position > 0 {
+            pairs.push((g.join_seq, g.position));
+        }
+        let _ = i;
+    }
+    let fifo_tau = if sh.s.random {
+        // Only arrivals after the open are FIFO; the pre-queue is shuffled on purpose.
+        f64::NAN
+    } else {
+        kendall_tau(&mut pairs)
+    };
+    let target = sh.s.p99_target_ms as f64;
+    let windows = sh.rec.p99_per_second("hold", 5);
+    let ok = windows.iter().filter(|w| w.1 <= target).count();
+    let sellout = samples
+        .iter()
+        .find(|(_, _, st)| st["pools"]["main"]["available"].as_u64() == Some(0))
+        .map(|(t, _, _)| *t);
+    let release_rate = samples
+        .iter()
+        .filter_map(|(t, st, _)| st["release_per_second"].as_f64().or(st["release_rate"].as_f64()).map(|r| (*t, r)))
+        .collect();
+    let queue_length = samples
+        .iter()
+        .filter_map(|(t, st, _)| st["queue_length"].as_f64().or(st["waiting"].as_f64()).map(|q| (*t, q)))
+        .collect();
+    let endpoints = sh.rec.endpoints(seconds);
+    let total_requests: u64 = endpoints.iter().map(|e| e.requests).sum();
+    Ok(SurgeReport {
+        scenario: sh.s.name.to_string(),
+        users: sh.s.users,
+        bots,
+        seats: capacity,
+        seconds,
+        admitted: sh.admitted.load(Ordering::Relaxed),
+        sold,
+        paid_orders,
+        abandoned,
+        sellout_seconds: sellout,
+        oversold,
+        double_sold,
+        over_limit_users,
+        fifo_tau,
+        p99_windows_ok: if windows.is_empty() { 1.0 } else { ok as f64 / windows.len() as f64 },
+        p99_windows: windows.len(),
+        bots_share_of_seats: if sold == 0 { 0.0 } else { sold_by_bots as f64 / sold as f64 },
+        bots_share_of_population: bots as f64 / sh.s.users.max(1) as f64,
+        edge_rss_mb: sh.stack.edge_peak_rss_mb(),
+        requests_per_second: total_requests as f64 / seconds,
+        endpoints,
+        statuses: sh.rec.statuses(),
+        release_rate,
+        queue_length,
+        hold_p99: windows.iter().map(|w| (w.0 as f64, w.1)).collect(),
+    })
+}
+
+/// Writes the report's figures to summary.json and RESULTS.md, and its plots to bench/results/.
+pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
+    use crate::svg::{Series, line_chart};
+    let key = r.scenario.replace('-', "_");
+    crate::report::merge_summary(
+        &key,
+        json!({
+            "users": r.users, "seats": r.seats, "oversold": r.oversold, "double_sold": r.double_sold,
+            "over_limit_users": r.over_limit_users,
+            "p99_windows_ok": r.p99_windows_ok, "p99_windows": r.p99_windows,
+            "fifo_tau": if r.fifo_tau.is_nan() { Value::Null } else { json!(r.fifo_tau) },
+            "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "admitted": r.admitted,
+            "sold": r.sold, "abandoned": r.abandoned, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
+            "bots_share_of_seats": r.bots_share_of_seats, "bots_share_of_population": r.bots_share_of_population,
+        }),
+    )?;
+    let dir = crate::report::bench_dir().join("results");
+    std::fs::write(
+        dir.join(format!("{}-release.svg", r.scenario)),
+        line_chart(&format!("{}: release rate", r.scenario), "seconds", "admissions / s", &[Series { name: "release rate", color: "#06c", points: r.release_rate.clone() }], None),
+    )?;
+    std::fs::write(
+        dir.join(format!("{}-p99.svg", r.scenario)),
+        line_chart(&format!("{}: hold P99 per second", r.scenario), "seconds", "ms", &[Series { name: "hold P99", color: "#c60", points: r.hold_p99.clone() }], Some((100.0, "target"))),
+    )?;
+    std::fs::write(
+        dir.join(format!("{}-queue.svg", r.scenario)),
+        line_chart(&format!("{}: queue length", r.scenario), "seconds", "people waiting", &[Series { name: "queue", color: "#393", points: r.queue_length.clone() }], None),
+    )?;
+    let mut rows = String::new();
+    for e in &r.endpoints {
+        rows.push_str(&format!("| {} | {} | {:.0} | {:.2} ms | {:.2} ms |\n", e.endpoint, e.requests, e.per_second, e.p50_ms, e.p99_ms));
+    }
+    let body = format!(
+        "## Surge: {name}\n\nCommand: `{command}`\n\nMachine: {machine}.\n\n\
+         | figure | value |\n|---|---|\n\
+         | virtual users (bots) | {users} ({bots}) |\n| seats | {seats} |\n| run time | {secs:.1} s |\n\
+         | admitted | {admitted} |\n| tickets sold (paid) | {sold} |\n| abandoned holds | {abandoned} |\n\
+         | time to sell out | {sellout} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
+         | users over their limit | {overlimit} |\n| FIFO Kendall τ | {tau} |\n\
+         | 1-s windows with hold P99 ≤ target | {ok:.3} of {nw} |\n| bots' share of seats / of population | {bs:.3} / {bp:.3} |\n\
+         | edge peak RSS | {rss:.1} MB |\n| real requests/s (all endpoints) | {rps:.0} |\n\n\
+         | endpoint | requests | per s | P50 | P99 |\n|---|---|---|---|---|\n{rows}\n\
+         Plots: `results/{name}-release.svg`, `results/{name}-p99.svg`, `results/{name}-queue.svg`.\n",
+        name = r.scenario,
+        machine = crate::report::machine(),
+        users = r.users,
+        bots = r.bots,
+        seats = r.seats,
+        secs = r.seconds,
+        admitted = r.admitted,
+        sold = r.sold,
+        abandoned = r.abandoned,
+        sellout = r.sellout_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "not sold out".into()),
+        oversold = r.oversold,
+        double = r.double_sold,
+        overlimit = r.over_limit_users,
+        tau = if r.fifo_tau.is_nan() { "n/a (random pre-queue)".to_string() } else { format!("{:.4}", r.fifo_tau) },
+        ok = r.p99_windows_ok,
+        nw = r.p99_windows,
+        bs = r.bots_share_of_seats,
+        bp = r.bots_share_of_population,
+        rss = r.edge_rss_mb,
+        rps = r.requests_per_second,
+    );
+    crate::report::write_section(&format!("surge-{}", r.scenario), &body)
+}
