@@ -176,3 +176,64 @@ pub async fn run_holds(base: &str, event: &str, clients: usize, duration: Durati
         errors: errors.load(Ordering::Relaxed),
     })
 }
+
+/// A private `redis-server` on a free port with its own temp dir; stopped on drop.
+pub struct RedisProcess {
+    child: Child,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl RedisProcess {
+    pub async fn start(extra: &[&str]) -> anyhow::Result<RedisProcess> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot run redis-server ({e}); install redis-server"))?;
+        let url = format!("redis://127.0.0.1:{port}/0");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            anyhow::ensure!(Instant::now() < deadline, "redis-server did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(RedisProcess { child, url, _dir: dir })
+    }
+}
+
+/// Runs the `evalsha_ceiling` example (built next to this binary) and parses its JSON line.
+pub fn evalsha_ceiling(url: &str, connections: usize, seconds: u64) -> anyhow::Result<HoldFigures> {
+    let exe = std::env::current_exe()?;
+    let bin = exe.parent().map(|d| d.join("examples/evalsha_ceiling")).unwrap_or_default();
+    anyhow::ensure!(bin.is_file(), "{} not found: run `cargo build --release -p wicket-core --examples` first", bin.display());
+    let out = Command::new(bin)
+        .args(["--url", url, "--connections", &connections.to_string(), "--seconds", &seconds.to_string()])
+        .stderr(Stdio::inherit())
+        .output()?;
+    anyhow::ensure!(out.status.success(), "evalsha_ceiling failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or_else(|| anyhow::anyhow!("no JSON line from evalsha_ceiling"))?;
+    let v: serde_json::Value = serde_json::from_str(line)?;
+    let per_second = v["holds_per_s"].as_f64().unwrap_or(0.0);
+    Ok(HoldFigures {
+        holds: v["holds"].as_u64().unwrap_or(0),
+        seconds: seconds as f64,
+        per_second,
+        p50_ms: v["p50_ms"].as_f64().unwrap_or(0.0),
+        p99_ms: v["p99_ms"].as_f64().unwrap_or(0.0),
+        errors: v["errors"].as_u64().unwrap_or(0),
+    })
+}

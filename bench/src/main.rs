@@ -39,6 +39,18 @@ enum Cmd {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Holds/s through the core's HTTP API on Redis vs the raw EVALSHA ceiling of the same script on the same
+    /// Redis, alternating A/B rounds in one run.
+    HoldsVsEvalsha {
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// A flash sale end to end against the real edge and core: stararena | scenic | capacity-drop | bots | bots-nopow.
     Surge {
         scenario: String,
@@ -60,6 +72,53 @@ enum Cmd {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
+        Cmd::HoldsVsEvalsha { clients, seconds, rounds, dry_run } => {
+            let redis = holds::RedisProcess::start(&["--appendonly", "no"]).await?;
+            let core = holds::start_core(&redis.url).await?;
+            holds::put_event(&core.base, "bench", 10_000_000).await?;
+            holds::run_holds(&core.base, "bench", clients, Duration::from_secs(1)).await?;
+            let (mut http, mut raw) = (Vec::new(), Vec::new());
+            for round in 0..rounds {
+                let h = holds::run_holds(&core.base, "bench", clients, Duration::from_secs(seconds)).await?;
+                let r = holds::evalsha_ceiling(&redis.url, clients, seconds)?;
+                println!(
+                    "round {round}: core HTTP {:.0} holds/s (P99 {:.2} ms, {} errors) | raw EVALSHA {:.0} holds/s (P99 {:.2} ms) | ratio {:.3}",
+                    h.per_second, h.p99_ms, h.errors, r.per_second, r.p99_ms, h.per_second / r.per_second.max(1.0)
+                );
+                http.push(h);
+                raw.push(r);
+            }
+            let avg = |v: &[holds::HoldFigures], f: fn(&holds::HoldFigures) -> f64| v.iter().map(f).sum::<f64>() / v.len().max(1) as f64;
+            let (hps, rps) = (avg(&http, |f| f.per_second), avg(&raw, |f| f.per_second));
+            let (hp99, rp99) = (avg(&http, |f| f.p99_ms), avg(&raw, |f| f.p99_ms));
+            let ratio = hps / rps.max(1.0);
+            println!("core on Redis {hps:.0} holds/s vs raw EVALSHA {rps:.0} holds/s: ratio {ratio:.3}");
+            if !dry_run {
+                report::merge_summary("hold_vs_evalsha", serde_json::json!(((ratio * 1000.0).round() / 1000.0)))?;
+                report::merge_summary(
+                    "core_holds_redis",
+                    serde_json::json!({"holds_per_second": hps.round(), "p99_ms": hp99, "evalsha_holds_per_second": rps.round(), "evalsha_p99_ms": rp99, "clients": clients, "rounds": rounds, "seconds_per_round": seconds}),
+                )?;
+                let mut rows = String::new();
+                for (i, (h, r)) in http.iter().zip(&raw).enumerate() {
+                    rows.push_str(&format!("| {i} | {:.0} | {:.2} ms | {:.0} | {:.2} ms | {:.3} |\n", h.per_second, h.p99_ms, r.per_second, r.p99_ms, h.per_second / r.per_second.max(1.0)));
+                }
+                report::write_section(
+                    "hold-vs-evalsha",
+                    &format!(
+                        "## Core holds on Redis vs the raw EVALSHA ceiling\n\n\
+                         Command: `cargo build --release --workspace --examples && target/release/wicket-bench holds-vs-evalsha --clients {clients} --seconds {seconds} --rounds {rounds}`\n\n\
+                         Machine: {}. One private redis-server (no persistence, so the figure is the script, not the disk). \
+                         A: the real `wicket-core` binary on that Redis, {clients} HTTP clients with keep-alive, each hold with a fresh \
+                         HS256 admission token and idempotency key. B: `lua/hold.lua` by EVALSHA from {clients} Rust connections \
+                         (core/examples/evalsha_ceiling.rs), no HTTP, no token. Rounds alternate A, B on the same Redis.\n\n\
+                         | round | core holds/s | core P99 | EVALSHA holds/s | EVALSHA P99 | ratio |\n|---|---|---|---|---|---|\n{rows}\n\
+                         **hold_vs_evalsha = {ratio:.3}** (mean core {hps:.0} holds/s, P99 {hp99:.2} ms; mean EVALSHA {rps:.0} holds/s, P99 {rp99:.2} ms).\n",
+                        report::machine()
+                    ),
+                )?;
+            }
+        }
         Cmd::Surge { scenario, quick, users, dry_run, check } => {
             let mut s = surge::Scenario::preset(&scenario, quick)?;
             if let Some(u) = users {
