@@ -69,10 +69,10 @@ async fn script_flush_is_survived() {
     ga_event(&s, "flush", 10).await;
     conformance::created(&s, &req("flush", "u1", "ga", 1)).await;
     assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
-    assert_eq!(server.cli(&["SCRIPT", "EXISTS", &wicket_core::store::redis::scripts::HOLD.get_hash()]).trim(), "0");
+    assert_eq!(server.cli(&["SCRIPT", "EXISTS", wicket_core::store::redis::scripts::HOLD.get_hash()]).trim(), "0");
     // The next hold answers NOSCRIPT first; the store loads the script and runs it, transparently.
     conformance::created(&s, &req("flush", "u2", "ga", 1)).await;
-    assert_eq!(server.cli(&["SCRIPT", "EXISTS", &wicket_core::store::redis::scripts::HOLD.get_hash()]).trim(), "1");
+    assert_eq!(server.cli(&["SCRIPT", "EXISTS", wicket_core::store::redis::scripts::HOLD.get_hash()]).trim(), "1");
     assert_eq!(s.stock("flush").await.unwrap().unwrap().pools["ga"].held, 2);
 }
 

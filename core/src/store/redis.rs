@@ -280,7 +280,24 @@ impl RedisStore {
             .map_err(map_err)?;
         let store = RedisStore { conn: Conn::Single(conn) };
         store.now_ms().await?;
+        store.warn_unless_durable().await;
         Ok(store)
+    }
+
+    /// A hold or payment acknowledged by a Redis without `appendfsync always` can be lost in a crash
+    /// (DESIGN §6): say so at start-up. Managed Redis may refuse CONFIG; then nothing is said.
+    async fn warn_unless_durable(&self) {
+        let Ok(v) = self.cmd(redis::cmd("CONFIG").arg("GET").arg("append*")).await else { return };
+        let cfg = pairs(&v);
+        let (aof, fsync) = (cfg.get("appendonly").map(String::as_str), cfg.get("appendfsync").map(String::as_str));
+        if aof.is_some() && (aof != Some("yes") || fsync != Some("always")) {
+            tracing::warn!(
+                appendonly = aof.unwrap_or("?"),
+                appendfsync = fsync.unwrap_or("?"),
+                "the sale's Redis does not fsync every write (appendonly yes + appendfsync always): \
+                 acknowledged holds and payments can be lost if it crashes"
+            );
+        }
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
