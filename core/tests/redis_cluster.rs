@@ -58,3 +58,22 @@ async fn events_spread_over_masters() {
     }
     assert!(ports.len() >= 2, "12 events all on one master");
 }
+
+/// SCRIPT FLUSH on every master: the next calls reload the scripts (SCRIPT LOAD goes to every node) and run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn script_flush_on_every_master_is_survived() {
+    let h = cluster().await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(conformance::new_event(&h, &format!("flush{i}"), 10, 5, 3, &[]).await);
+    }
+    for n in &h._cluster.nodes {
+        assert_eq!(n.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    }
+    for id in &ids {
+        let r = conformance::req(id, "u1", "park", 1);
+        conformance::created(&*h.store, &r).await;
+        assert_eq!(conformance::pool(&*h.store, id, "park").await.held, 1);
+        conformance::assert_invariants(&*h.store, id).await;
+    }
+}
