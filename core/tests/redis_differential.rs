@@ -264,7 +264,8 @@ async fn embedded_and_redis_agree_on_random_sequences() {
     let server = common::RedisServer::start();
     let red = RedisStore::connect(&server.url()).await.unwrap();
     let now = red.now_ms().await.unwrap();
-    let emb = EmbeddedStore::with_clock(Arc::new(ManualClock::new(now)));
+    let clock = Arc::new(ManualClock::new(now));
+    let emb = EmbeddedStore::with_clock(clock.clone());
     let seqs: u64 = std::env::var("WICKET_DIFF_SEQS").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
     let ops: usize = std::env::var("WICKET_DIFF_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
     let mut seen = std::collections::BTreeSet::new();
@@ -282,4 +283,52 @@ async fn embedded_and_redis_agree_on_random_sequences() {
         }
     }
     assert_eq!(emb.list_events().await.unwrap(), red.list_events().await.unwrap());
+
+    // Expiry, which the sequences above never reach (900 s holds): 1 s holds, both clocks moved past the
+    // deadlines, then the sweeper's two calls.
+    let event = format!("diff-exp-{}", std::process::id());
+    let mut sp = spec(now, 8, 5, false);
+    sp.hold_seconds = 1;
+    assert_eq!(emb.put_event(&event, &sp, false).await.unwrap(), red.put_event(&event, &sp, false).await.unwrap());
+    let mut g = Gen { rng: StdRng::seed_from_u64(7), event: event.clone(), holds: vec![], orders: vec![], n: 0 };
+    for i in 0..6 {
+        let mut r = g.new_hold();
+        (r.sku, r.qty, r.seats) = (["park", "park+zoo", "stalls"][i % 3].into(), 1, vec![]);
+        r.fingerprint = HoldRequest::fingerprint_of(&r.sku, r.qty, &r.identity, &r.seats);
+        assert_eq!(show_hold(emb.hold(&r).await.unwrap()), show_hold(red.hold(&r).await.unwrap()));
+        g.orders.push(r.order_id.clone());
+    }
+    let paid = PaymentRequest { order_id: g.orders[1].clone(), txn_id: "t".into(), amount_cents: 150 };
+    assert_eq!(show_pay(emb.pay(&paid).await.unwrap()), show_pay(red.pay(&paid).await.unwrap()));
+    let early = show_tr(emb.close(&g.orders[0], CloseReason::Expired).await.unwrap());
+    assert!(early.starts_with("NotDue"), "{early}");
+    assert_eq!(early, show_tr(red.close(&g.orders[0], CloseReason::Expired).await.unwrap()));
+    assert!(red.due_holds(&event, 10).await.unwrap().is_empty());
+    clock.advance_ms(1_100);
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let ids = |v: Vec<(String, i64)>| -> Vec<String> { v.into_iter().map(|(id, _)| id).collect() };
+    let due = ids(emb.due_holds(&event, 10).await.unwrap());
+    assert_eq!(due.len(), 5, "every unpaid hold is due");
+    // Ties of deadline are broken by order id on both, but the two clocks group holds into milliseconds
+    // differently: compare as sets, and check Redis's own order.
+    let red_due = red.due_holds(&event, 10).await.unwrap();
+    assert!(red_due.windows(2).all(|w| (w[0].1, &w[0].0) <= (w[1].1, &w[1].0)), "oldest first: {red_due:?}");
+    let red_due = ids(red_due);
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(due.clone()), sorted(red_due.clone()), "the same holds are due");
+    assert_eq!(ids(red.due_holds(&event, 2).await.unwrap()), red_due[..2].to_vec());
+    for o in &due {
+        let a = show_tr(emb.close(o, CloseReason::Expired).await.unwrap());
+        assert!(a.starts_with("Done"), "{a}");
+        assert_eq!(a, show_tr(red.close(o, CloseReason::Expired).await.unwrap()));
+    }
+    assert!(red.due_holds(&event, 10).await.unwrap().is_empty());
+    let late = PaymentRequest { order_id: g.orders[0].clone(), txn_id: "late".into(), amount_cents: 100 };
+    assert_eq!(show_pay(emb.pay(&late).await.unwrap()), show_pay(red.pay(&late).await.unwrap()));
+    assert_eq!(emb.stock(&event).await.unwrap(), red.stock(&event).await.unwrap());
+    let kinds = |v: Vec<OutboxEntry>| -> Vec<(String, String)> { v.into_iter().map(|e| (e.order_id, e.kind)).collect() };
+    assert_eq!(kinds(emb.outbox(&event, None, 100).await.unwrap()), kinds(red.outbox(&event, None, 100).await.unwrap()));
 }

@@ -338,6 +338,25 @@ async fn dead_redis_fails_fast_and_the_store_recovers_by_itself() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hung_redis_times_out_as_outcome_unknown_then_recovers() {
+    let server = RedisServer::start();
+    let s = RedisStore::connect(&server.url()).await.unwrap();
+    ga_event(&s, "hung", 10).await;
+    server.freeze();
+    let r = req("hung", "u", "ga", 1);
+    let t0 = Instant::now();
+    let first = s.hold(&r).await;
+    let took = t0.elapsed();
+    assert!(matches!(first, Err(StoreError::OutcomeUnknown(_))), "sent, no answer: {first:?}");
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    server.thaw();
+    // The request may have run once Redis woke up; the retry with the same key finds out.
+    let (o, _) = hold_retrying(&s, &r, Duration::from_secs(10)).await;
+    assert!(matches!(o, HoldOutcome::Created(_) | HoldOutcome::Replay(_)), "{o:?}");
+    assert_eq!(s.stock("hung").await.unwrap().unwrap().pools["ga"].held, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_connection_is_unavailable() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -124,6 +124,23 @@ impl RedisServer {
         }
     }
 
+    /// SIGSTOP: the server keeps its sockets but answers nothing (a hung or swapping Redis).
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`freeze`](Self::freeze).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let ok = Command::new("kill").arg(sig).arg(c.id().to_string()).status().is_ok_and(|s| s.success());
+            assert!(ok, "kill {sig} failed");
+        }
+    }
+
     /// Starts the server again on the same port and dir (after [`kill9`](Self::kill9)).
     pub fn restart(&mut self) {
         self.kill9();
