@@ -182,7 +182,11 @@ fn wait_ready(port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
             let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
             return Err(format!("redis-server exited ({status}): {log}"));
         }
-        if send_inline(port, "PING").is_some_and(|r| r.starts_with("+PONG")) {
+        // Our own process must answer: another test's server may have taken the port first.
+        // and be done loading its AOF (PING answers -LOADING until then).
+        if send_inline(port, "INFO server").is_some_and(|r| r.contains(&format!("process_id:{}\r\n", child.id())))
+            && send_inline(port, "PING").is_some_and(|r| r.starts_with("+PONG"))
+        {
             return Ok(());
         }
         if Instant::now() > deadline {
