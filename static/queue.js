@@ -127,14 +127,13 @@
   }
 
   // ------------------------------------------------------------------------------------------------
-  // Proof-of-work: find a nonce so that sha256(challenge + ":" + nonce) starts with `difficulty` zero bits.
+  // Proof-of-work: find a nonce so that sha256(challenge + nonce) starts with `difficulty` zero bits.
   // WebCrypto when the page is a secure context; a small pure-JS SHA-256 otherwise (plain http on a LAN).
   // ------------------------------------------------------------------------------------------------
 
-  // What goes between challenge and nonce in the hashed string. NOTE: the edge's general bot check
-  // (edge/src/bot.rs, static/pow.js) hashes challenge + nonce with nothing between; the room join must
-  // verify with the same rule as this page: change one side.
-  var POW_SEPARATOR = ':';
+  // What goes between challenge and nonce in the hashed string: nothing, as the edge verifies it
+  // (edge/src/bot.rs `ProofOfWork::verify`, shared by the room join and static/pow.js).
+  var POW_SEPARATOR = '';
 
   function leadingZeroBits(bytes) {
     var n = 0;

@@ -13,6 +13,7 @@
 //! | `GET`/`POST`/`DELETE /admin/blocklist` | list / add / remove `{"ips","users","devices"}` |
 //! | `GET`/`PUT /admin/bot-policy` | routes, proof kind, PoW difficulty, CAPTCHA fail-open |
 //! | `GET /metrics` | Prometheus text |
+//! | `/admin/rooms...`, `GET /admin/stream` | the waiting rooms (see [`crate::room::admin`]) |
 //!
 //! Without a valid token every call but `/healthz` is 401 and changes nothing.
 
@@ -159,7 +160,39 @@ impl AdminService {
                     .body(body)
                     .unwrap_or_else(|_| Response::new(Vec::new()))
             }
+            (Method::GET, "/admin/stream") => {
+                crate::room::admin::stream(&st.rooms, session).await;
+                Response::new(Vec::new())
+            }
+            (m, p) if crate::room::admin::is_rooms_path(p) => {
+                let body = if m == Method::PUT || m == Method::POST {
+                    match self.raw_body(session).await {
+                        Ok(b) => b,
+                        Err(r) => return r,
+                    }
+                } else {
+                    Vec::new()
+                };
+                crate::room::admin::handle(&st.rooms, &m, p, &body)
+            }
             _ => error(404, "not_found", "no such admin endpoint"),
+        }
+    }
+
+    /// The raw request body, bounded by [`MAX_ADMIN_BODY`].
+    async fn raw_body(&self, session: &mut ServerSession) -> Result<Vec<u8>, Response<Vec<u8>>> {
+        let mut buf = Vec::new();
+        loop {
+            match session.read_request_body().await {
+                Ok(Some(chunk)) => {
+                    if buf.len() + chunk.len() > MAX_ADMIN_BODY {
+                        return Err(error(413, "payload_too_large", "request body too large"));
+                    }
+                    buf.extend_from_slice(&chunk);
+                }
+                Ok(None) => return Ok(buf),
+                Err(_) => return Err(error(400, "bad_request", "could not read the request body")),
+            }
         }
     }
 }

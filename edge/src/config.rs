@@ -64,6 +64,10 @@ pub struct WicketConfig {
     /// Top-level `admin-token`, used for the edge's admin port when `[edge]` names none.
     #[serde(skip)]
     pub shared_admin_token: Option<String>,
+    /// Top-level `store` when it is a `redis://` URL: the rooms keep their state there (edges
+    /// sharing a Redis share one queue). Default (or `embedded`): in this process.
+    #[serde(skip)]
+    pub room_store: Option<String>,
     /// Top-level `admin-token-env`, same fallback.
     #[serde(skip)]
     pub shared_admin_token_env: Option<String>,
@@ -462,6 +466,11 @@ impl WicketConfig {
         }
         cfg.shared_admin_token = table.get("admin-token").and_then(|v| v.as_str()).map(str::to_owned);
         cfg.shared_admin_token_env = table.get("admin-token-env").and_then(|v| v.as_str()).map(str::to_owned);
+        cfg.room_store = table
+            .get("store")
+            .and_then(|v| v.as_str())
+            .filter(|s| s.starts_with("redis://") || s.starts_with("rediss://"))
+            .map(str::to_owned);
         if issues.is_empty() { Ok(cfg) } else { Err(ConfigErrors(issues)) }
     }
 
@@ -697,6 +706,7 @@ impl WicketConfig {
                 out.push(issue(format!("rooms[{i}]"), "must be a table"));
             }
         }
+        out.extend(crate::room::validate(self));
         out
     }
 

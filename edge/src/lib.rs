@@ -17,6 +17,9 @@
 //! - [`blocklist`], [`anomaly`]: who is refused, and rules that block for a while.
 //! - [`bot`]: proof-of-work, CAPTCHA siteverify, bot passes, run-time policy.
 //! - [`admission`]: the protected-path hook (admission-token JWT check).
+//! - [`room`]: the waiting room: queue tickets, status, admission tokens, sessions, the release
+//!   loop, room admin API; room state embedded or in Redis.
+//! - [`controller`]: the release controller (session budget from core P99, errors, utilisation).
 //! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer.
 //! - [`admin`]: the admin port (bearer token).
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
@@ -38,12 +41,14 @@ pub mod anomaly;
 pub mod blocklist;
 pub mod bot;
 pub mod config;
+pub mod controller;
 pub mod demo;
 pub mod identity;
 pub mod limit;
 pub mod metrics;
 pub mod proxy;
 pub mod reject;
+pub mod room;
 pub mod server;
 pub mod state;
 pub mod statics;

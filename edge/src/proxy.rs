@@ -248,6 +248,20 @@ impl EdgeProxy {
         pass
     }
 
+    /// A device id the client holds a signed cookie for (a fresh one replaces a fingerprint), so
+    /// the waiting room can bind tickets and places to it.
+    fn stable_device(&self, ctx: &mut RequestCtx) -> String {
+        if let Some(Device::Cookie(id)) = &ctx.device {
+            return id.clone();
+        }
+        let st = &self.state;
+        ctx.cookies.retain(|c| !c.starts_with(DEVICE_COOKIE));
+        let (id, value) = st.devices.issue();
+        ctx.cookies.push(st.cookie(DEVICE_COOKIE, &value, 400 * 86_400));
+        ctx.device = Some(Device::Cookie(id.clone()));
+        id
+    }
+
     /// Verifies a PoW or CAPTCHA proof per the current policy.
     async fn check_proof(&self, pow: Option<(&str, &str)>, captcha: Option<&str>, ip: IpAddr) -> std::result::Result<(), Reject> {
         let st = &self.state;
@@ -355,6 +369,29 @@ fn anomaly_label(t: Tripped) -> &'static str {
     }
 }
 
+/// Removes the room's admission token (cookie `wicket_a_<room>`, `Authorization: Bearer`) from
+/// a request going upstream: the verified identity travels in `Wicket-*` headers instead.
+fn strip_admission_token(req: &mut RequestHeader, room: &str) {
+    let name = format!("wicket_a_{room}=");
+    let kept: Vec<String> = req
+        .headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.starts_with(&name))
+        .map(str::to_owned)
+        .collect();
+    req.remove_header(&header::COOKIE);
+    if !kept.is_empty() {
+        let _ = req.insert_header(header::COOKIE, kept.join("; "));
+    }
+    if bearer(req).is_some() {
+        req.remove_header(&header::AUTHORIZATION);
+    }
+}
+
 fn bearer(req: &RequestHeader) -> Option<&str> {
     header_str(req, "authorization").and_then(|v| v.strip_prefix("Bearer ")).map(str::trim)
 }
@@ -429,6 +466,17 @@ impl ProxyHttp for EdgeProxy {
             return self.reject(session, ctx, r).await;
         }
 
+        if st.rooms.owns(session.req_header().uri.path()) {
+            // The waiting room answers its rooms' paths and runs the room's bot check itself.
+            let device = self.stable_device(ctx);
+            let mut q = crate::room::http::QueueRequest {
+                ip: ctx.ip,
+                user: ctx.user.clone(),
+                device,
+                cookies: std::mem::take(&mut ctx.cookies),
+            };
+            return crate::room::http::serve(&st, session, &mut q).await;
+        }
         let path = session.req_header().uri.path();
         if path == CHALLENGE_PATH || path == VERIFY_PATH {
             let verify = path == VERIFY_PATH;
@@ -450,6 +498,16 @@ impl ProxyHttp for EdgeProxy {
             let verdict = match (token, &st.admission) {
                 (Some(t), Some(check)) => check.verify(t, &p.rule).ok(),
                 _ => None,
+            };
+            // A room's token also needs its session (not revoked, not expired) and its holder:
+            // the token's `sub` is the visitor's user or device.
+            let verdict = match verdict {
+                Some(c) => {
+                    let device = ctx.device.as_ref().map(|d| d.id().to_owned());
+                    let ok = st.rooms.session_ok(&p.rule.room, &c.sub, ctx.user.as_deref(), device.as_deref()).await;
+                    ok.then_some(c)
+                }
+                None => None,
             };
             match verdict {
                 Some(claims) => ctx.admitted = Some((p.rule.room.clone(), claims)),
@@ -488,6 +546,7 @@ impl ProxyHttp for EdgeProxy {
             upstream_request.remove_header(h);
         }
         if let Some((room, claims)) = &ctx.admitted {
+            strip_admission_token(upstream_request, room);
             upstream_request.insert_header("wicket-user", claims.sub.as_str())?;
             upstream_request.insert_header("wicket-room", room.as_str())?;
             upstream_request.insert_header("wicket-position", claims.pos.to_string())?;
@@ -517,6 +576,11 @@ impl ProxyHttp for EdgeProxy {
     ) -> Result<()> {
         if let (Some(t), Some(up)) = (ctx.upstream_started.take(), self.upstream(ctx)) {
             self.state.metrics.upstream_seconds.with_label_values(&[up.name]).observe(t.elapsed().as_secs_f64());
+            if ctx.to_core {
+                // The release controller's input: every forwarded core request, 5xx as errors.
+                let ok = _upstream_response.status.as_u16() < 500;
+                self.state.rooms.record_core(ok.then(|| t.elapsed().as_micros() as u64));
+            }
         }
         Ok(())
     }
@@ -528,10 +592,11 @@ impl ProxyHttp for EdgeProxy {
             resp.append_header(header::SET_COOKIE, c)?;
         }
         if resp.remove_header("wicket-revoke").is_some_and(|v| v.as_bytes() == b"1")
-            && let Some((room, _)) = &ctx.admitted
+            && let Some((room, claims)) = &ctx.admitted
         {
             let c = self.state.cookie(&format!("wicket_a_{room}"), "", 0);
             resp.append_header(header::SET_COOKIE, c)?;
+            self.state.rooms.revoke(room, &claims.sub).await;
         }
         Ok(())
     }
@@ -568,6 +633,9 @@ impl ProxyHttp for EdgeProxy {
             return FailToProxy { error_code: 0, can_reuse_downstream: false };
         };
         let code = reject.status();
+        if ctx.to_core && matches!(reject, Reject::BadGateway | Reject::GatewayTimeout) {
+            self.state.rooms.record_core(None);
+        }
         self.state.metrics.rejects.with_label_values(&[reject.reason()]).inc();
         let (h, body) = reject.render(wants_html(session));
         let _ = send(session, h, body).await;

@@ -117,6 +117,7 @@ pub fn build(state: Arc<EdgeState>) -> Server {
     admin.add_tcp(&e.admin_listen);
     server.add_service(public);
     server.add_service(admin);
+    server.add_service(background_service("wicket rooms", crate::room::release::ReleaseLoop { state: state.clone() }));
     server.add_service(background_service("wicket upkeep", Upkeep { state }));
     server
 }

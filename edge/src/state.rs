@@ -74,6 +74,8 @@ pub struct EdgeState {
     pub retries: usize,
     /// Start time (for health).
     pub started: Instant,
+    /// The waiting rooms.
+    pub rooms: Arc<crate::room::Rooms>,
 }
 
 fn errs(v: Vec<ConfigIssue>) -> ConfigErrors {
@@ -134,6 +136,13 @@ impl EdgeState {
                 .map_err(|err| one("edge.static-dir", err.to_string()))?;
         }
         statics.insert(POW_JS_PATH, prepare("pow.js", POW_JS.as_bytes().to_vec(), "public, max-age=3600"));
+        // The queue page's assets are compiled in, so every edge with a room can serve its page.
+        for (name, body) in [("queue.js", crate::room::http::QUEUE_JS), ("queue.css", crate::room::http::QUEUE_CSS)] {
+            let path = format!("{}{name}", e.static_prefix);
+            if !config.rooms.is_empty() && statics.get(&path).is_none() {
+                statics.insert(&path, prepare(name, body.as_bytes().to_vec(), "public, max-age=300"));
+            }
+        }
 
         let signer = match (&e.secret_env, &e.secret) {
             (Some(var), _) => Signer::new(std::env::var(var).unwrap_or_default().as_bytes()),
@@ -148,6 +157,13 @@ impl EdgeState {
         let limits = Limits::new(&e.limits).map_err(|m| one("edge.limits", m))?;
         let trusted = e.trusted_proxies.iter().filter_map(|p| parse_net(p)).collect();
         let bot = BotChecks::new(&e.bot, signer.clone()).map_err(|m| one("edge.bot", m))?;
+        let backend = match &config.room_store {
+            Some(url) => crate::room::state_backend::Backend::Redis(
+                crate::room::redis::RedisRooms::new(url).map_err(|m| one("store", m))?,
+            ),
+            None => crate::room::state_backend::Backend::Embedded,
+        };
+        let rooms = Arc::new(crate::room::Rooms::new(&config, signer.clone(), backend).map_err(errs)?);
         Ok(EdgeState {
             statics,
             origin,
@@ -169,6 +185,7 @@ impl EdgeState {
             keepalive: e.keepalive_seconds,
             retries: e.retries,
             started: Instant::now(),
+            rooms,
             config,
         })
     }

@@ -1,0 +1,183 @@
+//! The rooms part of the admin API (API.md "Admin"):
+//!
+//! | method, path | does |
+//! |---|---|
+//! | `GET /admin/rooms` | every room: config and stats |
+//! | `GET`/`PUT /admin/rooms/<room>` | one room; PUT creates (201) or updates (200) it from the API.md room body |
+//! | `POST /admin/rooms/<room>/pause`, `/resume`, `/queue-all` | operator overrides of the release |
+//! | `PUT /admin/rooms/<room>/release` | `{"mode": "auto" \| "fixed", "rate"?, "min"?, "max"?}` |
+//! | `GET /admin/rooms/<room>/stats` | counters, rates, the controller's last decision |
+//! | `GET /admin/stream` | server-sent events: `{"at_ms", "rooms": [stats...]}` once a second |
+//!
+//! ```text
+//! curl -X POST -H "Authorization: Bearer $WICKET_ADMIN_TOKEN" http://127.0.0.1:9090/admin/rooms/ev-42/pause
+//! ```
+//! Overrides act on the edge they are sent to; with Redis state the leader's mode is the one that
+//! moves the shared queue (send them to every edge, or to the leader named in the stats).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Response};
+use pingora::http::ResponseHeader;
+use pingora::protocols::http::ServerSession;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::config::RoomConfig;
+use super::{Room, Rooms, unix_ms};
+use crate::controller::{Bounds, ReleaseMode};
+
+fn json_response(status: u16, v: &serde_json::Value) -> Response<Vec<u8>> {
+    let body = v.to_string().into_bytes();
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .header(http::header::CACHE_CONTROL, "no-store")
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Vec::new()))
+}
+
+fn error(status: u16, code: &str, message: impl Into<String>) -> Response<Vec<u8>> {
+    json_response(status, &json!({"error": code, "message": message.into()}))
+}
+
+/// `PUT .../release`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseUpdate {
+    /// `auto` or `fixed`.
+    pub mode: String,
+    /// Fixed rate (required with `fixed`).
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// New lower bound of the controller.
+    #[serde(default)]
+    pub min: Option<f64>,
+    /// New upper bound of the controller.
+    #[serde(default)]
+    pub max: Option<f64>,
+}
+
+fn room_json(room: &Room) -> serde_json::Value {
+    json!({"id": room.id, "config": room.spec().config, "stats": room.stats()})
+}
+
+/// True for the paths [`handle`] answers.
+pub fn is_rooms_path(path: &str) -> bool {
+    path == "/admin/rooms" || path.starts_with("/admin/rooms/")
+}
+
+/// Answers `/admin/rooms...` (the caller checked the bearer token and read the body).
+pub fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> Response<Vec<u8>> {
+    if path == "/admin/rooms" {
+        return match *method {
+            Method::GET => json_response(200, &json!({"rooms": rooms.all().iter().map(|r| room_json(r)).collect::<Vec<_>>()})),
+            _ => error(405, "bad_request", "GET only"),
+        };
+    }
+    let rest = path.trim_start_matches("/admin/rooms/");
+    let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
+    if *method == Method::PUT && action.is_empty() {
+        let cfg: RoomConfig = match serde_json::from_slice(body) {
+            Ok(c) => c,
+            Err(e) => return error(400, "bad_request", format!("invalid room body: {e}")),
+        };
+        return match cfg.compile(id, "room") {
+            Err(issues) => json_response(
+                400,
+                &json!({"error": "bad_request", "message": "invalid room", "issues": issues}),
+            ),
+            Ok(spec) => {
+                let existed = rooms.get(id).is_some();
+                let room = rooms.insert(spec);
+                json_response(if existed { 200 } else { 201 }, &room_json(&room))
+            }
+        };
+    }
+    let Some(room) = rooms.get(id) else { return error(404, "not_found", format!("no room {id:?}")) };
+    let now = unix_ms();
+    match (method.clone(), action) {
+        (Method::GET, "") => json_response(200, &room_json(&room)),
+        (Method::GET, "stats") => json_response(200, &room.stats()),
+        (Method::POST, "pause") => {
+            room.controller.lock().set_mode(now, ReleaseMode::Paused);
+            tracing::info!(room = %room.id, "admin: pause");
+            json_response(200, &room.stats())
+        }
+        (Method::POST, "queue-all") => {
+            room.controller.lock().set_mode(now, ReleaseMode::QueueAll);
+            tracing::info!(room = %room.id, "admin: queue-all");
+            json_response(200, &room.stats())
+        }
+        (Method::POST, "resume") => {
+            let spec = room.spec();
+            let mode = match (spec.config.release.mode, spec.config.release.rate) {
+                (super::config::ReleaseModeConfig::Fixed, Some(r)) => ReleaseMode::Fixed(r),
+                _ => ReleaseMode::Auto,
+            };
+            room.controller.lock().set_mode(now, mode);
+            tracing::info!(room = %room.id, "admin: resume");
+            json_response(200, &room.stats())
+        }
+        (Method::PUT, "release") => {
+            let u: ReleaseUpdate = match serde_json::from_slice(body) {
+                Ok(u) => u,
+                Err(e) => return error(400, "bad_request", format!("invalid body: {e}")),
+            };
+            let ok = |x: Option<f64>| x.is_none_or(|v| v.is_finite() && (0.0..=1_000_000.0).contains(&v));
+            if !ok(u.rate) || !ok(u.min) || !ok(u.max) {
+                return error(400, "bad_request", "rate, min and max must be between 0 and 1000000");
+            }
+            let mode = match (u.mode.as_str(), u.rate) {
+                ("auto", _) => ReleaseMode::Auto,
+                ("fixed", Some(r)) => ReleaseMode::Fixed(r),
+                ("fixed", None) => return error(400, "bad_request", "mode \"fixed\" needs \"rate\""),
+                _ => return error(400, "bad_request", "mode must be \"auto\" or \"fixed\""),
+            };
+            let mut c = room.controller.lock();
+            let old = c.config().bounds;
+            let bounds = Bounds { min_rate: u.min.unwrap_or(old.min_rate), max_rate: u.max.unwrap_or(old.max_rate), ..old };
+            if bounds.min_rate > bounds.max_rate {
+                return error(400, "bad_request", "min must not exceed max");
+            }
+            c.set_bounds(now, bounds);
+            c.set_mode(now, mode);
+            drop(c);
+            tracing::info!(room = %room.id, mode = %u.mode, "admin: release");
+            json_response(200, &room.stats())
+        }
+        (_, "" | "stats" | "pause" | "resume" | "queue-all" | "release") => error(405, "bad_request", "method not allowed here"),
+        _ => error(404, "not_found", "no such room endpoint"),
+    }
+}
+
+/// One stats frame for the stream.
+pub fn frame(rooms: &Rooms) -> serde_json::Value {
+    json!({"at_ms": unix_ms(), "rooms": rooms.all().iter().map(|r| r.stats()).collect::<Vec<_>>()})
+}
+
+/// `GET /admin/stream`: one stats frame a second until the client goes away (at most an hour).
+/// Written straight to the session; the response the admin service returns afterwards is ignored
+/// by Pingora (a header is only sent once).
+pub async fn stream(rooms: &Rooms, session: &mut ServerSession) {
+    let mut h = match ResponseHeader::build(200, Some(4)) {
+        Ok(h) => h,
+        Err(_) => return,
+    };
+    let _ = h.insert_header(http::header::CONTENT_TYPE, "text/event-stream");
+    let _ = h.insert_header(http::header::CACHE_CONTROL, "no-store");
+    let _ = h.insert_header(http::header::TRANSFER_ENCODING, "chunked");
+    if session.write_response_header(Box::new(h)).await.is_err() {
+        return;
+    }
+    for _ in 0..3600 {
+        let text = format!("data: {}\n\n", frame(rooms));
+        if session.write_response_body(Bytes::from(text), false).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let _ = session.write_response_body(Bytes::new(), true).await;
+}

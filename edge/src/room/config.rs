@@ -1,0 +1,378 @@
+//! A room's configuration: `[[rooms]]` in the config file (kebab-case) and the body of
+//! `PUT /admin/rooms/<room>` (API.md, snake_case); both parse into [`RoomConfig`], which
+//! [`RoomConfig::compile`] validates once (every problem with its path) into a [`RoomSpec`].
+//!
+//! Defaults (every field but `event`, `target` and `protected` has one):
+//!
+//! | field | default |
+//! |---|---|
+//! | `schedule` | no pre-queue, open now, never closes |
+//! | `method` | `fifo` |
+//! | `release` | `auto`, start 50/s, min 5/s, max 2000/s, P99 target 100 ms |
+//! | `total-active-max` | no cap |
+//! | `session-seconds` | 600 |
+//! | `token-seconds` | 120 (at most 300) |
+//! | `bot-check` | `off` |
+//! | `batches` | none |
+//! | `max-qty` | 1 (the token's `max_qty`) |
+//! | `max-tracked` | 10,000,000 identities remembered for rejoin (embedded state) |
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConfigIssue, is_room_id};
+
+/// How queue positions turn into admission order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueueMethod {
+    /// First come, first served.
+    #[default]
+    Fifo,
+    /// Everyone who joined before the sale opened is shuffled once at open; later arrivals are FIFO.
+    Random,
+}
+
+/// Who decides the release rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReleaseModeConfig {
+    /// The release controller, within min/max.
+    #[default]
+    Auto,
+    /// `rate` admissions per second.
+    Fixed,
+}
+
+/// The bot check a visitor passes before getting a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoomBotCheck {
+    /// None.
+    #[default]
+    Off,
+    /// The built-in proof-of-work.
+    Pow,
+    /// The CAPTCHA hook (`[edge.bot.captcha]`).
+    Captcha,
+}
+
+/// `schedule`: RFC 3339 times.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ScheduleConfig {
+    /// The queue page accepts joins from here (the pre-queue); default: with `opens-at`.
+    #[serde(default, alias = "prequeue_at")]
+    pub prequeue_at: Option<String>,
+    /// Releases start here; default: at once.
+    #[serde(default, alias = "opens_at")]
+    pub opens_at: Option<String>,
+    /// The room closes here; default: never.
+    #[serde(default, alias = "closes_at")]
+    pub closes_at: Option<String>,
+}
+
+/// `release`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct ReleaseConfig {
+    /// `auto` or `fixed`. Default `auto`.
+    pub mode: ReleaseModeConfig,
+    /// Admissions per second in `fixed` mode (required there).
+    pub rate: Option<f64>,
+    /// First rate of the controller. Default 50.
+    pub start: f64,
+    /// Lowest rate of the controller. Default 5.
+    pub min: f64,
+    /// Highest rate of the controller. Default 2000.
+    pub max: f64,
+    /// Core P99 the controller keeps under, ms. Default 100.
+    #[serde(alias = "p99_target_ms")]
+    pub p99_target_ms: f64,
+}
+
+impl Default for ReleaseConfig {
+    fn default() -> Self {
+        ReleaseConfig { mode: ReleaseModeConfig::Auto, rate: None, start: 50.0, min: 5.0, max: 2000.0, p99_target_ms: 100.0 }
+    }
+}
+
+/// `batches[]`: release `count` more at `at` (timed batch release, 分时段放票).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BatchConfig {
+    /// RFC 3339 time.
+    pub at: String,
+    /// How many positions are released at once.
+    pub count: u64,
+}
+
+/// One room, as written by the operator.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RoomConfig {
+    /// Room id (`[[rooms]]` only; the admin API takes it from the URL). Letters, digits, `-`, `_`.
+    #[serde(default, alias = "name")]
+    pub id: Option<String>,
+    /// The core event the room guards (the token's `aud`).
+    pub event: String,
+    /// Where an admitted visitor is sent (a path on this site, or an absolute URL).
+    pub target: String,
+    /// Path prefixes only this room's token holders reach.
+    pub protected: Vec<String>,
+    /// Pre-queue, open and close times.
+    #[serde(default)]
+    pub schedule: ScheduleConfig,
+    /// `fifo` or `random`.
+    #[serde(default)]
+    pub method: QueueMethod,
+    /// Release bounds and mode.
+    #[serde(default)]
+    pub release: ReleaseConfig,
+    /// Most admitted-and-unfinished sessions at once; default: no cap.
+    #[serde(default, alias = "total_active_max")]
+    pub total_active_max: Option<u64>,
+    /// How long an admission session lasts, seconds. Default 600.
+    #[serde(default = "default_session", alias = "session_seconds")]
+    pub session_seconds: u64,
+    /// Admission token lifetime, seconds (≤ 300). Default 120.
+    #[serde(default = "default_token", alias = "token_seconds")]
+    pub token_seconds: u64,
+    /// `off`, `pow` or `captcha`. Default `off`.
+    #[serde(default, alias = "bot_check")]
+    pub bot_check: RoomBotCheck,
+    /// Timed batch releases.
+    #[serde(default)]
+    pub batches: Vec<BatchConfig>,
+    /// The token's `max_qty`. Default 1.
+    #[serde(default = "default_max_qty", alias = "max_qty")]
+    pub max_qty: u32,
+    /// Identities (user or device) remembered so a rejoin keeps its place. Default 10,000,000.
+    #[serde(default = "default_max_tracked", alias = "max_tracked")]
+    pub max_tracked: usize,
+}
+
+fn default_session() -> u64 {
+    600
+}
+fn default_token() -> u64 {
+    120
+}
+fn default_max_qty() -> u32 {
+    1
+}
+fn default_max_tracked() -> usize {
+    10_000_000
+}
+
+/// A validated room: times as Unix seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoomSpec {
+    /// Room id.
+    pub id: String,
+    /// The config it came from (served back by the admin API).
+    pub config: RoomConfig,
+    /// Joins accepted from (Unix s).
+    pub prequeue_at: Option<i64>,
+    /// Releases start (Unix s).
+    pub opens_at: Option<i64>,
+    /// Closes (Unix s).
+    pub closes_at: Option<i64>,
+    /// Batches (Unix s, count), sorted by time.
+    pub batches: Vec<(i64, u64)>,
+}
+
+/// RFC 3339 → Unix seconds.
+pub fn parse_time(s: &str) -> Option<i64> {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok().map(|t| t.unix_timestamp())
+}
+
+fn issue(path: String, message: impl Into<String>) -> ConfigIssue {
+    ConfigIssue { path, message: message.into() }
+}
+
+impl RoomConfig {
+    /// Parses one `[[rooms]]` table.
+    pub fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        RoomConfig::deserialize(v.clone()).map_err(|e| e.to_string())
+    }
+
+    /// Validates; `path` prefixes every problem (`rooms[0]`, or `room` for the admin API).
+    pub fn compile(&self, id: &str, path: &str) -> Result<RoomSpec, Vec<ConfigIssue>> {
+        let mut out = Vec::new();
+        if !is_room_id(id) {
+            out.push(issue(format!("{path}.id"), "letters, digits, '-' and '_' only (1-64)"));
+        }
+        if self.event.is_empty() || self.event.len() > 128 || !self.event.bytes().all(|b| b.is_ascii_graphic()) {
+            out.push(issue(format!("{path}.event"), "1-128 visible ASCII characters"));
+        }
+        let t = &self.target;
+        let target_ok = (t.starts_with('/') && !t.starts_with("//"))
+            || t.starts_with("https://")
+            || t.starts_with("http://");
+        if !target_ok || t.len() > 2048 || t.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+            out.push(issue(format!("{path}.target"), "a path starting with '/' or an http(s) URL"));
+        }
+        if self.protected.is_empty() {
+            out.push(issue(format!("{path}.protected"), "at least one path prefix"));
+        }
+        for (i, p) in self.protected.iter().enumerate() {
+            if !p.starts_with('/') || p.len() > 1024 || p.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+                out.push(issue(format!("{path}.protected[{i}]"), format!("a path must start with '/': {p:?}")));
+            } else if p.starts_with("/queue/") || p == "/" {
+                out.push(issue(format!("{path}.protected[{i}]"), "must not cover the queue's own paths"));
+            }
+        }
+        let mut time = |key: &str, v: &Option<String>| -> Option<i64> {
+            let s = v.as_deref()?;
+            let t = parse_time(s);
+            if t.is_none() {
+                out.push(issue(format!("{path}.schedule.{key}"), format!("not an RFC 3339 time: {s:?}")));
+            }
+            t
+        };
+        let prequeue_at = time("prequeue-at", &self.schedule.prequeue_at);
+        let opens_at = time("opens-at", &self.schedule.opens_at);
+        let closes_at = time("closes-at", &self.schedule.closes_at);
+        if let (Some(p), Some(o)) = (prequeue_at, opens_at)
+            && p > o
+        {
+            out.push(issue(format!("{path}.schedule.prequeue-at"), "must not be after opens-at"));
+        }
+        if let (Some(o), Some(c)) = (opens_at, closes_at)
+            && o >= c
+        {
+            out.push(issue(format!("{path}.schedule.closes-at"), "must be after opens-at"));
+        }
+        if self.method == QueueMethod::Random && opens_at.is_none() {
+            out.push(issue(format!("{path}.method"), "random needs schedule.opens-at (the pre-queue is shuffled at open)"));
+        }
+        let r = &self.release;
+        let finite = |x: f64| x.is_finite() && x >= 0.0;
+        if !finite(r.min) || !finite(r.max) || r.min > r.max || r.max > 1_000_000.0 {
+            out.push(issue(format!("{path}.release.max"), "need 0 <= min <= max <= 1000000"));
+        }
+        if !finite(r.start) || r.start > 1_000_000.0 {
+            out.push(issue(format!("{path}.release.start"), "must be between 0 and 1000000"));
+        }
+        if !r.p99_target_ms.is_finite() || r.p99_target_ms < 1.0 || r.p99_target_ms > 60_000.0 {
+            out.push(issue(format!("{path}.release.p99-target-ms"), "must be between 1 and 60000"));
+        }
+        match (r.mode, r.rate) {
+            (ReleaseModeConfig::Fixed, None) => out.push(issue(format!("{path}.release.rate"), "required when mode = \"fixed\"")),
+            (_, Some(x)) if !finite(x) || x > 1_000_000.0 => {
+                out.push(issue(format!("{path}.release.rate"), "must be between 0 and 1000000"))
+            }
+            _ => {}
+        }
+        if self.total_active_max == Some(0) {
+            out.push(issue(format!("{path}.total-active-max"), "must be at least 1 (omit it for no cap)"));
+        }
+        if self.session_seconds == 0 || self.session_seconds > 86_400 {
+            out.push(issue(format!("{path}.session-seconds"), "must be between 1 and 86400"));
+        }
+        if self.token_seconds == 0 || self.token_seconds > 300 {
+            out.push(issue(format!("{path}.token-seconds"), "must be between 1 and 300"));
+        }
+        if self.max_qty == 0 || self.max_qty > 100 {
+            out.push(issue(format!("{path}.max-qty"), "must be between 1 and 100"));
+        }
+        if self.max_tracked == 0 || self.max_tracked > 100_000_000 {
+            out.push(issue(format!("{path}.max-tracked"), "must be between 1 and 100000000"));
+        }
+        if self.batches.len() > 1000 {
+            out.push(issue(format!("{path}.batches"), "at most 1000 batches"));
+        }
+        let mut batches = Vec::new();
+        for (i, b) in self.batches.iter().enumerate() {
+            match parse_time(&b.at) {
+                Some(t) => batches.push((t, b.count)),
+                None => out.push(issue(format!("{path}.batches[{i}].at"), format!("not an RFC 3339 time: {:?}", b.at))),
+            }
+            if b.count == 0 || b.count > 100_000_000 {
+                out.push(issue(format!("{path}.batches[{i}].count"), "must be between 1 and 100000000"));
+            }
+        }
+        batches.sort();
+        if !out.is_empty() {
+            return Err(out);
+        }
+        Ok(RoomSpec { id: id.to_owned(), config: self.clone(), prequeue_at, opens_at, closes_at, batches })
+    }
+}
+
+/// Parses and validates every `[[rooms]]` table; all problems with their paths.
+pub fn compile_rooms(rooms: &[toml::Value]) -> Result<Vec<RoomSpec>, Vec<ConfigIssue>> {
+    let mut out = Vec::new();
+    let mut specs: Vec<RoomSpec> = Vec::new();
+    for (i, v) in rooms.iter().enumerate() {
+        let path = format!("rooms[{i}]");
+        match RoomConfig::from_toml(v) {
+            Err(m) => out.push(issue(path, m)),
+            Ok(c) => {
+                let Some(id) = c.id.clone() else {
+                    out.push(issue(format!("{path}.id"), "required"));
+                    continue;
+                };
+                if specs.iter().any(|s| s.id == id) {
+                    out.push(issue(format!("{path}.id"), format!("duplicate room id {id:?}")));
+                }
+                match c.compile(&id, &path) {
+                    Ok(s) => specs.push(s),
+                    Err(mut e) => out.append(&mut e),
+                }
+            }
+        }
+    }
+    if out.is_empty() { Ok(specs) } else { Err(out) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_both_spellings() {
+        let t: toml::Value = toml::from_str(
+            "id = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\ntotal-active-max = 10\n",
+        )
+        .unwrap();
+        let s = RoomConfig::from_toml(&t).unwrap().compile("r1", "rooms[0]").unwrap();
+        assert_eq!(s.config.session_seconds, 600);
+        assert_eq!(s.config.token_seconds, 120);
+        assert_eq!(s.config.release.start, 50.0);
+        assert_eq!(s.config.total_active_max, Some(10));
+        let j: RoomConfig = serde_json::from_value(serde_json::json!({
+            "event": "ev-42", "target": "/buy/ev-42", "protected": ["/buy/ev-42", "/api/sale/"],
+            "schedule": {"prequeue_at": "2026-12-01T01:30:00Z", "opens_at": "2026-12-01T02:00:00Z",
+                         "closes_at": "2026-12-01T14:00:00Z"},
+            "method": "fifo",
+            "release": {"mode": "auto", "start": 50, "min": 5, "max": 2000, "p99_target_ms": 100},
+            "total_active_max": 5000, "session_seconds": 600, "token_seconds": 120, "bot_check": "off",
+            "batches": [{"at": "2026-12-01T02:10:00Z", "count": 1000}]
+        }))
+        .unwrap();
+        let s = j.compile("ev-42", "room").unwrap();
+        assert_eq!(s.opens_at, parse_time("2026-12-01T02:00:00Z"));
+        assert_eq!(s.batches.len(), 1);
+    }
+
+    #[test]
+    fn every_problem_has_its_path() {
+        let j: RoomConfig = serde_json::from_value(serde_json::json!({
+            "event": "", "target": "//evil", "protected": ["nope", "/queue/x"],
+            "schedule": {"opens_at": "tomorrow", "closes_at": "2020-01-01T00:00:00Z"},
+            "release": {"mode": "fixed", "min": 10, "max": 1},
+            "token_seconds": 900, "batches": [{"at": "x", "count": 0}]
+        }))
+        .unwrap();
+        let paths: Vec<String> = j.compile("bad room", "room").unwrap_err().into_iter().map(|i| i.path).collect();
+        for want in [
+            "room.id", "room.event", "room.target", "room.protected[0]", "room.protected[1]",
+            "room.schedule.opens-at", "room.release.max", "room.release.rate", "room.token-seconds",
+            "room.batches[0].at", "room.batches[0].count",
+        ] {
+            assert!(paths.iter().any(|p| p == want), "missing {want} in {paths:?}");
+        }
+        assert!(serde_json::from_value::<RoomConfig>(serde_json::json!({"event":"e","target":"/","protected":["/a"],"bogus":1})).is_err());
+    }
+}

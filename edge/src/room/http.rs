@@ -1,0 +1,360 @@
+//! The queue's public endpoints (API.md "Edge"):
+//!
+//! | method, path | does |
+//! |---|---|
+//! | `GET /queue/<room>` | joins when needed; the queue page, a 302 to the target once admitted (no-JS), or the status JSON for `Accept: application/json` |
+//! | `POST /queue/<room>/join` | `{"pow":{"challenge","nonce"}}` / `{"captcha":"..."}` when the room asks; the status JSON |
+//! | `GET /queue/<room>/status` | the status JSON; 401 without a valid ticket |
+//! | `GET /queue/<room>/events` | the status JSON as server-sent events until admitted (then `redirect` is `/queue/<room>`, which sets the admission cookie) |
+//! | `GET /queue/<room>/challenge` | a proof-of-work challenge |
+//!
+//! ```text
+//! curl -i -H 'Accept: application/json' http://127.0.0.1:8080/queue/ev-42
+//! ```
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::config::RoomBotCheck;
+use super::ticket::{QueueTicket, cookie_name};
+use super::{Phase, Room, RoomError, Status, StatusOutcome};
+use crate::bot::{CaptchaOutcome, PASS_COOKIE, PASS_HEADER, unix_now};
+use crate::identity::{cookie, header as header_str};
+use crate::state::EdgeState;
+
+/// The queue page (static/queue.html), compiled in so every edge has it.
+pub const QUEUE_HTML: &str = include_str!("../../../static/queue.html");
+/// static/queue.js, served at `/static/queue.js` unless `static-dir` has its own.
+pub const QUEUE_JS: &str = include_str!("../../../static/queue.js");
+/// static/queue.css, served at `/static/queue.css` unless `static-dir` has its own.
+pub const QUEUE_CSS: &str = include_str!("../../../static/queue.css");
+
+/// Longest an event stream stays open; the browser reconnects by itself.
+pub const EVENTS_MAX: Duration = Duration::from_secs(120);
+
+/// Who is asking, as the proxy resolved it.
+pub struct QueueRequest {
+    /// Client IP.
+    pub ip: IpAddr,
+    /// The site's user id, when known.
+    pub user: Option<String>,
+    /// The device id (a signed `wicket_d` cookie the client holds or is being given).
+    pub device: String,
+    /// `Set-Cookie` values for the answer.
+    pub cookies: Vec<String>,
+}
+
+impl QueueRequest {
+    /// What places, sessions and tokens are keyed by: the user, else the device.
+    pub fn sub(&self) -> &str {
+        self.user.as_deref().unwrap_or(&self.device)
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct JoinBody {
+    #[serde(default)]
+    pow: Option<PowProof>,
+    #[serde(default)]
+    captcha: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PowProof {
+    challenge: String,
+    nonce: String,
+}
+
+fn bot_name(b: RoomBotCheck) -> &'static str {
+    match b {
+        RoomBotCheck::Off => "off",
+        RoomBotCheck::Pow => "pow",
+        RoomBotCheck::Captcha => "captcha",
+    }
+}
+
+async fn answer(session: &mut Session, status: u16, ctype: &str, body: Bytes, extra: &[(http::HeaderName, String)]) -> pingora::Result<bool> {
+    let mut h = ResponseHeader::build(status, Some(4 + extra.len()))?;
+    h.insert_header(header::CONTENT_TYPE, ctype)?;
+    h.insert_header(header::CONTENT_LENGTH, body.len())?;
+    h.insert_header(header::CACHE_CONTROL, "no-store")?;
+    for (k, v) in extra {
+        h.append_header(k.clone(), v.as_str())?;
+    }
+    crate::reject::send(session, h, body).await?;
+    Ok(true)
+}
+
+fn cookie_headers(q: &mut QueueRequest) -> Vec<(http::HeaderName, String)> {
+    q.cookies.drain(..).map(|c| (header::SET_COOKIE, c)).collect()
+}
+
+async fn json_answer(session: &mut Session, q: &mut QueueRequest, status: u16, v: &serde_json::Value) -> pingora::Result<bool> {
+    let extra = cookie_headers(q);
+    answer(session, status, "application/json", Bytes::from(v.to_string()), &extra).await
+}
+
+fn error_json(code: &str, message: &str) -> serde_json::Value {
+    json!({"error": code, "message": message})
+}
+
+/// True when the client asked for JSON rather than a page.
+fn wants_json(session: &Session) -> bool {
+    let accept = header_str(session.req_header(), "accept").unwrap_or("");
+    accept.contains("application/json") && !accept.contains("text/html")
+}
+
+/// Answers every `/queue/...` request. Always `Ok(true)` (answered) unless writing failed.
+pub async fn serve(st: &EdgeState, session: &mut Session, q: &mut QueueRequest) -> pingora::Result<bool> {
+    let path = session.req_header().uri.path().to_owned();
+    let rest = path.strip_prefix(crate::state::QUEUE_PREFIX).unwrap_or("");
+    let (room_id, action) = rest.split_once('/').unwrap_or((rest, ""));
+    let Some(room) = st.rooms.get(room_id) else {
+        return json_answer(session, q, 404, &error_json("not_found", "no such room")).await;
+    };
+    let method = session.req_header().method.clone();
+    match (method, action) {
+        (http::Method::GET | http::Method::HEAD, "") => page(st, session, q, &room).await,
+        (http::Method::POST, "join") => join(st, session, q, &room).await,
+        (http::Method::GET, "status") => status(st, session, q, &room).await,
+        (http::Method::GET, "events") => events(st, session, q, &room).await,
+        (http::Method::GET, "challenge") => {
+            let (challenge, difficulty) = st.bot.pow.issue(unix_now());
+            let v = json!({"challenge": challenge, "difficulty": difficulty, "expires_in": st.bot.pow.ttl()});
+            json_answer(session, q, 200, &v).await
+        }
+        (_, "" | "join" | "status" | "events" | "challenge") => {
+            json_answer(session, q, 405, &error_json("bad_request", "method not allowed here")).await
+        }
+        _ => json_answer(session, q, 404, &error_json("not_found", "no such queue endpoint")).await,
+    }
+}
+
+fn ticket_of(st: &EdgeState, session: &Session, q: &QueueRequest, room: &Room) -> Option<QueueTicket> {
+    let v = cookie(session.req_header(), &cookie_name(&room.id))?;
+    QueueTicket::decode(v, &st.rooms.signer, &room.id, &q.device)
+}
+
+/// A valid bot pass for this device, when the room asks for a check.
+fn has_pass(st: &EdgeState, session: &Session, q: &QueueRequest) -> bool {
+    let req = session.req_header();
+    let pass = cookie(req, PASS_COOKIE).or_else(|| header_str(req, PASS_HEADER));
+    pass.is_some_and(|p| st.bot.check_pass(p, &q.device, unix_now()))
+}
+
+fn bot_refusal(room: &Room, why: &str) -> serde_json::Value {
+    let check = bot_name(room.spec().config.bot_check);
+    json!({"error": "forbidden", "message": why, "bot_check": check, "challenge": format!("/queue/{}/challenge", room.id),
+           "join": format!("/queue/{}/join", room.id)})
+}
+
+/// Joins (or re-finds the place of) the visitor and sets the ticket cookie.
+async fn do_join(st: &EdgeState, q: &mut QueueRequest, room: &Room) -> Result<QueueTicket, super::state::StateError> {
+    let sub = q.sub().to_owned();
+    let t = st.rooms.join(room, &sub, &q.device).await?;
+    let max_age = room.spec().closes_at.map_or(86_400, |c| (c - unix_now() as i64).clamp(60, 7 * 86_400) as u64);
+    q.cookies.push(st.cookie(&cookie_name(&room.id), &t.encode(&st.rooms.signer), max_age));
+    Ok(t)
+}
+
+/// Status of a ticket; a spent place joins again. Sets the admission cookie when admitted.
+async fn status_for(st: &EdgeState, q: &mut QueueRequest, room: &Room, t: QueueTicket) -> Result<Status, RoomError> {
+    let sub = q.sub().to_owned();
+    let mut outcome = st.rooms.status(room, &t, &sub).await?;
+    if let StatusOutcome::Rejoin = outcome {
+        let t = do_join(st, q, room).await?;
+        outcome = st.rooms.status(room, &t, &sub).await?;
+    }
+    let s = match outcome {
+        StatusOutcome::Status(s) => s,
+        StatusOutcome::Rejoin => return Err(RoomError::Sign("place spent twice".into())),
+    };
+    if let (Some(token), Some(secs)) = (&s.token, s.token_seconds) {
+        q.cookies.push(st.cookie(&format!("wicket_a_{}", room.id), token, secs));
+    }
+    Ok(s)
+}
+
+async fn room_error(session: &mut Session, q: &mut QueueRequest, e: RoomError) -> pingora::Result<bool> {
+    tracing::warn!("waiting room: {e}");
+    json_answer(session, q, 503, &error_json("unavailable", "the waiting room is unavailable, try again shortly")).await
+}
+
+async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+    let json = wants_json(session);
+    let bot = room.spec().config.bot_check;
+    let mut ticket = ticket_of(st, session, q, room);
+    if ticket.is_none() && (bot == RoomBotCheck::Off || has_pass(st, session, q)) {
+        match do_join(st, q, room).await {
+            Ok(t) => ticket = Some(t),
+            Err(e) => return room_error(session, q, e.into()).await,
+        }
+    }
+    let status = match ticket {
+        Some(t) => match status_for(st, q, room, t).await {
+            Ok(s) => Some(s),
+            Err(e) => return room_error(session, q, e).await,
+        },
+        None => None,
+    };
+    if json {
+        return match status {
+            Some(s) => json_answer(session, q, 200, &serde_json::to_value(&s).unwrap_or_default()).await,
+            None => json_answer(session, q, 403, &bot_refusal(room, "solve the room's bot check, then POST join")).await,
+        };
+    }
+    if let Some(s) = &status
+        && s.state == Phase::Admitted
+        && let Some(target) = &s.redirect
+    {
+        let mut extra = cookie_headers(q);
+        extra.push((header::LOCATION, target.clone()));
+        return answer(session, 302, "text/plain; charset=utf-8", Bytes::from_static(b"admitted\n"), &extra).await;
+    }
+    let html = if status.is_none() {
+        QUEUE_HTML.replace(
+            "<meta name=\"wicket-bot-check\" content=\"\">",
+            &format!("<meta name=\"wicket-bot-check\" content=\"{}\">", bot_name(bot)),
+        )
+    } else {
+        QUEUE_HTML.to_owned()
+    };
+    let extra = cookie_headers(q);
+    answer(session, 200, "text/html; charset=utf-8", Bytes::from(html), &extra).await
+}
+
+async fn read_body(st: &EdgeState, session: &mut Session) -> Option<Bytes> {
+    let mut buf = Vec::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if buf.len() + chunk.len() > st.max_body {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Some(Bytes::from(buf)),
+            Err(_) => return None,
+        }
+    }
+}
+
+async fn join(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+    let Some(body) = read_body(st, session).await else {
+        return json_answer(session, q, 413, &error_json("payload_too_large", "request body too large")).await;
+    };
+    let proof: JoinBody = if body.iter().all(u8::is_ascii_whitespace) {
+        JoinBody::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(p) => p,
+            Err(_) => {
+                return json_answer(session, q, 400, &error_json("bad_request", "body must be {}, {\"pow\":{...}} or {\"captcha\":\"...\"}"))
+                    .await;
+            }
+        }
+    };
+    let bot = room.spec().config.bot_check;
+    if bot != RoomBotCheck::Off && !has_pass(st, session, q) {
+        let verdict = match (bot, &proof.pow, &proof.captcha) {
+            (RoomBotCheck::Pow, Some(p), _) => st.bot.pow.verify(&p.challenge, &p.nonce, unix_now()).map_err(|e| e.text()),
+            (RoomBotCheck::Captcha, _, Some(resp)) if !resp.is_empty() && resp.len() <= 4096 => match &st.bot.captcha {
+                None => Err("no captcha configured"),
+                Some(c) => match c.siteverify(resp, q.ip).await {
+                    CaptchaOutcome::Pass => Ok(()),
+                    CaptchaOutcome::Unavailable if c.fail_open() => Ok(()),
+                    CaptchaOutcome::Unavailable => Err("captcha provider unavailable"),
+                    CaptchaOutcome::Fail => Err("captcha not solved"),
+                },
+            },
+            _ => Err("this room asks for a bot check first"),
+        };
+        if let Err(why) = verdict {
+            return json_answer(session, q, 403, &bot_refusal(room, why)).await;
+        }
+        let pass = st.bot.issue_pass(&q.device, unix_now());
+        q.cookies.push(st.cookie(PASS_COOKIE, &pass, st.bot.pass_seconds()));
+    }
+    let t = match ticket_of(st, session, q, room) {
+        Some(t) => t,
+        None => match do_join(st, q, room).await {
+            Ok(t) => t,
+            Err(e) => return room_error(session, q, e.into()).await,
+        },
+    };
+    match status_for(st, q, room, t).await {
+        Ok(s) => json_answer(session, q, 200, &serde_json::to_value(&s).unwrap_or_default()).await,
+        Err(e) => room_error(session, q, e).await,
+    }
+}
+
+fn no_ticket(room: &Room) -> serde_json::Value {
+    let mut v = error_json("unauthorized", "no valid queue ticket: join first");
+    v["join"] = json!(format!("/queue/{}/join", room.id));
+    let bot = room.spec().config.bot_check;
+    if bot != RoomBotCheck::Off {
+        v["bot_check"] = json!(bot_name(bot));
+        v["challenge"] = json!(format!("/queue/{}/challenge", room.id));
+    }
+    v
+}
+
+async fn status(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+    let Some(t) = ticket_of(st, session, q, room) else {
+        return json_answer(session, q, 401, &no_ticket(room)).await;
+    };
+    match status_for(st, q, room, t).await {
+        Ok(s) => json_answer(session, q, 200, &serde_json::to_value(&s).unwrap_or_default()).await,
+        Err(e) => room_error(session, q, e).await,
+    }
+}
+
+async fn events(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+    let Some(t) = ticket_of(st, session, q, room) else {
+        return json_answer(session, q, 401, &no_ticket(room)).await;
+    };
+    let mut h = ResponseHeader::build(200, Some(6))?;
+    h.insert_header(header::CONTENT_TYPE, "text/event-stream")?;
+    h.insert_header(header::CACHE_CONTROL, "no-store")?;
+    h.insert_header(header::TRANSFER_ENCODING, "chunked")?;
+    h.insert_header("x-accel-buffering", "no")?;
+    for (k, v) in cookie_headers(q) {
+        h.append_header(k, v)?;
+    }
+    session.write_response_header(Box::new(h), false).await?;
+    let started = Instant::now();
+    let sub = q.sub().to_owned();
+    loop {
+        let frame = match st.rooms.status(room, &t, &sub).await {
+            Ok(StatusOutcome::Status(mut s)) => {
+                if s.state == Phase::Admitted {
+                    // The stream cannot set the admission cookie: the page goes through
+                    // /queue/<room>, which sets it and redirects to the target.
+                    s.token = None;
+                    s.redirect = Some(format!("/queue/{}", room.id));
+                }
+                s
+            }
+            Ok(StatusOutcome::Rejoin) | Err(_) => break,
+        };
+        let wait = Duration::from_millis(frame.poll_after_ms.min(5000));
+        let done = matches!(frame.state, Phase::Admitted | Phase::SoldOut | Phase::Closed);
+        let text = format!("data: {}\n\n", serde_json::to_string(&frame).unwrap_or_default());
+        session.write_response_body(Some(Bytes::from(text)), false).await?;
+        if done || started.elapsed() + wait > EVENTS_MAX {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+    }
+    session.write_response_body(Some(Bytes::new()), true).await?;
+    Ok(true)
+}

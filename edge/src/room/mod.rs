@@ -1,0 +1,590 @@
+//! The waiting room (DESIGN §3, API.md "Edge"): queue tickets, status, one-time admission tokens,
+//! active sessions, and the release loop that advances the queue at the controller's rate.
+//!
+//! # Layout
+//! - [`config`]: a room's config (`[[rooms]]`, admin body), defaults, validation with paths.
+//! - [`state`]: the [`state::RoomState`] trait and its embedded implementation (counters, not lists).
+//! - [`redis`]: the Redis implementation (several edges, one queue, a leader with a lease).
+//! - [`ticket`]: the signed `wicket_q_<room>` cookie.
+//! - [`shuffle`]: the random method's O(1) permutation of the pre-queue.
+//! - [`http`]: `/queue/<room>[/join|/status|/events|/challenge]` on the public port.
+//! - [`admin`]: `/admin/rooms...` and `/admin/stream` on the admin port.
+//! - [`release`]: the background service ticking every room once a second (controller, batches,
+//!   sold-out and core metrics polls, leader lease).
+//!
+//! # The path of a visitor
+//! `GET /queue/r` → (bot check when the room asks) → [`Rooms::join`]: the identity's place, or a new
+//! one from the room's counter, in a signed ticket → status polls ([`Rooms::status`]) compare the
+//! ticket's place (shuffled for pre-queue joiners of a `random` room) with `serving` → once at or
+//! before it, an admission token (JWT from the `[tokens]` signing key) opens a session counted
+//! against `total_active_max` → protected paths check the token *and* the session
+//! ([`Rooms::session_ok`]); `Wicket-Revoke: 1` or the session's end spends the place.
+
+pub mod admin;
+pub mod config;
+pub mod http;
+pub mod redis;
+pub mod release;
+pub mod shuffle;
+pub mod state;
+pub mod ticket;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+use serde_json::json;
+use wicket_core::token::Keyring;
+
+use crate::config::{ConfigIssue, WicketConfig};
+use crate::controller::{Bounds, ControllerConfig, Decision, LatencyWindow, ReleaseController, ReleaseMode};
+use crate::identity::Signer;
+use config::{QueueMethod, ReleaseModeConfig, RoomSpec};
+use shuffle::Shuffle;
+use state::{RoomState, StateError, Who};
+use ticket::QueueTicket;
+
+/// Wall clock, Unix ms.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// One room: its spec, its state and its controller.
+pub struct Room {
+    /// Room id.
+    pub id: String,
+    spec: RwLock<Arc<RoomSpec>>,
+    /// Shared counters and sessions.
+    pub state: Arc<dyn RoomState>,
+    /// The release controller (operator overrides live in its mode).
+    pub controller: Mutex<ReleaseController>,
+    /// The core says the linked event is sold out.
+    pub sold_out: AtomicBool,
+    /// Current release rate, admissions/s × 1000 (the controller's last decision).
+    rate_milli: AtomicU64,
+    /// Measured release rate (serving advance per second, smoothed) × 1000: the ETA's base.
+    measured_milli: AtomicU64,
+    /// Active sessions at the last sweep.
+    pub active: AtomicU64,
+    /// This edge leads the room (advances `serving`).
+    pub leader: AtomicBool,
+    /// The last tick's decision, for stats.
+    pub last_decision: Mutex<Option<Decision>>,
+    /// Joins and admissions on this edge (stats).
+    pub joins: AtomicU64,
+    /// Admission tokens issued on this edge.
+    pub admissions: AtomicU64,
+    /// The release loop's bookkeeping between ticks.
+    pub(crate) book: Mutex<release::ReleaseBook>,
+}
+
+impl Room {
+    fn new(spec: RoomSpec, state: Arc<dyn RoomState>) -> Self {
+        let controller = ReleaseController::new(controller_config(&spec));
+        let mut room = Room {
+            id: spec.id.clone(),
+            spec: RwLock::new(Arc::new(spec.clone())),
+            state,
+            controller: Mutex::new(controller),
+            sold_out: AtomicBool::new(false),
+            rate_milli: AtomicU64::new(0),
+            measured_milli: AtomicU64::new(0),
+            active: AtomicU64::new(0),
+            leader: AtomicBool::new(false),
+            last_decision: Mutex::new(None),
+            joins: AtomicU64::new(0),
+            admissions: AtomicU64::new(0),
+            book: Mutex::new(release::ReleaseBook::default()),
+        };
+        room.apply_mode(&spec);
+        room
+    }
+
+    fn apply_mode(&mut self, spec: &RoomSpec) {
+        if spec.config.release.mode == ReleaseModeConfig::Fixed {
+            self.controller.get_mut().set_mode(0, ReleaseMode::Fixed(spec.config.release.rate.unwrap_or(0.0)));
+        }
+    }
+
+    /// The current spec.
+    pub fn spec(&self) -> Arc<RoomSpec> {
+        self.spec.read().clone()
+    }
+
+    /// Replaces the spec (admin PUT); the controller keeps its state, takes the new bounds.
+    pub fn set_spec(&self, spec: RoomSpec) {
+        let cfg = controller_config(&spec);
+        {
+            let mut c = self.controller.lock();
+            c.set_bounds(unix_ms(), cfg.bounds);
+            if spec.config.release.mode == ReleaseModeConfig::Fixed {
+                c.set_mode(unix_ms(), ReleaseMode::Fixed(spec.config.release.rate.unwrap_or(0.0)));
+            }
+        }
+        *self.spec.write() = Arc::new(spec);
+    }
+
+    /// Admissions per second the release runs at now.
+    pub fn release_rate(&self) -> f64 {
+        self.rate_milli.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+
+    pub(crate) fn set_release_rate(&self, r: f64) {
+        self.rate_milli.store((r.max(0.0) * 1000.0) as u64, Ordering::Relaxed);
+    }
+
+    /// Measured positions released per second.
+    pub fn measured_rate(&self) -> f64 {
+        self.measured_milli.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+
+    pub(crate) fn set_measured_rate(&self, r: f64) {
+        self.measured_milli.store((r.max(0.0) * 1000.0) as u64, Ordering::Relaxed);
+    }
+
+    /// The operator's mode.
+    pub fn mode(&self) -> ReleaseMode {
+        self.controller.lock().mode()
+    }
+
+    /// Where `position` (join order) stands in admission order.
+    pub fn admission_order(&self, position: u64, c: &state::Counters) -> u64 {
+        match (self.spec().config.method, c.prequeue) {
+            (QueueMethod::Random, Some(n)) => Shuffle::new(n, c.shuffle_key).apply(position),
+            _ => position,
+        }
+    }
+
+    /// Stats for the admin API and the stream.
+    pub fn stats(&self) -> serde_json::Value {
+        let c = self.state.counters();
+        let d = *self.last_decision.lock();
+        json!({
+            "room": self.id,
+            "event": self.spec().config.event,
+            "mode": self.mode(),
+            "issued": c.issued,
+            "serving": c.serving,
+            "queued": c.issued.saturating_sub(c.serving),
+            "prequeue": c.prequeue,
+            "active": self.active.load(Ordering::Relaxed),
+            "release_per_second": self.release_rate(),
+            "measured_release_per_second": self.measured_rate(),
+            "sold_out": self.sold_out.load(Ordering::Relaxed),
+            "leader": self.leader.load(Ordering::Relaxed),
+            "joins": self.joins.load(Ordering::Relaxed),
+            "admissions": self.admissions.load(Ordering::Relaxed),
+            "tracked": self.state.tracked(),
+            "decision": d,
+        })
+    }
+}
+
+/// The controller settings of a room.
+pub fn controller_config(spec: &RoomSpec) -> ControllerConfig {
+    let r = &spec.config.release;
+    let bounds = Bounds { min_rate: r.min, max_rate: r.max, total_active_max: spec.config.total_active_max.map(|c| c as f64) };
+    ControllerConfig::for_room(r.p99_target_ms, r.start, bounds)
+}
+
+/// The visitor's state in a room (API.md status `state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Before the sale opens (pre-queue).
+    NotOpen,
+    /// Queued.
+    Waiting,
+    /// In: the answer carries a token.
+    Admitted,
+    /// The operator paused releases.
+    Paused,
+    /// The core sold out.
+    SoldOut,
+    /// The room closed.
+    Closed,
+}
+
+/// ETA band, seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Eta {
+    /// Optimistic.
+    pub low: u64,
+    /// Pessimistic.
+    pub high: u64,
+}
+
+/// A status answer (API.md `GET /queue/<room>/status`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    /// The visitor's state.
+    pub state: Phase,
+    /// Place in admission order.
+    pub position: Option<u64>,
+    /// People before it still waiting.
+    pub ahead: Option<u64>,
+    /// When it may be the visitor's turn.
+    pub eta_seconds: Option<Eta>,
+    /// When to ask again (jittered, longer far from the front).
+    pub poll_after_ms: u64,
+    /// Admissions per second now.
+    pub release_per_second: f64,
+    /// The admission token (admitted only; also set as the `wicket_a_<room>` cookie).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Where to go (admitted only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<String>,
+    /// Seconds the token is valid (admitted only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_seconds: Option<u64>,
+}
+
+/// What a status computation found.
+pub enum StatusOutcome {
+    /// The ticket's place is spent (session over): the visitor must join again.
+    Rejoin,
+    /// An answer.
+    Status(Status),
+}
+
+/// A problem issuing a token or reaching the room state.
+#[derive(Debug, thiserror::Error)]
+pub enum RoomError {
+    /// State backend down.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// Signing failed.
+    #[error("cannot sign an admission token: {0}")]
+    Sign(String),
+}
+
+/// Every room of this edge, plus what they share.
+pub struct Rooms {
+    rooms: RwLock<HashMap<String, Arc<Room>>>,
+    /// Signs tickets and hashes identities.
+    pub signer: Signer,
+    keyring: Option<Arc<Keyring>>,
+    /// Latency of the core requests this edge forwards (the controller's main input).
+    pub latency: Arc<LatencyWindow>,
+    /// When the latency window last got a sample, Unix ms.
+    pub latency_updated_ms: AtomicU64,
+    /// Core utilisation from its /metrics × 1000, and when it was read (Unix ms).
+    pub core_util_milli: AtomicU64,
+    /// See `core_util_milli`.
+    pub core_util_at_ms: AtomicU64,
+    /// Where new rooms keep their state.
+    pub backend: state_backend::Backend,
+    /// This edge's id in leases.
+    pub node: String,
+    /// Process start (stats).
+    pub started: Instant,
+}
+
+pub mod state_backend {
+    //! Which [`super::state::RoomState`] new rooms get.
+    use std::sync::Arc;
+
+    use super::state::{EmbeddedState, RoomState};
+
+    /// Embedded, or a Redis connection shared by every room.
+    #[derive(Clone)]
+    pub enum Backend {
+        /// In this process.
+        Embedded,
+        /// In Redis.
+        Redis(super::redis::RedisRooms),
+    }
+
+    impl Backend {
+        /// The state of a new room.
+        pub fn state_for(&self, room: &str, max_tracked: usize) -> Arc<dyn RoomState> {
+            match self {
+                Backend::Embedded => Arc::new(EmbeddedState::new(max_tracked)),
+                Backend::Redis(r) => Arc::new(r.room(room)),
+            }
+        }
+    }
+}
+
+/// The latency window: 3 slots of 1 s (what the controller's defaults assume).
+pub fn new_latency_window() -> LatencyWindow {
+    LatencyWindow::new(3, 1000)
+}
+
+/// Converts the edge's `[tokens]` into the core's, for [`Keyring`] (paths resolved).
+pub fn keyring_from(cfg: &WicketConfig) -> Result<Option<Keyring>, String> {
+    let Some(t) = &cfg.tokens else { return Ok(None) };
+    let keys = t
+        .keys
+        .iter()
+        .map(|k| wicket_core::config::KeyConfig {
+            kid: k.kid.clone(),
+            alg: k.alg.clone(),
+            private_key_file: k.private_key_file.as_deref().map(|p| cfg.resolve(p)),
+            public_key_file: k.public_key_file.as_deref().map(|p| cfg.resolve(p)),
+            secret: k.secret.clone(),
+            secret_env: k.secret_env.clone(),
+        })
+        .collect();
+    let core = wicket_core::config::TokensConfig {
+        issuer: t.issuer.clone(),
+        signing_kid: t.signing_kid.clone(),
+        leeway_seconds: Some(t.leeway_seconds),
+        keys,
+    };
+    Keyring::from_config(&core).map(Some).map_err(|e| format!("{e:#}"))
+}
+
+/// Config problems of the rooms (for `validate()`): each room, and the signing key they need.
+pub fn validate(cfg: &WicketConfig) -> Vec<ConfigIssue> {
+    let mut out = match config::compile_rooms(&cfg.rooms) {
+        Ok(_) => Vec::new(),
+        Err(e) => e,
+    };
+    if !cfg.rooms.is_empty() {
+        match &cfg.tokens {
+            None => out.push(ConfigIssue { path: "tokens".into(), message: "rooms need [tokens] to sign admission tokens".into() }),
+            Some(t) => match t.signing_kid.as_deref().and_then(|kid| t.keys.iter().find(|k| k.kid == kid)) {
+                None => out.push(ConfigIssue {
+                    path: "tokens.signing-kid".into(),
+                    message: "rooms need a signing-kid naming one of tokens.keys".into(),
+                }),
+                Some(k) if k.alg == "EdDSA" && k.private_key_file.is_none() => out.push(ConfigIssue {
+                    path: "tokens.signing-kid".into(),
+                    message: format!("key {:?} has no private-key-file to sign with", k.kid),
+                }),
+                Some(_) => {}
+            },
+        }
+    }
+    out
+}
+
+fn jitter(ms: u64) -> u64 {
+    let f: f64 = 0.8 + 0.4 * rand::random::<f64>();
+    (ms as f64 * f) as u64
+}
+
+impl Rooms {
+    /// Rooms from a validated config.
+    pub fn new(cfg: &WicketConfig, signer: Signer, backend: state_backend::Backend) -> Result<Self, Vec<ConfigIssue>> {
+        let specs = config::compile_rooms(&cfg.rooms)?;
+        let keyring = keyring_from(cfg).map_err(|m| vec![ConfigIssue { path: "tokens".into(), message: m }])?;
+        let rooms = Rooms {
+            rooms: RwLock::new(HashMap::new()),
+            signer,
+            keyring: keyring.map(Arc::new),
+            latency: Arc::new(new_latency_window()),
+            latency_updated_ms: AtomicU64::new(0),
+            core_util_milli: AtomicU64::new(u64::MAX),
+            core_util_at_ms: AtomicU64::new(0),
+            backend,
+            node: hex::encode(rand::random::<[u8; 8]>()),
+            started: Instant::now(),
+        };
+        for s in specs {
+            rooms.insert(s);
+        }
+        Ok(rooms)
+    }
+
+    /// Adds or replaces a room.
+    pub fn insert(&self, spec: RoomSpec) -> Arc<Room> {
+        if let Some(r) = self.get(&spec.id) {
+            r.set_spec(spec);
+            return r;
+        }
+        let state = self.backend.state_for(&spec.id, spec.config.max_tracked);
+        let room = Arc::new(Room::new(spec, state));
+        self.rooms.write().insert(room.id.clone(), room.clone());
+        room
+    }
+
+    /// A room by id.
+    pub fn get(&self, id: &str) -> Option<Arc<Room>> {
+        self.rooms.read().get(id).cloned()
+    }
+
+    /// Every room, by id.
+    pub fn all(&self) -> Vec<Arc<Room>> {
+        let mut v: Vec<_> = self.rooms.read().values().cloned().collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    }
+
+    /// True for `/queue/<room>[/...]` of a configured room (other paths take the normal route).
+    pub fn owns(&self, path: &str) -> bool {
+        let Some(rest) = path.strip_prefix(crate::state::QUEUE_PREFIX) else { return false };
+        let id = rest.split_once('/').map_or(rest, |(id, _)| id);
+        self.rooms.read().contains_key(id)
+    }
+
+    /// True when tokens can be issued.
+    pub fn can_admit(&self) -> bool {
+        self.keyring.is_some()
+    }
+
+    /// Records one forwarded core request (the controller's P99 and error inputs).
+    pub fn record_core(&self, latency_us: Option<u64>) {
+        let now = unix_ms();
+        match latency_us {
+            Some(us) => self.latency.record_success(now, us),
+            None => self.latency.record_error(now),
+        }
+        self.latency_updated_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// The identity a room keys places and sessions by.
+    pub fn who(&self, room: &str, sub: &str) -> Who {
+        let m = self.signer.mac(b"room-who", format!("{room}|{sub}").as_bytes());
+        u64::from_le_bytes(m[..8].try_into().unwrap_or([0; 8]))
+    }
+
+    /// A place for `sub` (user id, else device id) on `device`: the one it holds, or the next.
+    pub async fn join(&self, room: &Room, sub: &str, device: &str) -> Result<QueueTicket, StateError> {
+        let now_s = unix_ms() / 1000;
+        let spec = room.spec();
+        let open = spec.opens_at.is_none_or(|o| now_s as i64 >= o);
+        let (position, fresh) = room.state.join(self.who(&room.id, sub), open).await?;
+        if fresh {
+            room.joins.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(QueueTicket { room: room.id.clone(), position, issued_at: now_s, device: device.to_owned() })
+    }
+
+    /// The status of a ticket's holder; admits (token + session) when it is their turn.
+    pub async fn status(&self, room: &Room, t: &QueueTicket, sub: &str) -> Result<StatusOutcome, RoomError> {
+        let now_ms = unix_ms();
+        let now_s = (now_ms / 1000) as i64;
+        let spec = room.spec();
+        let rate = room.release_rate();
+        let measured = room.measured_rate();
+        let mut s = Status {
+            state: Phase::Waiting,
+            position: None,
+            ahead: None,
+            eta_seconds: None,
+            poll_after_ms: 5000,
+            release_per_second: rate,
+            token: None,
+            redirect: None,
+            token_seconds: None,
+        };
+        if spec.closes_at.is_some_and(|c| now_s >= c) {
+            s.state = Phase::Closed;
+            s.poll_after_ms = jitter(60_000);
+            return Ok(StatusOutcome::Status(s));
+        }
+        if room.sold_out.load(Ordering::Relaxed) {
+            s.state = Phase::SoldOut;
+            s.poll_after_ms = jitter(30_000);
+            return Ok(StatusOutcome::Status(s));
+        }
+        let mut c = room.state.counters();
+        if spec.opens_at.is_some_and(|o| now_s < o) {
+            s.state = Phase::NotOpen;
+            if spec.config.method == QueueMethod::Fifo {
+                s.position = Some(t.position);
+                s.ahead = Some(t.position - 1);
+            }
+            let until_open = spec.opens_at.map_or(0, |o| (o - now_s).max(0) as u64);
+            s.poll_after_ms = jitter((until_open * 1000 / 4).clamp(1000, 30_000));
+            return Ok(StatusOutcome::Status(s));
+        }
+        if spec.config.method == QueueMethod::Random && c.prequeue.is_none() {
+            room.state.freeze().await?;
+            c = room.state.refresh().await?;
+        }
+        let pos = room.admission_order(t.position, &c);
+        s.position = Some(pos);
+        if pos <= c.serving {
+            let who = self.who(&room.id, sub);
+            if room.state.spent(who, t.position).await? {
+                return Ok(StatusOutcome::Rejoin);
+            }
+            let cap = spec.config.total_active_max;
+            let alive = room.state.session_alive(who, now_ms).await?;
+            if alive || cap.is_none_or(|cap| room.active.load(Ordering::Relaxed) < cap) {
+                return self.admit(room, &spec, s, who, sub, pos, alive, now_ms).await.map(StatusOutcome::Status);
+            }
+            // At the total-active cap: first in line, waiting for a session to end.
+            s.ahead = Some(0);
+            s.eta_seconds = Some(Eta { low: 0, high: spec.config.session_seconds });
+            s.poll_after_ms = jitter(2000);
+            return Ok(StatusOutcome::Status(s));
+        }
+        let ahead = pos - c.serving - 1;
+        s.ahead = Some(ahead);
+        if room.mode() == ReleaseMode::Paused {
+            s.state = Phase::Paused;
+            s.poll_after_ms = jitter(10_000);
+            return Ok(StatusOutcome::Status(s));
+        }
+        let base = if measured > 0.0 { measured } else { rate };
+        if base > 0.0 {
+            let eta = (ahead + 1) as f64 / base;
+            s.eta_seconds = Some(Eta { low: (eta * 0.8).floor() as u64, high: (eta * 1.3).ceil() as u64 + 1 });
+            // About ten polls on the way to the front, never faster than 1/s nor slower than 1/30 s.
+            s.poll_after_ms = jitter(((eta * 100.0) as u64).clamp(1000, 30_000));
+        } else {
+            s.poll_after_ms = jitter(if ahead < 100 { 2000 } else { 10_000 });
+        }
+        Ok(StatusOutcome::Status(s))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn admit(
+        &self,
+        room: &Room,
+        spec: &RoomSpec,
+        mut s: Status,
+        who: Who,
+        sub: &str,
+        pos: u64,
+        alive: bool,
+        now_ms: u64,
+    ) -> Result<Status, RoomError> {
+        let Some(keys) = &self.keyring else { return Err(RoomError::Sign("no [tokens] keys".into())) };
+        let cfg = &spec.config;
+        if !alive && room.state.open_session(who, now_ms + cfg.session_seconds * 1000).await? {
+            room.active.fetch_add(1, Ordering::Relaxed);
+            room.admissions.fetch_add(1, Ordering::Relaxed);
+        }
+        let claims = keys.new_claims(&cfg.event, sub, &room.id, pos, cfg.max_qty, cfg.token_seconds as i64);
+        let token = keys.sign(&claims, None).map_err(|e| RoomError::Sign(format!("{e:#}")))?;
+        s.state = Phase::Admitted;
+        s.ahead = Some(0);
+        s.eta_seconds = Some(Eta { low: 0, high: 0 });
+        s.poll_after_ms = jitter(cfg.token_seconds * 1000 / 2);
+        s.token = Some(token);
+        s.redirect = Some(cfg.target.clone());
+        s.token_seconds = Some(cfg.token_seconds);
+        Ok(s)
+    }
+
+    /// A verified token's session still runs, and the token belongs to this visitor (its `sub`
+    /// is the visitor's user id or device id). Unknown rooms (edge-only protected rules) pass.
+    pub async fn session_ok(&self, room: &str, sub: &str, user: Option<&str>, device: Option<&str>) -> bool {
+        let Some(r) = self.get(room) else { return true };
+        if user != Some(sub) && device != Some(sub) {
+            return false;
+        }
+        r.state.session_alive(self.who(room, sub), unix_ms()).await.unwrap_or(false)
+    }
+
+    /// The origin said `Wicket-Revoke: 1`: the session ends, its slot frees, its place is spent.
+    pub async fn revoke(&self, room: &str, sub: &str) {
+        if let Some(r) = self.get(room)
+            && r.state.end_session(self.who(room, sub)).await.unwrap_or(false)
+        {
+            let _ = r.active.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| Some(a.saturating_sub(1)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

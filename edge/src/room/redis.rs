@@ -1,0 +1,261 @@
+//! Room state in Redis, so several edges share one queue (DESIGN §3, §6): one atomic position
+//! counter, one `serving` counter that only the leader (a renewed lease: SET NX PX +
+//! compare-and-renew, lua/room_lead.lua) advances, sessions in a sorted set. Every key of a room
+//! is `wk:{room:<id>}:...`, one Cluster slot. Followers only read `serving` (once a tick into a
+//! local snapshot, so status polls never wait for Redis).
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+use tokio::sync::OnceCell;
+
+use super::state::{Counters, RoomState, StateError, Who};
+
+static JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_join.lua")));
+static FREEZE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_freeze.lua")));
+static LEAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_lead.lua")));
+static RESIGN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_resign.lua")));
+static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_advance.lua")));
+static END_SESSION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_end_session.lua")));
+static SWEEP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_sweep.lua")));
+
+/// Bound of one Redis call.
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// A Redis connection shared by every room of an edge (connected on first use, reconnecting by
+/// itself afterwards).
+#[derive(Clone)]
+pub struct RedisRooms {
+    client: redis::Client,
+    conn: Arc<OnceCell<ConnectionManager>>,
+}
+
+impl RedisRooms {
+    /// For a `redis://` URL (checked now, connected on first use).
+    pub fn new(url: &str) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| format!("bad Redis URL: {e}"))?;
+        Ok(RedisRooms { client, conn: Arc::new(OnceCell::new()) })
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, StateError> {
+        let c = self
+            .conn
+            .get_or_try_init(|| async {
+                let cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CALL_TIMEOUT))
+                    .set_response_timeout(Some(CALL_TIMEOUT))
+                    .set_number_of_retries(1);
+                tokio::time::timeout(CALL_TIMEOUT * 2, ConnectionManager::new_with_config(self.client.clone(), cfg))
+                    .await
+                    .map_err(|_| StateError("timed out connecting to Redis".into()))?
+                    .map_err(|e| StateError(e.to_string()))
+            })
+            .await?;
+        Ok(c.clone())
+    }
+
+    /// The state of one room.
+    pub fn room(&self, id: &str) -> RedisRoom {
+        let k = |s: &str| format!("wk:{{room:{id}}}:{s}");
+        RedisRoom {
+            redis: self.clone(),
+            issued: k("issued"),
+            serving: k("serving"),
+            prequeue: k("prequeue"),
+            shuffle: k("shuffle"),
+            who: k("who"),
+            sessions: k("sessions"),
+            ended: k("ended"),
+            leader: k("leader"),
+            cache: Mutex::new(Counters::default()),
+            tracked: Mutex::new(0),
+            max_tracked: 10_000_000,
+        }
+    }
+}
+
+/// One room's keys and its local snapshot of the counters.
+pub struct RedisRoom {
+    redis: RedisRooms,
+    issued: String,
+    serving: String,
+    prequeue: String,
+    shuffle: String,
+    who: String,
+    sessions: String,
+    ended: String,
+    leader: String,
+    cache: Mutex<Counters>,
+    tracked: Mutex<usize>,
+    max_tracked: usize,
+}
+
+fn who_hex(w: Who) -> String {
+    format!("{w:016x}")
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn ints(v: &Value) -> Vec<Option<i64>> {
+    match v {
+        Value::Array(items) => items.iter().map(int).collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl RedisRoom {
+    async fn run(&self, script: &Script, keys: &[&str], args: &[String]) -> Result<Value, StateError> {
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
+        for a in args {
+            inv.arg(a.as_str());
+        }
+        let mut conn = self.redis.conn().await?;
+        match tokio::time::timeout(CALL_TIMEOUT, inv.invoke_async::<Value>(&mut conn)).await {
+            Ok(r) => r.map_err(|e| StateError(e.to_string())),
+            Err(_) => Err(StateError("Redis did not answer in time".into())),
+        }
+    }
+
+    async fn cmd(&self, cmd: redis::Cmd) -> Result<Value, StateError> {
+        let mut conn = self.redis.conn().await?;
+        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Value>(&mut conn)).await {
+            Ok(r) => r.map_err(|e| StateError(e.to_string())),
+            Err(_) => Err(StateError("Redis did not answer in time".into())),
+        }
+    }
+}
+
+#[async_trait]
+impl RoomState for RedisRoom {
+    async fn join(&self, who: Who, open: bool) -> Result<(u64, bool), StateError> {
+        let v = self
+            .run(
+                &JOIN,
+                &[&self.issued, &self.who, &self.prequeue, &self.shuffle],
+                &[who_hex(who), if open { "1" } else { "0" }.into(), rand::random::<u64>().to_string(), self.max_tracked.to_string()],
+            )
+            .await?;
+        match ints(&v).as_slice() {
+            [Some(p), Some(new)] if *p > 0 => {
+                let mut c = self.cache.lock();
+                c.issued = c.issued.max(*p as u64);
+                Ok((*p as u64, *new == 1))
+            }
+            _ => Err(StateError(format!("room_join answered {v:?}"))),
+        }
+    }
+
+    fn counters(&self) -> Counters {
+        *self.cache.lock()
+    }
+
+    async fn refresh(&self) -> Result<Counters, StateError> {
+        let mut cmd = redis::cmd("MGET");
+        cmd.arg(&self.issued).arg(&self.serving).arg(&self.prequeue).arg(&self.shuffle);
+        let v = self.cmd(cmd).await?;
+        let n = ints(&v);
+        let get = |i: usize| n.get(i).copied().flatten();
+        let c = Counters {
+            issued: get(0).unwrap_or(0).max(0) as u64,
+            serving: get(1).unwrap_or(0).max(0) as u64,
+            prequeue: get(2).map(|p| p.max(0) as u64),
+            shuffle_key: match &v {
+                Value::Array(items) => items.get(3).and_then(|x| match x {
+                    Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<u64>().ok(),
+                    _ => None,
+                }),
+                _ => None,
+            }
+            .unwrap_or(0),
+        };
+        let mut hlen = redis::cmd("HLEN");
+        hlen.arg(&self.who);
+        if let Ok(v) = self.cmd(hlen).await {
+            *self.tracked.lock() = int(&v).unwrap_or(0).max(0) as usize;
+        }
+        *self.cache.lock() = c;
+        Ok(c)
+    }
+
+    async fn lead(&self, node: &str, lease_ms: u64) -> Result<bool, StateError> {
+        let v = self.run(&LEAD, &[&self.leader], &[node.to_owned(), lease_ms.to_string()]).await?;
+        Ok(int(&v) == Some(1))
+    }
+
+    async fn resign(&self, node: &str) -> Result<(), StateError> {
+        self.run(&RESIGN, &[&self.leader], &[node.to_owned()]).await.map(|_| ())
+    }
+
+    async fn freeze(&self) -> Result<(), StateError> {
+        self.run(&FREEZE, &[&self.issued, &self.prequeue, &self.shuffle], &[rand::random::<u64>().to_string()]).await.map(|_| ())
+    }
+
+    async fn advance(&self, node: &str, n: u64) -> Result<u64, StateError> {
+        let v = self.run(&ADVANCE, &[&self.leader, &self.issued, &self.serving], &[node.to_owned(), n.to_string()]).await?;
+        match int(&v) {
+            Some(s) if s >= 0 => {
+                self.cache.lock().serving = s as u64;
+                Ok(s as u64)
+            }
+            Some(_) => Ok(self.cache.lock().serving),
+            None => Err(StateError(format!("room_advance answered {v:?}"))),
+        }
+    }
+
+    async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(&self.sessions).arg("NX").arg(until_ms).arg(who_hex(who));
+        Ok(int(&self.cmd(cmd).await?) == Some(1))
+    }
+
+    async fn session_alive(&self, who: Who, now_ms: u64) -> Result<bool, StateError> {
+        let mut cmd = redis::cmd("ZSCORE");
+        cmd.arg(&self.sessions).arg(who_hex(who));
+        let v = self.cmd(cmd).await?;
+        let until = match &v {
+            Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse::<f64>().ok()),
+            Value::Double(d) => Some(*d),
+            Value::Int(i) => Some(*i as f64),
+            _ => None,
+        };
+        Ok(until.is_some_and(|u| u > now_ms as f64))
+    }
+
+    async fn end_session(&self, who: Who) -> Result<bool, StateError> {
+        let v = self.run(&END_SESSION, &[&self.sessions, &self.who, &self.ended], &[who_hex(who)]).await?;
+        Ok(int(&v) == Some(1))
+    }
+
+    async fn spent(&self, who: Who, position: u64) -> Result<bool, StateError> {
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(&self.who).arg(who_hex(who));
+        let v = self.cmd(cmd).await?;
+        Ok(matches!(&v, Value::BulkString(b) if b.as_slice() == format!("d{position}").as_bytes()))
+    }
+
+    async fn sweep(&self, now_ms: u64) -> Result<(u64, u64), StateError> {
+        let v = self.run(&SWEEP, &[&self.sessions, &self.who, &self.ended], &[now_ms.to_string(), "1000".into()]).await?;
+        match ints(&v).as_slice() {
+            [Some(a), Some(e)] => Ok((*a.max(&0) as u64, *e.max(&0) as u64)),
+            _ => Err(StateError(format!("room_sweep answered {v:?}"))),
+        }
+    }
+
+    fn tracked(&self) -> usize {
+        *self.tracked.lock()
+    }
+}

@@ -1,0 +1,228 @@
+//! The release loop: once a second per room (off the request path) it sweeps ended sessions,
+//! takes or renews the leader lease, feeds the controller (core P99 and errors measured on the
+//! requests this edge forwards, core utilisation from the core's /metrics, occupancy, exits),
+//! and — on the leader only — advances `serving` by the controller's rate plus any timed batch
+//! that is due. A second task polls the core's stock (sold out stops releases) and /metrics.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use super::config::QueueMethod;
+use super::state::StateError;
+use super::{Room, Rooms, unix_ms};
+use crate::controller::{ReleaseMode, TickInput};
+use crate::state::EdgeState;
+
+/// How often every room ticks.
+pub const TICK: Duration = Duration::from_secs(1);
+/// Leader lease: a leader that stops renewing is replaced after this long.
+pub const LEASE_MS: u64 = 3000;
+/// Core utilisation older than this is not used.
+pub const UTIL_MAX_AGE_MS: u64 = 5000;
+
+/// What the loop remembers about a room between ticks.
+#[derive(Debug, Default)]
+pub struct ReleaseBook {
+    /// Fraction of an admission carried to the next tick.
+    pub carry: f64,
+    /// Batches already released (they are sorted by time).
+    pub batches_done: usize,
+    /// `serving` at the last tick, for the measured release rate.
+    pub last_serving: Option<u64>,
+    /// Time of the last tick, Unix ms.
+    pub last_tick_ms: u64,
+}
+
+impl Rooms {
+    /// One tick of one room at `now_ms` (Unix ms).
+    pub async fn tick_room(&self, room: &Room, now_ms: u64) -> Result<(), StateError> {
+        let spec = room.spec();
+        let (active, exits) = room.state.sweep(now_ms).await?;
+        room.active.store(active, Ordering::Relaxed);
+        let leader = room.state.lead(&self.node, LEASE_MS).await?;
+        room.leader.store(leader, Ordering::Relaxed);
+        let mut c = room.state.refresh().await?;
+        let now_s = (now_ms / 1000) as i64;
+        let open = spec.opens_at.is_none_or(|o| now_s >= o);
+        let closed = spec.closes_at.is_some_and(|t| now_s >= t);
+        if open && leader && spec.config.method == QueueMethod::Random && c.prequeue.is_none() {
+            room.state.freeze().await?;
+            c = room.state.refresh().await?;
+        }
+        let dt_ms = {
+            let b = room.book.lock();
+            if b.last_tick_ms == 0 { TICK.as_millis() as u64 } else { now_ms.saturating_sub(b.last_tick_ms).clamp(1, 10_000) }
+        };
+        let stats = self.latency.snapshot(now_ms);
+        let util_at = self.core_util_at_ms.load(Ordering::Relaxed);
+        let util = (now_ms.saturating_sub(util_at) < UTIL_MAX_AGE_MS)
+            .then(|| self.core_util_milli.load(Ordering::Relaxed))
+            .filter(|u| *u != u64::MAX)
+            .map(|u| u as f64 / 1000.0);
+        let newest = self.latency_updated_ms.load(Ordering::Relaxed).max(if util.is_some() { util_at } else { 0 });
+        let sold_out = room.sold_out.load(Ordering::Relaxed);
+        let input = TickInput {
+            now_ms,
+            p99_ms: stats.p99_ms,
+            samples: stats.successes + stats.errors,
+            error_fraction: stats.error_fraction(),
+            utilisation: util,
+            occupancy: active as f64,
+            exits_per_s: exits as f64 * 1000.0 / dt_ms as f64,
+            metrics_age_ms: if newest == 0 { u64::MAX / 2 } else { now_ms.saturating_sub(newest) },
+            sold_out,
+        };
+        let (decision, events, mode) = {
+            let mut ctl = room.controller.lock();
+            let d = ctl.tick(&input);
+            (d, ctl.drain_events(), ctl.mode())
+        };
+        for e in events {
+            tracing::info!(room = %room.id, event = %serde_json::to_string(&e).unwrap_or_default(), "release controller");
+        }
+        *room.last_decision.lock() = Some(decision);
+        let releasing = open && !closed && !sold_out;
+        let rate = if releasing { decision.rate } else { 0.0 };
+        room.set_release_rate(rate);
+        let mut whole = 0u64;
+        {
+            let mut b = room.book.lock();
+            if rate > 0.0 {
+                let n = rate * dt_ms as f64 / 1000.0 + b.carry;
+                whole = n.floor() as u64;
+                b.carry = (n - whole as f64).min(1.0);
+            }
+            let batches_allowed = releasing && !matches!(mode, ReleaseMode::Paused | ReleaseMode::QueueAll);
+            while b.batches_done < spec.batches.len() && spec.batches[b.batches_done].0 <= now_s {
+                if batches_allowed {
+                    whole += spec.batches[b.batches_done].1;
+                }
+                b.batches_done += 1;
+            }
+            if let Some(cap) = spec.config.total_active_max {
+                whole = whole.min(cap.saturating_sub(active));
+            }
+            b.last_tick_ms = now_ms;
+        }
+        let serving = if leader && whole > 0 { room.state.advance(&self.node, whole).await? } else { c.serving };
+        let mut b = room.book.lock();
+        if let Some(prev) = b.last_serving {
+            let inst = serving.saturating_sub(prev) as f64 * 1000.0 / dt_ms as f64;
+            let m = room.measured_rate();
+            room.set_measured_rate(if m == 0.0 { inst } else { 0.7 * m + 0.3 * inst });
+        }
+        b.last_serving = Some(serving);
+        Ok(())
+    }
+
+    /// Ticks every room.
+    pub async fn tick_all(&self, now_ms: u64) {
+        for room in self.all() {
+            if let Err(e) = self.tick_room(&room, now_ms).await {
+                tracing::warn!(room = %room.id, "release tick: {e}");
+            }
+        }
+    }
+
+    /// Gives up every lease (graceful stop).
+    pub async fn resign_all(&self) {
+        for room in self.all() {
+            let _ = room.state.resign(&self.node).await;
+            room.leader.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Asks the core whether each room's event is sold out, and reads its utilisation.
+    pub async fn poll_core(&self, core: SocketAddr) {
+        for room in self.all() {
+            let event = room.spec().config.event.clone();
+            if let Some((200, body)) = http_get(core, &format!("/v1/events/{event}/stock")).await
+                && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
+                && let Some(skus) = v.get("skus").and_then(|s| s.as_object())
+            {
+                let sold_out = !skus.is_empty() && skus.values().all(|s| s.get("sold_out").and_then(|b| b.as_bool()) == Some(true));
+                if room.sold_out.swap(sold_out, Ordering::Relaxed) != sold_out {
+                    tracing::info!(room = %room.id, sold_out, "core stock");
+                }
+            }
+        }
+        if let Some((200, body)) = http_get(core, "/metrics").await
+            && let Some(u) = utilisation(&String::from_utf8_lossy(&body))
+        {
+            self.core_util_milli.store((u * 1000.0) as u64, Ordering::Relaxed);
+            self.core_util_at_ms.store(unix_ms(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// `wicket_core_inflight / wicket_core_concurrency_limit` from the core's Prometheus text.
+pub fn utilisation(text: &str) -> Option<f64> {
+    let value = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let (inflight, limit) = (value("wicket_core_inflight")?, value("wicket_core_concurrency_limit")?);
+    (limit > 0.0).then(|| inflight / limit)
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, Bytes)> {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let uri: http::Uri = format!("http://{addr}{path}").parse().ok()?;
+    let resp = tokio::time::timeout(Duration::from_millis(800), client.get(uri)).await.ok()?.ok()?;
+    let status = resp.status().as_u16();
+    let body = tokio::time::timeout(Duration::from_millis(800), resp.into_body().collect()).await.ok()?.ok()?.to_bytes();
+    Some((status, body))
+}
+
+/// The background service: ticks rooms every second, polls the core every two.
+pub struct ReleaseLoop {
+    /// Shared state.
+    pub state: Arc<EdgeState>,
+}
+
+#[async_trait]
+impl BackgroundService for ReleaseLoop {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let rooms = self.state.rooms.clone();
+        let core = self.state.core.as_ref().map(|u| u.addr);
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut n = 0u64;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if let (Some(core), true) = (core, n % 2 == 0) {
+                        rooms.poll_core(core).await;
+                    }
+                    rooms.tick_all(unix_ms()).await;
+                    n += 1;
+                }
+                _ = shutdown.changed() => {
+                    rooms.resign_all().await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utilisation_from_prometheus_text() {
+        let t = "# HELP x\nwicket_core_inflight_total 9\nwicket_core_inflight 12\nwicket_core_concurrency_limit 48\n";
+        assert_eq!(super::utilisation(t), Some(0.25));
+        assert_eq!(super::utilisation("wicket_core_inflight 1\n"), None);
+    }
+}

@@ -1,0 +1,194 @@
+//! Waiting-room unit tests on the embedded state (the Redis state runs the same checks in
+//! edge/tests/room_redis.rs).
+
+use std::sync::atomic::Ordering;
+
+use super::config::parse_time;
+use super::*;
+
+pub(crate) const HS: &str = "hs-secret-for-room-tests-0123456789abcdef";
+
+pub(crate) fn rooms_with(room_toml: &str) -> Rooms {
+    let text = format!(
+        "[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS}\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n{room_toml}\n"
+    );
+    let cfg = WicketConfig::from_toml_str(&text).unwrap();
+    assert!(validate(&cfg).is_empty(), "{:?}", validate(&cfg));
+    Rooms::new(&cfg, Signer::new(b"room-test-secret-0123"), state_backend::Backend::Embedded).unwrap()
+}
+
+fn phase(o: StatusOutcome) -> Status {
+    match o {
+        StatusOutcome::Status(s) => s,
+        StatusOutcome::Rejoin => panic!("unexpected rejoin"),
+    }
+}
+
+#[tokio::test]
+async fn fifo_join_order_is_admission_order_for_10000() {
+    let rooms = rooms_with("");
+    let room = rooms.get("r1").unwrap();
+    let mut tickets = Vec::new();
+    for i in 0..10_000 {
+        let dev = format!("dev-{i}");
+        tickets.push((dev.clone(), rooms.join(&room, &dev, &dev).await.unwrap()));
+    }
+    let mut admitted_order = Vec::new();
+    for next in 0..10_000usize {
+        room.state.advance("n", 1).await.unwrap();
+        // Exactly one more person is in: the next in join order, and nobody behind them.
+        let (dev, t) = &tickets[next];
+        let s = phase(rooms.status(&room, t, dev).await.unwrap());
+        assert_eq!(s.state, Phase::Admitted, "joiner {next} not admitted when serving reached them");
+        admitted_order.push(next);
+        if let Some((dev2, t2)) = tickets.get(next + 1) {
+            let s2 = phase(rooms.status(&room, t2, dev2).await.unwrap());
+            assert_eq!(s2.state, Phase::Waiting, "joiner {} admitted before their turn", next + 1);
+            assert_eq!(s2.ahead, Some(0));
+        }
+    }
+    assert_eq!(admitted_order, (0..10_000).collect::<Vec<_>>());
+    assert_eq!(room.admissions.load(Ordering::Relaxed), 10_000);
+}
+
+#[tokio::test]
+async fn random_shuffles_the_prequeue_once_and_is_fifo_after() {
+    let rooms = rooms_with("method = \"random\"\nschedule = { opens-at = \"2099-01-01T00:00:00Z\" }\n");
+    let room = rooms.get("r1").unwrap();
+    let mut pre = Vec::new();
+    for i in 0..1000 {
+        let dev = format!("pre-{i}");
+        pre.push((dev.clone(), rooms.join(&room, &dev, &dev).await.unwrap()));
+    }
+    // Before the open: not_open, no position shown (it is not known yet).
+    let s = phase(rooms.status(&room, &pre[0].1, &pre[0].0).await.unwrap());
+    assert_eq!(s.state, Phase::NotOpen);
+    assert_eq!(s.position, None);
+    // Open now.
+    let mut spec = (*room.spec()).clone();
+    spec.opens_at = Some(parse_time("2020-01-01T00:00:00Z").unwrap());
+    room.set_spec(spec);
+    let mut post = Vec::new();
+    for i in 0..100 {
+        let dev = format!("post-{i}");
+        post.push((dev.clone(), rooms.join(&room, &dev, &dev).await.unwrap()));
+    }
+    let c = room.state.counters();
+    assert_eq!(c.prequeue, Some(1000), "the pre-queue is frozen at open");
+    // Freezing again changes nothing (shuffled once).
+    room.state.freeze().await.unwrap();
+    assert_eq!(room.state.counters(), c);
+    // Admission order: a permutation of 1..=1000 for the pre-queue, not join order; FIFO after.
+    let order: Vec<u64> = pre.iter().map(|(_, t)| room.admission_order(t.position, &c)).collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(sorted, (1..=1000).collect::<Vec<_>>());
+    let in_place = order.iter().enumerate().filter(|(i, p)| **p == *i as u64 + 1).count();
+    assert!(in_place < 20, "{in_place} of 1000 kept their join place: not shuffled");
+    for (i, (_, t)) in post.iter().enumerate() {
+        assert_eq!(room.admission_order(t.position, &c), 1001 + i as u64);
+    }
+    // And the room admits in that order: serving 1 admits exactly the one shuffled to 1.
+    room.state.advance("n", 1).await.unwrap();
+    let firsts: Vec<usize> = {
+        let mut v = Vec::new();
+        for (i, (d, t)) in pre.iter().enumerate() {
+            if phase(rooms.status(&room, t, d).await.unwrap()).state == Phase::Admitted {
+                v.push(i);
+            }
+        }
+        v
+    };
+    assert_eq!(firsts.len(), 1);
+    assert_eq!(order[firsts[0]], 1);
+    // All the pre-queue goes before anyone who joined after the open.
+    room.state.advance("n", 999).await.unwrap();
+    assert_eq!(phase(rooms.status(&room, &post[0].1, &post[0].0).await.unwrap()).state, Phase::Waiting);
+    room.state.advance("n", 1).await.unwrap();
+    assert_eq!(phase(rooms.status(&room, &post[0].1, &post[0].0).await.unwrap()).state, Phase::Admitted);
+    assert_eq!(phase(rooms.status(&room, &post[1].1, &post[1].0).await.unwrap()).state, Phase::Waiting);
+}
+
+#[tokio::test]
+async fn rejoin_second_tab_and_cleared_cookie_keep_the_place_for_a_known_user() {
+    let rooms = rooms_with("");
+    let room = rooms.get("r1").unwrap();
+    for i in 0..5 {
+        rooms.join(&room, &format!("other-{i}"), "d").await.unwrap();
+    }
+    let a = rooms.join(&room, "alice", "dev-1").await.unwrap();
+    assert_eq!(a.position, 6);
+    // Second tab, rejoin, cleared cookie (a new device id): the same place.
+    assert_eq!(rooms.join(&room, "alice", "dev-1").await.unwrap().position, 6);
+    assert_eq!(rooms.join(&room, "alice", "dev-2").await.unwrap().position, 6);
+    // Another user on the same device: a place of their own, at the back.
+    assert_eq!(rooms.join(&room, "bob", "dev-1").await.unwrap().position, 7);
+    assert_eq!(room.joins.load(Ordering::Relaxed), 7);
+}
+
+#[tokio::test]
+async fn sessions_cap_revoke_and_spent_places() {
+    let rooms = rooms_with("total-active-max = 1\nsession-seconds = 60\n");
+    let room = rooms.get("r1").unwrap();
+    let a = rooms.join(&room, "alice", "da").await.unwrap();
+    let b = rooms.join(&room, "bob", "db").await.unwrap();
+    room.state.advance("n", 2).await.unwrap();
+    let s = phase(rooms.status(&room, &a, "alice").await.unwrap());
+    assert_eq!(s.state, Phase::Admitted);
+    assert!(s.token.is_some() && s.redirect.as_deref() == Some("/buy"));
+    assert!(rooms.session_ok("r1", "alice", Some("alice"), Some("da")).await);
+    assert!(!rooms.session_ok("r1", "alice", Some("mallory"), Some("dm")).await, "a token is bound to its sub");
+    // Bob's turn came, but the cap is full: first in line, not admitted.
+    let s = phase(rooms.status(&room, &b, "bob").await.unwrap());
+    assert_eq!((s.state, s.ahead), (Phase::Waiting, Some(0)));
+    // The origin revokes Alice: her slot frees, her place is spent, Bob gets in.
+    rooms.revoke("r1", "alice").await;
+    assert!(!rooms.session_ok("r1", "alice", Some("alice"), Some("da")).await);
+    assert!(matches!(rooms.status(&room, &a, "alice").await.unwrap(), StatusOutcome::Rejoin));
+    assert_eq!(phase(rooms.status(&room, &b, "bob").await.unwrap()).state, Phase::Admitted);
+    // Alice queues again, at the back.
+    assert_eq!(rooms.join(&room, "alice", "da").await.unwrap().position, 3);
+    // An expired session frees its slot at the next sweep.
+    let (active, ended) = room.state.sweep(unix_ms() + 61_000).await.unwrap();
+    assert_eq!((active, ended), (0, 2));
+}
+
+#[tokio::test]
+async fn the_tick_releases_at_the_fixed_rate_and_batches_and_stops_when_sold_out() {
+    let rooms = rooms_with("release = { mode = \"fixed\", rate = 10.0 }\nbatches = [{ at = \"2020-01-01T00:00:00Z\", count = 25 }]\n");
+    let room = rooms.get("r1").unwrap();
+    for i in 0..100 {
+        rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
+    }
+    let t0 = unix_ms();
+    rooms.tick_room(&room, t0).await.unwrap();
+    assert_eq!(room.state.counters().serving, 35, "10/s for the first second plus the due batch");
+    rooms.tick_room(&room, t0 + 1000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 45);
+    room.controller.lock().set_mode(t0, ReleaseMode::Paused);
+    rooms.tick_room(&room, t0 + 2000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 45, "paused");
+    room.controller.lock().set_mode(t0, ReleaseMode::Fixed(10.0));
+    room.sold_out.store(true, Ordering::Relaxed);
+    rooms.tick_room(&room, t0 + 3000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 45, "sold out");
+    let t = QueueTicket { room: "r1".into(), position: 90, issued_at: 0, device: "d".into() };
+    assert_eq!(phase(rooms.status(&room, &t, "u89").await.unwrap()).state, Phase::SoldOut);
+}
+
+#[tokio::test]
+async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
+    let rooms = rooms_with("release = { mode = \"fixed\", rate = 100.0 }\n");
+    let room = rooms.get("r1").unwrap();
+    room.set_measured_rate(100.0);
+    room.set_release_rate(100.0);
+    let near = QueueTicket { room: "r1".into(), position: 5, issued_at: 0, device: "d".into() };
+    let far = QueueTicket { room: "r1".into(), position: 1_000_000, issued_at: 0, device: "d".into() };
+    let n = phase(rooms.status(&room, &near, "x").await.unwrap());
+    let f = phase(rooms.status(&room, &far, "y").await.unwrap());
+    assert_eq!(f.ahead, Some(999_999));
+    assert!(f.poll_after_ms > n.poll_after_ms, "{} vs {}", f.poll_after_ms, n.poll_after_ms);
+    let eta = f.eta_seconds.unwrap();
+    assert!(eta.low < 10_000 && eta.high > 10_000, "{eta:?}");
+}

@@ -1,0 +1,363 @@
+//! The waiting room through a real edge: join, status, SSE, admission, protected paths, bad
+//! tickets and tokens, revocation, the anomaly rule, and the rooms admin API.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use common::*;
+use serde_json::{Value, json};
+
+const ED_KID: &str = "ed-1";
+
+fn keys_dir() -> String {
+    format!("{}/../core/examples/keys", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `[edge]` extras + `[tokens]` (EdDSA signing, an HS256 key too) + room `r1` guarding `/buy/ev-1`.
+fn room_config(origin: &str, room_extra: &str) -> String {
+    let k = keys_dir();
+    format!(
+        "origin = \"{origin}\"\nuser-header = \"x-user-id\"\n\
+         [edge.anomaly]\ndevice-max-users = 2\n\
+         [tokens]\nissuer = \"wicket\"\nsigning-kid = \"{ED_KID}\"\n\
+         [[tokens.keys]]\nkid = \"{ED_KID}\"\nalg = \"EdDSA\"\nprivate-key-file = \"{k}/demo-ed25519.pem\"\npublic-key-file = \"{k}/demo-ed25519.pub.pem\"\n\
+         [[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n{room_extra}\n\
+         [[rooms]]\nid = \"r2\"\nevent = \"ev-2\"\ntarget = \"/buy/ev-2\"\nprotected = [\"/buy/ev-2\"]\nrelease = {{ mode = \"fixed\", rate = 1000.0 }}\n"
+    )
+}
+
+/// A browser-ish client: a cookie jar and an optional user id.
+#[derive(Default, Clone)]
+struct Client {
+    jar: HashMap<String, String>,
+    user: Option<String>,
+    /// Distinct per client: the edge fingerprints cookie-less devices by IP and headers.
+    ua: String,
+}
+
+impl Client {
+    fn user(u: &str) -> Self {
+        Client { user: Some(u.into()), ..Client::default() }
+    }
+    fn cookie_header(&self) -> String {
+        self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ")
+    }
+    async fn send(&mut self, method: &str, url: &str, extra: &[(&str, &str)], body: &[u8]) -> Resp {
+        let cookie = self.cookie_header();
+        let mut h: Vec<(&str, &str)> = extra.to_vec();
+        if !cookie.is_empty() {
+            h.push(("cookie", &cookie));
+        }
+        if let Some(u) = &self.user {
+            h.push(("x-user-id", u));
+        }
+        if self.ua.is_empty() {
+            self.ua = format!("room-test-{}", rand::random::<u64>());
+        }
+        let ua = self.ua.clone();
+        h.push(("user-agent", &ua));
+        h.push(("accept-language", "en"));
+        let r = request(method, url, &h, body).await;
+        for (k, v) in r.cookies() {
+            if v.is_empty() {
+                self.jar.remove(&k);
+            } else {
+                self.jar.insert(k, v);
+            }
+        }
+        r
+    }
+    async fn json(&mut self, url: &str) -> Resp {
+        self.send("GET", url, &[("accept", "application/json")], b"").await
+    }
+}
+
+async fn until_admitted(edge: &TestEdge, c: &mut Client, room: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = c.json(&edge.url(&format!("/queue/{room}/status"))).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        if v["state"] == "admitted" {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "not admitted: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_wait_admit_and_pass_the_protected_path_with_verified_identity() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(&origin.url(), "release = { mode = \"fixed\", rate = 2.0 }\n"));
+    // Not admitted: browsers are sent to the queue, apps get 403 JSON.
+    let mut c = Client::user("alice");
+    let r = c.send("GET", &edge.url("/buy/ev-1"), &[("accept", "text/html")], b"").await;
+    assert_eq!((r.status, r.header("location")), (302, Some("/queue/r1")));
+    // The queue page (HTML) joins and sets the ticket.
+    let r = c.send("GET", &edge.url("/queue/r1"), &[("accept", "text/html")], b"").await;
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("/static/queue.js"), "the queue page");
+    assert!(c.jar.contains_key("wicket_q_r1") && c.jar.contains_key("wicket_d"), "{:?}", c.jar);
+    assert_eq!(get(&edge.url("/static/queue.js"), &[]).await.status, 200);
+    // Status JSON: a place; a rejoin keeps it.
+    let v = c.json(&edge.url("/queue/r1")).await.json();
+    assert_eq!(v["position"], 1, "{v}");
+    assert!(v["poll_after_ms"].as_u64().unwrap() >= 500);
+    let v = c.send("POST", &edge.url("/queue/r1/join"), &[("content-type", "application/json")], b"{}").await.json();
+    assert_eq!(v["position"], 1, "{v}");
+    // Server-sent events carry the same status.
+    let r = c.send("GET", &edge.url("/queue/r1/events"), &[], b"").await;
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let first = r.text().lines().find_map(|l| l.strip_prefix("data: ").map(str::to_owned)).unwrap();
+    let frame: Value = serde_json::from_str(&first).unwrap();
+    assert!(frame["state"] == "admitted" || frame["state"] == "waiting", "{frame}");
+    // Admitted: a token in the body and the cookie, the target to go to.
+    let v = until_admitted(&edge, &mut c, "r1").await;
+    assert_eq!(v["redirect"], "/buy/ev-1");
+    let token = v["token"].as_str().unwrap().to_owned();
+    assert_eq!(c.jar.get("wicket_a_r1"), Some(&token));
+    let header: Value = serde_json::from_slice(&B64.decode(token.split('.').next().unwrap()).unwrap()).unwrap();
+    assert_eq!((header["alg"].as_str(), header["kid"].as_str(), header["typ"].as_str()), (Some("EdDSA"), Some(ED_KID), Some("admission+jwt")));
+    // No-JS: /queue/r1 now redirects to the target.
+    let r = c.send("GET", &edge.url("/queue/r1"), &[("accept", "text/html")], b"").await;
+    assert_eq!((r.status, r.header("location")), (302, Some("/buy/ev-1")));
+    // The protected path passes; the origin sees verified identity, never the token or forged headers.
+    let r = c
+        .send("GET", &edge.url("/buy/ev-1/seat"), &[("wicket-room", "forged"), ("wicket-position", "0"), ("accept", "application/json")], b"")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = r.json();
+    let h = &seen["headers"];
+    assert_eq!(h["wicket-user"], "alice");
+    assert_eq!(h["wicket-room"], "r1");
+    assert_eq!(h["wicket-position"], "1");
+    assert!(h["wicket-device"].as_str().is_some_and(|d| !d.is_empty()));
+    let cookies = h["cookie"].as_str().unwrap_or("");
+    assert!(!cookies.contains("wicket_a_r1") && !cookies.contains(&token), "token forwarded: {cookies}");
+    // Bearer works for apps and is stripped too.
+    let mut app = Client::user("alice");
+    app.jar.insert("wicket_d".into(), c.jar["wicket_d"].clone());
+    let auth = format!("Bearer {token}");
+    let r = app.send("GET", &edge.url("/buy/ev-1"), &[("authorization", &auth), ("accept", "application/json")], b"").await;
+    assert_eq!(r.status, 200);
+    assert!(r.json()["headers"].get("authorization").is_none());
+    // The room's stats saw it.
+    let s = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
+    assert_eq!(s["admissions"], 1);
+    assert_eq!(s["active"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_tab_and_cleared_cookie_keep_the_place_another_user_on_the_device_gets_one_and_trips_the_anomaly_rule() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(&origin.url(), "release = { mode = \"fixed\", rate = 0.0 }\n"));
+    let mut first = Client::user("u0");
+    assert_eq!(first.json(&edge.url("/queue/r1")).await.json()["position"], 1);
+    let mut alice = Client::user("alice");
+    assert_eq!(alice.json(&edge.url("/queue/r1")).await.json()["position"], 2);
+    // A second tab shares the cookies: the same place.
+    let mut tab = alice.clone();
+    assert_eq!(tab.json(&edge.url("/queue/r1")).await.json()["position"], 2);
+    // Cleared cookies (a new device, no ticket), same user: the same place.
+    let mut cleared = Client::user("alice");
+    assert_eq!(cleared.json(&edge.url("/queue/r1")).await.json()["position"], 2);
+    // Another user id on Alice's device: a place of their own at the back...
+    let mut bob = Client { jar: alice.jar.clone(), user: Some("bob".into()), ua: alice.ua.clone() };
+    bob.jar.remove("wicket_q_r1");
+    let v = bob.json(&edge.url("/queue/r1")).await.json();
+    assert_eq!(v["position"], 3, "{v}");
+    // ...and counts toward the anomaly rule: a third user on that device is blocked.
+    let mut carol = Client { jar: alice.jar.clone(), user: Some("carol".into()), ua: alice.ua.clone() };
+    let r = carol.json(&edge.url("/queue/r1")).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    // Anonymous visitors are keyed by their device: a new device is a new place.
+    let mut anon = Client::default();
+    assert_eq!(anon.json(&edge.url("/queue/r1")).await.json()["position"], 4);
+    assert_eq!(anon.json(&edge.url("/queue/r1")).await.json()["position"], 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tickets_never_admit_they_join_at_the_back() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(&origin.url(), "release = { mode = \"fixed\", rate = 0.0 }\n"));
+    for i in 0..3 {
+        Client::user(&format!("u{i}")).json(&edge.url("/queue/r1")).await;
+    }
+    // Serving is 0, so any ticket claiming position 1 would be in once serving moves; we move it to 3.
+    edge.admin("PUT", "/admin/rooms/r1/release", r#"{"mode":"fixed","rate":1000}"#).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    edge.admin("PUT", "/admin/rooms/r1/release", r#"{"mode":"fixed","rate":0}"#).await;
+    let stats = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
+    let serving = stats["serving"].as_u64().unwrap();
+    assert_eq!(serving, 3);
+    let mut m = Client::default();
+    m.json(&edge.url("/queue/r2")).await; // a real ticket, for the other room
+    let other_room = m.jar.get("wicket_q_r2").cloned().unwrap();
+    let device = m.jar.get("wicket_d").cloned().unwrap();
+    let edited = {
+        let (_, tag) = other_room.split_once('.').unwrap();
+        format!("{}.{tag}", B64.encode(format!("r1|1|0|{}", device.split('.').next().unwrap())))
+    };
+    let forged = format!("{}.{}", B64.encode(format!("r1|1|0|{}", device.split('.').next().unwrap())), B64.encode([7u8; 16]));
+    for (name, ticket) in [("other room", other_room.clone()), ("edited position", edited), ("forged", forged), ("garbage", "x.y".into())] {
+        let mut c = Client::default();
+        c.jar.insert("wicket_d".into(), device.clone());
+        c.jar.insert("wicket_q_r1".into(), ticket);
+        let r = c.json(&edge.url("/queue/r1/status")).await;
+        assert_eq!(r.status, 401, "{name}: {}", r.text());
+        assert_eq!(r.json()["error"], "unauthorized");
+        assert!(r.json().get("token").is_none());
+    }
+    // Joining with a bad ticket gives the device its own place, at the back, not admitted.
+    let mut c = Client::default();
+    c.jar.insert("wicket_d".into(), device.clone());
+    c.jar.insert("wicket_q_r1".into(), other_room);
+    let v = c.json(&edge.url("/queue/r1")).await.json();
+    assert_eq!((v["state"].as_str(), v["position"].as_u64()), (Some("waiting"), Some(4)), "{v}");
+    // A stolen ticket (another device's) does not verify either.
+    let mut thief = Client::default();
+    thief.jar.insert("wicket_q_r1".into(), c.jar["wicket_q_r1"].clone());
+    assert_eq!(thief.json(&edge.url("/queue/r1/status")).await.status, 401);
+}
+
+fn jwt(header: &Value, claims: &Value, sign: impl Fn(&[u8]) -> Vec<u8>) -> String {
+    let h = B64.encode(header.to_string());
+    let p = B64.encode(claims.to_string());
+    let sig = sign(format!("{h}.{p}").as_bytes());
+    format!("{h}.{p}.{}", B64.encode(sig))
+}
+
+fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+    use hmac::Mac;
+    let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    m.update(data);
+    m.finalize().into_bytes().to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_admission_token_is_refused_at_the_protected_path() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(&origin.url(), "release = { mode = \"fixed\", rate = 1000.0 }\n"));
+    let mut c = Client::user("alice");
+    c.json(&edge.url("/queue/r1")).await;
+    let good = until_admitted(&edge, &mut c, "r1").await["token"].as_str().unwrap().to_owned();
+    let parts: Vec<&str> = good.split('.').collect();
+    let claims: Value = serde_json::from_slice(&B64.decode(parts[1]).unwrap()).unwrap();
+    let now = claims["iat"].as_i64().unwrap();
+    let hs = |h: Value, c: Value| jwt(&h, &c, |d| hmac(HS_SECRET.as_bytes(), d));
+    let hs_header = json!({"alg": "HS256", "typ": "admission+jwt", "kid": "hs-1"});
+    let with = |k: &str, v: Value| {
+        let mut c = claims.clone();
+        c[k] = v;
+        c
+    };
+    let pubkey = std::fs::read(format!("{}/demo-ed25519.pub.pem", keys_dir())).unwrap();
+    let mut bad: Vec<(&str, String)> = vec![
+        ("forged (unknown HS secret)", jwt(&hs_header, &claims, |d| hmac(b"not-the-secret-not-the-secret-xx", d))),
+        ("expired", hs(hs_header.clone(), with("exp", json!(now - 60)).as_object().map(|_| {
+            let mut c = with("exp", json!(now - 60));
+            c["iat"] = json!(now - 120);
+            c["nbf"] = json!(now - 120);
+            c
+        }).unwrap())),
+        ("other room", hs(hs_header.clone(), with("room", json!("r2")))),
+        ("other event", hs(hs_header.clone(), with("aud", json!("ev-2")))),
+        ("tampered signature", format!("{}.{}.{}A", parts[0], parts[1], &parts[2][..parts[2].len() - 1])),
+        ("alg none", format!("{}.{}.", B64.encode(json!({"alg":"none","typ":"admission+jwt","kid":ED_KID}).to_string()), parts[1])),
+        ("HS/EdDSA confusion", jwt(&json!({"alg":"HS256","typ":"admission+jwt","kid":ED_KID}), &claims, |d| hmac(&pubkey, d))),
+        ("unknown kid", jwt(&json!({"alg":"HS256","typ":"admission+jwt","kid":"nope"}), &claims, |d| hmac(HS_SECRET.as_bytes(), d))),
+        ("edited claims", format!("{}.{}.{}", parts[0], B64.encode(with("pos", json!(0)).to_string()), parts[2])),
+        ("other user's token (sub)", hs(hs_header.clone(), with("sub", json!("mallory")))),
+        ("wrong typ", jwt(&json!({"alg":"HS256","typ":"JWT","kid":"hs-1"}), &claims, |d| hmac(HS_SECRET.as_bytes(), d))),
+    ];
+    // A valid HS256 token for the right room and user passes (the refusals above are not an accident).
+    let ok_hs = hs(hs_header.clone(), claims.clone());
+    let r = c.send("GET", &edge.url("/buy/ev-1"), &[("authorization", &format!("Bearer {ok_hs}")), ("accept", "application/json")], b"").await;
+    assert_eq!(r.status, 200, "the control token passes: {}", r.text());
+    // Replayed: the origin revokes the session; the same token is refused afterwards.
+    let r = c.send("GET", &edge.url("/buy/ev-1/revoke"), &[("accept", "application/json")], b"").await;
+    assert_eq!(r.status, 200);
+    assert!(!c.jar.contains_key("wicket_a_r1"), "the revoke clears the cookie");
+    bad.push(("replayed after revoke", good.clone()));
+    for (name, token) in &bad {
+        let mut who = Client { jar: c.jar.clone(), user: Some("alice".into()), ua: c.ua.clone() };
+        who.jar.remove("wicket_a_r1");
+        let r = who.send("GET", &edge.url("/buy/ev-1"), &[("authorization", &format!("Bearer {token}")), ("accept", "application/json")], b"").await;
+        assert_eq!(r.status, 403, "{name}: {}", r.text());
+        assert_eq!(r.json()["queue"], "/queue/r1", "{name}");
+        let mut browser = Client { jar: c.jar.clone(), user: Some("alice".into()), ua: c.ua.clone() };
+        browser.jar.insert("wicket_a_r1".into(), token.clone());
+        let r = browser.send("GET", &edge.url("/buy/ev-1"), &[("accept", "text/html")], b"").await;
+        assert_eq!((r.status, r.header("location")), (302, Some("/queue/r1")), "{name}");
+    }
+    // After the revoke the place is spent: Alice queues again, at the back, and is not admitted at once.
+    edge.admin("PUT", "/admin/rooms/r1/release", r#"{"mode":"fixed","rate":0}"#).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let v = c.json(&edge.url("/queue/r1/status")).await.json();
+    assert_eq!(v["state"], "waiting", "{v}");
+    assert_eq!(v["position"], 2, "{v}");
+    assert!(v.get("token").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rooms_admin_api_pause_resume_queue_all_release_stats_stream() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(&origin.url(), ""));
+    let rooms = edge.admin("GET", "/admin/rooms", "").await.json();
+    assert_eq!(rooms["rooms"].as_array().unwrap().len(), 2);
+    // Unauthorised calls change nothing.
+    assert_eq!(request("POST", &edge.admin_url("/admin/rooms/r1/pause"), &[], b"").await.status, 401);
+    // Create a room; invalid bodies list every problem with its path.
+    let body = json!({"event": "ev-9", "target": "/buy/ev-9", "protected": ["/buy/ev-9"],
+        "release": {"mode": "fixed", "rate": 1000}, "total_active_max": 10});
+    let r = edge.admin("PUT", "/admin/rooms/r9", &body.to_string()).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(edge.admin("PUT", "/admin/rooms/r9", &body.to_string()).await.status, 200);
+    let r = edge.admin("PUT", "/admin/rooms/r9", r#"{"event":"","target":"x","protected":[],"token_seconds":999}"#).await;
+    assert_eq!(r.status, 400);
+    let paths: Vec<String> = r.json()["issues"].as_array().unwrap().iter().map(|i| i["path"].as_str().unwrap().to_owned()).collect();
+    for p in ["room.event", "room.target", "room.protected", "room.token-seconds"] {
+        assert!(paths.iter().any(|x| x == p), "{p} missing in {paths:?}");
+    }
+    assert_eq!(edge.admin("PUT", "/admin/rooms/r9", "{nope").await.status, 400);
+    // The new room works at once.
+    let mut c = Client::user("zed");
+    assert_eq!(c.json(&edge.url("/queue/r9")).await.json()["position"], 1);
+    // Pause: the queue says paused; queue-all: waiting, nothing released; resume.
+    let r = edge.admin("POST", "/admin/rooms/r9/pause", "").await;
+    assert_eq!(r.json()["mode"], "paused");
+    let mut d = Client::user("yan");
+    let v = d.json(&edge.url("/queue/r9")).await.json();
+    assert_eq!(v["state"], "paused", "{v}");
+    assert_eq!(edge.admin("POST", "/admin/rooms/r9/queue-all", "").await.json()["mode"], "queue_all");
+    assert_eq!(edge.admin("POST", "/admin/rooms/r9/resume", "").await.json()["mode"], json!({"fixed": 1000.0}));
+    let r = edge.admin("PUT", "/admin/rooms/r9/release", r#"{"mode":"auto","min":1,"max":50}"#).await;
+    assert_eq!((r.status, r.json()["mode"].clone()), (200, json!("auto")));
+    for bad in [r#"{"mode":"fixed"}"#, r#"{"mode":"warp"}"#, r#"{"mode":"auto","min":9,"max":1}"#, r#"{"mode":"auto","min":-1}"#] {
+        assert_eq!(edge.admin("PUT", "/admin/rooms/r9/release", bad).await.status, 400, "{bad}");
+    }
+    let s = edge.admin("GET", "/admin/rooms/r9/stats", "").await.json();
+    assert_eq!(s["issued"], 2);
+    assert_eq!(edge.admin("GET", "/admin/rooms/nope", "").await.status, 404);
+    // The stream: one stats frame a second (read two, then hang up).
+    let stream = tokio::net::TcpStream::connect(edge.admin).await.unwrap();
+    let (mut rd, mut wr) = stream.into_split();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    wr.write_all(format!("GET /admin/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\r\n").as_bytes()).await.unwrap();
+    let mut got = String::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.matches("data: ").count() < 2 && Instant::now() < deadline {
+        let mut buf = [0u8; 8192];
+        let n = tokio::time::timeout(Duration::from_secs(3), rd.read(&mut buf)).await.unwrap().unwrap();
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(got.contains("text/event-stream"), "{got}");
+    assert!(got.matches("data: ").count() >= 2, "{got}");
+    assert!(got.contains("\"room\":\"r9\""));
+}
