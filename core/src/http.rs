@@ -630,7 +630,7 @@ async fn payment_callback(State(st): State<Shared>, headers: HeaderMap, body: Bo
     }
     let req = PaymentRequest { order_id: b.order_id, txn_id: b.txn_id, amount_cents: b.amount_cents };
     let out = st.store.pay(&req).await?;
-    Ok(pay_response(&st, out)?)
+    pay_response(&st, out)
 }
 
 fn pay_response(st: &AppState, out: PayOutcome) -> ApiResult {

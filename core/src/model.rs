@@ -240,7 +240,7 @@ impl EventSpec {
             if seated > 1 {
                 err(format!("skus[{i}].pools"), "at most one pool of a SKU may have named seats");
             }
-            if s.price_cents > 100_000_000_00 {
+            if s.price_cents > 10_000_000_000 {
                 err(format!("skus[{i}].price_cents"), "must be ≤ 10000000000");
             }
             if let Some(m) = s.max_qty

@@ -280,7 +280,7 @@ async fn run_case(h: &dyn Harness, ops: &[Op]) -> Result<(), TestCaseError> {
         (Dimension::User, USER_MAX as u32),
         (Dimension::Phone, PHONE_MAX as u32),
     ]);
-    spec.closes_at = spec.closes_at + time::Duration::days(1000);
+    spec.closes_at += time::Duration::days(1000);
     s.put_event(&event, &spec, false).await.unwrap();
     let cheap = h.cheap_time();
     let mut m = Model { now, available: CAPACITY, free_seats: (0..4).collect(), ..Default::default() };
