@@ -3,6 +3,10 @@
 //! compare-and-renew, lua/room_lead.lua) advances, sessions in a sorted set. Every key of a room
 //! is `wk:{room:<id>}:...`, one Cluster slot. Followers only read `serving` (once a tick into a
 //! local snapshot, so status polls never wait for Redis).
+//!
+//! Edges sharing a queue must share `edge.secret`: tickets are signed, and identities hashed,
+//! under it. Operator overrides (pause, fixed rate) act on the edge they are sent to; the leader's
+//! mode is the one that moves `serving`.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;

@@ -1,0 +1,136 @@
+//! Two edges on one real Redis (two `Rooms` with the same secret, as two edge processes would
+//! be configured): one queue, one serving counter advanced by the leader only, sessions shared,
+//! the pre-queue frozen once, and leader failover when the leader stops.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use wicket_edge::WicketConfig;
+use wicket_edge::identity::Signer;
+use wicket_edge::room::config::parse_time;
+use wicket_edge::room::redis::RedisRooms;
+use wicket_edge::room::release::LEASE_MS;
+use wicket_edge::room::state_backend::Backend;
+use wicket_edge::room::{Phase, Rooms, StatusOutcome, unix_ms};
+
+fn edge(url: &str, room_toml: &str) -> Rooms {
+    let text = format!(
+        "store = \"{url}\"\n[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\n\
+         secret = \"hs-secret-for-room-tests-0123456789abcdef\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n{room_toml}\n"
+    );
+    let cfg = WicketConfig::from_toml_str(&text).unwrap();
+    assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
+    assert_eq!(cfg.room_store.as_deref(), Some(url));
+    // Edges sharing a queue share the edge secret: identities hash the same on both.
+    Rooms::new(&cfg, Signer::new(b"shared-edge-secret-0123"), Backend::Redis(RedisRooms::new(url).unwrap())).unwrap()
+}
+
+fn status(o: StatusOutcome) -> wicket_edge::room::Status {
+    match o {
+        StatusOutcome::Status(s) => s,
+        StatusOutcome::Rejoin => panic!("unexpected rejoin"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_edges_one_queue_one_serving_counter_and_leader_failover() {
+    let redis = RedisServer::start();
+    let a = edge(&redis.url(), "release = { mode = \"fixed\", rate = 5.0 }\n");
+    let b = edge(&redis.url(), "release = { mode = \"fixed\", rate = 5.0 }\n");
+    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
+    // One queue: joins through either edge take the next place of one counter.
+    let mut tickets = Vec::new();
+    for i in 0..200u64 {
+        let (rooms, room) = if i % 2 == 0 { (&a, &ra) } else { (&b, &rb) };
+        let t = rooms.join(room, &format!("u{i}"), "dev").await.unwrap();
+        assert_eq!(t.position, i + 1);
+        tickets.push(t);
+    }
+    // The same user through the other edge keeps the place.
+    assert_eq!(b.join(&rb, "u0", "other-dev").await.unwrap().position, 1);
+    assert_eq!(a.join(&ra, "u1", "other-dev").await.unwrap().position, 2);
+    // Exactly one leader.
+    let t0 = unix_ms();
+    a.tick_room(&ra, t0).await.unwrap();
+    b.tick_room(&rb, t0).await.unwrap();
+    let (la, lb) = (ra.leader.load(Ordering::Relaxed), rb.leader.load(Ordering::Relaxed));
+    assert!(la ^ lb, "one leader: a={la} b={lb}");
+    let (leader, lroom, follower, froom) = if la { (&a, &ra, &b, &rb) } else { (&b, &rb, &a, &ra) };
+    // A follower cannot move the shared counter.
+    let before = froom.state.refresh().await.unwrap().serving;
+    assert_eq!(froom.state.advance(&follower.node, 50).await.unwrap(), before);
+    assert_eq!(froom.state.refresh().await.unwrap().serving, before);
+    // Both edges tick every second; serving moves at one edge's rate (5/s), not two.
+    for k in 1..=4 {
+        leader.tick_room(lroom, t0 + k * 1000).await.unwrap();
+        follower.tick_room(froom, t0 + k * 1000).await.unwrap();
+    }
+    let serving = lroom.state.refresh().await.unwrap().serving;
+    assert_eq!(serving, 25, "5 ticks × 5/s by the leader alone");
+    assert_eq!(froom.state.refresh().await.unwrap().serving, 25, "the follower reads the same counter");
+    // Admission and sessions are shared: admitted through one edge, revoked through the other.
+    let s = status(follower.status(froom, &tickets[0], "u0").await.unwrap());
+    assert_eq!(s.state, Phase::Admitted);
+    assert!(leader.session_ok("r1", "u0", Some("u0"), None).await);
+    leader.revoke("r1", "u0").await;
+    assert!(!follower.session_ok("r1", "u0", Some("u0"), None).await);
+    assert!(matches!(follower.status(froom, &tickets[0], "u0").await.unwrap(), StatusOutcome::Rejoin));
+    assert_eq!(follower.join(froom, "u0", "dev").await.unwrap().position, 201, "a spent place queues at the back");
+    // Someone past serving is not admitted on either edge.
+    for (rooms, room) in [(&a, &ra), (&b, &rb)] {
+        assert_eq!(status(rooms.status(room, &tickets[30], "u30").await.unwrap()).state, Phase::Waiting);
+    }
+    // Failover: the leader stops (no resign, no renewal). Until its lease runs out the follower
+    // stays a follower; then it takes over and the queue moves on.
+    let t1 = unix_ms();
+    follower.tick_room(froom, t1).await.unwrap();
+    assert!(!froom.leader.load(Ordering::Relaxed), "the lease still holds");
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 300)).await;
+    let t2 = unix_ms();
+    follower.tick_room(froom, t2).await.unwrap();
+    assert!(froom.leader.load(Ordering::Relaxed), "the follower took over");
+    follower.tick_room(froom, t2 + 1000).await.unwrap();
+    assert!(froom.state.refresh().await.unwrap().serving > 25, "the queue moves on under the new leader");
+    // The old leader comes back: it is a follower now.
+    leader.tick_room(lroom, t2 + 1000).await.unwrap();
+    assert!(!lroom.leader.load(Ordering::Relaxed));
+    // A graceful stop hands over at once.
+    follower.resign_all().await;
+    leader.tick_room(lroom, t2 + 2000).await.unwrap();
+    assert!(lroom.leader.load(Ordering::Relaxed), "resign frees the lease at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_random_room_freezes_the_prequeue_once_and_fifo_order_holds() {
+    let redis = RedisServer::start();
+    let room = "method = \"random\"\nschedule = { opens-at = \"2099-01-01T00:00:00Z\" }\n";
+    let a = edge(&redis.url(), room);
+    let b = edge(&redis.url(), room);
+    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
+    let mut pre = Vec::new();
+    for i in 0..300u64 {
+        let (rooms, r) = if i % 2 == 0 { (&a, &ra) } else { (&b, &rb) };
+        pre.push(rooms.join(r, &format!("p{i}"), "d").await.unwrap());
+    }
+    for r in [&ra, &rb] {
+        let mut spec = (*r.spec()).clone();
+        spec.opens_at = Some(parse_time("2020-01-01T00:00:00Z").unwrap());
+        r.set_spec(spec);
+    }
+    let post = b.join(&rb, "late", "d").await.unwrap();
+    assert_eq!(post.position, 301);
+    a.join(&ra, "later", "d").await.unwrap();
+    let (ca, cb) = (ra.state.refresh().await.unwrap(), rb.state.refresh().await.unwrap());
+    assert_eq!(ca.prequeue, Some(300));
+    assert_eq!(ca, cb, "both edges see one frozen pre-queue and one shuffle key");
+    let order: Vec<u64> = pre.iter().map(|t| ra.admission_order(t.position, &ca)).collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(sorted, (1..=300).collect::<Vec<_>>());
+    assert!(order.iter().enumerate().filter(|(i, p)| **p == *i as u64 + 1).count() < 15, "shuffled");
+    assert_eq!(rb.admission_order(post.position, &cb), 301, "FIFO after the open");
+}
