@@ -29,21 +29,46 @@ local function split(s)
   return out
 end
 
+-- Seat rows go in batches: one call per 500 seats instead of one per seat keeps a 100,000-seat pool
+-- to a few hundred calls (Redis runs nothing else meanwhile), and far under Lua's stack limit for unpack.
+local BATCH = 500
+
+local function flush(cmd, key, args)
+  if #args > 0 then redis.call(cmd, key, unpack(args)) end
+  return {}
+end
+
 -- Seat rows of one pool: the free ones into the free set (by their index in the new list), every one
 -- into the index; `taken` seats stay with their orders.
 local function add_seats(pid, slot, names, taken)
+  local idx, free = {}, {}
   for i, name in ipairs(names) do
     local m = pid .. '/' .. name
-    redis.call('HSET', KEYS[4], m, i - 1)
-    if not taken[name] then redis.call('ZADD', KEYS[3], slot * 1000000 + i - 1, m) end
+    idx[#idx + 1] = m
+    idx[#idx + 1] = i - 1
+    if not taken[name] then
+      free[#free + 1] = slot * 1000000 + i - 1
+      free[#free + 1] = m
+    end
+    if #idx >= 2 * BATCH then idx = flush('HSET', KEYS[4], idx) end
+    if #free >= 2 * BATCH then free = flush('ZADD', KEYS[3], free) end
   end
+  flush('HSET', KEYS[4], idx)
+  flush('ZADD', KEYS[3], free)
 end
 
 local function drop_seats(pid, csv)
+  local members = {}
   for _, name in ipairs(split(csv)) do
-    local m = pid .. '/' .. name
-    redis.call('HDEL', KEYS[4], m)
-    redis.call('ZREM', KEYS[3], m)
+    members[#members + 1] = pid .. '/' .. name
+    if #members >= BATCH then
+      redis.call('HDEL', KEYS[4], unpack(members))
+      members = flush('ZREM', KEYS[3], members)
+    end
+  end
+  if #members > 0 then
+    redis.call('HDEL', KEYS[4], unpack(members))
+    redis.call('ZREM', KEYS[3], unpack(members))
   end
 end
 
@@ -73,12 +98,21 @@ if exists then
         errs[#errs + 1] = 'cannot switch between capacity and seats while tickets are held or sold'
         skip = true
       end
-      local taken, taken_list, old_csv = {}, {}, nil
+      local taken, taken_list, old_csv, same = {}, {}, nil, false
       if not skip then
-        if was_seated then
-          old_csv = redis.call('HGET', KEYS[1], 'seats:' .. p.id)
+        if was_seated then old_csv = redis.call('HGET', KEYS[1], 'seats:' .. p.id) end
+        -- The same seat list (the usual case: another field changed) leaves the seat rows untouched.
+        same = was_seated and p.seats ~= nil and old_csv == table.concat(p.seats, ',')
+        if was_seated and not same and used > 0 then
+          -- The seats of this pool held or sold, in the old list's order: one read of the event's taken
+          -- seats rather than one call per seat of the pool.
+          local owned, prefix = {}, p.id .. '/'
+          local rows = redis.call('HGETALL', KEYS[5])
+          for j = 1, #rows, 2 do
+            if string.sub(rows[j], 1, #prefix) == prefix then owned[string.sub(rows[j], #prefix + 1)] = true end
+          end
           for _, name in ipairs(split(old_csv)) do
-            if redis.call('HEXISTS', KEYS[5], p.id .. '/' .. name) == 1 then
+            if owned[name] then
               taken[name] = true
               taken_list[#taken_list + 1] = name
             end
@@ -93,7 +127,7 @@ if exists then
               errs[#errs + 1] = 'seat ' .. name .. ' is held or sold and cannot be removed'
             end
           end
-          if old_csv ~= table.concat(p.seats, ',') then moves = true end
+          if not same then moves = true end
         elseif new_cap < used then
           errs[#errs + 1] = path .. '.capacity'
           errs[#errs + 1] = 'cannot be lowered below held + sold (' .. used .. ')'
@@ -103,7 +137,7 @@ if exists then
       if not skip then
         if new_cap ~= old_cap then moves = true end
         plan[p.id] = { cap = new_cap, avail = math.max(new_cap - used, 0), held = held, sold = sold,
-          seats = p.seats, taken = taken, old_slot = c[4], old_csv = old_csv }
+          seats = p.seats, taken = taken, old_slot = c[4], old_csv = old_csv, same = same }
       end
     end
   end
@@ -150,15 +184,17 @@ for _, p in ipairs(spec.pools) do
   pool_ids[#pool_ids + 1] = p.id
   redis.call('HSET', KEYS[2], p.id .. ':cap', pl.cap, p.id .. ':avail', pl.avail, p.id .. ':held', pl.held,
     p.id .. ':sold', pl.sold)
-  if pl.old_csv then drop_seats(p.id, pl.old_csv) end
-  if pl.seats then
-    local slot = pl.old_slot and tonumber(pl.old_slot) or redis.call('HINCRBY', KEYS[1], 'nslot', 1)
-    redis.call('HSET', KEYS[2], p.id .. ':slot', slot)
-    redis.call('HSET', KEYS[1], 'seats:' .. p.id, table.concat(pl.seats, ','))
-    add_seats(p.id, slot, pl.seats, pl.taken)
-  else
-    redis.call('HDEL', KEYS[2], p.id .. ':slot')
-    redis.call('HDEL', KEYS[1], 'seats:' .. p.id)
+  if not pl.same then
+    if pl.old_csv then drop_seats(p.id, pl.old_csv) end
+    if pl.seats then
+      local slot = pl.old_slot and tonumber(pl.old_slot) or redis.call('HINCRBY', KEYS[1], 'nslot', 1)
+      redis.call('HSET', KEYS[2], p.id .. ':slot', slot)
+      redis.call('HSET', KEYS[1], 'seats:' .. p.id, table.concat(pl.seats, ','))
+      add_seats(p.id, slot, pl.seats, pl.taken)
+    else
+      redis.call('HDEL', KEYS[2], p.id .. ':slot')
+      redis.call('HDEL', KEYS[1], 'seats:' .. p.id)
+    end
   end
 end
 for _, s in ipairs(spec.skus) do

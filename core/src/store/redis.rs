@@ -32,6 +32,9 @@ pub const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Longest wait for a TCP connect + handshake.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Operator calls (create or update an event of 100,000 seats, reconcile a big sale) may run longer: they
+/// get their own connection with this bound, so the buyer path keeps its short one.
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The scripts, compiled into the binary so the core and Redis can never disagree on a version.
 pub mod scripts {
@@ -108,7 +111,10 @@ impl ConnectionLike for Conn {
 /// [`SaleStore`] on Redis or Redis Cluster.
 #[derive(Clone)]
 pub struct RedisStore {
+    /// The buyer path: short timeouts, so a dead Redis fails fast.
     conn: Conn,
+    /// Operator calls (`put_event`, `reconcile`): the same server, a long timeout.
+    admin: Conn,
 }
 
 /// Maps a client error to the store's: may the request have been applied?
@@ -268,17 +274,24 @@ impl RedisStore {
     /// answer now; afterwards the connection is re-established by itself whenever it drops.
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(url).map_err(|e| StoreError::Internal(format!("bad Redis URL: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(200));
-        let conn = tokio::time::timeout(CALL_TIMEOUT * 2, ConnectionManager::new_with_config(client, config))
-            .await
-            .map_err(|_| StoreError::Unavailable("timed out connecting to Redis".into()))?
-            .map_err(map_err)?;
-        let store = RedisStore { conn: Conn::Single(conn) };
+        let manager = |response: Duration| {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                .set_response_timeout(Some(response))
+                .set_number_of_retries(1)
+                .set_min_delay(Duration::from_millis(20))
+                .set_max_delay(Duration::from_millis(200));
+            let client = client.clone();
+            async move {
+                tokio::time::timeout(CALL_TIMEOUT * 2, ConnectionManager::new_with_config(client, config))
+                    .await
+                    .map_err(|_| StoreError::Unavailable("timed out connecting to Redis".into()))?
+                    .map_err(map_err)
+            }
+        };
+        let conn = manager(RESPONSE_TIMEOUT).await?;
+        let admin = manager(ADMIN_TIMEOUT).await?;
+        let store = RedisStore { conn: Conn::Single(conn), admin: Conn::Single(admin) };
         store.now_ms().await?;
         store.warn_unless_durable().await;
         Ok(store)
@@ -302,25 +315,55 @@ impl RedisStore {
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
     pub async fn connect_cluster(seeds: &[String]) -> Result<RedisStore, StoreError> {
-        let client = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
-            .connection_timeout(CONNECT_TIMEOUT)
-            .response_timeout(RESPONSE_TIMEOUT)
-            .retries(2)
-            .min_retry_wait(20)
-            .max_retry_wait(200)
-            .build()
-            .map_err(|e| StoreError::Internal(format!("bad Redis Cluster seeds: {e}")))?;
-        let conn = tokio::time::timeout(CALL_TIMEOUT * 2, client.get_async_connection())
-            .await
-            .map_err(|_| StoreError::Unavailable("timed out connecting to Redis Cluster".into()))?
-            .map_err(map_err)?;
-        let store = RedisStore { conn: Conn::Cluster(conn) };
+        let connect = |response: Duration| async move {
+            let client = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(response)
+                .retries(2)
+                .min_retry_wait(20)
+                .max_retry_wait(200)
+                .build()
+                .map_err(|e| StoreError::Internal(format!("bad Redis Cluster seeds: {e}")))?;
+            tokio::time::timeout(CALL_TIMEOUT * 2, client.get_async_connection())
+                .await
+                .map_err(|_| StoreError::Unavailable("timed out connecting to Redis Cluster".into()))?
+                .map_err(map_err)
+        };
+        let conn = connect(RESPONSE_TIMEOUT).await?;
+        let admin = connect(ADMIN_TIMEOUT).await?;
+        let store = RedisStore { conn: Conn::Cluster(conn), admin: Conn::Cluster(admin) };
         store.now_ms().await?;
         Ok(store)
     }
 
-    /// Runs a script with the standard keys of `event` (and `order`), bounded by [`CALL_TIMEOUT`].
+    /// Runs a script on the buyer path, bounded by [`CALL_TIMEOUT`].
     async fn run(&self, script: &Script, keys: &[String], args: &[&str]) -> Result<Value, StoreError> {
+        Self::run_on(self.conn.clone(), CALL_TIMEOUT, script, keys, args).await
+    }
+
+    /// Runs an operator's script, bounded by [`ADMIN_TIMEOUT`].
+    async fn run_admin(&self, script: &Script, keys: &[String], args: &[&str]) -> Result<Value, StoreError> {
+        // The operator's connection is idle most of the time, so a Redis restart is usually found by the
+        // next operator call. A PING finds it first (and starts the reconnect) without risking a write.
+        for _ in 0..3 {
+            let mut conn = self.admin.clone();
+            match tokio::time::timeout(CALL_TIMEOUT, redis::cmd("PING").query_async::<Value>(&mut conn)).await {
+                Ok(Ok(_)) => break,
+                Ok(Err(e)) if e.is_unrecoverable_error() || e.is_io_error() => continue,
+                Ok(Err(e)) => return Err(map_err(e)),
+                Err(_) => return Err(StoreError::Unavailable("Redis did not answer a PING in time".into())),
+            }
+        }
+        Self::run_on(self.admin.clone(), ADMIN_TIMEOUT, script, keys, args).await
+    }
+
+    async fn run_on(
+        mut conn: Conn,
+        bound: Duration,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+    ) -> Result<Value, StoreError> {
         let mut inv = script.prepare_invoke();
         for k in keys {
             inv.key(k);
@@ -328,7 +371,6 @@ impl RedisStore {
         for a in args {
             inv.arg(*a);
         }
-        let mut conn = self.conn.clone();
         let attempt = async {
             // `invoke_async` reloads the script once after NOSCRIPT; a flush racing that reload (or a
             // failover to a node without it) answers NOSCRIPT again, and nothing ran: try again.
@@ -340,7 +382,7 @@ impl RedisStore {
                 }
             }
         };
-        match tokio::time::timeout(CALL_TIMEOUT, attempt).await {
+        match tokio::time::timeout(bound, attempt).await {
             Ok(r) => r.map_err(map_err),
             Err(_) => Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
         }
@@ -393,7 +435,8 @@ impl SaleStore for RedisStore {
         let body = serde_json::to_string(spec).map_err(|e| StoreError::Internal(e.to_string()))?;
         let compiled = compiled_spec(spec);
         let reply =
-            self.run(&scripts::PUT_EVENT, &event_keys(id, None), &[&body, &compiled, if force { "1" } else { "0" }]).await?;
+            self.run_admin(&scripts::PUT_EVENT, &event_keys(id, None), &[&body, &compiled, if force { "1" } else { "0" }])
+                .await?;
         let t = texts(&reply);
         let outcome = match t.first().map(String::as_str) {
             Some("CREATED") => PutEventOutcome::Created,
@@ -579,7 +622,7 @@ impl SaleStore for RedisStore {
 
     async fn reconcile(&self, event: &str) -> Result<Option<ReconcileReport>, StoreError> {
         let prefix = format!("wk:{{ev:{event}}}:o:");
-        let v = self.run(&scripts::RECONCILE, &event_keys(event, None), &[&prefix]).await?;
+        let v = self.run_admin(&scripts::RECONCILE, &event_keys(event, None), &[&prefix]).await?;
         let parts = items(&v);
         if parts.is_empty() {
             return Ok(None);
