@@ -7,8 +7,13 @@
 //!
 //! Failures map to [`StoreError`]: refused before sending (no server, OOM, loading, cluster down) →
 //! `Unavailable`; sent but no answer (timeout, connection dropped) → `OutcomeUnknown`, which the core
-//! retries only with the same idempotency key. Each call is bounded by [`CALL_TIMEOUT`], so a dead Redis
-//! makes calls fail fast, and the connection is re-established in the background when Redis is back.
+//! retries only with the same idempotency key. Each buyer-path call is bounded by [`CALL_TIMEOUT`], so a
+//! dead Redis makes calls fail fast, and the connection is re-established in the background when Redis is
+//! back. Operator calls (`put_event`, `reconcile`) run on a second connection bounded by [`ADMIN_TIMEOUT`]:
+//! a 100,000-seat event legitimately takes longer than a hold may.
+//!
+//! Constructors: [`RedisStore::connect`] (`redis://host:port/db`) and [`RedisStore::connect_cluster`]
+//! (seed URLs of a Redis Cluster).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
