@@ -332,3 +332,17 @@ async fn embedded_and_redis_agree_on_random_sequences() {
     let kinds = |v: Vec<OutboxEntry>| -> Vec<(String, String)> { v.into_iter().map(|e| (e.order_id, e.kind)).collect() };
     assert_eq!(kinds(emb.outbox(&event, None, 100).await.unwrap()), kinds(red.outbox(&event, None, 100).await.unwrap()));
 }
+
+/// The same on a 3-master Redis Cluster (fewer sequences: the code path differs only in the connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_and_redis_cluster_agree() {
+    let cluster = common::RedisCluster::start(3);
+    let red = RedisStore::connect_cluster(&cluster.seeds()).await.unwrap();
+    let now = red.now_ms().await.unwrap();
+    let emb = EmbeddedStore::with_clock(Arc::new(ManualClock::new(now)));
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 100..110 {
+        run_sequence(seed, 200, &emb, &red, now, &mut seen).await;
+    }
+    assert_eq!(emb.list_events().await.unwrap(), red.list_events().await.unwrap());
+}
