@@ -40,6 +40,7 @@ NGINX_PORT="$(free_port)"; EDGE_PORT="$(free_port)"; ADMIN_PORT="$(free_port)"
 
 mkdir -p "$WORK/site" "$WORK/nginx/logs"
 cp "$ROOT/static/site/index.html" "$WORK/site/index.html"
+chmod -R a+rX "$WORK"  # nginx workers run as an unprivileged user
 SIZE="$(stat -c %s "$WORK/site/index.html")"
 
 cat > "$WORK/nginx/nginx.conf" <<CONF

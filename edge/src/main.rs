@@ -12,6 +12,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use wicket_edge::config::WicketConfig;
 
+// Pingora allocates per request (header maps, boxed phase futures); mimalloc's thread-local
+// free lists serve that pattern better than glibc's malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "wicket", version, about = "Virtual waiting room and flash-sale edge")]
 struct Cli {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pingora::apps::HttpServerOptions;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch};
 use pingora::services::background::{BackgroundService, background_service};
@@ -111,7 +112,12 @@ pub fn build(state: Arc<EdgeState>) -> Server {
         .name("wicket edge")
         .server_options(options)
         .build();
-    public.add_tcp(&e.listen);
+    // One write per static answer: Pingora's default write buffer (1460 bytes) sends the header
+    // and a page body in two syscalls and two segments; size it to the largest file instead.
+    let write_buffer = (state.statics.largest_body() + 2048).clamp(4096, 256 * 1024);
+    public.add_listener(
+        ListenerConfig::tcp(e.listen.clone()).l4_buffer(L4BufferSettings::default().write(write_buffer)),
+    );
     let mut admin = Service::new("wicket admin".to_owned(), AdminService { state: state.clone() });
     admin.threads = Some(1);
     admin.add_tcp(&e.admin_listen);

@@ -214,6 +214,11 @@ impl StaticSite {
         self.assets.is_empty()
     }
 
+    /// Size of the largest body of any file in any encoding.
+    pub fn largest_body(&self) -> usize {
+        self.assets.values().map(|a| a.identity.body.len()).max().unwrap_or(0)
+    }
+
     /// URL paths served, sorted.
     pub fn paths(&self) -> Vec<String> {
         let mut v: Vec<String> = self.assets.keys().map(|k| k.to_string()).collect();
