@@ -37,6 +37,27 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
 
+/// Whether `holds-vs-evalsha --pin` asked for CPU pinning of the processes it starts.
+pub static PIN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// A command for `program`, run under `taskset -c CPUS` when pinning is on (Redis on CPU 0, the core and the
+/// EVALSHA client on CPU 1) or when the variable `var` names CPUs; else as is.
+pub fn pinned(program: PathBuf, var: &str) -> Command {
+    let default = match (PIN.get().copied().unwrap_or(false), var) {
+        (true, "WICKET_BENCH_REDIS_CPUS") => Some("0".to_string()),
+        (true, _) => Some("1".to_string()),
+        _ => None,
+    };
+    match std::env::var(var).ok().or(default) {
+        Some(cpus) if !cpus.is_empty() => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpus).arg(program);
+            c
+        }
+        _ => Command::new(program),
+    }
+}
+
 /// A `wicket-core` child process with its config in a temp dir; killed on drop.
 pub struct CoreProcess {
     child: Child,
@@ -78,7 +99,7 @@ pub async fn start_core(store: &str) -> anyhow::Result<CoreProcess> {
     let port = free_port();
     let cfg = dir.path().join("core.toml");
     std::fs::write(&cfg, config_text(port, store))?;
-    let child = Command::new(core_binary()?)
+    let child = pinned(core_binary()?, "WICKET_BENCH_CORE_CPUS")
         .args(["serve", "--config"])
         .arg(&cfg)
         .env("RUST_LOG", "warn")
@@ -195,7 +216,7 @@ impl RedisProcess {
     pub async fn start(extra: &[&str]) -> anyhow::Result<RedisProcess> {
         let dir = tempfile::tempdir()?;
         let port = free_port();
-        let child = Command::new("redis-server")
+        let child = pinned("redis-server".into(), "WICKET_BENCH_REDIS_CPUS")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
             .arg("--dir")
             .arg(dir.path())
@@ -219,7 +240,7 @@ pub fn evalsha_ceiling(url: &str, connections: usize, seconds: u64) -> anyhow::R
     let exe = std::env::current_exe()?;
     let bin = exe.parent().map(|d| d.join("examples/evalsha_ceiling")).unwrap_or_default();
     anyhow::ensure!(bin.is_file(), "{} not found: run `cargo build --release -p wicket-core --examples` first", bin.display());
-    let out = Command::new(bin)
+    let out = pinned(bin, "WICKET_BENCH_CLIENT_CPUS")
         .args(["--url", url, "--connections", &connections.to_string(), "--seconds", &seconds.to_string()])
         .stderr(Stdio::inherit())
         .output()?;
@@ -235,5 +256,98 @@ pub fn evalsha_ceiling(url: &str, connections: usize, seconds: u64) -> anyhow::R
         p50_ms: v["p50_ms"].as_f64().unwrap_or(0.0),
         p99_ms: v["p99_ms"].as_f64().unwrap_or(0.0),
         errors: v["errors"].as_u64().unwrap_or(0),
+    })
+}
+
+/// Pre-built hold requests (fresh token and idempotency key each), so the timed loop only writes bytes.
+pub fn prebuilt_requests(event: &str, count: usize) -> anyhow::Result<Vec<Vec<u8>>> {
+    let keys = keyring()?;
+    let run = time::OffsetDateTime::now_utc().unix_timestamp_nanos() as u128 ^ std::process::id() as u128;
+    (0..count)
+        .map(|i| {
+            let sub = format!("p{run:x}-{i}");
+            let token = keys.sign(&keys.new_claims(event, &sub, "bench", 0, 4, 300), None)?;
+            let body = format!(r#"{{"sku":"ga","qty":1,"idempotency_key":"{sub}"}}"#);
+            Ok(format!(
+                "POST /v1/events/{event}/holds HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes())
+        })
+        .collect()
+}
+
+/// Like [`run_holds`] with a load generator that costs next to nothing: raw HTTP/1.1 keep-alive sockets
+/// writing pre-built requests, so the machine's cores go to the core and Redis, as the EVALSHA client's do.
+pub async fn run_holds_raw(addr: std::net::SocketAddr, requests: Arc<Vec<Vec<u8>>>, clients: usize, duration: Duration) -> anyhow::Result<HoldFigures> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let next = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let end = started + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (next, errors, requests) = (next.clone(), errors.clone(), requests.clone());
+        let mut sock = tokio::net::TcpStream::connect(addr).await?;
+        sock.set_nodelay(true)?;
+        tasks.push(tokio::spawn(async move {
+            let mut lat: Vec<u32> = Vec::with_capacity(1 << 16);
+            let mut buf = vec![0u8; 8192];
+            while Instant::now() < end {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                let Some(req) = requests.get(i) else { break };
+                let t0 = Instant::now();
+                if sock.write_all(req).await.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                // Read one response: headers, then Content-Length bytes of body.
+                let mut have = 0usize;
+                let status = loop {
+                    match sock.read(&mut buf[have..]).await {
+                        Ok(0) | Err(_) => break 0,
+                        Ok(n) => have += n,
+                    }
+                    let Some(h) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+                    let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
+                    let status: u16 = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while have < h + 4 + len {
+                        match sock.read(&mut buf[have..]).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => have += n,
+                        }
+                    }
+                    break status;
+                };
+                if status == 201 {
+                    lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                } else {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    if status == 0 {
+                        break;
+                    }
+                }
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await?);
+    }
+    let seconds = started.elapsed().as_secs_f64().min(duration.as_secs_f64().max(0.001));
+    all.sort_unstable();
+    Ok(HoldFigures {
+        holds: all.len() as u64,
+        seconds,
+        per_second: all.len() as f64 / seconds,
+        p50_ms: crate::report::percentile_ms(&all, 0.50),
+        p99_ms: crate::report::percentile_ms(&all, 0.99),
+        errors: errors.load(Ordering::Relaxed),
     })
 }
