@@ -280,8 +280,10 @@ fn plan_update(ev: &EventState, spec: &EventSpec) -> Result<(BTreeMap<String, Po
                 let taken = old.seats.as_ref().map(Seats::taken_by_name).unwrap_or_default();
                 if let Some(names) = &p.seats {
                     let keep: std::collections::HashSet<&String> = names.iter().collect();
-                    for name in taken.keys() {
-                        if !keep.contains(name) {
+                    let mut removed: Vec<&String> = taken.keys().filter(|n| !keep.contains(n)).collect();
+                    removed.sort_by_key(|n| old.seats.as_ref().and_then(|s| s.index.get(*n).copied()));
+                    for name in removed {
+                        {
                             errs.push(FieldError {
                                 path: format!("pools[{i}].seats"),
                                 message: format!("seat {name} is held or sold and cannot be removed"),
