@@ -283,12 +283,10 @@ fn plan_update(ev: &EventState, spec: &EventSpec) -> Result<(BTreeMap<String, Po
                     let mut removed: Vec<&String> = taken.keys().filter(|n| !keep.contains(n)).collect();
                     removed.sort_by_key(|n| old.seats.as_ref().and_then(|s| s.index.get(*n).copied()));
                     for name in removed {
-                        {
-                            errs.push(FieldError {
-                                path: format!("pools[{i}].seats"),
-                                message: format!("seat {name} is held or sold and cannot be removed"),
-                            });
-                        }
+                        errs.push(FieldError {
+                            path: format!("pools[{i}].seats"),
+                            message: format!("seat {name} is held or sold and cannot be removed"),
+                        });
                     }
                     let old_names: Option<&Vec<String>> = old.seats.as_ref().map(|s| &s.names);
                     if old_names != Some(names) {
