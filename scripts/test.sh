@@ -15,6 +15,10 @@ command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v wrk >/dev/null || need+=(wrk)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v taskset >/dev/null || need+=(util-linux)
+# The queue page's browser test: Debian's Chromium, and CJK fonts so the zh-CN page renders.
+command -v chromium >/dev/null || need+=(chromium)
+dpkg -s fonts-noto-cjk >/dev/null 2>&1 || need+=(fonts-noto-cjk)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
