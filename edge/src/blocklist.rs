@@ -65,6 +65,11 @@ impl Blocklist {
         self.any.store(any, Ordering::Relaxed);
     }
 
+    /// Whether anything at all is listed (the static fast path needs nothing listed).
+    pub fn any(&self) -> bool {
+        self.any.load(Ordering::Relaxed)
+    }
+
     /// Whether the IP is blocked.
     pub fn ip(&self, ip: &IpAddr) -> bool {
         if !self.any.load(Ordering::Relaxed) {

@@ -12,6 +12,7 @@
 //!   embedded core.
 //! - [`proxy`]: the public service's `ProxyHttp` phases (the phase chart lives there).
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
+//! - [`fast`]: the static fast path in front of the proxy (plain GET/HEAD of a file).
 //! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
 //! - [`limit`]: nginx `limit_req` semantics on governor.
 //! - [`blocklist`], [`anomaly`]: who is refused, and rules that block for a while.
@@ -27,6 +28,8 @@
 //!
 //! # The path of a request
 //!
+//! `fast::FastFront` answers plain `GET`/`HEAD` of static files that no limit or blocklist
+//! covers straight from the connection; everything else goes to the proxy, where
 //! `proxy::EdgeProxy::request_filter` resolves the client IP (`identity`), refuses blocked IPs
 //! (`blocklist`), and answers static files from memory (`statics`) after the limits (`limit`).
 //! Other requests get a user and device (`identity`), pass the user/device blocklist and anomaly
@@ -43,6 +46,7 @@ pub mod bot;
 pub mod config;
 pub mod controller;
 pub mod demo;
+pub mod fast;
 pub mod identity;
 pub mod limit;
 pub mod metrics;

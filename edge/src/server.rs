@@ -14,6 +14,7 @@ use pingora::services::listening::Service;
 use tokio::sync::Notify;
 
 use crate::admin::AdminService;
+use crate::fast::FastFront;
 use crate::config::WicketConfig;
 use crate::proxy::EdgeProxy;
 use crate::state::EdgeState;
@@ -108,10 +109,11 @@ pub fn build(state: Arc<EdgeState>) -> Server {
 
     let mut options = HttpServerOptions::default();
     options.keepalive_request_limit = Some(100_000);
-    let mut public = pingora::proxy::ProxyServiceBuilder::new(&conf, EdgeProxy { state: state.clone() })
-        .name("wicket edge")
-        .server_options(options)
-        .build();
+    let mut proxy = pingora::proxy::http_proxy(&conf, EdgeProxy { state: state.clone() });
+    proxy.server_options = Some(options);
+    // The static fast path answers plain GET/HEAD of files; everything else reaches the proxy.
+    let front = FastFront { state: state.clone(), proxy: Arc::new(proxy) };
+    let mut public = Service::new("wicket edge".to_owned(), front);
     // One write per static answer: Pingora's default write buffer (1460 bytes) sends the header
     // and a page body in two syscalls and two segments; size it to the largest file instead.
     let write_buffer = (state.statics.largest_body() + 2048).clamp(4096, 256 * 1024);

@@ -17,6 +17,55 @@ use sha2::{Digest, Sha256};
 /// Files bigger than this are not loaded (the edge is for pages, not downloads).
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Precomputed response heads of one variant (for the fast path, [`crate::fast`]).
+#[derive(Debug, Clone, Default)]
+pub struct WireHeads {
+    /// `HTTP/1.1 200 OK` and every header but `Date`, ending with `Date: `.
+    pub ok: Bytes,
+    /// The same for 304.
+    pub not_modified: Bytes,
+}
+
+impl WireHeads {
+    /// Builds the heads of `variant` of `asset`.
+    pub fn new(content_type: &HeaderValue, cache_control: &HeaderValue, varies: bool, variant: &Variant, encoding: Encoding) -> Self {
+        let mut common = Vec::with_capacity(256);
+        let mut line = |k: &str, v: &[u8]| {
+            common.extend_from_slice(k.as_bytes());
+            common.extend_from_slice(b": ");
+            common.extend_from_slice(v);
+            common.extend_from_slice(b"\r\n");
+        };
+        line("ETag", variant.etag.as_bytes());
+        line("Cache-Control", cache_control.as_bytes());
+        if varies {
+            line("Vary", b"accept-encoding");
+        }
+        let mut ok = b"HTTP/1.1 200 OK\r\n".to_vec();
+        ok.extend_from_slice(&common);
+        let mut extra = Vec::new();
+        let mut line2 = |k: &str, v: &[u8]| {
+            extra.extend_from_slice(k.as_bytes());
+            extra.extend_from_slice(b": ");
+            extra.extend_from_slice(v);
+            extra.extend_from_slice(b"\r\n");
+        };
+        line2("Content-Type", content_type.as_bytes());
+        line2("Content-Length", variant.length.as_bytes());
+        match encoding {
+            Encoding::Identity => {}
+            Encoding::Gzip => line2("Content-Encoding", b"gzip"),
+            Encoding::Brotli => line2("Content-Encoding", b"br"),
+        }
+        ok.extend_from_slice(&extra);
+        ok.extend_from_slice(b"Date: ");
+        let mut nm = b"HTTP/1.1 304 Not Modified\r\n".to_vec();
+        nm.extend_from_slice(&common);
+        nm.extend_from_slice(b"Date: ");
+        WireHeads { ok: Bytes::from(ok), not_modified: Bytes::from(nm) }
+    }
+}
+
 /// One encoding of a file.
 #[derive(Debug, Clone)]
 pub struct Variant {
@@ -26,6 +75,8 @@ pub struct Variant {
     pub etag: HeaderValue,
     /// `Content-Length` value.
     pub length: HeaderValue,
+    /// The whole response head up to `Date: `, for the fast path.
+    pub wire: WireHeads,
 }
 
 /// A file ready to serve.
@@ -152,6 +203,7 @@ fn compressible(ct: &str) -> bool {
 fn variant(body: Bytes, etag: String) -> Variant {
     Variant {
         length: HeaderValue::from(body.len()),
+        wire: WireHeads::default(),
         etag: HeaderValue::from_str(&etag).expect("hex etag is a valid header value"),
         body,
     }
@@ -178,13 +230,22 @@ pub fn prepare(name: &str, data: Vec<u8>, cache_control: &str) -> Asset {
             br = Some(variant(Bytes::from(out), format!("\"{hash}-br\"")));
         }
     }
-    Asset {
+    let mut asset = Asset {
         content_type: HeaderValue::from_static(ct),
         cache_control: HeaderValue::from_str(cache_control).unwrap_or(HeaderValue::from_static("no-cache")),
         identity: variant(data, format!("\"{hash}\"")),
         gzip,
         br,
+    };
+    let (ct, cc, varies) = (asset.content_type.clone(), asset.cache_control.clone(), asset.varies());
+    asset.identity.wire = WireHeads::new(&ct, &cc, varies, &asset.identity, Encoding::Identity);
+    if let Some(v) = asset.gzip.as_mut() {
+        v.wire = WireHeads::new(&ct, &cc, varies, v, Encoding::Gzip);
     }
+    if let Some(v) = asset.br.as_mut() {
+        v.wire = WireHeads::new(&ct, &cc, varies, v, Encoding::Brotli);
+    }
+    asset
 }
 
 /// Every static file by URL path.

@@ -538,3 +538,32 @@ async fn suspicious_mode_checks_only_suspicious_clients() {
     // Static pages are never bot-checked.
     assert_eq!(get(&edge.url("/"), &[]).await.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_static_fast_path_and_the_full_proxy_answer_alike() {
+    let edge = TestEdge::start("");
+    for (accept, inm) in [("", false), ("gzip", false), ("br", false), ("gzip", true)] {
+        let fast = get(&edge.url("/"), &[("accept-encoding", accept)]).await;
+        let etag = fast.header("etag").unwrap().to_owned();
+        let mut h = vec![("accept-encoding", accept)];
+        if inm {
+            h.push(("if-none-match", etag.as_str()));
+        }
+        let fast = get(&edge.url("/"), &h).await;
+        // `Upgrade` sends the request through the full proxy.
+        h.push(("upgrade", "nothing"));
+        let slow = get(&edge.url("/"), &h).await;
+        assert_eq!(fast.status, slow.status);
+        for name in ["etag", "content-type", "content-length", "cache-control", "vary", "content-encoding"] {
+            assert_eq!(fast.header(name), slow.header(name), "{name} ({accept}, {inm})");
+        }
+        assert!(fast.header("date").is_some() && slow.header("date").is_some());
+        assert_eq!(fast.body, slow.body);
+    }
+    let r = request("HEAD", &edge.url("/app.js?v=1"), &[], b"").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+    assert!(r.header("content-length").unwrap().parse::<usize>().unwrap() > 0);
+    let m = String::from_utf8_lossy(&edge.admin("GET", "/metrics", "").await.body).into_owned();
+    assert!(m.contains("wicket_edge_requests_total{outcome=\"ok\",route=\"static\"}"), "{m}");
+}
