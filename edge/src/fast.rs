@@ -118,12 +118,20 @@ impl ServerApp for FastFront {
             return self.proxy.process_new(stream, shutdown).await;
         }
         let mut buf = [0u8; MAX_HEAD];
-        let filled;
         let idle = Duration::from_secs(self.state.keepalive);
-        match tokio::time::timeout(idle, stream.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => filled = n,
-            _ => return None,
+        // Wait for a request at most the keep-alive timeout, and not past the start of a stop.
+        let mut stop = shutdown.clone();
+        if *stop.borrow() {
+            return self.proxy.process_new(stream, shutdown).await;
         }
+        let read = tokio::select! {
+            r = tokio::time::timeout(idle, stream.read(&mut buf)) => r,
+            _ = stop.changed() => return None,
+        };
+        let filled = match read {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return None,
+        };
         // A head split over reads (rare for a GET) or over MAX_HEAD goes to the proxy.
         let classified = self.classify(&buf[..filled]).unwrap_or(Head::Proxy);
         let Head::Static { asset, head, len, accept_encoding, inm } = classified else {
