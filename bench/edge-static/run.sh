@@ -119,7 +119,8 @@ for r in $(seq 1 "$ROUNDS"); do
   tail -2 "$RESULTS" | sed "s/^/round $r: /"
 done
 
-export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS SIZE RESULTS ROOT
+LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
+export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS SIZE RESULTS ROOT LOAD
 python3 - <<'PY'
 import json, os, statistics, datetime, re, platform
 rows = [l.split() for l in open(os.environ["RESULTS"]) if l.strip()]
@@ -167,7 +168,10 @@ Machine: {os.cpu_count()} cores ({cpu}), {today}. The example detail page (`stat
 configured) and from nginx (from disk with `sendfile` and `open_file_cache`, `access_log off`), each
 with {threads} worker threads, loaded by `wrk -t{wrk_threads} -c{conns} -d{secs}s` over loopback
 keep-alive; rounds alternate between the two and the figures are medians. wrk shares the cores
-with the server under test.
+with the server under test, and the machine is shared with other jobs (load average at the end
+of the run: {os.environ["LOAD"]}), so single rounds vary; compare the two within a run. The edge
+answers plain GET/HEAD of a file that no limit or blocklist covers on its fast path
+(`edge/src/fast.rs`); a file under an active limit goes through the full proxy (not measured here).
 
 | server | requests/s | P99 |
 |---|---|---|
