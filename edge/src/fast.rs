@@ -25,6 +25,8 @@ use pingora::proxy::HttpProxy;
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::config::LimitKey;
+use crate::limit::{Subject, Verdict};
 use crate::metrics::{Outcome, Route};
 use crate::proxy::EdgeProxy;
 use crate::state::{EdgeState, QUEUE_PREFIX};
@@ -45,7 +47,14 @@ pub struct FastFront {
 
 enum Head {
     /// Serve this asset; the head is `len` bytes.
-    Static { asset: Arc<Asset>, head: bool, len: usize, accept_encoding: (usize, usize), inm: Option<(usize, usize)> },
+    Static {
+        asset: Arc<Asset>,
+        head: bool,
+        len: usize,
+        path: (usize, usize),
+        accept_encoding: (usize, usize),
+        inm: Option<(usize, usize)>,
+    },
     /// Anything else: the proxy.
     Proxy,
 }
@@ -71,7 +80,17 @@ impl FastFront {
         let path = target.split_once('?').map_or(target, |(p, _)| p);
         let st = &self.state;
         let Some(asset) = st.statics.get(path) else { return Some(Head::Proxy) };
-        if st.blocklist.any() || st.limits.rules.iter().any(|r| r.applies(path, QUEUE_PREFIX)) {
+        // Limits by user or device need the identity, and X-Forwarded-For needs the full
+        // header walk: those requests take the proxy. IP limits and the IP blocklist are applied
+        // here with the socket peer.
+        let mut limited = false;
+        for r in st.limits.rules.iter().filter(|r| r.applies(path, QUEUE_PREFIX)) {
+            if r.rule.key != LimitKey::Ip || !st.client_ip.is_plain() {
+                return Some(Head::Proxy);
+            }
+            limited = true;
+        }
+        if (limited || st.blocklist.any()) && !st.client_ip.is_plain() {
             return Some(Head::Proxy);
         }
         let base = buf.as_ptr() as usize;
@@ -95,7 +114,37 @@ impl FastFront {
                 return Some(Head::Proxy);
             }
         }
-        Some(Head::Static { asset: Arc::clone(asset), head, len, accept_encoding: ae, inm })
+        let path = span(path.as_bytes());
+        Some(Head::Static { asset: Arc::clone(asset), head, len, path, accept_encoding: ae, inm })
+    }
+
+    /// IP blocklist and IP limits for a static file; `Some(())` when the proxy must answer.
+    async fn guard(&self, stream: &Stream, path: &str) -> Option<()> {
+        let st = &self.state;
+        let applies = |r: &&crate::limit::RuleLimiter| r.applies(path, QUEUE_PREFIX);
+        if !st.blocklist.any() && !st.limits.rules.iter().any(|r| applies(&r)) {
+            return None;
+        }
+        let ip = stream
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
+            .map(|ip| st.client_ip.resolve_peer(ip))?;
+        if st.blocklist.ip(&ip) {
+            return Some(());
+        }
+        let subject = Subject::Ip(ip);
+        let mut paced = Vec::new();
+        for (i, r) in st.limits.rules.iter().enumerate().filter(|(_, r)| applies(r)) {
+            match r.check(&subject) {
+                Verdict::Pass => {}
+                Verdict::Paced => paced.push(i),
+                Verdict::Refuse(_) => return Some(()),
+            }
+        }
+        for i in paced {
+            st.limits.rules[i].pace(&subject).await;
+        }
+        None
     }
 
     async fn to_proxy(self: &Arc<Self>, stream: Stream, read: &[u8], shutdown: &ShutdownWatch) -> Option<Stream> {
@@ -134,9 +183,15 @@ impl ServerApp for FastFront {
         };
         // A head split over reads (rare for a GET) or over MAX_HEAD goes to the proxy.
         let classified = self.classify(&buf[..filled]).unwrap_or(Head::Proxy);
-        let Head::Static { asset, head, len, accept_encoding, inm } = classified else {
+        let Head::Static { asset, head, len, path, accept_encoding, inm } = classified else {
             return self.to_proxy(stream, &buf[..filled], shutdown).await;
         };
+        let path = std::str::from_utf8(&buf[path.0..path.0 + path.1]).unwrap_or("/");
+        if self.guard(&stream, path).await.is_some() {
+            // Blocked or over a limit: the proxy answers (a refused check consumed nothing, so
+            // the proxy's own check refuses it again and renders the answer).
+            return self.to_proxy(stream, &buf[..filled], shutdown).await;
+        }
         let ae = &buf[accept_encoding.0..accept_encoding.0 + accept_encoding.1];
         let (_, variant) = asset.choose(ae);
         let heads = &variant.wire;

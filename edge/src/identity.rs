@@ -65,6 +65,16 @@ impl ClientIp {
         ClientIp { trusted }
     }
 
+    /// Whether no proxy is trusted, so the client is always the socket peer.
+    pub fn is_plain(&self) -> bool {
+        self.trusted.is_empty()
+    }
+
+    /// The client IP when no proxy is trusted: the peer, IPv4-mapped addresses unmapped.
+    pub fn resolve_peer(&self, peer: IpAddr) -> IpAddr {
+        canonical(peer)
+    }
+
     fn is_trusted(&self, ip: &IpAddr) -> bool {
         self.trusted.iter().any(|n| n.contains(ip))
     }
