@@ -5,12 +5,13 @@
 //! for every request; for a page that is a hash lookup and one write, that is most of the cost
 //! (a bare Pingora responder measured 0.74–0.93× nginx here). [`FastFront`] sits in front of the
 //! proxy on the public listener: it parses the request head with `httparse` into a stack array,
-//! and when the request is a simple HTTP/1.1 `GET`/`HEAD` of a static file that no limit covers
-//! and nothing is blocked, it writes the precomputed header prefix, the cached `Date`, and the
-//! body into the connection's write buffer: one syscall, no allocation. Anything else (another
-//! method or version, a body, `Connection: close`, `Upgrade`, a limit or blocklist in force, a
-//! head split over reads or over 8 KiB, a non-TCP stream) is handed to the full proxy
-//! ([`crate::proxy`]) untouched: the bytes read so far are put back into the stream first.
+//! and when the request is a simple HTTP/1.1 `GET`/`HEAD` of a static file, it applies the IP
+//! blocklist and IP limits with the socket peer, then writes the precomputed header prefix, the
+//! cached `Date`, and the body into the connection's write buffer: one syscall, no allocation.
+//! Anything else (another method or version, a body, `Connection: close`, `Upgrade`, a user or
+//! device limit, trusted proxies, a blocked or limited client, a head split over reads or over
+//! 8 KiB, a non-TCP stream) is handed to the full proxy ([`crate::proxy`]) untouched: the bytes
+//! read so far are put back into the stream first.
 //!
 //! The answers are the same as the slow path's (`serve_static` in [`crate::proxy`]): same
 //! status, ETag, `Cache-Control`, `Vary`, encodings, 304 and HEAD handling.

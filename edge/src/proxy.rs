@@ -427,6 +427,13 @@ impl ProxyHttp for EdgeProxy {
     /// Here: every edge decision (see the chart at the top of this module).
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let st = Arc::clone(&self.state);
+        let head_len = {
+            let req = session.req_header();
+            req.uri.path_and_query().map_or(0, |p| p.as_str().len()) + req.headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum::<usize>()
+        };
+        if head_len > crate::reject::MAX_REQUEST_HEAD {
+            return self.reject(session, ctx, Reject::HeadersTooLarge).await;
+        }
         let peer = session.client_addr().and_then(|a| a.as_inet()).map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
         ctx.ip = st.client_ip.resolve(peer, session.req_header());
         if st.blocklist.ip(&ctx.ip) {

@@ -13,6 +13,10 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde_json::json;
 
+/// Largest request head (target and headers) the edge accepts; nginx's default buffers allow
+/// about as much.
+pub const MAX_REQUEST_HEAD: usize = 32 * 1024;
+
 /// Why the edge answers instead of forwarding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reject {
@@ -38,6 +42,8 @@ pub enum Reject {
     BadRequest(&'static str),
     /// A body over the configured cap.
     PayloadTooLarge,
+    /// A request head (line and headers) over [`MAX_REQUEST_HEAD`].
+    HeadersTooLarge,
     /// Nothing here.
     NotFound,
     /// The upstream failed before answering.
@@ -57,6 +63,7 @@ impl Reject {
             Reject::BotCheckUnavailable => 503,
             Reject::BadRequest(_) => 400,
             Reject::PayloadTooLarge => 413,
+            Reject::HeadersTooLarge => 431,
             Reject::NotFound => 404,
             Reject::BadGateway | Reject::NoUpstream => 502,
             Reject::GatewayTimeout => 504,
@@ -70,7 +77,7 @@ impl Reject {
             Reject::Blocked | Reject::BotCheckRequired | Reject::BotCheckFailed(_) | Reject::NotAdmitted { .. } => {
                 "forbidden"
             }
-            Reject::BadRequest(_) => "bad_request",
+            Reject::BadRequest(_) | Reject::HeadersTooLarge => "bad_request",
             Reject::PayloadTooLarge => "payload_too_large",
             Reject::NotFound => "not_found",
             Reject::BotCheckUnavailable | Reject::BadGateway | Reject::GatewayTimeout | Reject::NoUpstream => {
@@ -88,8 +95,9 @@ impl Reject {
             Reject::BotCheckFailed(_) => "bot_failed",
             Reject::BotCheckUnavailable => "bot_unavailable",
             Reject::NotAdmitted { .. } => "not_admitted",
-            Reject::BadRequest(_) => "bad_request",
+            Reject::BadRequest(_) | Reject::HeadersTooLarge => "bad_request",
             Reject::PayloadTooLarge => "payload_too_large",
+            Reject::HeadersTooLarge => "headers_too_large",
             Reject::NotFound => "not_found",
             Reject::BadGateway => "bad_gateway",
             Reject::GatewayTimeout => "gateway_timeout",
@@ -110,6 +118,7 @@ impl Reject {
             Reject::NotAdmitted { room } => format!("an admission token for room {room} is required"),
             Reject::BadRequest(why) => (*why).into(),
             Reject::PayloadTooLarge => "request body too large".into(),
+            Reject::HeadersTooLarge => format!("request headers over {MAX_REQUEST_HEAD} bytes"),
             Reject::NotFound => "not found".into(),
             Reject::BadGateway => "the upstream failed".into(),
             Reject::GatewayTimeout => "the upstream timed out".into(),

@@ -567,3 +567,35 @@ async fn the_static_fast_path_and_the_full_proxy_answer_alike() {
     let m = String::from_utf8_lossy(&edge.admin("GET", "/metrics", "").await.body).into_owned();
     assert!(m.contains("wicket_edge_requests_total{outcome=\"ok\",route=\"static\"}"), "{m}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_answer_and_the_edge_keeps_serving() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!("origin = \"{}\"\nuser-cookie = \"uid\"", origin.url()));
+    // Malformed cookies: no device, no user, but an answer and a fresh device cookie.
+    let long_uid = format!("uid={}", "u".repeat(500));
+    for c in ["wicket_d", "wicket_d=", "=;;;=", "wicket_d=a.b.c", long_uid.as_str(), "wicket_d=\"unterminated"] {
+        let r = get(&edge.url("/shop"), &[("cookie", c)]).await;
+        assert_eq!(r.status, 200, "{c}");
+        assert!(r.cookies().contains_key("wicket_d"), "{c}");
+    }
+    // An oversized request head is refused (or the connection closed), never a crash.
+    let big = "x".repeat(200 * 1024);
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let req = http::Request::get(edge.url("/")).header("x-big", &big).body(Default::default()).unwrap();
+    match client.request(req).await {
+        Ok(resp) => assert!(resp.status().is_client_error(), "{}", resp.status()),
+        Err(_) => {} // closed: acceptable
+    }
+    // A raw garbage request line.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+    s.write_all(b"\x00\x01GARBAGE\r\n\r\n").await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    assert!(out.is_empty() || out.starts_with(b"HTTP/1.1 400"), "{:?}", String::from_utf8_lossy(&out));
+    // Still serving.
+    assert_eq!(get(&edge.url("/"), &[]).await.status, 200);
+    assert_eq!(get(&edge.url("/shop"), &[]).await.status, 200);
+}
