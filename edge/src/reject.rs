@@ -95,7 +95,7 @@ impl Reject {
             Reject::BotCheckFailed(_) => "bot_failed",
             Reject::BotCheckUnavailable => "bot_unavailable",
             Reject::NotAdmitted { .. } => "not_admitted",
-            Reject::BadRequest(_) | Reject::HeadersTooLarge => "bad_request",
+            Reject::BadRequest(_) => "bad_request",
             Reject::PayloadTooLarge => "payload_too_large",
             Reject::HeadersTooLarge => "headers_too_large",
             Reject::NotFound => "not_found",
