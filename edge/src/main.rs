@@ -96,7 +96,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Core { config } => match run_core(&config) {
+        Command::Core { config } => match wicket_edge::server::run_core(&config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("wicket: {e:#}");
@@ -113,25 +113,6 @@ fn main() -> ExitCode {
             }
         },
     }
-}
-
-/// `wicket core`: the sale core alone, until SIGTERM/SIGINT.
-fn run_core(path: &std::path::Path) -> anyhow::Result<()> {
-    let cfg = wicket_core::config::CoreConfig::from_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
-        let stop = async {
-            use tokio::signal::unix::{SignalKind, signal};
-            if let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-        };
-        wicket_core::run(cfg, listener, stop).await
-    })
 }
 
 /// Parses and validates, reporting every problem with its path.

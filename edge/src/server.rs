@@ -195,3 +195,22 @@ impl EmbeddedCore {
         }
     }
 }
+
+/// `wicket core`: the sale core alone, until SIGTERM/SIGINT.
+pub fn run_core(path: &std::path::Path) -> anyhow::Result<()> {
+    let cfg = wicket_core::config::CoreConfig::from_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+        let stop = async {
+            use tokio::signal::unix::{SignalKind, signal};
+            if let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+        };
+        wicket_core::run(cfg, listener, stop).await
+    })
+}

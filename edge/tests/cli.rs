@@ -164,3 +164,27 @@ async fn demo_serves_the_page_the_core_and_the_origin_then_stops_on_sigterm() {
     std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
     assert!(out.contains(&format!("http://127.0.0.1:{edge}/")), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_runs_the_sale_core_alone_from_the_shared_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = wicket_edge::demo::DemoPorts { edge: free_port(), admin: free_port(), core: free_port(), origin: free_port() };
+    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48) };
+    let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
+    let mut child = wicket().arg("core").arg("--config").arg(&cfg).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", ports.core)).is_err() {
+        assert!(Instant::now() < deadline, "core did not start");
+        assert!(child.try_wait().unwrap().is_none(), "core exited early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = get(&format!("http://127.0.0.1:{}/v1/events/ev-42", ports.core), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(std::net::TcpStream::connect(("127.0.0.1", ports.edge)).is_err(), "no edge in `wicket core`");
+    signal(child.id(), "TERM");
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(5), "core did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
