@@ -246,7 +246,7 @@ mod tests {
             r.pace(&ip).await;
         });
         let took = start.elapsed();
-        assert!(took >= Duration::from_millis(180) && took < Duration::from_millis(600), "{took:?}");
+        assert!(took >= Duration::from_millis(180) && took < Duration::from_secs(3), "{took:?}");
     }
 
     #[test]
