@@ -141,7 +141,7 @@ async fn main() -> anyhow::Result<()> {
                 "fifo_tau": if r.fifo_tau.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau) },
                 "p99_windows_ok": r.p99_windows_ok, "p99_windows": r.p99_windows,
                 "bots_share_of_seats": r.bots_share_of_seats, "edge_rss_mb": r.edge_rss_mb,
-                "requests_per_second": r.requests_per_second, "endpoints": r.endpoints, "statuses": r.statuses,
+                "requests_per_second": r.requests_per_second, "endpoints": r.endpoints, "statuses": r.statuses, "examples": r.examples,
             }))?);
             if !dry_run {
                 let cmd = format!(

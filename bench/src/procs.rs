@@ -132,6 +132,7 @@ threads = 2
 origin = "http://{origin}"
 core = "{core_url}"
 user-header = "X-User-Id"
+trusted-proxies = ["127.0.0.1/32"]
 secret = "bench-edge-secret-0123456789abcdef"
 shutdown-grace-seconds = 1
 
@@ -147,6 +148,7 @@ method = "{method}"
 total-active-max = 100000
 session-seconds = 120
 token-seconds = 120
+max-qty = 2
 bot-check = "{bot}"
 [rooms.schedule]
 prequeue-at = "{pre}"
@@ -191,11 +193,12 @@ p99-target-ms = {p99}
         Ok(Stack { core, edge, core_base, edge_base, admin_base, shaper, _dir: dir })
     }
 
-    pub async fn join(&self, http: &reqwest::Client, user: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
+    pub async fn join(&self, http: &reqwest::Client, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
         let mut rb = http
             .post(format!("{}/queue/{ROOM}/join", self.edge_base))
             .header("Accept", "application/json")
             .header("X-User-Id", user)
+            .header("X-Forwarded-For", ip)
             .header("User-Agent", if bot { "bot/1.0" } else { "Mozilla/5.0 bench" });
         if !cookies.is_empty() {
             rb = rb.header("Cookie", cookies);
@@ -206,11 +209,13 @@ p99-target-ms = {p99}
         Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
     }
 
-    pub async fn status(&self, http: &reqwest::Client, user: &str, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
+    pub async fn status(&self, http: &reqwest::Client, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
         let mut rb = http
             .get(format!("{}/queue/{ROOM}/status", self.edge_base))
             .header("Accept", "application/json")
-            .header("X-User-Id", user);
+            .header("X-User-Id", user)
+            .header("X-Forwarded-For", ip)
+            .header("User-Agent", if bot { "bot/1.0" } else { "Mozilla/5.0 bench" });
         if !cookies.is_empty() {
             rb = rb.header("Cookie", cookies);
         }
@@ -220,11 +225,16 @@ p99-target-ms = {p99}
         Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
     }
 
-    pub async fn hold(&self, http: &reqwest::Client, token: &str, sku: &str, qty: u32, user: &str) -> anyhow::Result<(u16, Value)> {
-        let r = http
+    pub async fn hold(&self, http: &reqwest::Client, token: &str, sku: &str, qty: u32, user: &str, ip: &str, cookies: &str) -> anyhow::Result<(u16, Value)> {
+        let mut rb = http
             .post(format!("{}/v1/events/{EVENT}/holds", self.edge_base))
             .bearer_auth(token)
             .header("X-User-Id", user)
+            .header("X-Forwarded-For", ip);
+        if !cookies.is_empty() {
+            rb = rb.header("Cookie", cookies);
+        }
+        let r = rb
             .json(&json!({"sku": sku, "qty": qty, "idempotency_key": format!("{user}-1"), "identity": {"phone": format!("p-{user}")}}))
             .send()
             .await?;

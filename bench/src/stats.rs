@@ -15,6 +15,7 @@ struct Inner {
     by_endpoint: BTreeMap<&'static str, Vec<u32>>,
     by_second: BTreeMap<(&'static str, u32), Vec<u32>>,
     statuses: BTreeMap<(&'static str, u16), u64>,
+    examples: BTreeMap<(&'static str, u16), String>,
 }
 
 /// P50/P99 and rate of one endpoint.
@@ -65,6 +66,18 @@ impl Recorder {
                 (*s, crate::report::percentile_ms(v, 0.99), v.len())
             })
             .collect()
+    }
+
+    /// Keeps the first body seen for a refused (endpoint, status).
+    pub fn example(&self, endpoint: &'static str, status: u16, body: &serde_json::Value) {
+        if status >= 400 {
+            let mut g = self.inner.lock();
+            g.examples.entry((endpoint, status)).or_insert_with(|| body.to_string().chars().take(300).collect());
+        }
+    }
+
+    pub fn examples(&self) -> BTreeMap<String, String> {
+        self.inner.lock().examples.iter().map(|((e, s), b)| (format!("{e} {s}"), b.clone())).collect()
     }
 
     pub fn statuses(&self) -> BTreeMap<String, u64> {

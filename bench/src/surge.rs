@@ -160,6 +160,8 @@ pub struct SurgeReport {
     pub requests_per_second: f64,
     pub endpoints: Vec<crate::stats::EndpointFigures>,
     pub statuses: BTreeMap<String, u64>,
+    /// The first answer of each refused (endpoint, status), to see why.
+    pub examples: BTreeMap<String, String>,
     pub release_rate: Vec<(f64, f64)>,
     pub queue_length: Vec<(f64, f64)>,
     pub hold_p99: Vec<(f64, f64)>,
@@ -361,17 +363,20 @@ async fn step(sh: &Shared, u: u32) {
         (g.phase, g.bot, g.cookies.clone(), g.token.clone(), g.order.clone(), g.sku, g.qty)
     };
     let user_id = format!("u{u}");
+    // Each person has an address of their own; bots come from a handful.
+    let ip = if bot { format!("10.255.0.{}", u % 4) } else { format!("10.{}.{}.{}", (u >> 16) & 255, (u >> 8) & 255, u & 255) };
     let t0 = Instant::now();
     let second = sh.start.elapsed().as_secs() as u32;
     let jitter = mix(u as u64 ^ sh.now_ms());
     match phase {
         Phase::Join => {
             let seq = sh.join_seq.fetch_add(1, Ordering::Relaxed);
-            let r = sh.stack.join(&sh.http, &user_id, bot, if bot { "" } else { &cookies }).await;
+            let r = sh.stack.join(&sh.http, &user_id, &ip, bot, if bot { "" } else { &cookies }).await;
             let Ok((status, headers, body)) = r else {
                 return finish(sh, u, Outcome::Error);
             };
             sh.rec.record("join", second, status, t0.elapsed().as_micros() as u32);
+            sh.rec.example("join", status, &body);
             let mut g = sh.users[u as usize].lock();
             if !bot {
                 merge_cookies(&mut g.cookies, &headers);
@@ -382,7 +387,7 @@ async fn step(sh: &Shared, u: u32) {
             after_status(sh, u, status, &headers, &body, bot, jitter);
         }
         Phase::Poll => {
-            let r = sh.stack.status(&sh.http, &user_id, if bot { "" } else { &cookies }).await;
+            let r = sh.stack.status(&sh.http, &user_id, &ip, bot, if bot { "" } else { &cookies }).await;
             let Ok((status, headers, body)) = r else {
                 sh.schedule(u, sh.now_ms() + 1000);
                 return;
@@ -395,9 +400,10 @@ async fn step(sh: &Shared, u: u32) {
         }
         Phase::Hold => {
             let Some(token) = token else { return finish(sh, u, Outcome::Error) };
-            let r = sh.stack.hold(&sh.http, &token, sku, qty, &user_id).await;
+            let r = sh.stack.hold(&sh.http, &token, sku, qty, &user_id, &ip, if bot { "" } else { &cookies }).await;
             let Ok((status, body)) = r else { return finish(sh, u, Outcome::Error) };
             sh.rec.record("hold", second, status, t0.elapsed().as_micros() as u32);
+            sh.rec.example("hold", status, &body);
             match status {
                 201 => {
                     let id = body["order_id"].as_str().unwrap_or_default().to_string();
@@ -602,6 +608,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], seconds: f64, bots
         requests_per_second: total_requests as f64 / seconds,
         endpoints,
         statuses: sh.rec.statuses(),
+        examples: sh.rec.examples(),
         release_rate,
         queue_length,
         hold_p99: windows.iter().map(|w| (w.0 as f64, w.1)).collect(),
