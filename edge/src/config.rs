@@ -141,6 +141,8 @@ pub struct EdgeConfig {
     pub secure_cookies: bool,
     /// Seconds a graceful stop (SIGTERM, SIGINT) waits for in-flight requests. Default 5.
     pub shutdown_grace_seconds: u64,
+    /// Seconds between prunes of limiter keys, anomaly windows and expired blocks. Default 10.
+    pub prune_seconds: u64,
     /// Rate limits, nginx `limit_req` semantics.
     pub limits: Vec<LimitRule>,
     /// Blocked IPs/CIDRs, users and devices at start.
@@ -182,6 +184,7 @@ impl Default for EdgeConfig {
             secret_env: None,
             secure_cookies: false,
             shutdown_grace_seconds: 5,
+            prune_seconds: 10,
             limits: Vec::new(),
             blocklist: BlocklistConfig::default(),
             anomaly: AnomalyConfig::default(),
@@ -565,6 +568,9 @@ impl WicketConfig {
             && s.len() < 16
         {
             out.push(issue("edge.secret", "must be at least 16 characters"));
+        }
+        if e.prune_seconds == 0 || e.prune_seconds > 3600 {
+            out.push(issue("edge.prune-seconds", "must be between 1 and 3600"));
         }
         if e.shutdown_grace_seconds == 0 || e.shutdown_grace_seconds > 300 {
             out.push(issue("edge.shutdown-grace-seconds", "must be between 1 and 300"));

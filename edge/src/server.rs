@@ -19,9 +19,6 @@ use crate::config::WicketConfig;
 use crate::proxy::EdgeProxy;
 use crate::state::EdgeState;
 
-/// How often limiter keys, anomaly windows, expired blocks and PoW memory are pruned.
-pub const PRUNE_EVERY: Duration = Duration::from_secs(10);
-
 /// Stops on SIGTERM or SIGINT, gracefully either way (in-flight requests finish within the
 /// configured grace).
 pub struct SignalShutdown;
@@ -79,7 +76,8 @@ struct Upkeep {
 #[async_trait]
 impl BackgroundService for Upkeep {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut tick = tokio::time::interval(PRUNE_EVERY);
+        let every = Duration::from_secs(self.state.config.edge.prune_seconds);
+        let mut tick = tokio::time::interval(every);
         loop {
             tokio::select! {
                 _ = tick.tick() => self.state.prune(),

@@ -599,3 +599,26 @@ async fn bad_input_gets_a_clear_answer_and_the_edge_keeps_serving() {
     assert_eq!(get(&edge.url("/"), &[]).await.status, 200);
     assert_eq!(get(&edge.url("/shop"), &[]).await.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_limiter_keys_are_pruned_by_the_background_task() {
+    let edge = TestEdge::start(
+        "trusted-proxies = [\"127.0.0.1\"]\nprune-seconds = 1\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/s\"",
+    );
+    for i in 0..50u32 {
+        let ip = std::net::Ipv4Addr::from(0xc633_6400 + i).to_string();
+        assert_eq!(get(&edge.url("/"), &[("x-forwarded-for", &ip)]).await.status, 200);
+    }
+    let keys = |v: serde_json::Value| v["limits"][0]["live_keys"].as_u64().unwrap();
+    assert_eq!(keys(edge.admin("GET", "/admin/limits", "").await.json()), 50);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if keys(edge.admin("GET", "/admin/limits", "").await.json()) == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "keys were never pruned");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let m = edge.admin("GET", "/metrics", "").await.text();
+    assert!(m.contains("wicket_edge_limiter_keys{key=\"ip\",rule=\"0\"} 0"), "{m}");
+}
