@@ -610,7 +610,9 @@ async fn idle_limiter_keys_are_pruned_by_the_background_task() {
         assert_eq!(get(&edge.url("/"), &[("x-forwarded-for", &ip)]).await.status, 200);
     }
     let keys = |v: serde_json::Value| v["limits"][0]["live_keys"].as_u64().unwrap();
-    assert_eq!(keys(edge.admin("GET", "/admin/limits", "").await.json()), 50);
+    // Keys return to "fresh" one second after their request, so at least the latest are live.
+    let live = keys(edge.admin("GET", "/admin/limits", "").await.json());
+    assert!((1..=50).contains(&live), "{live}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         if keys(edge.admin("GET", "/admin/limits", "").await.json()) == 0 {
