@@ -242,6 +242,22 @@ p99-target-ms = {p99}
         Ok((status, r.json().await.unwrap_or(Value::Null)))
     }
 
+    /// The visitor leaves through the site's "done" page, which ends the session (frees a slot).
+    pub async fn leave(&self, http: &reqwest::Client, user: &str, ip: &str, cookies: &str) -> anyhow::Result<u16> {
+        let mut rb = http
+            .get(format!("{}/buy/{EVENT}/done", self.edge_base))
+            .header("X-User-Id", user)
+            .header("X-Forwarded-For", ip)
+            .header("Accept", "text/html");
+        if !cookies.is_empty() {
+            rb = rb.header("Cookie", cookies);
+        }
+        let r = rb.send().await?;
+        let status = r.status().as_u16();
+        let _ = r.bytes().await;
+        Ok(status)
+    }
+
     /// The provider's callback, straight to the core (providers don't queue).
     pub async fn pay(&self, http: &reqwest::Client, order: &str, amount: u64) -> anyhow::Result<u16> {
         let body = json!({"order_id": order, "txn_id": format!("txn-{order}"), "amount_cents": amount, "status": "SUCCESS"}).to_string();
@@ -317,23 +333,31 @@ p99-target-ms = {p99}
     }
 }
 
-/// A stand-in for the existing site: answers every path with a small page.
+/// A stand-in for the existing site: answers every path with a small page; `/done` pages (the end of a
+/// purchase) also end the visitor's session with `Wicket-Revoke: 1`, as a site does after checkout.
 async fn start_origin() -> anyhow::Result<SocketAddr> {
-    let app = axum_free_origin();
+    let body = "<!doctype html><title>buy</title><p>the site's buy page</p>";
+    let page = Arc::new(format!("HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\r\n{body}", body.len()));
+    let done = Arc::new(format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nwicket-revoke: 1\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    ));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = l.local_addr()?;
     tokio::spawn(async move {
         loop {
             let Ok((mut s, _)) = l.accept().await else { continue };
-            let app = app.clone();
+            let (page, done) = (page.clone(), done.clone());
             tokio::spawn(async move {
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
                 let mut buf = vec![0u8; 16 * 1024];
                 loop {
                     match s.read(&mut buf).await {
                         Ok(0) | Err(_) => return,
-                        Ok(_) => {
-                            if s.write_all(app.as_bytes()).await.is_err() {
+                        Ok(n) => {
+                            let first = buf[..n].split(|b| *b == b'\n').next().unwrap_or_default();
+                            let answer = if first.windows(5).any(|w| w == b"/done") { &done } else { &page };
+                            if s.write_all(answer.as_bytes()).await.is_err() {
                                 return;
                             }
                         }
@@ -343,11 +367,6 @@ async fn start_origin() -> anyhow::Result<SocketAddr> {
         }
     });
     Ok(addr)
-}
-
-fn axum_free_origin() -> Arc<String> {
-    let body = "<!doctype html><title>buy</title><p>the site's buy page</p>";
-    Arc::new(format!("HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\r\n{body}", body.len()))
 }
 
 /// A reverse proxy with `slots` concurrent requests, each taking at least `service` — a core of known

@@ -107,6 +107,8 @@ enum Phase {
     Poll,
     Hold,
     Pay,
+    /// Leave through the site's "done" page: the session ends and its slot frees.
+    Leave,
     Done,
 }
 
@@ -172,7 +174,9 @@ struct Shared {
     stack: Stack,
     http: reqwest::Client,
     users: Vec<Mutex<User>>,
-    heap: Mutex<BinaryHeap<Reverse<(u64, u32)>>>,
+    /// Who is due when, in two lanes: the queue (join, status) and the sale (hold, pay). People act in
+    /// parallel, so a backlog at the entrance must not hold up the buyers who were already let in.
+    lanes: [Mutex<BinaryHeap<Reverse<(u64, u32)>>>; 2],
     start: Instant,
     rec: Recorder,
     join_seq: AtomicU64,
@@ -186,7 +190,11 @@ impl Shared {
         self.start.elapsed().as_millis() as u64
     }
     fn schedule(&self, user: u32, at_ms: u64) {
-        self.heap.lock().push(Reverse((at_ms, user)));
+        let lane = match self.users[user as usize].lock().phase {
+            Phase::Hold | Phase::Pay | Phase::Leave => 1,
+            _ => 0,
+        };
+        self.lanes[lane].lock().push(Reverse((at_ms, user)));
     }
 }
 
@@ -262,7 +270,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         stack,
         http,
         users,
-        heap: Mutex::new(BinaryHeap::new()),
+        lanes: [Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new())],
         start: Instant::now(),
         rec: Recorder::default(),
         join_seq: AtomicU64::new(0),
@@ -314,40 +322,45 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
             sh2.stack.set_core_capacity(1.0);
         });
     }
-    let sem = Arc::new(tokio::sync::Semaphore::new(s.connections));
+    let sale_conns = (s.connections / 4).max(8);
+    let sems = [
+        Arc::new(tokio::sync::Semaphore::new(s.connections)),
+        Arc::new(tokio::sync::Semaphore::new(sale_conns)),
+    ];
     let deadline = Duration::from_secs(s.max_seconds);
     loop {
         if sh.start.elapsed() > deadline || sh.done.load(Ordering::Relaxed) >= s.users {
             break;
         }
         let now = sh.now_ms();
-        let next = {
-            let mut h = sh.heap.lock();
-            match h.peek() {
-                Some(Reverse((at, _))) if *at <= now => h.pop().map(|Reverse((_, u))| u),
-                Some(Reverse((at, _))) => {
-                    let wait = (*at - now).min(5);
-                    drop(h);
-                    tokio::time::sleep(Duration::from_millis(wait)).await;
-                    continue;
-                }
-                None => {
-                    drop(h);
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                }
+        let mut dispatched = false;
+        for lane in [1, 0] {
+            // Run whoever is due in this lane while it has free connections.
+            loop {
+                let Ok(permit) = sems[lane].clone().try_acquire_owned() else { break };
+                let next = {
+                    let mut h = sh.lanes[lane].lock();
+                    match h.peek() {
+                        Some(Reverse((at, _))) if *at <= now => h.pop().map(|Reverse((_, u))| u),
+                        _ => None,
+                    }
+                };
+                let Some(u) = next else { break };
+                dispatched = true;
+                let sh2 = sh.clone();
+                tokio::spawn(async move {
+                    step(&sh2, u).await;
+                    drop(permit);
+                });
             }
-        };
-        let Some(u) = next else { continue };
-        let permit = sem.clone().acquire_owned().await?;
-        let sh2 = sh.clone();
-        tokio::spawn(async move {
-            step(&sh2, u).await;
-            drop(permit);
-        });
+        }
+        if !dispatched {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
     sh.stop.store(true, Ordering::Relaxed);
-    let _ = sem.acquire_many(s.connections as u32).await;
+    let _ = sems[0].acquire_many(s.connections as u32).await;
+    let _ = sems[1].acquire_many(sale_conns as u32).await;
     let _ = sampler.await;
     if progress {
         eprintln!();
@@ -420,7 +433,7 @@ async fn step(sh: &Shared, u: u32) {
                         finish(sh, u, Outcome::Abandoned);
                     }
                 }
-                409 if body["error"] == "sold_out" => finish(sh, u, Outcome::SoldOut),
+                409 if body["error"] == "sold_out" => leave(sh, u, Outcome::SoldOut),
                 429 | 503 => sh.schedule(u, sh.now_ms() + 500 + jitter % 1000),
                 _ => finish(sh, u, Outcome::Refused),
             }
@@ -430,13 +443,34 @@ async fn step(sh: &Shared, u: u32) {
             match sh.stack.pay(&sh.http, &order, amount).await {
                 Ok(status) => {
                     sh.rec.record("pay", second, status, t0.elapsed().as_micros() as u32);
-                    finish(sh, u, if status == 200 { Outcome::Paid } else { Outcome::Error })
+                    leave(sh, u, if status == 200 { Outcome::Paid } else { Outcome::Error });
                 }
                 Err(_) => sh.schedule(u, sh.now_ms() + 1000),
             }
         }
+        Phase::Leave => {
+            let r = sh.stack.leave(&sh.http, &user_id, &ip, if bot { "" } else { &cookies }).await;
+            if let Ok(status) = r {
+                sh.rec.record("leave", second, status, t0.elapsed().as_micros() as u32);
+            }
+            let outcome = sh.users[u as usize].lock().outcome;
+            finish(sh, u, outcome);
+        }
         Phase::Done => {}
     }
+}
+
+/// Records the outcome now and leaves through the "done" page next (bots just go).
+fn leave(sh: &Shared, u: u32, outcome: Outcome) {
+    let mut g = sh.users[u as usize].lock();
+    g.outcome = outcome;
+    if g.bot {
+        drop(g);
+        return finish(sh, u, outcome);
+    }
+    g.phase = Phase::Leave;
+    drop(g);
+    sh.schedule(u, sh.now_ms() + 200);
 }
 
 fn after_status(sh: &Shared, u: u32, status: u16, headers: &reqwest::header::HeaderMap, body: &Value, bot: bool, jitter: u64) {
