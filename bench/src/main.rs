@@ -6,6 +6,7 @@
 //! target/release/wicket-bench holds --store embedded --clients 64 --seconds 10
 //! ```
 
+mod controller;
 mod holds;
 mod procs;
 mod report;
@@ -55,6 +56,14 @@ enum Cmd {
         #[arg(long)]
         pin: bool,
     },
+    /// The release controller vs a fixed rate vs a clairvoyant oracle on the simulated core.
+    Controller {
+        /// Seeds 1..=N.
+        #[arg(long, default_value_t = 10)]
+        seeds: u64,
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// A flash sale end to end against the real edge and core: stararena | scenic | capacity-drop | bots | bots-nopow.
     Surge {
         scenario: String,
@@ -76,6 +85,29 @@ enum Cmd {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
+        Cmd::Controller { seeds, dry_run } => {
+            let list: Vec<u64> = (1..=seeds).collect();
+            let (value, table) = tokio::task::spawn_blocking(move || controller::run(&list)).await?;
+            println!("{table}\n{}", serde_json::to_string_pretty(&value)?);
+            if !dry_run {
+                report::merge_summary("controller_vs_oracle", value.clone())?;
+                report::write_section(
+                    "controller",
+                    &format!(
+                        "## Release controller vs fixed rate vs oracle\n\n\
+                         Command: `cargo build --release -p wicket-bench && target/release/wicket-bench controller --seeds {seeds}`\n\n\
+                         Simulated core (edge/src/controller/sim.rs): 8 workers × 10 ms (800 req/s), its own 503 limit, 1 s client \
+                         timeout; admitted users reach it 2–6 s later and stay 20–40 s at 0.5 req/s; P99 target 100 ms; the core \
+                         reports utilisation. Scenarios: cold start, −50% capacity at 120 s, +50% at 120 s. The oracle knows the \
+                         capacity curve and has the same delay; the fixed rate is what the oracle releases at nominal capacity. \
+                         A window is over when its P99 (failures count as infinitely slow) exceeds the target.\n\n\
+                         ```text\n{table}```\n\n\
+                         Issue goals: goodput ≥ 0.85 of the oracle; ≤ 1% of steady windows over target; ≤ 10 s more violation than \
+                         the oracle after the −50% step. Per-scenario figures are in summary.json under `controller_vs_oracle`.\n"
+                    ),
+                )?;
+            }
+        }
         Cmd::HoldsVsEvalsha { clients, seconds, rounds, dry_run, pin } => {
             let _ = holds::PIN.set(pin);
             let redis = holds::RedisProcess::start(&["--appendonly", "no"]).await?;
