@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Waiting room: status polls of queued visitors vs the static detail page (same edge, same run),
+# status polls at position 1 vs position 1,000,000, and edge memory per queued person.
+# Writes the "Waiting room" section of bench/RESULTS.md and the `status_vs_static`,
+# `status_depth` and `edge_bytes_per_queued` keys of bench/results/summary.json (others kept).
+#
+#   bash bench/waiting-room/run.sh          # defaults: THREADS=2 CONNS=64 SECONDS_=10 ROUNDS=3 QUEUED=1000000
+#
+# Needs: cargo, wrk, curl, python3. Loopback only.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+THREADS="${THREADS:-2}"
+CONNS="${CONNS:-64}"
+SECONDS_="${SECONDS_:-10}"
+ROUNDS="${ROUNDS:-3}"
+WRK_THREADS="${WRK_THREADS:-2}"
+QUEUED="${QUEUED:-1000000}"
+
+command -v wrk >/dev/null || { echo "missing wrk (apt-get install -y wrk)" >&2; exit 1; }
+cd "$ROOT"
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p wicket-edge
+WICKET="$ROOT/target/release/wicket"
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+EDGE_PORT="$(free_port)"; ADMIN_PORT="$(free_port)"
+mkdir -p "$WORK/site"
+cp "$ROOT/static/site/index.html" "$WORK/site/index.html"
+cat > "$WORK/wicket.toml" <<CONF
+[edge]
+listen = "127.0.0.1:$EDGE_PORT"
+admin-listen = "127.0.0.1:$ADMIN_PORT"
+admin-token = "bench-admin-token-0123456789"
+secret = "bench-edge-secret-0123456789"
+threads = $THREADS
+site-dir = "site"
+user-header = "x-user-id"
+shutdown-grace-seconds = 1
+[edge.anomaly]
+device-max-users = 0
+
+[tokens]
+issuer = "wicket"
+signing-kid = "hs-1"
+[[tokens.keys]]
+kid = "hs-1"
+alg = "HS256"
+secret = "bench-hs-secret-0123456789abcdef0123"
+
+[[rooms]]
+id = "r1"
+event = "ev-1"
+target = "/buy/ev-1"
+protected = ["/buy/ev-1"]
+release = { mode = "fixed", rate = 0.0 }
+CONF
+
+RUST_LOG=error "$WICKET" serve --config "$WORK/wicket.toml" &
+EDGE_PID=$!
+PIDS+=($EDGE_PID)
+for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$EDGE_PORT/" && break; sleep 0.1; done
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$EDGE_PID/status"; }
+
+# A queued visitor's cookies (device + ticket) → the wrk header for its status polls.
+visitor() { # user → "Cookie: ..." header
+  local jar="$WORK/jar-$1"
+  curl -s -c "$jar" -H "x-user-id: $1" -H 'accept: application/json' "http://127.0.0.1:$EDGE_PORT/queue/r1" > "$WORK/join-$1.json"
+  echo "Cookie: $(awk '$6 ~ /^wicket_/ {printf "%s=%s; ", $6, $7}' "$jar")"
+}
+
+run_wrk() { # url [header] → "rps p99_ms"
+  local url="$1"; shift
+  wrk -t"$WRK_THREADS" -c"$CONNS" -d"${SECONDS_}s" --latency "$@" "$url" | python3 -c '
+import re, sys
+out = sys.stdin.read()
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
+v, unit = float(m.group(1)), m.group(2)
+p99 = v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
+errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+if errs: sys.exit("non-2xx responses: " + errs.group(1))
+print(rps, p99)'
+}
+
+# Warm up, then the idle baseline.
+wrk -t1 -c8 -d2s "http://127.0.0.1:$EDGE_PORT/" >/dev/null
+FRONT="$(visitor front)"
+wrk -t1 -c8 -d2s -H "$FRONT" "http://127.0.0.1:$EDGE_PORT/queue/r1/status" >/dev/null
+sleep 1
+IDLE_KB="$(rss_kb)"
+
+# Queue QUEUED more people (each a new user: one place each), in 10 s rounds until there are enough.
+issued() { curl -s -H 'authorization: Bearer bench-admin-token-0123456789' "http://127.0.0.1:$ADMIN_PORT/admin/rooms/r1/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["issued"])'; }
+JOIN_START=$(date +%s.%N)
+CHUNK=0
+while [ "$(issued)" -le "$QUEUED" ]; do
+  CHUNK=$((CHUNK + 1))
+  wrk -t"$WRK_THREADS" -c"$CONNS" -d10s -s "$ROOT/bench/waiting-room/join.lua" "http://127.0.0.1:$EDGE_PORT" -- "c$CHUNK" > "$WORK/join.txt" 2>&1 || { cat "$WORK/join.txt"; exit 1; }
+  echo "joined so far: $(issued)"
+done
+JOIN_END=$(date +%s.%N)
+BACK="$(visitor back)"
+python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); print("front:", v["position"], v["state"]); v=json.load(open(sys.argv[2])); print("back:", v["position"], v["state"])' "$WORK/join-front.json" "$WORK/join-back.json"
+sleep 2
+FULL_KB="$(rss_kb)"
+STATS="$(curl -s -H 'authorization: Bearer bench-admin-token-0123456789' "http://127.0.0.1:$ADMIN_PORT/admin/rooms/r1/stats")"
+
+RESULTS="$WORK/results.txt"
+: > "$RESULTS"
+for r in $(seq 1 "$ROUNDS"); do
+  echo "static $(run_wrk "http://127.0.0.1:$EDGE_PORT/")" >> "$RESULTS"
+  echo "status_front $(run_wrk "http://127.0.0.1:$EDGE_PORT/queue/r1/status" -H "$FRONT")" >> "$RESULTS"
+  echo "status_back $(run_wrk "http://127.0.0.1:$EDGE_PORT/queue/r1/status" -H "$BACK")" >> "$RESULTS"
+  tail -3 "$RESULTS" | sed "s/^/round $r: /"
+done
+
+export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS QUEUED RESULTS ROOT IDLE_KB FULL_KB STATS JOIN_START JOIN_END
+cp "$WORK/join-front.json" "$WORK/join-back.json" /tmp/ 2>/dev/null || true
+export FRONT_JSON="$WORK/join-front.json" BACK_JSON="$WORK/join-back.json"
+python3 - <<'PY'
+import json, os, statistics, datetime, re
+rows = [l.split() for l in open(os.environ["RESULTS"]) if l.strip()]
+def med(name, i):
+    return statistics.median(float(r[i]) for r in rows if r[0] == name)
+st_rps, f_rps, b_rps = med("static", 1), med("status_front", 1), med("status_back", 1)
+st_p99, f_p99, b_p99 = med("static", 2), med("status_front", 2), med("status_back", 2)
+stats = json.loads(os.environ["STATS"])
+front = json.load(open(os.environ["FRONT_JSON"]))
+back = json.load(open(os.environ["BACK_JSON"]))
+queued = int(stats["issued"]) - 1  # everyone but the front visitor
+idle_kb, full_kb = int(os.environ["IDLE_KB"]), int(os.environ["FULL_KB"])
+per = (full_kb - idle_kb) * 1024 / max(queued, 1)
+join_s = float(os.environ["JOIN_END"]) - float(os.environ["JOIN_START"])
+threads, conns, secs, rounds = (int(os.environ[k]) for k in ("THREADS", "CONNS", "SECONDS_", "ROUNDS"))
+wrk_threads, root = int(os.environ["WRK_THREADS"]), os.environ["ROOT"]
+cpu = "unknown"
+for line in open("/proc/cpuinfo"):
+    if line.startswith("model name"):
+        cpu = line.split(":", 1)[1].strip(); break
+today = datetime.date.today().isoformat()
+ratio = min(f_rps, b_rps) / st_rps
+depth = b_rps / f_rps
+path = os.path.join(root, "bench/results/summary.json")
+try:
+    summary = json.load(open(path))
+except (OSError, ValueError):
+    summary = {}
+common = {"worker_threads": threads, "connections": conns, "seconds": secs, "rounds": rounds, "wrk_threads": wrk_threads, "date": today}
+summary["status_vs_static"] = {"ratio": round(ratio, 3), "static_rps": round(st_rps), "status_rps": round(min(f_rps, b_rps)),
+    "static_p99_ms": round(st_p99, 3), "status_p99_ms": round(max(f_p99, b_p99), 3), **common}
+summary["status_depth"] = {"ratio": round(depth, 3), "position_front": front["position"], "position_back": back["position"],
+    "front_rps": round(f_rps), "back_rps": round(b_rps), **common}
+summary["edge_bytes_per_queued"] = round(per, 1)
+summary["edge_memory_queued"] = {"queued": queued, "idle_rss_kb": idle_kb, "queued_rss_kb": full_kb,
+    "bytes_per_queued": round(per, 1), "joins_per_second": round(queued / join_s), "date": today}
+with open(path + ".tmp", "w") as f:
+    json.dump(summary, f, indent=2, sort_keys=True); f.write("\n")
+os.replace(path + ".tmp", path)
+
+per_round = "\n".join(f"| {i // 3 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
+section = f"""<!-- begin:waiting-room -->
+## Waiting room: status polls and memory per queued person
+
+Command: `bash bench/waiting-room/run.sh` (THREADS={threads} CONNS={conns} SECONDS_={secs} ROUNDS={rounds} QUEUED={os.environ['QUEUED']})
+
+Machine: {os.cpu_count()} cores ({cpu}), {today}. One edge (release build, {threads} worker threads,
+embedded room state, room `r1` with release rate 0 so everyone stays queued). `wrk -t{wrk_threads}
+-c{conns} -d{secs}s` over loopback keep-alive, sharing the cores with the edge; rounds alternate
+static / status at the front / status at the back, figures are medians. A status poll carries the
+visitor's device cookie and signed ticket: the edge verifies both MACs, reads two counters and
+answers the status JSON (no per-visitor lookup: the ticket carries the place).
+
+| request | requests/s | P99 |
+|---|---|---|
+| static detail page `/` ({'%.1f' % (len(open(os.path.join(root, 'static/site/index.html'), 'rb').read()) / 1024)} KiB) | {st_rps:.0f} | {st_p99:.2f} ms |
+| status, position {front['position']} | {f_rps:.0f} | {f_p99:.2f} ms |
+| status, position {back['position']:,} | {b_rps:.0f} | {b_p99:.2f} ms |
+
+- **Status / static: {ratio:.2f}x** (goal ≥ 0.8x; the slower of the two status rows).
+- **Status at position {back['position']:,} / at position {front['position']}: {depth:.2f}x** (goal: within 10%).
+- **Edge memory: {per:.1f} bytes per queued person** above the idle RSS (goal ≤ 100): {queued:,} people
+  queued (each a distinct user id, joined over HTTP at {queued / join_s:,.0f} joins/s), RSS
+  {idle_kb / 1024:.1f} MiB idle → {full_kb / 1024:.1f} MiB queued. What a queued person costs is one
+  identity → place entry (so a rejoin keeps the place); the queue itself is two counters.
+
+| round | request | requests/s | P99 |
+|---|---|---|---|
+{per_round}
+<!-- end:waiting-room -->"""
+rpath = os.path.join(root, "bench/RESULTS.md")
+text = open(rpath).read()
+pat = re.compile(r"<!-- begin:waiting-room -->.*?<!-- end:waiting-room -->", re.S)
+text = pat.sub(lambda _: section, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
+with open(rpath + ".tmp", "w") as f:
+    f.write(text)
+os.replace(rpath + ".tmp", rpath)
+print(f"status/static {ratio:.2f}x, depth {depth:.2f}x, {per:.1f} B per queued person")
+PY
