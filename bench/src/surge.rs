@@ -149,6 +149,8 @@ pub struct SurgeReport {
     pub sold: u64,
     pub paid_orders: u64,
     pub abandoned: u64,
+    /// People still waiting in the queue when the run ended.
+    pub still_waiting: u64,
     pub sellout_seconds: Option<f64>,
     pub oversold: u64,
     pub double_sold: u64,
@@ -183,6 +185,8 @@ struct Shared {
     admitted: AtomicU64,
     done: AtomicUsize,
     stop: AtomicBool,
+    /// The core's main pool reached 0 available at some sample.
+    sold_out_seen: AtomicBool,
 }
 
 impl Shared {
@@ -277,6 +281,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         admitted: AtomicU64::new(0),
         done: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
+        sold_out_seen: AtomicBool::new(false),
     });
     // Arrivals spread over the ramp, in a shuffled order so bots are not all first.
     for i in 0..s.users {
@@ -295,6 +300,9 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 let t = sh.start.elapsed().as_secs_f64();
                 let stats = sh.stack.room_stats(&sh.http).await.unwrap_or(Value::Null);
                 let stock = sh.stack.stock(&sh.http).await.unwrap_or(Value::Null);
+                if stock["pools"]["main"]["available"].as_u64() == Some(0) {
+                    sh.sold_out_seen.store(true, Ordering::Relaxed);
+                }
                 if progress {
                     let done = sh.done.load(Ordering::Relaxed);
                     let sold = stock["pools"]["main"]["sold"].as_u64().unwrap_or(0);
@@ -328,8 +336,17 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         Arc::new(tokio::sync::Semaphore::new(sale_conns)),
     ];
     let deadline = Duration::from_secs(s.max_seconds);
+    let mut last_progress = (0usize, Instant::now());
     loop {
         if sh.start.elapsed() > deadline || sh.done.load(Ordering::Relaxed) >= s.users {
+            break;
+        }
+        // Once the sale has sold out, a run that makes no more progress for 30 s is over: the few seats
+        // abandoned holds gave back, and the people still far back in the queue, are reported as such.
+        let done_now = sh.done.load(Ordering::Relaxed);
+        if done_now != last_progress.0 {
+            last_progress = (done_now, Instant::now());
+        } else if sh.sold_out_seen.load(Ordering::Relaxed) && last_progress.1.elapsed() > Duration::from_secs(30) {
             break;
         }
         let now = sh.now_ms();
@@ -629,6 +646,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], seconds: f64, bots
         sold,
         paid_orders,
         abandoned,
+        still_waiting: (sh.s.users - sh.done.load(Ordering::Relaxed)) as u64,
         sellout_seconds: sellout,
         oversold,
         double_sold,
@@ -661,7 +679,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
             "p99_windows_ok": r.p99_windows_ok, "p99_windows": r.p99_windows,
             "fifo_tau": if r.fifo_tau.is_nan() { Value::Null } else { json!(r.fifo_tau) },
             "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "admitted": r.admitted,
-            "sold": r.sold, "abandoned": r.abandoned, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
+            "sold": r.sold, "abandoned": r.abandoned, "still_waiting": r.still_waiting, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
             "bots_share_of_seats": r.bots_share_of_seats, "bots_share_of_population": r.bots_share_of_population,
         }),
     )?;
@@ -687,6 +705,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
          | figure | value |\n|---|---|\n\
          | virtual users (bots) | {users} ({bots}) |\n| seats | {seats} |\n| run time | {secs:.1} s |\n\
          | admitted | {admitted} |\n| tickets sold (paid) | {sold} |\n| abandoned holds | {abandoned} |\n\
+         | still queued at the end | {waiting} |\n\
          | time to sell out | {sellout} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
          | users over their limit | {overlimit} |\n| FIFO Kendall τ | {tau} |\n\
          | 1-s windows with hold P99 ≤ target | {ok:.3} of {nw} |\n| bots' share of seats / of population | {bs:.3} / {bp:.3} |\n\
@@ -702,6 +721,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
         admitted = r.admitted,
         sold = r.sold,
         abandoned = r.abandoned,
+        waiting = r.still_waiting,
         sellout = r.sellout_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "not sold out".into()),
         oversold = r.oversold,
         double = r.double_sold,
