@@ -363,40 +363,10 @@ async fn bad_input_is_refused_without_state_change() {
 async fn surge_over_http_never_oversells() {
     let c = Arc::new(TestCore::start(embedded()).await);
     assert_eq!(c.put_event("surge", &event_body(1000, 1, 1, json!([{"dimension": "user", "max": 2}]))).await, 201);
-    let mut tasks = Vec::new();
-    for t in 0..64 {
-        let c = c.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut won: Vec<(String, u64)> = Vec::new();
-            let mut statuses: HashMap<u16, usize> = HashMap::new();
-            for i in 0..(20_000 / 64 + 1) {
-                let user = format!("user-{}", (t * 1000 + i) % 800);
-                let qty = 1 + (i % 2) as i64;
-                let (s, b) = c.hold("surge", &user, &hold_body("park", qty, &format!("{t}-{i}"))).await;
-                *statuses.entry(s).or_default() += 1;
-                if s == 201 {
-                    won.push((user, b["qty"].as_u64().unwrap()));
-                }
-            }
-            (won, statuses)
-        }));
-    }
-    let mut per_user: HashMap<String, u64> = HashMap::new();
-    let mut total = 0;
-    let mut statuses: HashMap<u16, usize> = HashMap::new();
-    for t in tasks {
-        let (won, st) = t.await.unwrap();
-        for (u, q) in won {
-            total += q;
-            *per_user.entry(u).or_default() += q;
-        }
-        for (k, v) in st {
-            *statuses.entry(k).or_default() += v;
-        }
-    }
-    assert_eq!(total, 1000, "statuses {statuses:?}");
-    assert!(per_user.values().all(|&q| q <= 2));
-    assert!(statuses.keys().all(|s| [201, 409].contains(s)), "{statuses:?}");
+    let out = common::core_server::surge(std::slice::from_ref(&c), "surge").await;
+    assert_eq!(out.total, 1000, "statuses {:?}", out.statuses);
+    assert!(out.per_user.values().all(|&q| q <= 2));
+    assert!(out.statuses.keys().all(|s| [201, 409].contains(s)), "{:?}", out.statuses);
     let s = stock(&c, "surge").await;
     assert_eq!(s["pools"]["park"], json!({"capacity": 1000, "available": 0, "held": 1000, "sold": 0}));
 }

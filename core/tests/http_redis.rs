@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,41 +23,10 @@ async fn two_cores_on_one_redis_sell_exactly_the_capacity() {
     let a = Arc::new(TestCore::start(redis_store(&redis.url()).await).await);
     let b = Arc::new(TestCore::start(redis_store(&redis.url()).await).await);
     assert_eq!(a.put_event("duo", &event_body(1000, 1, 1, json!([{"dimension": "user", "max": 2}]))).await, 201);
-    let mut tasks = Vec::new();
-    for t in 0..64 {
-        let core = if t % 2 == 0 { a.clone() } else { b.clone() };
-        tasks.push(tokio::spawn(async move {
-            let mut won = Vec::new();
-            let mut statuses: HashMap<u16, usize> = HashMap::new();
-            for i in 0..(20_000 / 64 + 1) {
-                let user = format!("user-{}", (t * 1000 + i) % 800);
-                let qty = 1 + (i % 2) as i64;
-                let body = json!({"sku": "park", "qty": qty, "idempotency_key": format!("{t}-{i}")});
-                let (s, b) = core.hold("duo", &user, &body).await;
-                *statuses.entry(s).or_default() += 1;
-                if s == 201 {
-                    won.push((user, b["qty"].as_u64().unwrap()));
-                }
-            }
-            (won, statuses)
-        }));
-    }
-    let mut total = 0;
-    let mut per_user: HashMap<String, u64> = HashMap::new();
-    let mut statuses: HashMap<u16, usize> = HashMap::new();
-    for t in tasks {
-        let (won, st) = t.await.unwrap();
-        for (u, q) in won {
-            total += q;
-            *per_user.entry(u).or_default() += q;
-        }
-        for (k, v) in st {
-            *statuses.entry(k).or_default() += v;
-        }
-    }
-    assert_eq!(total, 1000, "{statuses:?}");
-    assert!(per_user.values().all(|&q| q <= 2));
-    assert!(statuses.keys().all(|s| [201, 409].contains(s)), "{statuses:?}");
+    let out = common::core_server::surge(&[a.clone(), b.clone()], "duo").await;
+    assert_eq!(out.total, 1000, "{:?}", out.statuses);
+    assert!(out.per_user.values().all(|&q| q <= 2));
+    assert!(out.statuses.keys().all(|s| [201, 409].contains(s)), "{:?}", out.statuses);
     let (_, stock) = b.get_json("/v1/events/duo/stock", false).await;
     assert_eq!(stock["pools"]["park"], json!({"capacity": 1000, "available": 0, "held": 1000, "sold": 0}));
     let (_, rec) = a.get_json("/v1/events/duo/reconcile", true).await;

@@ -200,3 +200,47 @@ pub fn event_body(park: u32, zoo: u32, seats: usize, limits: serde_json::Value) 
     })
 }
 
+
+/// What a surge over HTTP sold.
+pub struct SurgeOutcome {
+    /// Tickets of every 201.
+    pub total: u64,
+    pub per_user: std::collections::HashMap<String, u64>,
+    pub statuses: std::collections::HashMap<u16, usize>,
+}
+
+/// 64 concurrent clients make 20,000 hold attempts on `event` (SKU `park`, 1 or 2 tickets, 800 users),
+/// spread round-robin over `cores`.
+pub async fn surge(cores: &[Arc<TestCore>], event: &str) -> SurgeOutcome {
+    let mut tasks = Vec::new();
+    for t in 0..64usize {
+        let core = cores[t % cores.len()].clone();
+        let event = event.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut won: Vec<(String, u64)> = Vec::new();
+            let mut statuses = std::collections::HashMap::<u16, usize>::new();
+            for i in 0..(20_000 / 64 + 1) {
+                let user = format!("user-{}", (t * 1000 + i) % 800);
+                let body = serde_json::json!({"sku": "park", "qty": 1 + (i % 2), "idempotency_key": format!("{t}-{i}")});
+                let (s, b) = core.hold(&event, &user, &body).await;
+                *statuses.entry(s).or_default() += 1;
+                if s == 201 {
+                    won.push((user, b["qty"].as_u64().unwrap_or(0)));
+                }
+            }
+            (won, statuses)
+        }));
+    }
+    let mut out = SurgeOutcome { total: 0, per_user: Default::default(), statuses: Default::default() };
+    for t in tasks {
+        let (won, st) = t.await.expect("surge client");
+        for (u, q) in won {
+            out.total += q;
+            *out.per_user.entry(u).or_default() += q;
+        }
+        for (k, v) in st {
+            *out.statuses.entry(k).or_default() += v;
+        }
+    }
+    out
+}
