@@ -90,7 +90,18 @@ async fn answer(session: &mut Session, status: u16, ctype: &str, body: Bytes, ex
     for (k, v) in extra {
         h.append_header(k.clone(), v.as_str())?;
     }
-    crate::reject::send(session, h, body).await?;
+    // Header and body in one task list: one write to the socket, not two (status polls are the
+    // hottest dynamic answer of a sale).
+    let head = session.req_header().method == http::Method::HEAD;
+    let tasks = if head || body.is_empty() {
+        vec![pingora::protocols::http::HttpTask::Header(Box::new(h), true)]
+    } else {
+        vec![
+            pingora::protocols::http::HttpTask::Header(Box::new(h), false),
+            pingora::protocols::http::HttpTask::Body(Some(body), true),
+        ]
+    };
+    session.write_response_tasks(tasks).await?;
     Ok(true)
 }
 
