@@ -18,6 +18,30 @@ const CALLBACK: &str = "bench-callback-secret-0123456789";
 const HS: &str = "bench-hs256-secret-0123456789abcdef";
 pub const EVENT: &str = "ev";
 pub const ROOM: &str = "ev";
+/// Proof-of-work difficulty of the bench's room (bits): ~4,000 hashes a join, ~1-2 ms of a core.
+const POW_DIFFICULTY: u8 = 12;
+
+/// Finds a decimal nonce whose `sha256(challenge ‖ nonce)` starts with `difficulty` zero bits.
+pub fn solve_pow(challenge: &str, difficulty: u32) -> String {
+    use sha2::{Digest, Sha256};
+    for n in 0u64.. {
+        let nonce = n.to_string();
+        let h = Sha256::new().chain_update(challenge.as_bytes()).chain_update(nonce.as_bytes()).finalize();
+        let mut zeros = 0;
+        for b in h.iter() {
+            if *b == 0 {
+                zeros += 8;
+                continue;
+            }
+            zeros += b.leading_zeros();
+            break;
+        }
+        if zeros >= difficulty {
+            return nonce;
+        }
+    }
+    unreachable!("u64 nonces do not run out before a solution")
+}
 
 /// What the stack is built for.
 pub struct StackOptions {
@@ -40,6 +64,8 @@ pub struct Stack {
     pub edge_base: String,
     pub admin_base: String,
     shaper: Option<Arc<Shaper>>,
+    /// The room asks for a proof-of-work before a join.
+    pow: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -139,6 +165,9 @@ shutdown-grace-seconds = 1
 [edge.anomaly]
 device-max-users = 3
 
+[edge.bot.pow]
+difficulty = {difficulty}
+
 [[rooms]]
 id = "{ROOM}"
 event = "{EVENT}"
@@ -167,6 +196,7 @@ p99-target-ms = {p99}
             opens = rfc3339(now + time::Duration::seconds(3)),
             closes = rfc3339(now + time::Duration::hours(2)),
             max = o.release_max,
+            difficulty = POW_DIFFICULTY,
             p99 = o.p99_target_ms,
         );
         let cfg = dir.path().join("wicket.toml");
@@ -190,7 +220,7 @@ p99-target-ms = {p99}
         let edge_base = format!("http://127.0.0.1:{edge_port}");
         let admin_base = format!("http://127.0.0.1:{admin_port}");
         wait_http(&format!("{admin_base}/admin/health")).await?;
-        Ok(Stack { core, edge, core_base, edge_base, admin_base, shaper, _dir: dir })
+        Ok(Stack { core, edge, core_base, edge_base, admin_base, shaper, pow: o.pow, _dir: dir })
     }
 
     pub async fn join(&self, http: &reqwest::Client, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
@@ -203,7 +233,28 @@ p99-target-ms = {p99}
         if !cookies.is_empty() {
             rb = rb.header("Cookie", cookies);
         }
-        let r = rb.json(&json!({})).send().await?;
+        let body = if self.pow {
+            // Ask for a challenge, solve it, join with the proof (as static/queue.js does).
+            let c: Value = http
+                .get(format!("{}/queue/{ROOM}/challenge", self.edge_base))
+                .header("X-User-Id", user)
+                .header("X-Forwarded-For", ip)
+                .send()
+                .await?
+                .json()
+                .await?;
+            let challenge = c["challenge"].as_str().unwrap_or_default().to_string();
+            let difficulty = c["difficulty"].as_u64().unwrap_or(0) as u32;
+            let nonce = tokio::task::spawn_blocking({
+                let challenge = challenge.clone();
+                move || solve_pow(&challenge, difficulty)
+            })
+            .await?;
+            json!({"pow": {"challenge": challenge, "nonce": nonce}})
+        } else {
+            json!({})
+        };
+        let r = rb.json(&body).send().await?;
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
