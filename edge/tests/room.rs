@@ -151,6 +151,11 @@ async fn join_wait_admit_and_pass_the_protected_path_with_verified_identity() {
     let s = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
     assert_eq!(s["admissions"], 1);
     assert_eq!(s["active"], 1);
+    // And exports it (after the next tick).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let m = edge.admin("GET", "/metrics", "").await.text();
+    assert!(m.contains("wicket_room_active{room=\"r1\"} 1"), "{m}");
+    assert!(m.contains("wicket_room_serving{room=\"r1\"}"), "{m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -185,6 +185,57 @@ async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, Bytes)> {
     Some((status, body))
 }
 
+/// The rooms' Prometheus gauges (DESIGN §8), updated every tick.
+struct RoomGauges {
+    gauges: Vec<(&'static str, prometheus::GaugeVec)>,
+}
+
+impl RoomGauges {
+    fn register(registry: &prometheus::Registry) -> Self {
+        let specs = [
+            ("wicket_room_issued", "Last queue position handed out"),
+            ("wicket_room_serving", "Positions up to here may enter"),
+            ("wicket_room_queued", "People waiting (issued - serving)"),
+            ("wicket_room_active", "Admitted sessions running"),
+            ("wicket_room_release_rate", "Admissions per second the release runs at"),
+            ("wicket_room_budget", "The controller's session budget"),
+            ("wicket_room_core_p99_ms", "Core P99 the controller saw, ms"),
+            ("wicket_room_leader", "1 when this edge advances the room's serving counter"),
+            ("wicket_room_sold_out", "1 when the core says the event is sold out"),
+        ];
+        let gauges = specs
+            .into_iter()
+            .filter_map(|(name, help)| {
+                let g = prometheus::GaugeVec::new(prometheus::Opts::new(name, help), &["room"]).ok()?;
+                registry.register(Box::new(g.clone())).ok()?;
+                Some((name, g))
+            })
+            .collect();
+        RoomGauges { gauges }
+    }
+
+    fn update(&self, rooms: &Rooms) {
+        for room in rooms.all() {
+            let c = room.state.counters();
+            let d = *room.last_decision.lock();
+            for (name, g) in &self.gauges {
+                let v = match *name {
+                    "wicket_room_issued" => c.issued as f64,
+                    "wicket_room_serving" => c.serving as f64,
+                    "wicket_room_queued" => c.issued.saturating_sub(c.serving) as f64,
+                    "wicket_room_active" => room.active.load(Ordering::Relaxed) as f64,
+                    "wicket_room_release_rate" => room.release_rate(),
+                    "wicket_room_budget" => d.map_or(0.0, |d| d.budget),
+                    "wicket_room_core_p99_ms" => rooms.latency.snapshot(super::unix_ms()).p99_ms.unwrap_or(0.0),
+                    "wicket_room_leader" => f64::from(u8::from(room.leader.load(Ordering::Relaxed))),
+                    _ => f64::from(u8::from(room.sold_out.load(Ordering::Relaxed))),
+                };
+                g.with_label_values(&[room.id.as_str()]).set(v);
+            }
+        }
+    }
+}
+
 /// The background service: ticks rooms every second, polls the core every two.
 pub struct ReleaseLoop {
     /// Shared state.
@@ -198,6 +249,7 @@ impl BackgroundService for ReleaseLoop {
         let core = self.state.core.as_ref().map(|u| u.addr);
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let gauges = RoomGauges::register(&self.state.metrics.registry);
         let mut n = 0u64;
         loop {
             tokio::select! {
@@ -206,6 +258,7 @@ impl BackgroundService for ReleaseLoop {
                         rooms.poll_core(core).await;
                     }
                     rooms.tick_all(unix_ms()).await;
+                    gauges.update(&rooms);
                     n += 1;
                 }
                 _ = shutdown.changed() => {
