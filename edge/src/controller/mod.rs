@@ -143,6 +143,9 @@ impl LatencyWindow {
                 .epoch
                 .compare_exchange(seen, epoch, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
+            // A never-used slot is zero from construction: clearing it again would race with
+            // recorders that already see the new epoch and lose their samples.
+            && seen != u64::MAX
         {
             for b in slot.buckets.iter() {
                 b.store(0, Ordering::Relaxed);
