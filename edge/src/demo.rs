@@ -90,9 +90,21 @@ rate = "20r/s"
 burst = 40
 nodelay = true
 
-[[edge.protected]]
-path = "/buy/ev-42"
-room = "ev-42"
+# The waiting room in front of the sale: visitors queue at /queue/ev-42 and are admitted to /buy/ev-42.
+[[rooms]]
+id = "ev-42"
+event = "ev-42"
+target = "/buy/ev-42"
+protected = ["/buy/ev-42"]
+method = "fifo"
+session-seconds = 600
+token-seconds = 120
+[rooms.release]
+mode = "auto"
+start = 2
+min = 1
+max = 50
+p99-target-ms = 100
 
 [tokens]
 issuer = "wicket"
@@ -127,20 +139,6 @@ fn time_plus(seconds: u64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
-}
-
-/// Mints an admission token for the demo room, to try the protected path by hand.
-pub fn mint_demo_token(hs_secret: &str, sub: &str) -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-    header.typ = Some("admission+jwt".into());
-    header.kid = Some("demo-hs".into());
-    let claims = serde_json::json!({
-        "iss": "wicket", "aud": "ev-42", "sub": sub, "jti": random_hex(16), "iat": now, "nbf": now,
-        "exp": now + 300, "room": "ev-42", "pos": 1, "max_qty": 1,
-    });
-    jsonwebtoken::encode(&header, &claims, &jsonwebtoken::EncodingKey::from_secret(hs_secret.as_bytes()))
-        .unwrap_or_default()
 }
 
 /// Serves a stand-in for the existing site on `addr` (on a thread of its own).
@@ -188,17 +186,17 @@ pub fn run(ports: DemoPorts) -> anyhow::Result<()> {
     let path = write_files(&dir, ports, &secrets)?;
     start_origin(SocketAddr::from(([127, 0, 0, 1], ports.origin)))?;
     let cfg = crate::config::WicketConfig::from_file(&path)?;
-    let token = mint_demo_token(&secrets.hs_secret, "demo-user");
     println!(
         "Wicket demo (config: {path})\n\
          \n  detail page (from memory)   http://127.0.0.1:{edge}/\n\
          \x20 sale API via the edge       http://127.0.0.1:{edge}/v1/events/ev-42\n\
+         \x20 waiting room                http://127.0.0.1:{edge}/queue/ev-42\n\
          \x20 protected path              http://127.0.0.1:{edge}/buy/ev-42   (302 to the queue without a token)\n\
          \x20 existing site (stand-in)    http://127.0.0.1:{edge}/anything\n\
          \x20 admin API                   http://127.0.0.1:{admin}/admin/health\n\
          \n  admin token: {admin_token}\n\
          \x20 try:  curl -H 'Authorization: Bearer {admin_token}' http://127.0.0.1:{admin}/metrics\n\
-         \x20       curl -H 'Authorization: Bearer {token}' http://127.0.0.1:{edge}/buy/ev-42\n\
+         \x20       curl -i -H 'Accept: application/json' http://127.0.0.1:{edge}/queue/ev-42\n\
          \nCtrl-C stops it.",
         path = path.display(),
         edge = ports.edge,

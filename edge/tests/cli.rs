@@ -151,6 +151,10 @@ async fn demo_serves_the_page_the_core_and_the_origin_then_stops_on_sigterm() {
     let o = get(&format!("{base}/anything"), &[]).await;
     assert!(o.text().contains("existing site"));
     assert_eq!(get(&format!("{base}/buy/ev-42"), &[("accept", "text/html")]).await.status, 302);
+    // The demo's waiting room answers a join with its status.
+    let q = get(&format!("{base}/queue/ev-42"), &[("accept", "application/json")]).await;
+    assert_eq!(q.status, 200, "{}", q.text());
+    assert!(q.json()["position"].as_u64().is_some_and(|p| p >= 1), "{}", q.text());
     signal(child.id(), "TERM");
     let started = Instant::now();
     loop {
