@@ -234,9 +234,13 @@ mod tests {
         let t = r.sign(&c, None).unwrap();
         assert_eq!(r.verify(&t, "ev-1").unwrap(), c);
         assert_eq!(r.verify(&t, "ev-2"), Err(TokenError::WrongAudience));
-        let mut tampered = t.clone();
-        tampered.pop();
-        tampered.push(if t.ends_with('A') { 'B' } else { 'A' });
+        // Flip one bit of the signature itself (editing a base64 character can make it undecodable instead).
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let (signed, sig) = t.rsplit_once('.').unwrap();
+        let mut raw = b64.decode(sig).unwrap();
+        raw[0] ^= 1;
+        let tampered = format!("{signed}.{}", b64.encode(raw));
         assert_eq!(r.verify(&tampered, "ev-1"), Err(TokenError::BadSignature));
         let mut old = c.clone();
         old.iat -= 1000;
