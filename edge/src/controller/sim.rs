@@ -1296,7 +1296,7 @@ mod tests {
 
     /// `SEEDS=1,2,3 cargo test --release -- --ignored --nocapture summary_report`: one line per scenario.
     #[test]
-    #[ignore]
+    #[ignore = "prints a comparison report (bench/controller); run with --ignored --nocapture"]
     fn summary_report() {
         let seeds: Vec<u64> = std::env::var("SEEDS")
             .ok()
@@ -1312,14 +1312,14 @@ mod tests {
 
     /// `cargo test --release -- --ignored --nocapture other_plants_report`: plants not tuned on.
     #[test]
-    #[ignore]
+    #[ignore = "prints a comparison report (bench/controller); run with --ignored --nocapture"]
     fn other_plants_report() {
         println!("{}", other_plants_table(&[1, 2, 3]));
     }
 
     /// `cargo test --release -- --ignored --nocapture comparison_report`: the figures for bench/.
     #[test]
-    #[ignore]
+    #[ignore = "prints a comparison report (bench/controller); run with --ignored --nocapture"]
     fn comparison_report() {
         let seeds: Vec<u64> = std::env::var("SEEDS")
             .ok()
@@ -1335,7 +1335,7 @@ mod tests {
 mod trace {
     use super::*;
     #[test]
-    #[ignore]
+    #[ignore = "prints a comparison report (bench/controller); run with --ignored --nocapture"]
     fn trace_run() {
         let i: usize = std::env::var("SCN")
             .ok()
