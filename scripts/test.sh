@@ -32,9 +32,10 @@ fi
 
 export PATH="$PATH:/usr/sbin"
 cargo build --workspace --all-targets
-cargo nextest run --workspace --no-fail-fast --profile ci "$@"
-cargo test --workspace --doc
 # The surge bench in quick mode against the real (debug) binaries, so the bench cannot rot:
 # fails when anything is oversold, double-sold or over a limit, or nothing sells.
 target/debug/wicket-bench surge stararena --quick --dry-run --check > target/surge-quick.json
 echo "surge --quick: $(grep -E '"(sold|oversold|double_sold|fifo_tau)"' target/surge-quick.json | tr -d ' \n')"
+# Every test of the workspace, last, so its summary closes the run. (The crates have no doc tests: their
+# code blocks are commands and sketches, marked `text`/`sh`/`ignore`.)
+cargo nextest run --workspace --no-fail-fast --profile ci "$@"
