@@ -25,14 +25,6 @@ pub struct HoldFigures {
     pub errors: u64,
 }
 
-/// The `wicket-core` binary next to this one (build both with `cargo build --release`).
-pub fn core_binary() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let p = exe.with_file_name("wicket-core");
-    anyhow::ensure!(p.is_file(), "{} not found: run `cargo build --release -p wicket-core -p wicket-bench` first", p.display());
-    Ok(p)
-}
-
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
@@ -99,7 +91,7 @@ pub async fn start_core(store: &str) -> anyhow::Result<CoreProcess> {
     let port = free_port();
     let cfg = dir.path().join("core.toml");
     std::fs::write(&cfg, config_text(port, store))?;
-    let child = pinned(core_binary()?, "WICKET_BENCH_CORE_CPUS")
+    let child = pinned(crate::procs::binary("wicket-core")?, "WICKET_BENCH_CORE_CPUS")
         .args(["serve", "--config"])
         .arg(&cfg)
         .env("RUST_LOG", "warn")
@@ -107,15 +99,7 @@ pub async fn start_core(store: &str) -> anyhow::Result<CoreProcess> {
         .stderr(Stdio::inherit())
         .spawn()?;
     let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "the core did not start on {base}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::procs::wait_http(&format!("{base}/healthz")).await?;
     Ok(CoreProcess { child, base, _dir: dir })
 }
 

@@ -78,13 +78,15 @@ impl Drop for Stack {
     }
 }
 
-fn binary(name: &str) -> anyhow::Result<PathBuf> {
+/// A binary of the workspace next to this one (build them with `cargo build --release --workspace`).
+pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let p = std::env::current_exe()?.with_file_name(name);
     anyhow::ensure!(p.is_file(), "{} not found: run `cargo build --release --workspace` first", p.display());
     Ok(p)
 }
 
-async fn wait_http(url: &str) -> anyhow::Result<()> {
+/// Waits (≤ 30 s) until `url` answers successfully.
+pub async fn wait_http(url: &str) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -223,22 +225,26 @@ p99-target-ms = {p99}
         Ok(Stack { core, edge, core_base, edge_base, admin_base, shaper, pow: o.pow, _dir: dir })
     }
 
-    pub async fn join(&self, http: &reqwest::Client, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
-        let mut rb = http
-            .post(format!("{}/queue/{ROOM}/join", self.edge_base))
-            .header("Accept", "application/json")
+    /// The headers a visitor's browser (or script) sends with every request: who, from where, and cookies.
+    fn visitor(rb: reqwest::RequestBuilder, user: &str, ip: &str, bot: bool, cookies: &str) -> reqwest::RequestBuilder {
+        let rb = rb
             .header("X-User-Id", user)
             .header("X-Forwarded-For", ip)
             .header("User-Agent", if bot { "bot/1.0" } else { "Mozilla/5.0 bench" });
-        if !cookies.is_empty() {
-            rb = rb.header("Cookie", cookies);
-        }
+        if cookies.is_empty() { rb } else { rb.header("Cookie", cookies) }
+    }
+
+    pub async fn join(&self, http: &reqwest::Client, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
+        let rb = Self::visitor(
+            http.post(format!("{}/queue/{ROOM}/join", self.edge_base)).header("Accept", "application/json"),
+            user,
+            ip,
+            bot,
+            cookies,
+        );
         let body = if self.pow {
             // Ask for a challenge, solve it, join with the proof (as static/queue.js does).
-            let c: Value = http
-                .get(format!("{}/queue/{ROOM}/challenge", self.edge_base))
-                .header("X-User-Id", user)
-                .header("X-Forwarded-For", ip)
+            let c: Value = Self::visitor(http.get(format!("{}/queue/{ROOM}/challenge", self.edge_base)), user, ip, bot, cookies)
                 .send()
                 .await?
                 .json()
@@ -261,15 +267,13 @@ p99-target-ms = {p99}
     }
 
     pub async fn status(&self, http: &reqwest::Client, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
-        let mut rb = http
-            .get(format!("{}/queue/{ROOM}/status", self.edge_base))
-            .header("Accept", "application/json")
-            .header("X-User-Id", user)
-            .header("X-Forwarded-For", ip)
-            .header("User-Agent", if bot { "bot/1.0" } else { "Mozilla/5.0 bench" });
-        if !cookies.is_empty() {
-            rb = rb.header("Cookie", cookies);
-        }
+        let rb = Self::visitor(
+            http.get(format!("{}/queue/{ROOM}/status", self.edge_base)).header("Accept", "application/json"),
+            user,
+            ip,
+            bot,
+            cookies,
+        );
         let r = rb.send().await?;
         let status = r.status().as_u16();
         let headers = r.headers().clone();
