@@ -371,26 +371,45 @@ async fn surge_over_http_never_oversells() {
     assert_eq!(s["pools"]["park"], json!({"capacity": 1000, "available": 0, "held": 1000, "sold": 0}));
 }
 
-/// The core's own concurrency limit answers a quick 503 instead of queueing.
+/// The core's own concurrency limit answers a quick 503 instead of queueing: with a limit of 1, a hold whose
+/// body is still arriving keeps the only slot, and every other request is refused at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn over_the_concurrency_limit_is_a_quick_503() {
-    let c = Arc::new(TestCore::start_with(embedded(), None, 1).await);
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let c = TestCore::start_with(embedded(), None, 1).await;
     assert_eq!(c.put_event("ev", &event_body(100_000, 1, 1, json!([]))).await, 201);
-    let mut tasks = Vec::new();
-    for i in 0..32 {
-        let c = c.clone();
-        tasks.push(tokio::spawn(async move { c.hold("ev", &format!("u{i}"), &hold_body("park", 1, "k")).await }));
-    }
-    let mut seen = HashMap::new();
-    for t in tasks {
-        let (s, b) = t.await.unwrap();
+    let body = hold_body("park", 1, "slow").to_string();
+    let token = c.token("ev", "slow");
+    let mut slow = tokio::net::TcpStream::connect(c.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/events/ev/holds HTTP/1.1\r\nHost: core\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&body.as_bytes()[..5]).await.unwrap();
+    // The slow request holds the slot once the core has its head; others now get a quick 503.
+    let started = std::time::Instant::now();
+    let mut refused = 0;
+    for i in 0..50 {
+        let (s, b) = c.hold("ev", &format!("u{i}"), &hold_body("park", 1, "k")).await;
         if s == 503 {
             assert_eq!(b["error"], "unavailable");
+            refused += 1;
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        *seen.entry(s).or_insert(0) += 1;
+        if refused >= 3 {
+            break;
+        }
     }
-    assert!(seen.get(&503).copied().unwrap_or(0) > 0, "{seen:?}");
-    assert!(seen.get(&201).copied().unwrap_or(0) > 0, "{seen:?}");
+    assert!(refused >= 3, "no 503 while the only slot was taken");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // The slow one completes normally, and the slot is free again.
+    slow.write_all(&body.as_bytes()[5..]).await.unwrap();
+    let mut answer = String::new();
+    slow.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    assert_eq!(c.hold("ev", "after", &hold_body("park", 1, "k")).await.0, 201);
 }
 
 /// A fake provider's status query: SUCCESS for some orders, NOTPAY for others, an error for the rest.
