@@ -1,5 +1,5 @@
-//! The static fast path: plain `GET`/`HEAD` of a file from memory, answered before Pingora's
-//! HTTP machinery sees the request.
+//! The fast path: plain `GET`/`HEAD` of a file from memory, and a queued visitor's status poll,
+//! answered before Pingora's HTTP machinery sees the request.
 //!
 //! Pingora builds a request header map, a session, a context and a chain of boxed phase futures
 //! for every request; for a page that is a hash lookup and one write, that is most of the cost
@@ -15,6 +15,15 @@
 //!
 //! The answers are the same as the slow path's (`serve_static` in [`crate::proxy`]): same
 //! status, ETag, `Cache-Control`, `Vary`, encodings, 304 and HEAD handling.
+//!
+//! Status polls (`GET /queue/<room>/status`) are the hottest dynamic request of a sale: every
+//! queued person sends one every few seconds. The fast path answers one when it writes nothing:
+//! a valid device cookie and queue ticket, no blocked user or device, the device-users anomaly
+//! rule observed, IP limits and blocklist applied as for files, and a place still behind
+//! `serving` (or a closed, sold-out or not-yet-open room) — [`crate::room::Rooms::waiting_status`].
+//! Everything else (no or a bad ticket, a missing device cookie, the visitor's turn, a random
+//! room's first poll after opening, user or device limits) goes to the proxy, which answers it the
+//! long way ([`crate::room::http`]) with the same JSON.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +36,11 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::LimitKey;
+use crate::identity::{DEVICE_COOKIE, cookie, header_bytes};
 use crate::limit::{Subject, Verdict};
 use crate::metrics::{Outcome, Route};
 use crate::proxy::EdgeProxy;
+use crate::room::ticket::{QueueTicket, cookie_name};
 use crate::state::{EdgeState, QUEUE_PREFIX};
 use crate::statics::{Asset, none_match};
 
@@ -46,80 +57,70 @@ pub struct FastFront {
     pub proxy: Arc<HttpProxy<EdgeProxy>>,
 }
 
-enum Head {
-    /// Serve this asset; the head is `len` bytes.
-    Static {
-        asset: Arc<Asset>,
-        head: bool,
-        len: usize,
-        path: (usize, usize),
-        accept_encoding: (usize, usize),
-        inm: Option<(usize, usize)>,
-    },
+/// What the fast path does with a request.
+enum Fast<'b> {
+    /// Serve this file (`head`: no body).
+    Static { asset: Arc<Asset>, head: bool, path: &'b str },
+    /// A status poll of this room.
+    Status { room: &'b str, path: &'b str },
     /// Anything else: the proxy.
     Proxy,
 }
 
 impl FastFront {
-    fn classify(&self, buf: &[u8]) -> Option<Head> {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        let len = match req.parse(buf) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return None,
-            Err(_) => return Some(Head::Proxy),
-        };
+    fn classify<'b>(&self, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
         let head = match req.method {
             Some("GET") => false,
             Some("HEAD") => true,
-            _ => return Some(Head::Proxy),
+            _ => return Fast::Proxy,
         };
         if req.version != Some(1) {
-            return Some(Head::Proxy);
+            return Fast::Proxy;
         }
         let target = req.path.unwrap_or("");
         let path = target.split_once('?').map_or(target, |(p, _)| p);
         let st = &self.state;
-        let Some(asset) = st.statics.get(path) else { return Some(Head::Proxy) };
+        let fast = if let Some(asset) = st.statics.get(path) {
+            Fast::Static { asset: Arc::clone(asset), head, path }
+        } else if let Some(room) = path.strip_prefix(QUEUE_PREFIX).and_then(|r| r.strip_suffix("/status"))
+            && !head
+            && !room.contains('/')
+        {
+            Fast::Status { room, path }
+        } else {
+            return Fast::Proxy;
+        };
         // Limits by user or device need the identity, and X-Forwarded-For needs the full
         // header walk: those requests take the proxy. IP limits and the IP blocklist are applied
         // here with the socket peer.
         let mut limited = false;
         for r in st.limits.rules.iter().filter(|r| r.applies(path, QUEUE_PREFIX)) {
             if r.rule.key != LimitKey::Ip || !st.client_ip.is_plain() {
-                return Some(Head::Proxy);
+                return Fast::Proxy;
             }
             limited = true;
         }
         if (limited || st.blocklist.any()) && !st.client_ip.is_plain() {
-            return Some(Head::Proxy);
+            return Fast::Proxy;
         }
-        let base = buf.as_ptr() as usize;
-        let span = |v: &[u8]| (v.as_ptr() as usize - base, v.len());
-        let (mut ae, mut inm) = ((0, 0), None);
         for h in req.headers.iter() {
             let n = h.name.as_bytes();
-            if n.eq_ignore_ascii_case(b"accept-encoding") {
-                ae = span(h.value);
-            } else if n.eq_ignore_ascii_case(b"if-none-match") {
-                inm = Some(span(h.value));
-            } else if n.eq_ignore_ascii_case(b"content-length") {
+            if n.eq_ignore_ascii_case(b"content-length") {
                 if h.value != b"0" {
-                    return Some(Head::Proxy);
+                    return Fast::Proxy;
                 }
             } else if n.eq_ignore_ascii_case(b"transfer-encoding")
                 || n.eq_ignore_ascii_case(b"upgrade")
                 || n.eq_ignore_ascii_case(b"expect")
                 || (n.eq_ignore_ascii_case(b"connection") && !h.value.eq_ignore_ascii_case(b"keep-alive"))
             {
-                return Some(Head::Proxy);
+                return Fast::Proxy;
             }
         }
-        let path = span(path.as_bytes());
-        Some(Head::Static { asset: Arc::clone(asset), head, len, path, accept_encoding: ae, inm })
+        fast
     }
 
-    /// IP blocklist and IP limits for a static file; `Some(())` when the proxy must answer.
+    /// IP blocklist and IP limits for a fast-path request; `Some(())` when the proxy must answer.
     async fn guard(&self, stream: &Stream, path: &str) -> Option<()> {
         let st = &self.state;
         let applies = |r: &&crate::limit::RuleLimiter| r.applies(path, QUEUE_PREFIX);
@@ -164,11 +165,12 @@ impl FastFront {
 #[async_trait]
 impl ServerApp for FastFront {
     async fn process_new(self: &Arc<Self>, mut stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
-        if !stream.as_any().is::<pingora::protocols::l4::stream::Stream>() || self.state.statics.is_empty() {
+        let st = &self.state;
+        if !stream.as_any().is::<pingora::protocols::l4::stream::Stream>() || (st.statics.is_empty() && st.rooms.is_empty()) {
             return self.proxy.process_new(stream, shutdown).await;
         }
         let mut buf = [0u8; MAX_HEAD];
-        let idle = Duration::from_secs(self.state.keepalive);
+        let idle = Duration::from_secs(st.keepalive);
         // Wait for a request at most the keep-alive timeout, and not past the start of a stop.
         let mut stop = shutdown.clone();
         if *stop.borrow() {
@@ -182,44 +184,174 @@ impl ServerApp for FastFront {
             Ok(Ok(n)) if n > 0 => n,
             _ => return None,
         };
-        // A head split over reads (rare for a GET) or over MAX_HEAD goes to the proxy.
-        let classified = self.classify(&buf[..filled]).unwrap_or(Head::Proxy);
-        let Head::Static { asset, head, len, path, accept_encoding, inm } = classified else {
-            return self.to_proxy(stream, &buf[..filled], shutdown).await;
+        let buf = &buf[..filled];
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        // A head split over reads (rare for a GET), over MAX_HEAD or malformed goes to the proxy.
+        let len = match req.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            _ => return self.to_proxy(stream, buf, shutdown).await,
         };
-        let path = std::str::from_utf8(&buf[path.0..path.0 + path.1]).unwrap_or("/");
-        if self.guard(&stream, path).await.is_some() {
-            // Blocked or over a limit: the proxy answers (a refused check consumed nothing, so
-            // the proxy's own check refuses it again and renders the answer).
-            return self.to_proxy(stream, &buf[..filled], shutdown).await;
-        }
-        let ae = &buf[accept_encoding.0..accept_encoding.0 + accept_encoding.1];
-        let (_, variant) = asset.choose(ae);
-        let heads = &variant.wire;
-        let not_modified = inm.is_some_and(|(o, l)| none_match(&buf[o..o + l], variant.etag.as_bytes()));
-        let date = pingora::protocols::http::date::get_cached_date();
-        let write = async {
-            stream.write_all(if not_modified { &heads.not_modified } else { &heads.ok }).await?;
-            stream.write_all(date.as_bytes()).await?;
-            stream.write_all(b"\r\n\r\n").await?;
-            if !not_modified && !head {
-                stream.write_all(&variant.body).await?;
+        let (answer, route, outcome) = match self.classify(&req) {
+            Fast::Proxy => return self.to_proxy(stream, buf, shutdown).await,
+            Fast::Static { asset, head, path } => {
+                if self.guard(&stream, path).await.is_some() {
+                    // Blocked or over a limit: the proxy answers (a refused check consumed
+                    // nothing, so the proxy's own check refuses it again and renders the answer).
+                    return self.to_proxy(stream, buf, shutdown).await;
+                }
+                let ae = header_bytes(&*req.headers, "accept-encoding").unwrap_or_default();
+                let (_, variant) = asset.choose(ae);
+                let not_modified = header_bytes(&*req.headers, "if-none-match").is_some_and(|v| none_match(v, variant.etag.as_bytes()));
+                let heads = &variant.wire;
+                let date = pingora::protocols::http::date::get_cached_date();
+                let write = async {
+                    stream.write_all(if not_modified { &heads.not_modified } else { &heads.ok }).await?;
+                    stream.write_all(date.as_bytes()).await?;
+                    stream.write_all(b"\r\n\r\n").await?;
+                    if !not_modified && !head {
+                        stream.write_all(&variant.body).await?;
+                    }
+                    stream.flush().await
+                };
+                if write.await.is_err() {
+                    return None;
+                }
+                (None, Route::Static, if not_modified { Outcome::NotModified } else { Outcome::Ok })
             }
-            stream.flush().await
+            Fast::Status { room, path } => {
+                if self.guard(&stream, path).await.is_some() {
+                    return self.to_proxy(stream, buf, shutdown).await;
+                }
+                match status_answer(st, req.headers, room) {
+                    Some(answer) => (Some(answer), Route::Edge, Outcome::Ok),
+                    None => return self.to_proxy(stream, buf, shutdown).await,
+                }
+            }
         };
-        if write.await.is_err() {
-            return None;
+        if let Some(answer) = answer {
+            if stream.write_all(&answer).await.is_err() || stream.flush().await.is_err() {
+                return None;
+            }
         }
-        self.state.metrics.request(Route::Static, if not_modified { Outcome::NotModified } else { Outcome::Ok });
+        st.metrics.request(route, outcome);
         if *shutdown.borrow() {
             return None;
         }
         if filled > len {
             // Pipelined bytes of the next request: give them back to the stream.
             let mut l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().ok()?;
-            l4.rewind(&buf[len..filled]);
+            l4.rewind(&buf[len..]);
             return Some(l4);
         }
         Some(stream)
+    }
+}
+
+/// The whole answer to a queued visitor's status poll, or `None` when the proxy must answer
+/// (see the module doc). Runs the same identity checks as the proxy, in the same order.
+fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str) -> Option<Vec<u8>> {
+    let room = st.rooms.get(room_id)?;
+    let user = st.users.user(headers);
+    let device = cookie(headers, DEVICE_COOKIE).and_then(|v| st.devices.verify(v))?;
+    if user.is_some_and(|u| st.blocklist.user(u)) || st.blocklist.device(device) {
+        return None;
+    }
+    if user.is_some_and(|u| st.device_user_trips(u, device)) {
+        return None;
+    }
+    let ticket = cookie(headers, &cookie_name(&room.id))?;
+    let ticket = QueueTicket::decode(ticket, &st.rooms.signer, &room.id, device)?;
+    let status = st.rooms.waiting_status(&room, &ticket)?;
+    let body = serde_json::to_vec(&status).ok()?;
+    let date = pingora::protocols::http::date::get_cached_date();
+    let mut out = Vec::with_capacity(160 + body.len());
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nContent-Length: ");
+    out.extend_from_slice(body.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\nDate: ");
+    out.extend_from_slice(date.as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(&body);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::WicketConfig;
+
+    fn state() -> EdgeState {
+        let text = "[edge]\nsecret = \"fast-path-test-secret-0123456789\"\nuser-header = \"x-user-id\"\n\
+                    [edge.anomaly]\ndevice-max-users = 2\n\
+                    [tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n\
+                    [[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"hs-secret-for-fast-tests-0123456789abcdef\"\n\
+                    [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
+                    release = { mode = \"fixed\", rate = 0.0 }\n";
+        EdgeState::build(WicketConfig::from_toml_str(text).unwrap()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A queued visitor's cookie header: device `wicket_d` and a ticket for place `n`'s holder.
+    async fn visitor(st: &EdgeState, user: &str) -> (String, String) {
+        let (device, device_cookie) = st.devices.issue();
+        let room = st.rooms.get("r1").unwrap();
+        let t = st.rooms.join(&room, user, &device).await.unwrap();
+        (device, format!("a=b; wicket_d={device_cookie}; wicket_q_r1={}", t.encode(&st.rooms.signer)))
+    }
+
+    fn poll(st: &EdgeState, cookies: &str, user: Option<&str>) -> Option<serde_json::Value> {
+        let mut headers = vec![httparse::Header { name: "Cookie", value: cookies.as_bytes() }];
+        if let Some(u) = user {
+            headers.push(httparse::Header { name: "X-User-Id", value: u.as_bytes() });
+        }
+        let answer = status_answer(st, &headers, "r1")?;
+        let text = String::from_utf8(answer).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.contains("Content-Type: application/json\r\n") && head.contains("Cache-Control: no-store\r\n"), "{head}");
+        assert!(head.contains(&format!("Content-Length: {}\r\n", body.len())), "{head}");
+        Some(serde_json::from_str(body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_queued_visitor_is_answered_from_the_counters() {
+        let st = state();
+        let (_, first) = visitor(&st, "u1").await;
+        let (_, second) = visitor(&st, "u2").await;
+        let v = poll(&st, &first, Some("u1")).expect("fast answer");
+        assert_eq!((v["state"].as_str(), v["position"].as_u64(), v["ahead"].as_u64()), (Some("waiting"), Some(1), Some(0)), "{v}");
+        let v = poll(&st, &second, Some("u2")).expect("fast answer");
+        assert_eq!((v["position"].as_u64(), v["ahead"].as_u64()), (Some(2), Some(1)), "{v}");
+        assert!(v.get("token").is_none_or(serde_json::Value::is_null), "{v}");
+    }
+
+    #[tokio::test]
+    async fn everything_else_goes_to_the_proxy() {
+        let st = state();
+        let (device, cookies) = visitor(&st, "u1").await;
+        // No device cookie, a forged one, no ticket, another room: the proxy answers (and sets cookies).
+        assert!(poll(&st, &cookies.replace("wicket_d=", "x="), Some("u1")).is_none());
+        assert!(poll(&st, &cookies.replace("wicket_d=", "wicket_d=A"), Some("u1")).is_none());
+        assert!(poll(&st, &cookies.replace("wicket_q_r1=", "x="), Some("u1")).is_none());
+        let headers = [httparse::Header { name: "Cookie", value: cookies.as_bytes() }];
+        assert!(status_answer(&st, &headers, "nope").is_none());
+        // A blocked user or device: the proxy refuses it.
+        st.blocklist.block_device_for(&device, Duration::from_secs(60));
+        assert!(poll(&st, &cookies, Some("u1")).is_none());
+        // The visitor's turn: admission writes a session and a token, so the proxy does it.
+        let st = state();
+        let (_, cookies) = visitor(&st, "u1").await;
+        st.rooms.get("r1").unwrap().state.advance("n", 1).await.unwrap();
+        assert!(poll(&st, &cookies, Some("u1")).is_none());
+    }
+
+    #[tokio::test]
+    async fn the_device_users_rule_is_observed_and_trips_on_the_fast_path() {
+        let st = state();
+        let (device, cookies) = visitor(&st, "u1").await;
+        assert!(poll(&st, &cookies, Some("u1")).is_some());
+        assert!(poll(&st, &cookies, Some("u2")).is_some(), "a second user on the device is within the rule");
+        assert!(poll(&st, &cookies, Some("u3")).is_none(), "the third trips it");
+        assert!(st.blocklist.device(&device), "and blocks the device");
+        assert!(poll(&st, &cookies, Some("u1")).is_none());
     }
 }

@@ -120,24 +120,58 @@ fn parse_forwarded_ip(s: &str) -> Option<IpAddr> {
     None
 }
 
-/// The value of cookie `name` in the request, if present (first match wins).
-pub fn cookie<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a str> {
-    for value in req.headers.get_all("cookie") {
-        let Ok(s) = value.to_str() else { continue };
-        for pair in s.split(';') {
-            if let Some((k, v)) = pair.trim().split_once('=')
-                && k == name
-            {
-                return Some(v.trim_matches('"'));
+/// Read access to a request head: Pingora's parsed [`RequestHeader`], or the raw `httparse`
+/// headers of the public listener's fast path ([`crate::fast`]), so both paths read identity the
+/// same way.
+pub trait HeadView {
+    /// Calls `f` with every value of header `name` (lower case), in order, until it returns true.
+    fn each<'a>(&'a self, name: &str, f: &mut dyn FnMut(&'a [u8]) -> bool);
+}
+
+impl HeadView for RequestHeader {
+    fn each<'a>(&'a self, name: &str, f: &mut dyn FnMut(&'a [u8]) -> bool) {
+        for v in self.headers.get_all(name) {
+            if f(v.as_bytes()) {
+                return;
             }
         }
     }
-    None
+}
+
+impl HeadView for [httparse::Header<'_>] {
+    fn each<'a>(&'a self, name: &str, f: &mut dyn FnMut(&'a [u8]) -> bool) {
+        for h in self.iter().filter(|h| h.name.eq_ignore_ascii_case(name)) {
+            if f(h.value) {
+                return;
+            }
+        }
+    }
+}
+
+/// The value of cookie `name` in the request, if present (first match wins).
+pub fn cookie<'a, H: HeadView + ?Sized>(req: &'a H, name: &str) -> Option<&'a str> {
+    let mut found = None;
+    req.each("cookie", &mut |value| {
+        let Ok(s) = std::str::from_utf8(value) else { return false };
+        found = s.split(';').filter_map(|pair| pair.trim().split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| v.trim_matches('"'));
+        found.is_some()
+    });
+    found
+}
+
+/// The first value of header `name`, raw.
+pub fn header_bytes<'a, H: HeadView + ?Sized>(req: &'a H, name: &str) -> Option<&'a [u8]> {
+    let mut found = None;
+    req.each(name, &mut |v| {
+        found = Some(v);
+        true
+    });
+    found
 }
 
 /// A header as UTF-8 text, if present and valid.
-pub fn header<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a str> {
-    req.headers.get(name).and_then(|v| v.to_str().ok())
+pub fn header<'a, H: HeadView + ?Sized>(req: &'a H, name: &str) -> Option<&'a str> {
+    header_bytes(req, name).and_then(|v| std::str::from_utf8(v).ok())
 }
 
 /// Where the site's user id is found.
@@ -151,7 +185,7 @@ pub struct UserSource {
 
 impl UserSource {
     /// The user id, if present, non-empty, printable and not over [`MAX_USER_LEN`].
-    pub fn user<'a>(&self, req: &'a RequestHeader) -> Option<&'a str> {
+    pub fn user<'a, H: HeadView + ?Sized>(&self, req: &'a H) -> Option<&'a str> {
         let raw = self
             .header
             .as_deref()
@@ -212,7 +246,7 @@ impl DeviceIds {
 
     /// The request's device: the cookie's id, or a fingerprint of IP + User-Agent +
     /// Accept-Language + Accept-Encoding for clients that keep no cookies.
-    pub fn device(&self, req: &RequestHeader, ip: IpAddr) -> Device {
+    pub fn device<H: HeadView + ?Sized>(&self, req: &H, ip: IpAddr) -> Device {
         if let Some(id) = cookie(req, DEVICE_COOKIE).and_then(|v| self.verify(v)) {
             return Device::Cookie(id.to_owned());
         }
@@ -220,7 +254,7 @@ impl DeviceIds {
         data.extend_from_slice(ip.to_string().as_bytes());
         for h in ["user-agent", "accept-language", "accept-encoding"] {
             data.push(0);
-            data.extend_from_slice(req.headers.get(h).map_or(&b""[..], |v| v.as_bytes()));
+            data.extend_from_slice(header_bytes(req, h).unwrap_or_default());
         }
         let tag = self.signer.mac(b"fingerprint", &data);
         Device::Fingerprint(format!("fp-{}", hex::encode(&tag[..10])))

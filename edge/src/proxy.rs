@@ -91,7 +91,7 @@ impl EdgeProxy {
         st.metrics.rejects.with_label_values(&[r.reason()]).inc();
         if matches!(r, Reject::RateLimited { .. } | Reject::BotCheckFailed(_)) && st.anomaly.observe_reject(ctx.ip) {
             st.blocklist.block_ip_for(ctx.ip, st.anomaly.block_for());
-            st.metrics.anomalies.with_label_values(&[anomaly_label(Tripped::ClientRejects)]).inc();
+            st.metrics.anomalies.with_label_values(&[Tripped::ClientRejects.label()]).inc();
         }
         let (mut h, body) = r.render(wants_html(session));
         for c in ctx.cookies.drain(..) {
@@ -362,13 +362,6 @@ impl EdgeProxy {
     }
 }
 
-fn anomaly_label(t: Tripped) -> &'static str {
-    match t {
-        Tripped::DeviceUsers => "device_users",
-        Tripped::ClientRejects => "client_rejects",
-    }
-}
-
 /// Removes the room's admission token (cookie `wicket_a_<room>`, `Authorization: Bearer`) from
 /// a request going upstream: the verified identity travels in `Wicket-*` headers instead.
 fn strip_admission_token(req: &mut RequestHeader, room: &str) {
@@ -461,12 +454,8 @@ impl ProxyHttp for EdgeProxy {
             return self.reject(session, ctx, Reject::Blocked).await;
         }
         if let (Some(user), Some(device)) = (&ctx.user, &ctx.device)
-            && st.anomaly.tracks_devices()
-            && let Subject::Id(h) = st.limits.hasher.subject(user)
-            && st.anomaly.observe_user(device.id(), h)
+            && st.device_user_trips(user, device.id())
         {
-            st.blocklist.block_device_for(device.id(), st.anomaly.block_for());
-            st.metrics.anomalies.with_label_values(&[anomaly_label(Tripped::DeviceUsers)]).inc();
             return self.reject(session, ctx, Reject::Blocked).await;
         }
         if let Err(r) = self.limits(session, ctx).await {

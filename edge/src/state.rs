@@ -196,6 +196,21 @@ impl EdgeState {
         format!("{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}")
     }
 
+    /// The device-users anomaly rule for one request of `user` on `device`: true when it trips
+    /// now (the device is then blocked for a while and the trip counted).
+    pub fn device_user_trips(&self, user: &str, device: &str) -> bool {
+        if !self.anomaly.tracks_devices() {
+            return false;
+        }
+        let crate::limit::Subject::Id(h) = self.limits.hasher.subject(user) else { return false };
+        if !self.anomaly.observe_user(device, h) {
+            return false;
+        }
+        self.blocklist.block_device_for(device, self.anomaly.block_for());
+        self.metrics.anomalies.with_label_values(&[crate::anomaly::Tripped::DeviceUsers.label()]).inc();
+        true
+    }
+
     /// Periodic upkeep: prunes limiter keys, anomaly windows, expired blocks and PoW memory.
     pub fn prune(&self) {
         self.limits.prune();

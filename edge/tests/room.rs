@@ -188,6 +188,40 @@ async fn second_tab_and_cleared_cookie_keep_the_place_another_user_on_the_device
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_polls_answer_the_same_on_the_fast_path_and_through_the_proxy() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(&origin.url(), "release = { mode = \"fixed\", rate = 0.0 }\n"));
+    Client::user("alice").json(&edge.url("/queue/r1")).await;
+    let mut bob = Client::user("bob");
+    assert_eq!(bob.json(&edge.url("/queue/r1")).await.json()["position"], 2);
+    let url = edge.url("/queue/r1/status");
+    // A keep-alive poll takes the fast path; `Connection: close` sends the same poll to the proxy.
+    let fast = bob.json(&url).await;
+    let slow = bob.send("GET", &url, &[("accept", "application/json"), ("connection", "close")], b"").await;
+    let mut bodies = Vec::new();
+    for (name, r) in [("fast", &fast), ("proxy", &slow)] {
+        assert_eq!(r.status, 200, "{name}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/json"), "{name}");
+        assert_eq!(r.header("cache-control"), Some("no-store"), "{name}");
+        assert!(r.header("date").is_some(), "{name}");
+        assert!(r.cookies().is_empty(), "{name} set cookies: {:?}", r.cookies());
+        let mut v = r.json();
+        assert!((500..=60_000).contains(&v["poll_after_ms"].as_u64().unwrap()), "{name}: {v}");
+        v["poll_after_ms"] = json!("jittered");
+        bodies.push(v);
+    }
+    assert_eq!(bodies[0], bodies[1]);
+    assert_eq!((bodies[0]["state"].as_str(), bodies[0]["position"].as_u64(), bodies[0]["ahead"].as_u64()), (Some("waiting"), Some(2), Some(1)));
+    // Without the device cookie the proxy answers (401, and a new device cookie); paused rooms
+    // answer `paused` on the fast path too.
+    let mut lost = bob.clone();
+    lost.jar.remove("wicket_d");
+    assert_eq!(lost.json(&url).await.status, 401);
+    edge.admin("POST", "/admin/rooms/r1/pause", "").await;
+    assert_eq!(bob.json(&url).await.json()["state"], "paused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_tickets_never_admit_they_join_at_the_back() {
     let origin = TestUpstream::start("origin").await;
     let edge = TestEdge::start(&room_config(&origin.url(), "release = { mode = \"fixed\", rate = 0.0 }\n"));

@@ -251,6 +251,16 @@ pub enum StatusOutcome {
     Status(Status),
 }
 
+/// What the counters alone say about a ticket.
+enum Peek {
+    /// The answer: nothing to write.
+    Answer(Status),
+    /// A random room's pre-queue has to be frozen before places can be compared.
+    Freeze,
+    /// The holder's turn has come (at this admission-order place): admission decides.
+    Front(Status, u64),
+}
+
 /// A problem issuing a token or reaching the room state.
 #[derive(Debug, thiserror::Error)]
 pub enum RoomError {
@@ -409,6 +419,11 @@ impl Rooms {
         self.rooms.read().get(id).cloned()
     }
 
+    /// True when no room is configured.
+    pub fn is_empty(&self) -> bool {
+        self.rooms.read().is_empty()
+    }
+
     /// Every room, by id.
     pub fn all(&self) -> Vec<Arc<Room>> {
         let mut v: Vec<_> = self.rooms.read().values().cloned().collect();
@@ -458,9 +473,48 @@ impl Rooms {
 
     /// The status of a ticket's holder; admits (token + session) when it is their turn.
     pub async fn status(&self, room: &Room, t: &QueueTicket, sub: &str) -> Result<StatusOutcome, RoomError> {
-        let now_ms = unix_ms();
-        let now_s = (now_ms / 1000) as i64;
         let spec = room.spec();
+        let mut peek = self.peek(room, &spec, t, &room.state.counters());
+        if let Peek::Freeze = peek {
+            room.state.freeze().await?;
+            peek = self.peek(room, &spec, t, &room.state.refresh().await?);
+        }
+        let (s, pos) = match peek {
+            Peek::Answer(s) => return Ok(StatusOutcome::Status(s)),
+            Peek::Front(s, pos) => (s, pos),
+            Peek::Freeze => return Err(RoomError::State(StateError("the pre-queue did not freeze".into()))),
+        };
+        let now_ms = unix_ms();
+        let who = self.who(&room.id, sub);
+        if room.state.spent(who, t.position).await? {
+            return Ok(StatusOutcome::Rejoin);
+        }
+        let cap = spec.config.total_active_max;
+        let alive = room.state.session_alive(who, now_ms).await?;
+        if alive || cap.is_none_or(|cap| room.active.load(Ordering::Relaxed) < cap) {
+            return self.admit(room, &spec, s, who, sub, pos, alive, now_ms).await.map(StatusOutcome::Status);
+        }
+        // At the total-active cap: first in line, waiting for a session to end.
+        let mut s = s;
+        s.ahead = Some(0);
+        s.eta_seconds = Some(Eta { low: 0, high: spec.config.session_seconds });
+        s.poll_after_ms = jitter(2000);
+        Ok(StatusOutcome::Status(s))
+    }
+
+    /// The status of a ticket's holder when answering it writes nothing: the room is closed, sold
+    /// out or not open yet, or the holder still waits behind `serving`. `None` when it is their
+    /// turn (or a random room's pre-queue must be frozen first): [`Rooms::status`] decides then.
+    /// The public listener's fast path answers status polls with this.
+    pub fn waiting_status(&self, room: &Room, t: &QueueTicket) -> Option<Status> {
+        match self.peek(room, &room.spec(), t, &room.state.counters()) {
+            Peek::Answer(s) => Some(s),
+            Peek::Front(..) | Peek::Freeze => None,
+        }
+    }
+
+    fn peek(&self, room: &Room, spec: &RoomSpec, t: &QueueTicket, c: &state::Counters) -> Peek {
+        let now_s = (unix_ms() / 1000) as i64;
         let rate = room.release_rate();
         let measured = room.measured_rate();
         let mut s = Status {
@@ -477,14 +531,13 @@ impl Rooms {
         if spec.closes_at.is_some_and(|c| now_s >= c) {
             s.state = Phase::Closed;
             s.poll_after_ms = jitter(60_000);
-            return Ok(StatusOutcome::Status(s));
+            return Peek::Answer(s);
         }
         if room.sold_out.load(Ordering::Relaxed) {
             s.state = Phase::SoldOut;
             s.poll_after_ms = jitter(30_000);
-            return Ok(StatusOutcome::Status(s));
+            return Peek::Answer(s);
         }
-        let mut c = room.state.counters();
         if spec.opens_at.is_some_and(|o| now_s < o) {
             s.state = Phase::NotOpen;
             if spec.config.method == QueueMethod::Fifo {
@@ -493,36 +546,22 @@ impl Rooms {
             }
             let until_open = spec.opens_at.map_or(0, |o| (o - now_s).max(0) as u64);
             s.poll_after_ms = jitter((until_open * 1000 / 4).clamp(1000, 30_000));
-            return Ok(StatusOutcome::Status(s));
+            return Peek::Answer(s);
         }
         if spec.config.method == QueueMethod::Random && c.prequeue.is_none() {
-            room.state.freeze().await?;
-            c = room.state.refresh().await?;
+            return Peek::Freeze;
         }
-        let pos = room.admission_order(t.position, &c);
+        let pos = room.admission_order(t.position, c);
         s.position = Some(pos);
         if pos <= c.serving {
-            let who = self.who(&room.id, sub);
-            if room.state.spent(who, t.position).await? {
-                return Ok(StatusOutcome::Rejoin);
-            }
-            let cap = spec.config.total_active_max;
-            let alive = room.state.session_alive(who, now_ms).await?;
-            if alive || cap.is_none_or(|cap| room.active.load(Ordering::Relaxed) < cap) {
-                return self.admit(room, &spec, s, who, sub, pos, alive, now_ms).await.map(StatusOutcome::Status);
-            }
-            // At the total-active cap: first in line, waiting for a session to end.
-            s.ahead = Some(0);
-            s.eta_seconds = Some(Eta { low: 0, high: spec.config.session_seconds });
-            s.poll_after_ms = jitter(2000);
-            return Ok(StatusOutcome::Status(s));
+            return Peek::Front(s, pos);
         }
         let ahead = pos - c.serving - 1;
         s.ahead = Some(ahead);
         if room.mode() == ReleaseMode::Paused {
             s.state = Phase::Paused;
             s.poll_after_ms = jitter(10_000);
-            return Ok(StatusOutcome::Status(s));
+            return Peek::Answer(s);
         }
         let base = if measured > 0.0 { measured } else { rate };
         if base > 0.0 {
@@ -533,7 +572,7 @@ impl Rooms {
         } else {
             s.poll_after_ms = jitter(if ahead < 100 { 2000 } else { 10_000 });
         }
-        Ok(StatusOutcome::Status(s))
+        Peek::Answer(s)
     }
 
     #[allow(clippy::too_many_arguments)]
