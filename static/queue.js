@@ -30,6 +30,8 @@
       detail_admitted_link: '请点击下方按钮进入。',
       title_sold_out: '已售罄',
       detail_sold_out: '很抱歉，本场已全部售出。',
+      title_sold_out_for_now: '暂时售罄',
+      detail_sold_out_for_now: '还有订单未付款，超时未付的票会重新放出。请保持本页打开，您的位置会保留。',
       title_closed: '已结束',
       detail_closed: '本场活动已结束。',
       title_error: '连接中断',
@@ -69,6 +71,8 @@
       detail_admitted_link: 'Use the button below to continue.',
       title_sold_out: 'Sold out',
       detail_sold_out: 'Sorry, everything has been sold.',
+      title_sold_out_for_now: 'Sold out for now',
+      detail_sold_out_for_now: 'Some orders are not paid yet; their tickets return to sale if the payment times out. Keep this page open: your place is kept.',
       title_closed: 'The sale has ended',
       detail_closed: 'This sale is over.',
       title_error: 'Connection lost',
@@ -352,11 +356,14 @@
     last = s;
     var texts = t();
     var state = s.state;
-    var show = state === 'waiting' || state === 'not_open' || state === 'paused';
+    // Sold out for now (unpaid holds may still return): the place is kept and polling goes on.
+    var forNow = state === 'sold_out' && s.restock_possible === true;
+    var show = state === 'waiting' || state === 'not_open' || state === 'paused' || forNow;
     $('queue').hidden = !show;
     if (state === 'waiting') setHeadline('title_waiting', 'detail_waiting');
     else if (state === 'not_open') setHeadline('title_not_open', 'detail_not_open');
     else if (state === 'paused') setHeadline('title_paused', 'detail_paused');
+    else if (forNow) setHeadline('title_sold_out_for_now', 'detail_sold_out_for_now');
     else if (state === 'sold_out') setHeadline('title_sold_out', 'detail_sold_out');
     else if (state === 'closed') setHeadline('title_closed', 'detail_closed');
     else if (state === 'admitted') setHeadline('title_admitted', 'detail_admitted');
@@ -364,7 +371,7 @@
     if (show) {
       $('position').textContent = typeof s.position === 'number' ? fmt(s.position, lang) : '—';
       $('ahead').textContent = typeof s.ahead === 'number' ? texts.people(s.ahead) : '—';
-      var eta = state === 'paused' ? '—' : etaText(texts, s.eta_seconds);
+      var eta = state === 'paused' || forNow ? '—' : etaText(texts, s.eta_seconds);
       $('eta').textContent = eta;
       var p = state === 'not_open' ? 0 : progressFraction(s);
       var pct = p === null ? 0 : Math.round(p * 100);
@@ -377,11 +384,11 @@
 
     if (quiet) return;
     var now = Date.now();
-    if (state !== lastAnnounce.state) {
+    if (state !== lastAnnounce.state || forNow !== !!lastAnnounce.forNow) {
       var urgent = state === 'admitted';
       announce($('headline').textContent + (show && typeof s.ahead === 'number' && state === 'waiting'
         ? '. ' + texts.announce_position(s.ahead, etaText(texts, s.eta_seconds)) : ''), urgent);
-      lastAnnounce = { at: now, state: state };
+      lastAnnounce = { at: now, state: state, forNow: forNow };
     } else if (state === 'waiting' && now - lastAnnounce.at > 60000 && typeof s.ahead === 'number') {
       // Position updates at most once a minute: a live region that talks every poll is unusable.
       announce(texts.announce_position(s.ahead, etaText(texts, s.eta_seconds)), false);
@@ -389,7 +396,7 @@
     }
 
     if (state === 'admitted') admitted(s);
-    if (state === 'admitted' || state === 'sold_out' || state === 'closed') finish();
+    if (state === 'admitted' || (state === 'sold_out' && !forNow) || state === 'closed') finish();
   }
 
   function admitted(s) {

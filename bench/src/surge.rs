@@ -152,6 +152,8 @@ pub struct SurgeReport {
     /// People still waiting in the queue when the run ended.
     pub still_waiting: u64,
     pub sellout_seconds: Option<f64>,
+    /// When every ticket was sold and paid (nothing held any more): abandoned holds resold.
+    pub paid_out_seconds: Option<f64>,
     pub oversold: u64,
     pub double_sold: u64,
     pub over_limit_users: u64,
@@ -187,6 +189,8 @@ struct Shared {
     stop: AtomicBool,
     /// The core's main pool reached 0 available at some sample.
     sold_out_seen: AtomicBool,
+    /// Every ticket sold and paid (nothing available, nothing held): nothing can come back.
+    paid_out_seen: AtomicBool,
 }
 
 impl Shared {
@@ -282,6 +286,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         done: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
         sold_out_seen: AtomicBool::new(false),
+        paid_out_seen: AtomicBool::new(false),
     });
     // Arrivals spread over the ramp, in a shuffled order so bots are not all first.
     for i in 0..s.users {
@@ -302,6 +307,9 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 let stock = sh.stack.stock(&sh.http).await.unwrap_or(Value::Null);
                 if stock["pools"]["main"]["available"].as_u64() == Some(0) {
                     sh.sold_out_seen.store(true, Ordering::Relaxed);
+                }
+                if paid_out(&stock) {
+                    sh.paid_out_seen.store(true, Ordering::Relaxed);
                 }
                 if progress {
                     let done = sh.done.load(Ordering::Relaxed);
@@ -341,12 +349,15 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         if sh.start.elapsed() > deadline || sh.done.load(Ordering::Relaxed) >= s.users {
             break;
         }
-        // Once the sale has sold out, a run that makes no more progress for 30 s is over: the few seats
-        // abandoned holds gave back, and the people still far back in the queue, are reported as such.
+        // Once every ticket is sold and paid, a run that makes no more progress for 10 s is over (the
+        // people still queued have been told, or will be at their next poll); a sold-out sale that
+        // makes no progress for 60 s (holds neither paid nor given back) is over too. Either way
+        // the people still queued are reported as such.
         let done_now = sh.done.load(Ordering::Relaxed);
+        let quiet = if sh.paid_out_seen.load(Ordering::Relaxed) { 10 } else { 60 };
         if done_now != last_progress.0 {
             last_progress = (done_now, Instant::now());
-        } else if sh.sold_out_seen.load(Ordering::Relaxed) && last_progress.1.elapsed() > Duration::from_secs(30) {
+        } else if sh.sold_out_seen.load(Ordering::Relaxed) && last_progress.1.elapsed() > Duration::from_secs(quiet) {
             break;
         }
         let now = sh.now_ms();
@@ -534,6 +545,12 @@ fn after_status(sh: &Shared, u: u32, status: u16, headers: &reqwest::header::Hea
             // See "admitted", click "buy".
             sh.schedule(u, sh.now_ms() + 200 + jitter % 800);
         }
+        // Sold out for now (unpaid holds may come back): the place is kept, keep polling.
+        "sold_out" if body["restock_possible"] == true && !bot => {
+            g.phase = Phase::Poll;
+            drop(g);
+            sh.schedule(u, sh.now_ms() + body["poll_after_ms"].as_u64().unwrap_or(15_000));
+        }
         "sold_out" | "closed" => {
             drop(g);
             finish(sh, u, Outcome::SoldOut);
@@ -555,6 +572,13 @@ fn finish(sh: &Shared, u: u32, outcome: Outcome) {
         g.outcome = outcome;
         sh.done.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Nothing available and nothing held in any pool of a stock answer: every ticket is paid for.
+fn paid_out(stock: &Value) -> bool {
+    stock["pools"].as_object().is_some_and(|pools| {
+        !pools.is_empty() && pools.values().all(|p| p["available"].as_u64() == Some(0) && p["held"].as_u64() == Some(0))
+    })
 }
 
 async fn report(sh: &Shared, samples: &[(f64, Value, Value)], seconds: f64, bots: usize) -> anyhow::Result<SurgeReport> {
@@ -626,6 +650,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], seconds: f64, bots
         .iter()
         .find(|(_, _, st)| st["pools"]["main"]["available"].as_u64() == Some(0))
         .map(|(t, _, _)| *t);
+    let paid_out = samples.iter().find(|(_, _, st)| paid_out(st)).map(|(t, _, _)| *t);
     let release_rate = samples
         .iter()
         .filter_map(|(t, st, _)| st["release_per_second"].as_f64().or(st["release_rate"].as_f64()).map(|r| (*t, r)))
@@ -648,6 +673,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], seconds: f64, bots
         abandoned,
         still_waiting: (sh.s.users - sh.done.load(Ordering::Relaxed)) as u64,
         sellout_seconds: sellout,
+        paid_out_seconds: paid_out,
         oversold,
         double_sold,
         over_limit_users,
@@ -678,7 +704,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
             "over_limit_users": r.over_limit_users,
             "p99_windows_ok": r.p99_windows_ok, "p99_windows": r.p99_windows,
             "fifo_tau": if r.fifo_tau.is_nan() { Value::Null } else { json!(r.fifo_tau) },
-            "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "admitted": r.admitted,
+            "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "paid_out_seconds": r.paid_out_seconds, "admitted": r.admitted,
             "sold": r.sold, "abandoned": r.abandoned, "still_waiting": r.still_waiting, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
             "bots_share_of_seats": r.bots_share_of_seats, "bots_share_of_population": r.bots_share_of_population,
         }),
@@ -706,7 +732,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
          | virtual users (bots) | {users} ({bots}) |\n| seats | {seats} |\n| run time | {secs:.1} s |\n\
          | admitted | {admitted} |\n| tickets sold (paid) | {sold} |\n| abandoned holds | {abandoned} |\n\
          | still queued at the end | {waiting} |\n\
-         | time to sell out | {sellout} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
+         | time to sell out (first / every ticket paid) | {sellout} / {paid_out} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
          | users over their limit | {overlimit} |\n| FIFO Kendall τ | {tau} |\n\
          | 1-s windows with hold P99 ≤ target | {ok:.3} of {nw} |\n| bots' share of seats / of population | {bs:.3} / {bp:.3} |\n\
          | edge peak RSS | {rss:.1} MB |\n| real requests/s (all endpoints) | {rps:.0} |\n\n\
@@ -723,6 +749,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
         abandoned = r.abandoned,
         waiting = r.still_waiting,
         sellout = r.sellout_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "not sold out".into()),
+        paid_out = r.paid_out_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "not paid out".into()),
         oversold = r.oversold,
         double = r.double_sold,
         overlimit = r.over_limit_users,

@@ -21,7 +21,9 @@ pub const MAX_USER_LEN: usize = 128;
 /// another (device id vs PoW challenge vs bot pass).
 #[derive(Clone)]
 pub struct Signer {
-    key: [u8; 32],
+    /// HMAC keyed once: each MAC clones it instead of hashing the key pads again (status polls
+    /// check two MACs each).
+    keyed: Hmac<Sha256>,
 }
 
 impl Signer {
@@ -29,17 +31,21 @@ impl Signer {
     pub fn new(secret: &[u8]) -> Self {
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(b"wicket-edge-v1").expect("hmac takes any key length");
         mac.update(secret);
-        Signer { key: mac.finalize().into_bytes().into() }
+        Self::with_key(&mac.finalize().into_bytes())
     }
 
     /// A random key, for when no secret is configured.
     pub fn random() -> Self {
-        Signer { key: rand::random() }
+        Self::with_key(&rand::random::<[u8; 32]>())
+    }
+
+    fn with_key(key: &[u8]) -> Self {
+        Signer { keyed: <Hmac<Sha256> as Mac>::new_from_slice(key).expect("hmac takes any key length") }
     }
 
     /// MAC of `label || 0 || data`.
     pub fn mac(&self, label: &[u8], data: &[u8]) -> [u8; 32] {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("hmac takes any key length");
+        let mut mac = self.keyed.clone();
         mac.update(label);
         mac.update(&[0]);
         mac.update(data);

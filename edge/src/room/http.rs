@@ -358,7 +358,7 @@ async fn events(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, roo
             Ok(StatusOutcome::Rejoin) | Err(_) => break,
         };
         let wait = Duration::from_millis(frame.poll_after_ms.min(5000));
-        let done = matches!(frame.state, Phase::Admitted | Phase::SoldOut | Phase::Closed);
+        let done = matches!(frame.state, Phase::Admitted | Phase::Closed) || (frame.state == Phase::SoldOut && !frame.restock_possible);
         let text = format!("data: {}\n\n", serde_json::to_string(&frame).unwrap_or_default());
         session.write_response_body(Some(Bytes::from(text)), false).await?;
         if done || started.elapsed() + wait > EVENTS_MAX {

@@ -63,6 +63,12 @@ pub struct Room {
     pub controller: Mutex<ReleaseController>,
     /// The core says the linked event is sold out.
     pub sold_out: AtomicBool,
+    /// Sold out, but tickets sit in unpaid holds: they return to sale if those orders time out,
+    /// so the queue keeps its places and releases resume when stock comes back.
+    pub restock_possible: AtomicBool,
+    /// Most units any of the event's SKUs can still sell (the core's last stock answer;
+    /// `u64::MAX` before the first): a tick never releases more people than that.
+    pub available: AtomicU64,
     /// Current release rate, admissions/s × 1000 (the controller's last decision).
     rate_milli: AtomicU64,
     /// Measured release rate (serving advance per second, smoothed) × 1000: the ETA's base.
@@ -90,6 +96,8 @@ impl Room {
             state,
             controller: Mutex::new(controller),
             sold_out: AtomicBool::new(false),
+            restock_possible: AtomicBool::new(false),
+            available: AtomicU64::new(u64::MAX),
             rate_milli: AtomicU64::new(0),
             measured_milli: AtomicU64::new(0),
             active: AtomicU64::new(0),
@@ -174,6 +182,8 @@ impl Room {
             "release_per_second": self.release_rate(),
             "measured_release_per_second": self.measured_rate(),
             "sold_out": self.sold_out.load(Ordering::Relaxed),
+            "restock_possible": self.restock_possible.load(Ordering::Relaxed),
+            "available": match self.available.load(Ordering::Relaxed) { u64::MAX => serde_json::Value::Null, n => n.into() },
             "leader": self.leader.load(Ordering::Relaxed),
             "joins": self.joins.load(Ordering::Relaxed),
             "admissions": self.admissions.load(Ordering::Relaxed),
@@ -241,6 +251,10 @@ pub struct Status {
     /// Seconds the token is valid (admitted only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_seconds: Option<u64>,
+    /// `sold_out` only: tickets in unpaid orders may still return to sale; the place is kept and
+    /// the queue moves on when they do.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub restock_possible: bool,
 }
 
 /// What a status computation found.
@@ -527,13 +541,15 @@ impl Rooms {
             token: None,
             redirect: None,
             token_seconds: None,
+            restock_possible: false,
         };
         if spec.closes_at.is_some_and(|c| now_s >= c) {
             s.state = Phase::Closed;
             s.poll_after_ms = jitter(60_000);
             return Peek::Answer(s);
         }
-        if room.sold_out.load(Ordering::Relaxed) {
+        let sold_out = room.sold_out.load(Ordering::Relaxed);
+        if sold_out && !room.restock_possible.load(Ordering::Relaxed) {
             s.state = Phase::SoldOut;
             s.poll_after_ms = jitter(30_000);
             return Peek::Answer(s);
@@ -553,6 +569,19 @@ impl Rooms {
         }
         let pos = room.admission_order(t.position, c);
         s.position = Some(pos);
+        if sold_out {
+            // Sold out for now: the place is kept, nobody is released until tickets return.
+            s.state = Phase::SoldOut;
+            s.restock_possible = true;
+            let ahead = pos.saturating_sub(c.serving + 1);
+            s.ahead = Some(ahead);
+            s.poll_after_ms = jitter(match ahead {
+                0..100 => 5000,
+                100..1000 => 15_000,
+                _ => 30_000,
+            });
+            return Peek::Answer(s);
+        }
         if pos <= c.serving {
             return Peek::Front(s, pos);
         }

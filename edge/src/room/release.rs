@@ -110,6 +110,9 @@ impl Rooms {
             if let Some(cap) = spec.config.total_active_max {
                 whole = whole.min(cap.saturating_sub(active));
             }
+            // Never let in more people in a tick than there are tickets left to sell: when a few
+            // seats come back (an unpaid order timed out), a few people go in, not a second's worth.
+            whole = whole.min(room.available.load(Ordering::Relaxed));
             b.last_tick_ms = now_ms;
         }
         let serving = if leader && whole > 0 { room.state.advance(&self.node, whole).await? } else { c.serving };
@@ -146,11 +149,12 @@ impl Rooms {
             let event = room.spec().config.event.clone();
             if let Some((200, body)) = http_get(core, &format!("/v1/events/{event}/stock")).await
                 && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
-                && let Some(skus) = v.get("skus").and_then(|s| s.as_object())
+                && let Some(stock) = Stock::read(&v)
             {
-                let sold_out = !skus.is_empty() && skus.values().all(|s| s.get("sold_out").and_then(|b| b.as_bool()) == Some(true));
-                if room.sold_out.swap(sold_out, Ordering::Relaxed) != sold_out {
-                    tracing::info!(room = %room.id, sold_out, "core stock");
+                room.available.store(stock.available, Ordering::Relaxed);
+                room.restock_possible.store(stock.sold_out && stock.held > 0, Ordering::Relaxed);
+                if room.sold_out.swap(stock.sold_out, Ordering::Relaxed) != stock.sold_out {
+                    tracing::info!(room = %room.id, sold_out = stock.sold_out, held = stock.held, "core stock");
                 }
             }
         }
@@ -160,6 +164,31 @@ impl Rooms {
             self.core_util_milli.store((u * 1000.0) as u64, Ordering::Relaxed);
             self.core_util_at_ms.store(unix_ms(), Ordering::Relaxed);
         }
+    }
+}
+
+/// What the release needs from the core's stock answer (API.md `GET /v1/events/{event}/stock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stock {
+    /// Every SKU is sold out.
+    pub sold_out: bool,
+    /// Most units any one SKU can still sell.
+    pub available: u64,
+    /// Tickets in unpaid holds, over every pool: they return to sale if their orders time out.
+    pub held: u64,
+}
+
+impl Stock {
+    /// From the stock JSON; `None` when it has no SKUs.
+    pub fn read(v: &serde_json::Value) -> Option<Stock> {
+        let skus = v.get("skus")?.as_object().filter(|s| !s.is_empty())?;
+        let sold_out = skus.values().all(|s| s.get("sold_out").and_then(serde_json::Value::as_bool) == Some(true));
+        let available = skus.values().filter_map(|s| s.get("available")?.as_u64()).max().unwrap_or(0);
+        let held = v
+            .get("pools")
+            .and_then(|p| p.as_object())
+            .map_or(0, |pools| pools.values().filter_map(|p| p.get("held")?.as_u64()).sum());
+        Some(Stock { sold_out, available, held })
     }
 }
 
@@ -277,5 +306,19 @@ mod tests {
         let t = "# HELP x\nwicket_core_inflight_total 9\nwicket_core_inflight 12\nwicket_core_concurrency_limit 48\n";
         assert_eq!(super::utilisation(t), Some(0.25));
         assert_eq!(super::utilisation("wicket_core_inflight 1\n"), None);
+    }
+
+    #[test]
+    fn stock_from_the_core_answer() {
+        use super::Stock;
+        let v = serde_json::json!({
+            "pools": {"main": {"capacity": 10, "available": 0, "held": 3, "sold": 7}, "combo": {"capacity": 5, "available": 2, "held": 1, "sold": 2}},
+            "skus": {"adult": {"available": 0, "sold_out": true}, "combo": {"available": 0, "sold_out": true}}
+        });
+        assert_eq!(Stock::read(&v), Some(Stock { sold_out: true, available: 0, held: 4 }));
+        let v = serde_json::json!({"pools": {}, "skus": {"a": {"available": 4, "sold_out": false}, "b": {"available": 9, "sold_out": false}}});
+        assert_eq!(Stock::read(&v), Some(Stock { sold_out: false, available: 9, held: 0 }));
+        assert_eq!(Stock::read(&serde_json::json!({"skus": {}})), None);
+        assert_eq!(Stock::read(&serde_json::json!({"error": "not_found"})), None);
     }
 }

@@ -178,6 +178,44 @@ async fn the_tick_releases_at_the_fixed_rate_and_batches_and_stops_when_sold_out
 }
 
 #[tokio::test]
+async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_many() {
+    let rooms = rooms_with("release = { mode = \"fixed\", rate = 50.0 }\n");
+    let room = rooms.get("r1").unwrap();
+    for i in 0..100 {
+        rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
+    }
+    let t0 = unix_ms();
+    rooms.tick_room(&room, t0).await.unwrap();
+    assert_eq!(room.state.counters().serving, 50);
+    // Everything is held, some of it unpaid: sold out for now. Nobody is released, places are kept.
+    room.sold_out.store(true, Ordering::Relaxed);
+    room.restock_possible.store(true, Ordering::Relaxed);
+    room.available.store(0, Ordering::Relaxed);
+    rooms.tick_room(&room, t0 + 1000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 50);
+    let t = QueueTicket { room: "r1".into(), position: 60, issued_at: 0, device: "d".into() };
+    let s = phase(rooms.status(&room, &t, "u59").await.unwrap());
+    assert_eq!((s.state, s.restock_possible, s.position, s.ahead), (Phase::SoldOut, true, Some(60), Some(9)));
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["restock_possible"], true);
+    // Three unpaid holds timed out: three more people go in, not fifty.
+    room.sold_out.store(false, Ordering::Relaxed);
+    room.restock_possible.store(false, Ordering::Relaxed);
+    room.available.store(3, Ordering::Relaxed);
+    rooms.tick_room(&room, t0 + 2000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 53);
+    let s = phase(rooms.status(&room, &t, "u59").await.unwrap());
+    assert_eq!((s.state, s.ahead), (Phase::Waiting, Some(6)));
+    assert!(serde_json::to_value(&s).unwrap().get("restock_possible").is_none(), "only while sold out");
+    // Sold and paid to the last ticket: sold out for good, no place, slow polls.
+    room.sold_out.store(true, Ordering::Relaxed);
+    room.available.store(0, Ordering::Relaxed);
+    let s = phase(rooms.status(&room, &t, "u59").await.unwrap());
+    assert_eq!((s.state, s.restock_possible, s.position), (Phase::SoldOut, false, None));
+    assert!(s.poll_after_ms >= 20_000);
+}
+
+#[tokio::test]
 async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
     let rooms = rooms_with("release = { mode = \"fixed\", rate = 100.0 }\n");
     let room = rooms.get("r1").unwrap();
