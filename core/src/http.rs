@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -46,6 +46,9 @@ pub struct AppState {
     inflight: AtomicUsize,
     /// (event, sku) → until when it is known sold out. Answers 409 without touching the store.
     sold_out: RwLock<HashMap<(String, String), Instant>>,
+    /// Set while CREATED orders are re-checked with the payment provider (at start, after a Redis restart):
+    /// holds are refused with 403 `event_paused`; everything else, payment callbacks first, is served.
+    rechecking: AtomicBool,
 }
 
 impl AppState {
@@ -60,7 +63,19 @@ impl AppState {
             max_inflight: 4096,
             inflight: AtomicUsize::new(0),
             sold_out: RwLock::new(HashMap::new()),
+            rechecking: AtomicBool::new(false),
         }
+    }
+
+    /// Refuses (`true`) or accepts again (`false`) holds of every event while a re-check runs.
+    pub fn set_rechecking(&self, on: bool) {
+        self.rechecking.store(on, Ordering::SeqCst);
+        self.metrics.rechecking.set(on as i64);
+    }
+
+    /// Whether holds are refused for a re-check of CREATED orders.
+    pub fn is_rechecking(&self) -> bool {
+        self.rechecking.load(Ordering::SeqCst)
     }
 
     fn is_sold_out(&self, event: &str, sku: &str) -> bool {
@@ -217,8 +232,8 @@ fn route_label(path: &str) -> &'static str {
     }
 }
 
-async fn healthz() -> Response {
-    json_response(StatusCode::OK, json!({"status": "ok"}))
+async fn healthz(State(st): State<Shared>) -> Response {
+    json_response(StatusCode::OK, json!({"status": "ok", "rechecking": st.is_rechecking()}))
 }
 
 async fn metrics(State(st): State<Shared>) -> Response {
@@ -287,7 +302,7 @@ async fn event_status(st: &AppState, rec: &EventRecord) -> Result<&'static str, 
     if now < rec.spec.opens_at_ms() {
         return Ok("scheduled");
     }
-    if rec.paused {
+    if rec.paused || st.is_rechecking() {
         return Ok("paused");
     }
     let stock = st.store.stock(&rec.id).await?.unwrap_or_default();
@@ -430,6 +445,19 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
         return Err(ApiError::conflict("sold_out", format!("{} is sold out", b.sku)));
     }
     let claims = token_claims(&st, &headers, &event)?;
+    // Before the store is asked, so the token's jti stays unused and the buyer can retry with it.
+    if st.is_rechecking() {
+        st.metrics.holds.with_label_values(&["rechecking"]).inc();
+        let mut resp = ApiError::new(
+            StatusCode::FORBIDDEN,
+            "event_paused",
+            "the sale is paused while unpaid orders are re-checked with the payment provider (the sale store \
+             restarted, or this core just started); retry in a few seconds",
+        )
+        .into_response();
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        return Ok(resp);
+    }
     let qty = b.qty as u32;
     if qty > claims.max_qty {
         return Err(ApiError::bad_request(format!("qty {qty} is over this admission's max_qty {}", claims.max_qty)));

@@ -8,6 +8,8 @@
 //! - [`payment`]: signed callbacks and the provider's status query.
 //! - [`http`]: the axum router: guard (in-flight limit, latency) → handler → one store call → JSON.
 //! - [`sweeper`]: closes expired holds, asking the provider first; [`reconciler`]: counters vs orders.
+//! - [`recheck`]: watches the Redis run ids; at start and after a restart, holds wait while every CREATED
+//!   order is re-checked with the provider (the sweeper's query), then reopen.
 //! - [`metrics`]: Prometheus text at `/metrics`. [`clock`]: time source, manual in tests.
 //!
 //! A hold travels: `POST /v1/events/{event}/holds` → [`http`] (body ≤ 64 KiB, strict JSON, sold-out flag,
@@ -19,6 +21,7 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod payment;
+pub mod recheck;
 pub mod reconciler;
 pub mod store;
 pub mod sweeper;
@@ -46,6 +49,8 @@ pub struct Core {
     grace_ms: i64,
     /// This instance's name in the sweeper lease.
     instance: String,
+    /// The Redis run ids last seen, and whether a re-check is owed ([`recheck`]).
+    watch: tokio::sync::Mutex<recheck::Watch>,
 }
 
 impl Core {
@@ -67,6 +72,7 @@ impl Core {
             tuning: config.core.clone(),
             grace_ms: config.payment.unknown_grace_ms(),
             instance: format!("{}-{}", std::process::id(), ulid::Ulid::new()),
+            watch: tokio::sync::Mutex::new(recheck::Watch::default()),
         };
         for file in &config.event_files {
             core.put_event_file(file).await?;
@@ -100,8 +106,25 @@ impl Core {
         http::router(self.state.clone())
     }
 
-    /// Runs the sweeper and the reconciler until `shutdown` fires.
+    /// Runs the sweeper, the reconciler and (on Redis) the restart watcher until `shutdown` fires. On
+    /// Redis, holds are refused from here until the watcher's first re-check is done ([`recheck`]).
     pub fn spawn_background(self: &Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
+        if self.state.store.is_external() {
+            self.state.set_rechecking(true);
+            let core = self.clone();
+            let mut stop = shutdown.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(recheck::WATCH_PERIOD);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    // A shutdown also ends a pass in progress: every step of it is a compare-and-set.
+                    tokio::select! {
+                        _ = async { tick.tick().await; core.watch_store_once().await } => {}
+                        _ = stop.changed() => break,
+                    }
+                }
+            });
+        }
         let core = self.clone();
         let mut stop = shutdown.clone();
         tokio::spawn(async move {

@@ -2,7 +2,7 @@
 //! holds) and `wicket_core_inflight` / `wicket_core_concurrency_limit` (utilisation) as a second source for
 //! its release controller.
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Every metric the core exports, registered in its own registry (tests run several cores in one process).
 #[derive(Clone)]
@@ -19,6 +19,10 @@ pub struct CoreMetrics {
     pub inflight: IntGauge,
     pub concurrency_limit: IntGauge,
     pub store_errors: IntCounterVec,
+    pub redis_restarts: IntCounter,
+    pub recheck_orders: IntCounterVec,
+    pub recheck_runs: IntCounterVec,
+    pub rechecking: IntGauge,
 }
 
 /// Latency buckets, seconds: fine below 100 ms, where P99 targets live.
@@ -43,6 +47,26 @@ impl CoreMetrics {
             counter("wicket_core_reconcile_failures_total", "Reconciliations that found a mismatch", &["event"]);
         let responses = counter("wicket_core_responses_total", "Responses by route and status class", &["route", "class"]);
         let store_errors = counter("wicket_core_store_errors_total", "Store calls that failed", &["kind"]);
+        let recheck_orders = counter(
+            "wicket_core_recheck_orders_total",
+            "CREATED orders re-checked with the payment provider after a start or a Redis restart, by result",
+            &["result"],
+        );
+        let recheck_runs = counter(
+            "wicket_core_recheck_runs_total",
+            "Completed re-checks of CREATED orders, by reason (startup, restart)",
+            &["reason"],
+        );
+        let redis_restarts =
+            IntCounter::new("wicket_core_redis_restarts_total", "Restarts of the sale's Redis (a master's run_id changed)")
+                .expect("valid metric");
+        registry.register(Box::new(redis_restarts.clone())).expect("unique metric");
+        let rechecking = IntGauge::new(
+            "wicket_core_rechecking",
+            "1 while holds are refused because CREATED orders are being re-checked with the payment provider",
+        )
+        .expect("valid metric");
+        registry.register(Box::new(rechecking.clone())).expect("unique metric");
         let reconcile_ok = IntGaugeVec::new(
             Opts::new("wicket_core_reconcile_ok", "1 when the last reconciliation of the event passed"),
             &["event"],
@@ -73,6 +97,10 @@ impl CoreMetrics {
             inflight,
             concurrency_limit,
             store_errors,
+            redis_restarts,
+            recheck_orders,
+            recheck_runs,
+            rechecking,
         }
     }
 

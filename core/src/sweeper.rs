@@ -8,12 +8,12 @@ use futures::StreamExt;
 
 use crate::Core;
 use crate::model::{CloseReason, PayOutcome, PaymentRequest, TransitionOutcome};
-use crate::payment::QueryStatus;
+use crate::payment::{PaymentQuery, QueryStatus};
 
 /// Most expired holds looked at per event per pass.
 const BATCH: usize = 500;
-/// Payment queries in flight at once.
-const QUERY_CONCURRENCY: usize = 16;
+/// Payment queries in flight at once (the sweeper's, and the re-check's).
+pub(crate) const QUERY_CONCURRENCY: usize = 16;
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -35,7 +35,52 @@ enum Action {
     Raced,
 }
 
+/// What asking the provider about a CREATED order led to. Shared by the sweeper (before it closes an expired
+/// hold) and the re-check after a Redis restart ([`crate::recheck`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// The provider says paid, and the order is now PAID (the callback's compare-and-set transition).
+    Paid,
+    /// The provider says not paid (`NOTPAY` / `CLOSED`): the order is left as it is.
+    NotPaid,
+    /// No usable answer (timeout, error, garbage): the order is left as it is.
+    Unknown(String),
+    /// The provider says paid, but someone moved the order first (a callback, a close, another instance).
+    Moved,
+    /// The provider says paid, but the order could not take it now (another amount, or the store failed):
+    /// left CREATED, to be asked again.
+    Failed,
+}
+
 impl Core {
+    /// Asks the provider about `order` and, when it says paid, pays the order exactly as a callback would
+    /// (idempotent by txn id). `who` names the caller in logs.
+    pub(crate) async fn ask_and_pay(&self, q: &PaymentQuery, order: &str, who: &'static str) -> Asked {
+        let (txn_id, amount_cents) = match q.status(order).await {
+            QueryStatus::Paid { txn_id, amount_cents } => (txn_id, amount_cents),
+            QueryStatus::NotPaid => return Asked::NotPaid,
+            QueryStatus::Unknown(why) => return Asked::Unknown(why),
+        };
+        let req = PaymentRequest { order_id: order.to_string(), txn_id, amount_cents };
+        match self.state.store.pay(&req).await {
+            Ok(PayOutcome::Paid(_)) => {
+                tracing::info!(order, who, "provider says paid; order paid");
+                self.state.metrics.transitions.with_label_values(&["PAID"]).inc();
+                self.state.metrics.payments.with_label_values(&["paid_by_query"]).inc();
+                Asked::Paid
+            }
+            Ok(PayOutcome::AmountMismatch { expected }) => {
+                tracing::error!(order, who, expected, amount_cents, "provider reports another amount; kept for an operator");
+                Asked::Failed
+            }
+            Ok(_) => Asked::Moved,
+            Err(e) => {
+                tracing::warn!(order, who, error = %e, "pay after a status query failed; will retry");
+                Asked::Failed
+            }
+        }
+    }
+
     /// One sweeper pass over every event. Holds the lease for `ttl_ms`; returns an empty report without it.
     pub async fn sweep_once(&self) -> SweepReport {
         let mut report = SweepReport::default();
@@ -97,29 +142,12 @@ impl Core {
     async fn settle(&self, order: String, deadline: i64, now: i64) -> Action {
         let store = &self.state.store;
         if let Some(q) = &self.query {
-            match q.status(&order).await {
-                QueryStatus::Paid { txn_id, amount_cents } => {
-                    let req = PaymentRequest { order_id: order.clone(), txn_id, amount_cents };
-                    return match store.pay(&req).await {
-                        Ok(PayOutcome::Paid(_)) => {
-                            tracing::info!(order, "sweeper: provider says paid; paid instead of closed");
-                            self.state.metrics.transitions.with_label_values(&["PAID"]).inc();
-                            self.state.metrics.payments.with_label_values(&["paid_by_query"]).inc();
-                            Action::Paid
-                        }
-                        Ok(PayOutcome::AmountMismatch { expected }) => {
-                            tracing::error!(order, expected, amount_cents, "sweeper: provider reports another amount; kept for an operator");
-                            Action::Kept
-                        }
-                        Ok(_) => Action::Raced,
-                        Err(e) => {
-                            tracing::warn!(order, error = %e, "sweeper: pay failed; will retry");
-                            Action::Kept
-                        }
-                    };
-                }
-                QueryStatus::NotPaid => {}
-                QueryStatus::Unknown(why) => {
+            match self.ask_and_pay(q, &order, "sweeper").await {
+                Asked::Paid => return Action::Paid,
+                Asked::Moved => return Action::Raced,
+                Asked::Failed => return Action::Kept,
+                Asked::NotPaid => {}
+                Asked::Unknown(why) => {
                     if now < deadline + self.grace_ms {
                         tracing::debug!(order, why, "sweeper: payment status unknown; hold kept");
                         return Action::Kept;

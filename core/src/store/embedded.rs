@@ -629,6 +629,47 @@ impl SaleStore for EmbeddedStore {
         Ok(ev.deadlines.iter().take_while(|(d, _)| *d <= now).take(limit).map(|(d, id)| (id.clone(), *d)).collect())
     }
 
+    async fn created_orders(
+        &self,
+        event: &str,
+        cursor: Option<&str>,
+        count: usize,
+    ) -> Result<(Vec<(String, i64)>, Option<String>), StoreError> {
+        use std::ops::Bound;
+        // The cursor is the last `(deadline, order id)` returned: the walk goes on strictly after it, so an
+        // order that stays CREATED is returned exactly once.
+        let after = match cursor {
+            None => None,
+            Some(c) => {
+                let parsed = c.split_once(':').and_then(|(d, id)| Some((d.parse::<i64>().ok()?, id.to_string())));
+                Some(parsed.ok_or_else(|| StoreError::Internal(format!("bad cursor {c}")))?)
+            }
+        };
+        let st = self.state.lock();
+        let Some(ev) = st.events.get(event) else { return Ok((Vec::new(), None)) };
+        let start = match &after {
+            None => Bound::Unbounded,
+            Some(a) => Bound::Excluded(a),
+        };
+        let page: Vec<(String, i64)> =
+            ev.deadlines.range((start, Bound::Unbounded)).take(count.max(1)).map(|(d, id)| (id.clone(), *d)).collect();
+        let next = match page.last() {
+            Some((id, d)) if ev.deadlines.range((Bound::Excluded(&(*d, id.clone())), Bound::Unbounded)).next().is_some() => {
+                Some(format!("{d}:{id}"))
+            }
+            _ => None,
+        };
+        Ok((page, next))
+    }
+
+    fn is_external(&self) -> bool {
+        false
+    }
+
+    async fn server_ids(&self) -> Result<Vec<super::ServerId>, StoreError> {
+        Ok(Vec::new())
+    }
+
     async fn outbox(&self, event: &str, after: Option<&str>, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         let after = match after {
             None => (0, 0),

@@ -24,6 +24,16 @@ use crate::model::{
 /// Most outbox entries one read returns.
 pub const MAX_OUTBOX_PAGE: usize = 1000;
 
+/// One server process that holds sale state: a Redis (or each master of a Cluster) and the `run_id` it
+/// reported, which changes whenever that process restarts (an AOF reload keeps the data, not the run id).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServerId {
+    /// Where the server answers (`host:port`), for logs.
+    pub node: String,
+    /// The server's `run_id` (INFO server).
+    pub run_id: String,
+}
+
 /// Why a store call failed. Callers branch on it: `Unavailable` is safe to retry, `OutcomeUnknown` only with
 /// the same idempotency key (the request may have been applied).
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +102,26 @@ pub trait SaleStore: Send + Sync + 'static {
 
     /// Cross-checks pool counters against the orders (`None` when the event does not exist).
     async fn reconcile(&self, event: &str) -> Result<Option<ReconcileReport>, StoreError>;
+
+    /// CREATED orders of `event`, one page at a time: `(order id, deadline ms)` and the cursor of the next
+    /// page (`None` after the last). Start with `None`; `count` is a hint. Every order that stays CREATED
+    /// from the first page to the last is returned at least once (it may come twice); orders that leave
+    /// CREATED meanwhile may or may not show up. An unknown cursor is `Internal`.
+    async fn created_orders(
+        &self,
+        event: &str,
+        cursor: Option<&str>,
+        count: usize,
+    ) -> Result<(Vec<(String, i64)>, Option<String>), StoreError>;
+
+    /// Whether the state lives in a server that can restart while this process runs (Redis), so the core
+    /// watches [`server_ids`](Self::server_ids) and re-checks CREATED orders after a restart (DESIGN §6).
+    /// The embedded store's state lives and dies with the process: `false`.
+    fn is_external(&self) -> bool;
+
+    /// The server processes holding the state, sorted (Redis: the server; Cluster: every master). Empty for
+    /// the embedded store.
+    async fn server_ids(&self) -> Result<Vec<ServerId>, StoreError>;
 
     /// Takes or renews a named lease for `ttl_ms`; `true` when `holder` has it. Several core instances use
     /// it so one sweeper works at a time (compare-and-set makes double work harmless, the lease avoids it).

@@ -24,7 +24,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, RedisError, RedisFuture, Script, ServerErrorKind, Value};
 
-use super::{MAX_OUTBOX_PAGE, SaleStore, StoreError};
+use super::{MAX_OUTBOX_PAGE, SaleStore, ServerId, StoreError};
 use crate::model::{
     CloseReason, Dimension, EventRecord, EventSpec, FieldError, HoldOutcome, HoldRequest, Identity, Order,
     OrderState, OutboxEntry, PayOutcome, PaymentRequest, PoolStock, PutEventOutcome, ReconcileReport, SkuStock,
@@ -588,6 +588,72 @@ impl SaleStore for RedisStore {
             .collect()
     }
 
+    async fn created_orders(
+        &self,
+        event: &str,
+        cursor: Option<&str>,
+        count: usize,
+    ) -> Result<(Vec<(String, i64)>, Option<String>), StoreError> {
+        // ZSCAN over the deadlines set: bounded work per call, and every member present for the whole scan is
+        // returned at least once, however the set changes meanwhile (SCAN's guarantee).
+        let cursor = cursor.unwrap_or("0");
+        if cursor.is_empty() || !cursor.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(StoreError::Internal(format!("bad cursor {cursor}")));
+        }
+        let keys = event_keys(event, None);
+        let v = self.cmd(redis::cmd("ZSCAN").arg(&keys[8]).arg(cursor).arg("COUNT").arg(count.max(1))).await?;
+        let parts = items(&v);
+        let next = parts.first().and_then(text).ok_or_else(|| bad("ZSCAN cursor"))?;
+        let page = texts(parts.get(1).unwrap_or(&Value::Nil))
+            .chunks_exact(2)
+            .map(|c| Ok((c[0].clone(), c[1].parse::<f64>().map_err(|_| bad("deadline"))? as i64)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok((page, (next != "0").then_some(next)))
+    }
+
+    fn is_external(&self) -> bool {
+        true
+    }
+
+    async fn server_ids(&self) -> Result<Vec<ServerId>, StoreError> {
+        let mut ids = match &self.conn {
+            Conn::Single(_) => {
+                let v = self.cmd(redis::cmd("INFO").arg("server")).await?;
+                let info = text(&v).ok_or_else(|| bad("INFO"))?;
+                let node = info_field(&info, "tcp_port").map(|p| format!("port {p}")).unwrap_or_default();
+                vec![ServerId { node, run_id: info_field(&info, "run_id").ok_or_else(|| bad("INFO without run_id"))? }]
+            }
+            Conn::Cluster(c) => {
+                // Every master answers; a failover or a restarted master shows as a run id we have not seen.
+                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                let mut conn = c.clone();
+                let mut info = redis::cmd("INFO");
+                info.arg("server");
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let v = match tokio::time::timeout(CALL_TIMEOUT, conn.route_command(info, routing)).await {
+                    Ok(r) => r.map_err(map_err)?,
+                    Err(_) => return Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
+                };
+                let Value::Map(nodes) = v else { return Err(bad("INFO from the masters")) };
+                let mut ids = Vec::with_capacity(nodes.len());
+                for (node, reply) in &nodes {
+                    if let Value::ServerError(e) = reply {
+                        return Err(StoreError::Unavailable(format!("INFO on a master: {e:?}")));
+                    }
+                    let info = text(reply).ok_or_else(|| bad("INFO"))?;
+                    let run_id = info_field(&info, "run_id").ok_or_else(|| bad("INFO without run_id"))?;
+                    ids.push(ServerId { node: text(node).unwrap_or_default(), run_id });
+                }
+                if ids.is_empty() {
+                    return Err(StoreError::Unavailable("no Redis Cluster master answered".into()));
+                }
+                ids
+            }
+        };
+        ids.sort();
+        Ok(ids)
+    }
+
     async fn outbox(&self, event: &str, after: Option<&str>, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         let start = match after {
             None => "-".to_string(),
@@ -648,6 +714,11 @@ impl SaleStore for RedisStore {
         let v = self.run(&scripts::LEASE, &[key], &[holder, &ttl_ms.max(1).to_string()]).await?;
         Ok(matches!(v, Value::Int(1)))
     }
+}
+
+/// One `name:value` line of an INFO reply.
+fn info_field(info: &str, name: &str) -> Option<String> {
+    info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(|v| v.trim().to_string())
 }
 
 fn transition_outcome(r: Option<(String, String, Option<Order>)>) -> Result<TransitionOutcome, StoreError> {

@@ -548,6 +548,36 @@ pub async fn lease(h: &dyn Harness) {
     assert!(s.try_lease(&short, "b", 200).await.unwrap());
 }
 
+/// `created_orders` walks every CREATED order (paged, maybe with repeats) and nothing else; a bad cursor is
+/// an error, not a restart from the beginning.
+pub async fn created_orders_are_paged(h: &dyn Harness) {
+    let s = h.store();
+    let id = new_event(h, "created", 50, 5, 3, &[]).await;
+    let mut want = BTreeMap::new();
+    let mut orders = Vec::new();
+    for i in 0..7 {
+        orders.push(created(&*s, &req(&id, &format!("u{i}"), "park", 1)).await);
+    }
+    assert!(matches!(s.pay(&pay_req(&orders[0], "t0")).await.unwrap(), PayOutcome::Paid(_)));
+    assert!(matches!(s.close(&orders[1].order_id, CloseReason::Cancelled).await.unwrap(), TransitionOutcome::Done(_)));
+    for o in &orders[2..] {
+        want.insert(o.order_id.clone(), o.expires_at_ms);
+    }
+    let mut got = BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..100 {
+        let (page, next) = s.created_orders(&id, cursor.as_deref(), 2).await.unwrap();
+        got.extend(page);
+        match next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(got, want);
+    assert_eq!(s.created_orders("no-such-event", None, 10).await.unwrap(), (vec![], None));
+    assert!(s.created_orders(&id, Some("not a cursor"), 10).await.is_err());
+}
+
 // ---------------------------------------------------------------- concurrency
 
 /// 64 tasks make 20,000 hold attempts against capacity 1,000: exactly 1,000 tickets held, no user over the
@@ -717,6 +747,7 @@ macro_rules! conformance_suite {
             pay_paths, payment_after_close_is_refund_required, expiry_needs_the_deadline,
             paid_after_deadline_before_close_wins, redeem_per_pool, refund_returns_stock, named_seats,
             event_updates, pause_and_window, outbox_is_ordered_and_paged, reconcile_reports, lease,
+            created_orders_are_paged,
             concurrent_holds_never_oversell, seats_never_double_held
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
