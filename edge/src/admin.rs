@@ -40,7 +40,8 @@ pub struct AdminService {
     pub state: Arc<EdgeState>,
 }
 
-fn json_response(status: u16, v: &serde_json::Value) -> Response<Vec<u8>> {
+/// A JSON answer of the admin port (rooms use it too).
+pub(crate) fn json_response(status: u16, v: &serde_json::Value) -> Response<Vec<u8>> {
     let body = v.to_string().into_bytes();
     Response::builder()
         .status(status)
@@ -51,7 +52,8 @@ fn json_response(status: u16, v: &serde_json::Value) -> Response<Vec<u8>> {
         .unwrap_or_else(|_| Response::new(Vec::new()))
 }
 
-fn error(status: u16, code: &str, message: impl Into<String>) -> Response<Vec<u8>> {
+/// An `{error, message}` answer of the admin port.
+pub(crate) fn error(status: u16, code: &str, message: impl Into<String>) -> Response<Vec<u8>> {
     json_response(status, &json!({"error": code, "message": message.into()}))
 }
 
@@ -76,19 +78,7 @@ impl AdminService {
     }
 
     async fn body<T: serde::de::DeserializeOwned>(&self, session: &mut ServerSession) -> Result<T, Response<Vec<u8>>> {
-        let mut buf = Vec::new();
-        loop {
-            match session.read_request_body().await {
-                Ok(Some(chunk)) => {
-                    if buf.len() + chunk.len() > MAX_ADMIN_BODY {
-                        return Err(error(413, "payload_too_large", "request body too large"));
-                    }
-                    buf.extend_from_slice(&chunk);
-                }
-                Ok(None) => break,
-                Err(_) => return Err(error(400, "bad_request", "could not read the request body")),
-            }
-        }
+        let buf = self.raw_body(session).await?;
         serde_json::from_slice(&buf).map_err(|e| error(400, "bad_request", format!("invalid JSON body: {e}")))
     }
 

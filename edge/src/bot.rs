@@ -27,6 +27,30 @@ use sha2::{Digest, Sha256};
 use crate::config::{BotCheckMode, BotConfig, BotProofKind, BotRoute, CaptchaConfig, HttpUrl};
 use crate::identity::Signer;
 
+
+/// A bot-check proof in a request body (`POST /wicket/verify`, `POST /queue/<room>/join`):
+/// `{"pow": {"challenge", "nonce"}}` or `{"captcha": "<provider response>"}`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProofBody {
+    /// A solved proof-of-work challenge.
+    #[serde(default)]
+    pub pow: Option<PowProof>,
+    /// The CAPTCHA widget's response.
+    #[serde(default)]
+    pub captcha: Option<String>,
+}
+
+/// A proof-of-work answer.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowProof {
+    /// The challenge the edge issued.
+    pub challenge: String,
+    /// The nonce that solves it.
+    pub nonce: String,
+}
+
 /// Where clients fetch a PoW challenge.
 pub const CHALLENGE_PATH: &str = "/wicket/challenge";
 /// Where clients submit a proof for a bot pass.

@@ -28,11 +28,10 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{Error, ErrorType, HttpPeer};
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{ErrorSource, Result};
-use serde::Deserialize;
 
 use crate::admission::{AdmissionClaims, ProtectedPath};
 use crate::anomaly::Tripped;
-use crate::bot::{CHALLENGE_PATH, CaptchaOutcome, PASS_COOKIE, PASS_HEADER, VERIFY_PATH, unix_now};
+use crate::bot::{CHALLENGE_PATH, CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, VERIFY_PATH, unix_now};
 use crate::config::{BotCheckMode, BotProofKind, LimitKey};
 use crate::identity::{DEVICE_COOKIE, Device, cookie, header as header_str};
 use crate::limit::{Subject, Verdict};
@@ -65,22 +64,6 @@ pub struct RequestCtx {
 pub struct EdgeProxy {
     /// Shared state.
     pub state: Arc<EdgeState>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VerifyBody {
-    #[serde(default)]
-    pow: Option<PowProof>,
-    #[serde(default)]
-    captcha: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PowProof {
-    challenge: String,
-    nonce: String,
 }
 
 impl EdgeProxy {
@@ -209,7 +192,7 @@ impl EdgeProxy {
             Ok(b) => b,
             Err(r) => return self.reject(session, ctx, r).await,
         };
-        let Ok(proof) = serde_json::from_slice::<VerifyBody>(&body) else {
+        let Ok(proof) = serde_json::from_slice::<ProofBody>(&body) else {
             return self.reject(session, ctx, Reject::BadRequest("body must be {\"pow\":{...}} or {\"captcha\":\"...\"}")).await;
         };
         if let Err(r) = self.check_proof(proof.pow.as_ref().map(|p| (p.challenge.as_str(), p.nonce.as_str())), proof.captcha.as_deref(), ctx.ip).await {

@@ -26,22 +26,8 @@ use serde_json::json;
 
 use super::config::RoomConfig;
 use super::{Room, Rooms, unix_ms};
+use crate::admin::{error, json_response};
 use crate::controller::{Bounds, ReleaseMode};
-
-fn json_response(status: u16, v: &serde_json::Value) -> Response<Vec<u8>> {
-    let body = v.to_string().into_bytes();
-    Response::builder()
-        .status(status)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::CONTENT_LENGTH, body.len())
-        .header(http::header::CACHE_CONTROL, "no-store")
-        .body(body)
-        .unwrap_or_else(|_| Response::new(Vec::new()))
-}
-
-fn error(status: u16, code: &str, message: impl Into<String>) -> Response<Vec<u8>> {
-    json_response(status, &json!({"error": code, "message": message.into()}))
-}
 
 /// `PUT .../release`.
 #[derive(Debug, Deserialize)]

@@ -19,13 +19,12 @@ use bytes::Bytes;
 use http::header;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
-use serde::Deserialize;
 use serde_json::json;
 
 use super::config::RoomBotCheck;
 use super::ticket::{QueueTicket, cookie_name};
 use super::{Phase, Room, RoomError, Status, StatusOutcome};
-use crate::bot::{CaptchaOutcome, PASS_COOKIE, PASS_HEADER, unix_now};
+use crate::bot::{CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, unix_now};
 use crate::identity::{cookie, header as header_str};
 use crate::state::EdgeState;
 
@@ -56,22 +55,6 @@ impl QueueRequest {
     pub fn sub(&self) -> &str {
         self.user.as_deref().unwrap_or(&self.device)
     }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct JoinBody {
-    #[serde(default)]
-    pow: Option<PowProof>,
-    #[serde(default)]
-    captcha: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PowProof {
-    challenge: String,
-    nonce: String,
 }
 
 fn bot_name(b: RoomBotCheck) -> &'static str {
@@ -263,8 +246,8 @@ async fn join(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
     let Some(body) = read_body(st, session).await else {
         return json_answer(session, q, 413, &error_json("payload_too_large", "request body too large")).await;
     };
-    let proof: JoinBody = if body.iter().all(u8::is_ascii_whitespace) {
-        JoinBody::default()
+    let proof: ProofBody = if body.iter().all(u8::is_ascii_whitespace) {
+        ProofBody::default()
     } else {
         match serde_json::from_slice(&body) {
             Ok(p) => p,
