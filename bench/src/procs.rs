@@ -499,7 +499,18 @@ impl Shaper {
         if want > have {
             self.sem.add_permits(want - have);
         } else if have > want {
-            self.sem.forget_permits(have - want);
+            // Only free permits can be forgotten now; under load most are in use, so the rest are
+            // taken as they come free (else the drop would take effect late or only in part).
+            let n = have - want;
+            let rest = n - self.sem.forget_permits(n);
+            if rest > 0 {
+                let sem = self.sem.clone();
+                tokio::spawn(async move {
+                    if let Ok(p) = sem.acquire_many_owned(rest as u32).await {
+                        p.forget();
+                    }
+                });
+            }
         }
     }
 }

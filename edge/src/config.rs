@@ -64,10 +64,11 @@ pub struct WicketConfig {
     /// Top-level `admin-token`, used for the edge's admin port when `[edge]` names none.
     #[serde(skip)]
     pub shared_admin_token: Option<String>,
-    /// Top-level `store` when it is a `redis://` URL: the rooms keep their state there (edges
-    /// sharing a Redis share one queue). Default (or `embedded`): in this process.
+    /// Top-level `store` when it is a `redis://` URL or `{ cluster = [...] }`: the rooms keep
+    /// their state there (edges sharing a Redis share one queue). Default (or `embedded`): in
+    /// this process.
     #[serde(skip)]
-    pub room_store: Option<String>,
+    pub room_store: Option<RoomStore>,
     /// Top-level `admin-token-env`, same fallback.
     #[serde(skip)]
     pub shared_admin_token_env: Option<String>,
@@ -77,6 +78,15 @@ pub struct WicketConfig {
     /// The file it was read from (the embedded core reads its own keys from it).
     #[serde(skip)]
     pub source: Option<PathBuf>,
+}
+
+/// Where rooms keep their state when it is shared (top-level `store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoomStore {
+    /// One Redis: `redis://host:port/db`.
+    Url(String),
+    /// A Redis Cluster, by seed URLs (a room's keys share one slot).
+    Cluster(Vec<String>),
 }
 
 /// `[edge]`: the public proxy, its admin port, limits, bot checks and routing.
@@ -469,11 +479,32 @@ impl WicketConfig {
         }
         cfg.shared_admin_token = table.get("admin-token").and_then(|v| v.as_str()).map(str::to_owned);
         cfg.shared_admin_token_env = table.get("admin-token-env").and_then(|v| v.as_str()).map(str::to_owned);
-        cfg.room_store = table
-            .get("store")
-            .and_then(|v| v.as_str())
-            .filter(|s| s.starts_with("redis://") || s.starts_with("rediss://"))
-            .map(str::to_owned);
+        match table.get("store") {
+            None => {}
+            Some(toml::Value::String(s)) if s == "embedded" => {}
+            Some(toml::Value::String(s)) if s.starts_with("redis://") || s.starts_with("rediss://") => {
+                cfg.room_store = Some(RoomStore::Url(s.clone()));
+            }
+            Some(toml::Value::Table(t)) if t.len() == 1 && t.contains_key("cluster") => {
+                match t.get("cluster").and_then(|c| c.as_array()) {
+                    Some(seeds) if !seeds.is_empty() => {
+                        let mut urls = Vec::new();
+                        for (i, seed) in seeds.iter().enumerate() {
+                            match seed.as_str() {
+                                Some(u) if u.starts_with("redis://") && url::Url::parse(u).is_ok() => urls.push(u.to_owned()),
+                                _ => issues.push(issue(format!("store.cluster[{i}]"), format!("not a redis:// URL: {seed}"))),
+                            }
+                        }
+                        cfg.room_store = Some(RoomStore::Cluster(urls));
+                    }
+                    _ => issues.push(issue("store.cluster", "needs at least one seed URL (redis://host:port)")),
+                }
+            }
+            Some(other) => issues.push(issue(
+                "store",
+                format!("must be \"embedded\", a redis:// URL or {{ cluster = [\"redis://...\"] }}: {other}"),
+            )),
+        }
         if issues.is_empty() { Ok(cfg) } else { Err(ConfigErrors(issues)) }
     }
 
@@ -899,11 +930,29 @@ mod tests {
     #[test]
     fn core_keys_are_ignored() {
         let cfg = WicketConfig::from_toml_str(
-            "listen = \"x\"\nadmin-token = \"0123456789abcdef0\"\nstore = { cluster = [] }\n[core]\nfoo = 1\n[payment]\nx = 1\n",
+            "listen = \"x\"\nadmin-token = \"0123456789abcdef0\"\nstore = { cluster = [\"redis://127.0.0.1:7000\"] }\n[core]\nfoo = 1\n[payment]\nx = 1\n",
         )
         .unwrap();
         assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
         assert_eq!(cfg.admin_token().as_deref(), Some("0123456789abcdef0"));
+        // The rooms follow the shared `store`, a Cluster included.
+        assert_eq!(cfg.room_store, Some(RoomStore::Cluster(vec!["redis://127.0.0.1:7000".into()])));
+    }
+
+    #[test]
+    fn a_store_the_rooms_cannot_use_is_an_error_with_its_path() {
+        for (text, path) in [
+            ("store = { cluster = [] }", "store.cluster"),
+            ("store = { cluster = [\"127.0.0.1:7000\"] }", "store.cluster[0]"),
+            ("store = { seeds = [\"redis://x:1\"] }", "store"),
+            ("store = \"postgres://x\"", "store"),
+        ] {
+            let err = WicketConfig::from_toml_str(text).unwrap_err();
+            assert!(err.0.iter().any(|i| i.path == path), "{text}: {err}");
+        }
+        let cfg = WicketConfig::from_toml_str("store = \"redis://127.0.0.1:6379/0\"").unwrap();
+        assert_eq!(cfg.room_store, Some(RoomStore::Url("redis://127.0.0.1:6379/0".into())));
+        assert_eq!(WicketConfig::from_toml_str("store = \"embedded\"").unwrap().room_store, None);
     }
 
     #[test]

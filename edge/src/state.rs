@@ -158,8 +158,8 @@ impl EdgeState {
         let trusted = e.trusted_proxies.iter().filter_map(|p| parse_net(p)).collect();
         let bot = BotChecks::new(&e.bot, signer.clone()).map_err(|m| one("edge.bot", m))?;
         let backend = match &config.room_store {
-            Some(url) => crate::room::state_backend::Backend::Redis(
-                crate::room::redis::RedisRooms::new(url).map_err(|m| one("store", m))?,
+            Some(store) => crate::room::state_backend::Backend::Redis(
+                crate::room::redis::RedisRooms::for_store(store).map_err(|m| one("store", m))?,
             ),
             None => crate::room::state_backend::Backend::Embedded,
         };

@@ -7,8 +7,9 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::redis_server::RedisServer;
+use common::redis_server::{RedisCluster, RedisServer};
 use wicket_edge::WicketConfig;
+use wicket_edge::config::RoomStore;
 use wicket_edge::identity::Signer;
 use wicket_edge::room::config::parse_time;
 use wicket_edge::room::redis::RedisRooms;
@@ -24,7 +25,7 @@ fn edge(url: &str, room_toml: &str) -> Rooms {
     );
     let cfg = WicketConfig::from_toml_str(&text).unwrap();
     assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
-    assert_eq!(cfg.room_store.as_deref(), Some(url));
+    assert_eq!(cfg.room_store, Some(RoomStore::Url(url.to_owned())));
     // Edges sharing a queue share the edge secret: identities hash the same on both.
     Rooms::new(&cfg, Signer::new(b"shared-edge-secret-0123"), Backend::Redis(RedisRooms::new(url).unwrap())).unwrap()
 }
@@ -133,4 +134,53 @@ async fn redis_random_room_freezes_the_prequeue_once_and_fifo_order_holds() {
     assert_eq!(sorted, (1..=300).collect::<Vec<_>>());
     assert!(order.iter().enumerate().filter(|(i, p)| **p == *i as u64 + 1).count() < 15, "shuffled");
     assert_eq!(rb.admission_order(post.position, &cb), 301, "FIFO after the open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_edges_share_one_queue_on_a_redis_cluster() {
+    let cluster = RedisCluster::start(3);
+    let seeds = cluster.seeds();
+    let list = seeds.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ");
+    let text = format!(
+        "store = {{ cluster = [{list}] }}\n[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\n\
+         secret = \"hs-secret-for-room-tests-0123456789abcdef\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 3.0 }}\n"
+    );
+    let cfg = WicketConfig::from_toml_str(&text).unwrap();
+    assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
+    assert_eq!(cfg.room_store, Some(RoomStore::Cluster(seeds.clone())));
+    // Two edges built the way `wicket serve` builds them: from the shared `store`.
+    let edges: Vec<Rooms> = (0..2)
+        .map(|_| {
+            let backend = Backend::Redis(RedisRooms::for_store(cfg.room_store.as_ref().unwrap()).unwrap());
+            Rooms::new(&cfg, Signer::new(b"shared-edge-secret-0123"), backend).unwrap()
+        })
+        .collect();
+    let rooms: Vec<_> = edges.iter().map(|e| e.get("r1").unwrap()).collect();
+    let mut tickets = Vec::new();
+    for i in 0..20u64 {
+        let e = (i % 2) as usize;
+        let t = edges[e].join(&rooms[e], &format!("u{i}"), "dev").await.unwrap();
+        assert_eq!(t.position, i + 1, "one counter on the cluster");
+        tickets.push(t);
+    }
+    assert_eq!(edges[1].join(&rooms[1], "u0", "dev").await.unwrap().position, 1, "a rejoin keeps the place");
+    let t0 = unix_ms();
+    for (e, r) in edges.iter().zip(&rooms) {
+        e.tick_room(r, t0).await.unwrap();
+    }
+    assert_eq!(rooms.iter().filter(|r| r.leader.load(Ordering::Relaxed)).count(), 1, "one leader");
+    for (e, r) in edges.iter().zip(&rooms) {
+        e.tick_room(r, t0 + 1000).await.unwrap();
+    }
+    // The leader advanced serving once per tick; both edges see it.
+    let mut serving = Vec::new();
+    for r in &rooms {
+        serving.push(r.state.refresh().await.unwrap().serving);
+    }
+    assert!(serving[0] == serving[1] && (3..=6).contains(&serving[0]), "{serving:?}");
+    let s = status(edges[1].status(&rooms[1], &tickets[0], "u0").await.unwrap());
+    assert_eq!(s.state, Phase::Admitted, "{s:?}");
+    let s = status(edges[0].status(&rooms[0], &tickets[19], "u19").await.unwrap());
+    assert_eq!((s.state, s.position), (Phase::Waiting, Some(20)));
 }

@@ -78,10 +78,13 @@ pub fn event_keys(event: &str, order_id: Option<&str>) -> Vec<String> {
     keys
 }
 
-/// A connection to one Redis or to a Cluster; both multiplexed, cheap to clone.
+/// A connection to one Redis or to a Cluster; both multiplexed, cheap to clone. The edge's room
+/// state uses it too, so one `store` setting means the same thing on both sides.
 #[derive(Clone)]
-enum Conn {
+pub enum Conn {
+    /// One Redis, reconnecting by itself.
     Single(ConnectionManager),
+    /// A Redis Cluster.
     Cluster(ClusterConnection),
 }
 

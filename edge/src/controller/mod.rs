@@ -153,16 +153,11 @@ impl LatencyWindow {
         let epoch = now_ms / self.slot_ms;
         let slot = &self.slots[(epoch % self.slots.len() as u64) as usize];
         let seen = slot.epoch.load(Ordering::Relaxed);
-        if seen != epoch
-            && (seen == u64::MAX || seen < epoch)
-            && slot
-                .epoch
-                .compare_exchange(seen, epoch, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            // A never-used slot is zero from construction: clearing it again would race with
-            // recorders that already see the new epoch and lose their samples.
-            && seen != u64::MAX
-        {
+        let claimed = (seen == u64::MAX || seen < epoch)
+            && slot.epoch.compare_exchange(seen, epoch, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+        // A never-used slot is zero from construction: clearing it again would race with
+        // recorders that already see the new epoch and lose their samples.
+        if claimed && seen != u64::MAX {
             for b in slot.buckets.iter() {
                 b.store(0, Ordering::Relaxed);
             }

@@ -16,8 +16,10 @@ use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use tokio::sync::OnceCell;
+use wicket_core::store::redis::Conn;
 
 use super::state::{Counters, RoomState, StateError, Who};
+use crate::config::RoomStore;
 
 static JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_join.lua")));
 static FREEZE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_freeze.lua")));
@@ -30,30 +32,65 @@ static SWEEP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../.
 /// Bound of one Redis call.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// A Redis connection shared by every room of an edge (connected on first use, reconnecting by
-/// itself afterwards).
+/// Where the rooms' Redis is.
+#[derive(Clone)]
+enum Target {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+/// A Redis (or Redis Cluster) connection shared by every room of an edge (connected on first use,
+/// reconnecting by itself afterwards).
 #[derive(Clone)]
 pub struct RedisRooms {
-    client: redis::Client,
-    conn: Arc<OnceCell<ConnectionManager>>,
+    target: Arc<Target>,
+    conn: Arc<OnceCell<Conn>>,
 }
 
 impl RedisRooms {
     /// For a `redis://` URL (checked now, connected on first use).
     pub fn new(url: &str) -> Result<Self, String> {
         let client = redis::Client::open(url).map_err(|e| format!("bad Redis URL: {e}"))?;
-        Ok(RedisRooms { client, conn: Arc::new(OnceCell::new()) })
+        Ok(RedisRooms { target: Arc::new(Target::Single(client)), conn: Arc::new(OnceCell::new()) })
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, StateError> {
+    /// For a Redis Cluster by seed URLs (checked now, connected on first use). A room's keys
+    /// share one hash slot, so every script runs on one node.
+    pub fn cluster(seeds: &[String]) -> Result<Self, String> {
+        let client = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+            .connection_timeout(CALL_TIMEOUT)
+            .response_timeout(CALL_TIMEOUT)
+            .retries(1)
+            .build()
+            .map_err(|e| format!("bad Redis Cluster seeds: {e}"))?;
+        Ok(RedisRooms { target: Arc::new(Target::Cluster(client)), conn: Arc::new(OnceCell::new()) })
+    }
+
+    /// For the shared `store` setting.
+    pub fn for_store(store: &RoomStore) -> Result<Self, String> {
+        match store {
+            RoomStore::Url(url) => Self::new(url),
+            RoomStore::Cluster(seeds) => Self::cluster(seeds),
+        }
+    }
+
+    async fn conn(&self) -> Result<Conn, StateError> {
         let c = self
             .conn
             .get_or_try_init(|| async {
-                let cfg = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(CALL_TIMEOUT))
-                    .set_response_timeout(Some(CALL_TIMEOUT))
-                    .set_number_of_retries(1);
-                tokio::time::timeout(CALL_TIMEOUT * 2, ConnectionManager::new_with_config(self.client.clone(), cfg))
+                let connect = async {
+                    match &*self.target {
+                        Target::Single(client) => {
+                            let cfg = ConnectionManagerConfig::new()
+                                .set_connection_timeout(Some(CALL_TIMEOUT))
+                                .set_response_timeout(Some(CALL_TIMEOUT))
+                                .set_number_of_retries(1);
+                            ConnectionManager::new_with_config(client.clone(), cfg).await.map(Conn::Single)
+                        }
+                        Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+                    }
+                };
+                tokio::time::timeout(CALL_TIMEOUT * 2, connect)
                     .await
                     .map_err(|_| StateError("timed out connecting to Redis".into()))?
                     .map_err(|e| StateError(e.to_string()))

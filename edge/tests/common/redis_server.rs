@@ -26,6 +26,11 @@ fn inline(port: u16, cmd: &str) -> Option<String> {
 impl RedisServer {
     /// Starts one without persistence and waits until *it* answers PING.
     pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// [`RedisServer::start`] with more `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
         let bin = std::env::var("WICKET_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         for _ in 0..5 {
             let dir = tempfile::tempdir().unwrap();
@@ -38,7 +43,9 @@ impl RedisServer {
             let log = std::fs::File::create(dir.path().join("redis.log")).unwrap();
             let mut child = Command::new(&bin)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--protected-mode", "no", "--save", ""])
-                .args(["--appendonly", "no", "--daemonize", "no", "--dir"])
+                .args(["--appendonly", "no", "--daemonize", "no"])
+                .args(extra)
+                .arg("--dir")
                 .arg(dir.path())
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().unwrap())
@@ -77,5 +84,40 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A Redis Cluster of `n` masters (no replicas) on free loopback ports.
+#[allow(dead_code)]
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+#[allow(dead_code)]
+impl RedisCluster {
+    pub fn start(n: usize) -> RedisCluster {
+        let args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"];
+        let nodes: Vec<RedisServer> = (0..n).map(|_| RedisServer::start_with(&args)).collect();
+        let cli = std::env::var("WICKET_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into());
+        let out = Command::new(&cli)
+            .args(["--cluster", "create"])
+            .args(nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cli} ({e}); is redis-tools installed?"));
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !nodes.iter().all(|s| {
+            inline(s.port, "CLUSTER INFO").is_some_and(|i| i.contains("cluster_state:ok") && i.contains(&format!("cluster_known_nodes:{n}")))
+        }) {
+            assert!(Instant::now() < deadline, "cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        RedisCluster { nodes }
+    }
+
+    /// Seed URLs.
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(|s| format!("redis://127.0.0.1:{}", s.port)).collect()
     }
 }
