@@ -27,22 +27,6 @@
 //! start). Without this bound a loop that grows a few % per second overshoots the knee by the whole
 //! delay's growth before the first bad P99 arrives, and the overshoot then takes a session length to
 //! drain. Tuning and the figures behind the defaults: bench/controller/README-notes.
-//!
-//! # Where the code goes beyond DESIGN §4
-//! - **Thin vs light metrics.** DESIGN says "stale or too few metrics: never grow". "Too few" is relative
-//!   to what the current release should produce: the controller learns the requests per unit of
-//!   occupancy from full windows (≥ `min_samples`). A window under `min_samples` is *light* (the room's
-//!   own low load: growth allowed, step scaled by samples / `min_samples`) when it has ≥
-//!   `light_min_samples`, ≥ `light_fraction` of what the occupancy should produce (before anything is
-//!   learnt: the core must report its utilisation), no errors and a pressure ≤ `light_max_pressure`;
-//!   otherwise it is *thin* (missing or broken metrics) and the budget is held. Stale metrics never grow.
-//! - **Queueing onset.** A core of fixed slots (M/D/c) keeps a flat P99 until a few % before its knee
-//!   and then explodes. A P99 at `onset_ratio` × its own baseline (and ≥ `onset_min_fraction` of the
-//!   target) pulls the budget back to the measured occupancy and ends slow start; the growth lead shrinks
-//!   as the P99 rises over the baseline. Utilisation ≥ `saturated_utilisation` counts as far over.
-//! - Over target, ending sessions are not replaced (the rate drops the `+ exits` term).
-//! - **Idle restart.** After `idle_ticks` ticks at pressure ≤ `idle_pressure` with no queue forming,
-//!   ssthresh is forgotten and slow start re-opens (its exits still apply).
 
 pub mod sim;
 
@@ -293,36 +277,8 @@ pub struct ControllerConfig {
     pub max_lead: f64,
     /// As `max_lead`, in slow start while the pressure is under the slow-start exit (default 1.3).
     pub max_lead_slow_start: f64,
-    /// Requests in the window for full evidence (default 200). Under it the window is *light*, and
-    /// growth needs the light-evidence rule (see `light_min_samples`); otherwise it is thin: no growth.
+    /// Fewer requests than this in the window: thin metrics, never grow (default 200).
     pub min_samples: u64,
-    /// Light evidence, the room's own low load: a window under `min_samples` still allows growth when it
-    /// has at least this many requests (default 20), at least `light_fraction` of what the occupancy
-    /// should produce (requests per occupied session learned from full windows; before anything is
-    /// learned, the core must report its utilisation), no errors, and a pressure of at most
-    /// `light_max_pressure`. The growth step is scaled by samples / `min_samples`.
-    pub light_min_samples: u64,
-    /// See `light_min_samples` (default 0.5).
-    pub light_fraction: f64,
-    /// See `light_min_samples` (default 0.6, the slow-start exit: far from the knee).
-    pub light_max_pressure: f64,
-    /// Queueing onset: a P99 at least this many times its baseline (the low, slowly rising floor the P99
-    /// has shown on full windows) and at least `onset_min_fraction` of the target means a queue is
-    /// forming (default 1.6). A core that queues (fixed slots, M/D/c) shows almost nothing in its P99
-    /// until a few % before it explodes, so this is the only early warning: the budget is pulled back to
-    /// the occupancy the metrics reflect, slow start ends, and the lead shrinks as the ratio rises.
-    pub onset_ratio: f64,
-    /// See `onset_ratio` (default 0.2).
-    pub onset_min_fraction: f64,
-    /// Utilisation at or over this counts as far over (default 0.97): a saturated core's queue grows
-    /// every second, whatever its P99 says yet.
-    pub saturated_utilisation: f64,
-    /// Slow start re-opens (ssthresh forgotten) after `idle_ticks` consecutive ticks with the pressure
-    /// at most this and no queue forming (default 0.35): the knee learnt at the last cut is void once the
-    /// core shows it is nearly idle at the budget, and climbing back 3% a tick wastes minutes.
-    pub idle_pressure: f64,
-    /// See `idle_pressure` (default 10).
-    pub idle_ticks: u32,
     /// Metrics older than this: stale, never grow, never cut (default 3000 ms).
     pub max_metrics_age_ms: u64,
     /// Upward slew limit per tick: the rate rises at most by max(`slew_abs`, `slew_rel` × previous).
@@ -374,14 +330,6 @@ impl Default for ControllerConfig {
             max_lead: 1.15,
             max_lead_slow_start: 1.3,
             min_samples: 200,
-            light_min_samples: 20,
-            light_fraction: 0.5,
-            light_max_pressure: 0.6,
-            onset_ratio: 1.6,
-            onset_min_fraction: 0.2,
-            saturated_utilisation: 0.97,
-            idle_pressure: 0.35,
-            idle_ticks: 10,
             max_metrics_age_ms: 3000,
             slew_abs: 10.0,
             slew_rel: 0.25,
@@ -486,9 +434,6 @@ pub enum Reason {
     Grow,
     /// Under 0.9 × the level of the last cut: the budget grows back faster.
     Recover,
-    /// A queue is forming (P99 well over its baseline): the budget is pulled back to the measured
-    /// occupancy and slow start ends.
-    QueueOnset,
     /// Near the setpoint: the budget is held.
     Hold,
 }
@@ -513,7 +458,6 @@ impl Reason {
             Reason::SlowStartExit => "slow_start_exit",
             Reason::Grow => "grow",
             Reason::Recover => "recover",
-            Reason::QueueOnset => "queue_onset",
             Reason::Hold => "hold",
         }
     }
@@ -602,15 +546,6 @@ pub struct ReleaseController {
     sold_out: bool,
     events: VecDeque<ControlEvent>,
     dropped_events: u64,
-    /// Requests per unit of occupancy in a window, learnt (EWMA) from full, fresh windows: what the
-    /// current occupancy should produce, so a light window can be told from a broken one.
-    samples_per_occ: Option<f64>,
-    /// Baseline P99 (ms): the floor of the P99 over full windows, rising slowly (1% of the gap a tick).
-    base_p99: Option<f64>,
-    /// When the budget was last pulled back on a queueing onset (at most once per cool-down).
-    last_onset_ms: Option<u64>,
-    /// Consecutive idle ticks (see `idle_pressure`).
-    idle_streak: u32,
 }
 
 impl ReleaseController {
@@ -634,10 +569,6 @@ impl ReleaseController {
             sold_out: false,
             events: VecDeque::new(),
             dropped_events: 0,
-            samples_per_occ: None,
-            base_p99: None,
-            last_onset_ms: None,
-            idle_streak: 0,
         }
     }
 
@@ -827,70 +758,13 @@ impl ReleaseController {
             self.last_cut_ms = None;
         }
 
-        let cfg = self.config.clone();
-        let fresh = !stale;
-        // Evidence. Full: enough requests for a P99. Light: fewer, but as many as the occupancy should
-        // produce at this (low) load, i.e. the room's own low release, not missing metrics. Thin: neither.
+        let cfg = &self.config;
         let enough = input.samples >= cfg.min_samples;
-        if fresh && enough && occ >= 1.0 {
-            let k = input.samples as f64 / occ;
-            self.samples_per_occ = Some(self.samples_per_occ.map_or(k, |old| 0.9 * old + 0.1 * k));
-        }
-        let light = fresh
-            && !enough
-            && input.samples >= cfg.light_min_samples
-            && match self.samples_per_occ {
-                Some(k) => input.samples as f64 >= cfg.light_fraction * k * occ,
-                None => input.utilisation.is_some_and(|u| u.is_finite()),
-            };
-        let weight = if enough {
-            1.0
-        } else {
-            (input.samples as f64 / cfg.min_samples.max(1) as f64).min(1.0)
-        };
-        // Queueing onset: the P99 against its own baseline.
-        let p99 = input.p99_ms.filter(|p| p.is_finite() && *p >= 0.0);
-        let queue_ratio = match (p99, self.base_p99) {
-            (Some(p), Some(b)) => p / b,
-            _ => 1.0,
-        };
-        let onset = fresh
-            && (enough || light)
-            && queue_ratio >= cfg.onset_ratio
-            && p99.is_some_and(|p| p >= cfg.onset_min_fraction * cfg.p99_target_ms);
-        if fresh && enough && let Some(p) = p99 {
-            let p = p.max(0.01);
-            self.base_p99 = Some(match self.base_p99 {
-                Some(b) if p >= cfg.onset_ratio * b => b,
-                Some(b) if p >= b => b + 0.01 * (p - b),
-                _ => p,
-            });
-        }
         let over_latency = pressure.is_some_and(|x| x > 1.0);
         let over_errors = enough && err > cfg.error_threshold;
-        let over = fresh && (over_latency || over_errors);
-        let saturated = fresh
-            && input
-                .utilisation
-                .is_some_and(|u| u.is_finite() && u >= cfg.saturated_utilisation);
+        let over = !stale && (over_latency || over_errors);
         let far = pressure.is_some_and(|x| x >= cfg.far_pressure)
-            || (enough && err >= 5.0 * cfg.error_threshold)
-            || saturated;
-        // Nearly idle for a while with no queue forming: the knee remembered at the last cut is void.
-        let idle = fresh
-            && (enough || light)
-            && pressure.is_some_and(|x| x <= cfg.idle_pressure)
-            && queue_ratio < 1.0 + (cfg.onset_ratio - 1.0) / 2.0
-            && err <= cfg.error_threshold;
-        self.idle_streak = if idle {
-            self.idle_streak.saturating_add(1)
-        } else {
-            0
-        };
-        if self.idle_streak >= cfg.idle_ticks && self.ssthresh.is_finite() {
-            self.ssthresh = f64::INFINITY;
-            self.cut_from = 0.0;
-        }
+            || (enough && err >= 5.0 * cfg.error_threshold);
         // A cut shows in the metrics once the occupancy they reflect (one actuation delay ago) is down
         // to the budget; cutting again before that is windup.
         let shown =
@@ -934,32 +808,8 @@ impl ReleaseController {
             }
         } else if stale {
             Reason::StaleMetrics
-        } else if pressure.is_none()
-            || !(enough
-                || (light
-                    && err <= cfg.error_threshold
-                    && pressure.is_some_and(|x| x <= cfg.light_max_pressure)))
-        {
+        } else if !enough || pressure.is_none() {
             Reason::ThinMetrics
-        } else if onset {
-            // A queue is forming: whatever ran ahead of the occupancy the metrics reflect is too much
-            // (once per cool-down; in between, hold).
-            let may_pull = !in_cooldown
-                && self
-                    .last_onset_ms
-                    .is_none_or(|t| now.saturating_sub(t) >= cfg.cooldown_ms);
-            if may_pull {
-                if let Some(m) = measured_occ {
-                    self.budget = self.budget.min(m).max(cfg.min_budget);
-                }
-                self.ssthresh = self.ssthresh.min(self.budget);
-                self.last_onset_ms = Some(now);
-                Reason::QueueOnset
-            } else if in_cooldown {
-                Reason::CoolDown
-            } else {
-                Reason::Hold
-            }
         } else if in_cooldown {
             Reason::CoolDown
         } else if occ < cfg.near_fraction * self.budget || measured_occ.is_none() {
@@ -975,10 +825,6 @@ impl ReleaseController {
             } else {
                 cfg.max_lead
             };
-            // A P99 rising over its baseline is a queue starting: the lead shrinks to 1/near as the
-            // ratio approaches the onset.
-            let queueing = ((queue_ratio - 1.0) / (cfg.onset_ratio - 1.0).max(1e-9)).clamp(0.0, 1.0);
-            let max_lead = max_lead - (max_lead - 1.0 / cfg.near_fraction).max(0.0) * queueing;
             let ratio = if x > 0.0 {
                 cfg.hold_pressure / x
             } else {
@@ -1004,7 +850,7 @@ impl ReleaseController {
                     );
                     Reason::SlowStartExit
                 } else {
-                    self.budget = (self.budget * (1.0 + (cfg.slow_start_factor - 1.0) * weight))
+                    self.budget = (self.budget * self.config.slow_start_factor)
                         .min(self.ssthresh)
                         .min(ceiling);
                     Reason::SlowStart
@@ -1014,13 +860,12 @@ impl ReleaseController {
             } else {
                 let headroom = ((cfg.hold_pressure - x) / 0.3).clamp(0.0, 1.0);
                 if self.budget < cfg.recover_fraction * self.cut_from {
-                    self.budget = (self.budget * (1.0 + cfg.recover_growth * headroom * weight))
+                    self.budget = (self.budget * (1.0 + cfg.recover_growth * headroom))
                         .min(cfg.recover_fraction * self.cut_from)
                         .min(ceiling);
                     Reason::Recover
                 } else {
-                    self.budget =
-                        (self.budget * (1.0 + cfg.growth * headroom * weight)).min(ceiling);
+                    self.budget = (self.budget * (1.0 + cfg.growth * headroom)).min(ceiling);
                     Reason::Grow
                 }
             }
@@ -1031,9 +876,7 @@ impl ReleaseController {
 
         let cfg = &self.config;
         let horizon_s = cfg.horizon_ms.max(1) as f64 / 1000.0;
-        // Over target, sessions that end are not replaced: the core is still working off a queue.
-        let refill = if over { 0.0 } else { exits };
-        let raw = (self.budget - occ) / horizon_s + refill;
+        let raw = (self.budget - occ) / horizon_s + exits;
         let b = cfg.bounds;
         let mut rate = raw.clamp(b.min_rate, b.max_rate.max(b.min_rate));
         let up = self.prev_rate + (cfg.slew_abs).max(cfg.slew_rel * self.prev_rate);
@@ -1272,46 +1115,6 @@ mod tests {
             ev.iter()
                 .any(|e| matches!(e.kind, ControlEventKind::MetricsStale { stale: false, .. }))
         );
-    }
-
-    #[test]
-    fn light_metrics_grow_only_when_consistent_with_the_load() {
-        let mut c = ReleaseController::new(ControllerConfig::default());
-        // Learn what a session yields: 1000 requests in the window for 500 sessions (k = 2).
-        for s in 0..10 {
-            c.tick(&calm(s * 1000, 500.0));
-        }
-        // Cut far to a low level; the occupancy follows it down.
-        let mut t = calm(10_000, 100.0);
-        t.samples = 200;
-        t.error_fraction = 0.2;
-        assert_eq!(c.tick(&t).reason, Reason::CutFar);
-        let low = c.budget();
-        assert_eq!(low, 50.0);
-        for s in 11..60 {
-            // The occupancy fills the budget and yields 1.2 requests per session: fewer than
-            // min_samples, but what these sessions should produce.
-            let occ = c.budget().round();
-            let mut t = calm(s * 1000, occ);
-            t.samples = (1.2 * occ) as u64;
-            t.p99_ms = Some(5.0);
-            if t.samples >= 200 {
-                break; // full metrics from here on
-            }
-            let d = c.tick(&t);
-            assert_ne!(d.reason, Reason::ThinMetrics, "second {s}");
-        }
-        assert!(c.budget() > 1.5 * low, "light metrics grew only to {}", c.budget());
-        // The same 80 requests from 10x the sessions: the metrics are broken, never grow.
-        let occ = 10.0 * c.budget();
-        let before = c.budget();
-        for s in 60..90 {
-            let mut t = calm(s * 1000, occ);
-            t.samples = 80;
-            t.p99_ms = Some(5.0);
-            let d = c.tick(&t);
-            assert!(d.budget <= before, "grew on broken metrics at {s}");
-        }
     }
 
     #[test]
