@@ -172,6 +172,8 @@ async fn main() -> anyhow::Result<()> {
                 "oversold": r.oversold, "double_sold": r.double_sold, "over_limit_users": r.over_limit_users,
                 "fifo_tau": if r.fifo_tau.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau) },
                 "p99_windows_ok": r.p99_windows_ok, "p99_windows": r.p99_windows,
+                "client_p99_windows_ok": r.client_p99_windows_ok, "client_p99_windows": r.client_p99_windows,
+                "paid_out_seconds": r.paid_out_seconds,
                 "bots_share_of_seats": r.bots_share_of_seats, "edge_rss_mb": r.edge_rss_mb,
                 "requests_per_second": r.requests_per_second, "endpoints": r.endpoints, "statuses": r.statuses, "examples": r.examples,
             }))?);

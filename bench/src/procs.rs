@@ -332,6 +332,11 @@ p99-target-ms = {p99}
         Ok(http.get(format!("{}/admin/rooms/{ROOM}/stats", self.admin_base)).bearer_auth(ADMIN).send().await?.json().await?)
     }
 
+    /// The core's Prometheus text.
+    pub async fn core_metrics(&self, http: &reqwest::Client) -> anyhow::Result<String> {
+        Ok(http.get(format!("{}/metrics", self.core_base)).send().await?.text().await?)
+    }
+
     pub async fn stock(&self, http: &reqwest::Client) -> anyhow::Result<Value> {
         Ok(http.get(format!("{}/v1/events/{EVENT}/stock", self.core_base)).send().await?.json().await?)
     }

@@ -4,13 +4,17 @@
 //! State is one small entry per active device (with users) and per rejected client, in sharded
 //! maps, capped at [`MAX_TRACKED`] entries each and pruned by the background task.
 //!
-//! A flash sale puts a million devices in the device map, so its entry is kept small: the device
-//! id as a 64-bit keyed hash, the window start in seconds, and the first user's hash inline (most
-//! devices only ever see one user); the rare device with more users gets a small heap list. That is
-//! 32 bytes of entry per device, against ~200 for a `String` key with a `Vec` of users.
+//! A flash sale puts a million devices in front of this rule, nearly all with one user each, so a
+//! device's *first* sighting costs no map entry: it goes into a fixed table of first sightings
+//! (one `u64` slot per device hash: a 32-bit tag and a 32-bit user hash; 8 MiB, pages touched as
+//! used). Only a device seen with a second user gets an entry in the map (its window start, its user
+//! hashes). A slot another device overwrites loses that first sighting, so under a flood of new
+//! devices the rule may need one user more to trip; tables are cleared once a window. Memory per
+//! ordinary visitor: nothing beyond the fixed table.
 
 use std::hash::BuildHasher;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -40,30 +44,16 @@ impl Tripped {
     }
 }
 
-/// The users one device was seen with in the current window.
+/// Slots of the first-sightings table (8 MiB).
+const FIRST_SLOTS: usize = 1 << 20;
+
+/// The users a device with more than one was seen with in the current window (32-bit user hashes:
+/// a collision can only under-count).
 struct UsersSeen {
     /// Window start, in seconds since [`Anomaly::epoch`].
     since: u32,
-    /// The first user's hash.
-    first: u64,
-    /// Further distinct users' hashes, at most `device_max_users` of them. Boxed so the common
-    /// entry (one user) pays one pointer for it, not a `Vec`'s three words.
-    #[allow(clippy::box_collection)]
-    more: Option<Box<Vec<u64>>>,
-}
-
-impl UsersSeen {
-    fn new(since: u32, user: u64) -> Self {
-        UsersSeen { since, first: user, more: None }
-    }
-
-    fn count(&self) -> usize {
-        1 + self.more.as_ref().map_or(0, |m| m.len())
-    }
-
-    fn contains(&self, user: u64) -> bool {
-        self.first == user || self.more.as_ref().is_some_and(|m| m.contains(&user))
-    }
+    /// Distinct users' hashes, at most `device_max_users + 1` of them.
+    users: Vec<u32>,
 }
 
 /// The anomaly detector.
@@ -73,6 +63,11 @@ pub struct Anomaly {
     epoch: Instant,
     /// Keys device ids into the device map (a per-process random key: no aimed collisions).
     hasher: std::collections::hash_map::RandomState,
+    /// First sightings by device hash: `tag << 32 | user`, 0 when empty.
+    first: Box<[AtomicU64]>,
+    /// When `first` was last cleared, seconds since `epoch`.
+    first_cleared: AtomicU32,
+    /// Devices seen with two or more users.
     device_users: DashMap<u64, UsersSeen>,
     rejects: DashMap<IpAddr, (Instant, u32)>,
 }
@@ -85,6 +80,8 @@ impl Anomaly {
             window: Duration::from_secs(cfg.window_seconds),
             epoch: Instant::now(),
             hasher: std::collections::hash_map::RandomState::new(),
+            first: (0..if cfg.device_max_users > 0 { FIRST_SLOTS } else { 0 }).map(|_| AtomicU64::new(0)).collect(),
+            first_cleared: AtomicU32::new(0),
             device_users: DashMap::new(),
             rejects: DashMap::new(),
         }
@@ -113,22 +110,36 @@ impl Anomaly {
         let now = self.now_s();
         let window = u32::try_from(self.cfg.window_seconds).unwrap_or(u32::MAX);
         let key = self.hasher.hash_one(device);
+        let user = user_hash as u32;
         if let Some(mut seen) = self.device_users.get_mut(&key) {
             if now.saturating_sub(seen.since) > window {
-                *seen = UsersSeen::new(now, user_hash);
+                *seen = UsersSeen { since: now, users: vec![user] };
                 return false;
             }
             // Past the trip the device is blocked; more users need not be remembered.
-            if seen.contains(user_hash) || seen.count() > max {
+            if seen.users.contains(&user) || seen.users.len() > max {
                 return false;
             }
-            seen.more.get_or_insert_with(Default::default).push(user_hash);
-            return seen.count() == max + 1;
+            seen.users.push(user);
+            return seen.users.len() == max + 1;
         }
+        // Not in the map: the first-sightings table. The tag is never 0, so 0 is an empty slot.
+        let slot = &self.first[(key as usize) % self.first.len()];
+        let tag = (key >> 32) as u32 | 1;
+        let mine = u64::from(tag) << 32 | u64::from(user);
+        let old = slot.swap(mine, Ordering::Relaxed);
+        if old == mine || (old >> 32) as u32 != tag {
+            // The same user again, or this device's first sighting (maybe over another's).
+            return false;
+        }
+        // A second user on a device seen before: it gets an entry with both.
+        slot.store(0, Ordering::Relaxed);
+        let users = vec![old as u32, user];
+        let trips = users.len() == max + 1;
         if self.device_users.len() < MAX_TRACKED {
-            self.device_users.insert(key, UsersSeen::new(now, user_hash));
+            self.device_users.insert(key, UsersSeen { since: now, users });
         }
-        false
+        trips
     }
 
     /// Records a reject of `ip`; true when the rule trips now.
@@ -162,6 +173,12 @@ impl Anomaly {
         let now = Instant::now();
         let (now_s, window) = (self.now_s(), u32::try_from(self.cfg.window_seconds).unwrap_or(u32::MAX));
         self.device_users.retain(|_, s| now_s.saturating_sub(s.since) <= window);
+        if now_s.saturating_sub(self.first_cleared.load(Ordering::Relaxed)) >= window {
+            self.first_cleared.store(now_s, Ordering::Relaxed);
+            for slot in self.first.iter() {
+                slot.store(0, Ordering::Relaxed);
+            }
+        }
         self.rejects.retain(|_, e| now.duration_since(e.0) <= self.window);
         self.device_users.shrink_to_fit();
         self.rejects.shrink_to_fit();
@@ -186,13 +203,20 @@ mod tests {
         assert!(a.observe_user("d", 3));
         assert!(!a.observe_user("d", 4));
         assert!(!a.observe_user("e", 1));
-        assert_eq!(a.tracked().0, 2);
+        assert_eq!(a.tracked().0, 1, "only the device with several users has an entry");
     }
 
     #[test]
-    fn a_device_entry_is_small() {
-        // The device map holds one of these per device during a sale (a million of them).
-        assert!(std::mem::size_of::<(u64, UsersSeen)>() <= 32);
+    fn one_user_devices_cost_no_map_entry() {
+        let a = Anomaly::new(&AnomalyConfig { device_max_users: 1, ..Default::default() });
+        for i in 0..10_000u64 {
+            assert!(!a.observe_user(&format!("dev-{i}"), i));
+            assert!(!a.observe_user(&format!("dev-{i}"), i), "the same user again");
+        }
+        assert_eq!(a.tracked().0, 0, "first sightings live in the fixed table");
+        // With max 1, the second user on a device trips at once.
+        assert!(a.observe_user("dev-7", 99));
+        assert_eq!(a.tracked().0, 1);
     }
 
     #[test]
