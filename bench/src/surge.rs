@@ -783,7 +783,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
         rows.push_str(&format!("| {} | {} | {:.0} | {:.2} ms | {:.2} ms |\n", e.endpoint, e.requests, e.per_second, e.p50_ms, e.p99_ms));
     }
     let body = format!(
-        "## Surge: {name}\n\nCommand: `{command}`\n\nMachine: {machine}.\n\n\
+        "## Surge: {name}\n\nCommand: `{command}`\n\nMachine: {machine}.\n\n{shaper_note}\
          | figure | value |\n|---|---|\n\
          | virtual users (bots) | {users} ({bots}) |\n| seats | {seats} |\n| run time | {secs:.1} s |\n\
          | admitted | {admitted} |\n| tickets sold (paid) | {sold} |\n| abandoned holds | {abandoned} |\n\
@@ -797,6 +797,12 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
          Plots: `results/{name}-release.svg`, `results/{name}-p99.svg`, `results/{name}-queue.svg`.\n",
         name = r.scenario,
         machine = crate::report::machine(),
+        shaper_note = if r.scenario == "capacity-drop" {
+            "The core's capacity here is a shaper in front of it (32 slots × 10 ms, halved mid-sale): the core's own \
+             histogram does not see the shaper's queue, so the end-to-end row is the one that shows the drop.\n\n"
+        } else {
+            ""
+        },
         users = r.users,
         bots = r.bots,
         seats = r.seats,
