@@ -88,12 +88,12 @@ pub fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> Respon
         (Method::GET, "") => json_response(200, &room_json(&room)),
         (Method::GET, "stats") => json_response(200, &room.stats()),
         (Method::POST, "pause") => {
-            room.controller.lock().set_mode(now, ReleaseMode::Paused);
+            room.set_mode(now, ReleaseMode::Paused);
             tracing::info!(room = %room.id, "admin: pause");
             json_response(200, &room.stats())
         }
         (Method::POST, "queue-all") => {
-            room.controller.lock().set_mode(now, ReleaseMode::QueueAll);
+            room.set_mode(now, ReleaseMode::QueueAll);
             tracing::info!(room = %room.id, "admin: queue-all");
             json_response(200, &room.stats())
         }
@@ -103,7 +103,7 @@ pub fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> Respon
                 (super::config::ReleaseModeConfig::Fixed, Some(r)) => ReleaseMode::Fixed(r),
                 _ => ReleaseMode::Auto,
             };
-            room.controller.lock().set_mode(now, mode);
+            room.set_mode(now, mode);
             tracing::info!(room = %room.id, "admin: resume");
             json_response(200, &room.stats())
         }
@@ -129,8 +129,8 @@ pub fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> Respon
                 return error(400, "bad_request", "min must not exceed max");
             }
             c.set_bounds(now, bounds);
-            c.set_mode(now, mode);
             drop(c);
+            room.set_mode(now, mode);
             tracing::info!(room = %room.id, mode = %u.mode, "admin: release");
             json_response(200, &room.stats())
         }

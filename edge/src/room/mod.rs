@@ -63,6 +63,9 @@ pub struct Room {
     pub controller: Mutex<ReleaseController>,
     /// The core says the linked event is sold out.
     pub sold_out: AtomicBool,
+    /// The operator paused releases: the controller's mode, mirrored so status polls do not take the
+    /// controller's lock (kept by [`Room::set_mode`]).
+    paused: AtomicBool,
     /// Sold out, but tickets sit in unpaid holds: they return to sale if those orders time out,
     /// so the queue keeps its places and releases resume when stock comes back.
     pub restock_possible: AtomicBool,
@@ -96,6 +99,7 @@ impl Room {
             state,
             controller: Mutex::new(controller),
             sold_out: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             restock_possible: AtomicBool::new(false),
             available: AtomicU64::new(u64::MAX),
             rate_milli: AtomicU64::new(0),
@@ -130,6 +134,7 @@ impl Room {
             c.set_bounds(unix_ms(), cfg.bounds);
             if spec.config.release.mode == ReleaseModeConfig::Fixed {
                 c.set_mode(unix_ms(), ReleaseMode::Fixed(spec.config.release.rate.unwrap_or(0.0)));
+                self.paused.store(false, Ordering::Relaxed);
             }
         }
         *self.spec.write() = Arc::new(spec);
@@ -156,6 +161,18 @@ impl Room {
     /// The operator's mode.
     pub fn mode(&self) -> ReleaseMode {
         self.controller.lock().mode()
+    }
+
+    /// Sets the operator's mode (admin pause, resume, queue-all, fixed rate).
+    pub fn set_mode(&self, now_ms: u64, mode: ReleaseMode) {
+        let mut c = self.controller.lock();
+        c.set_mode(now_ms, mode);
+        self.paused.store(mode == ReleaseMode::Paused, Ordering::Relaxed);
+    }
+
+    /// Whether the operator paused releases (lock-free: status polls read it).
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
     }
 
     /// Where `position` (join order) stands in admission order.
@@ -587,7 +604,7 @@ impl Rooms {
         }
         let ahead = pos - c.serving - 1;
         s.ahead = Some(ahead);
-        if room.mode() == ReleaseMode::Paused {
+        if room.is_paused() {
             s.state = Phase::Paused;
             s.poll_after_ms = jitter(10_000);
             return Peek::Answer(s);

@@ -166,10 +166,10 @@ async fn the_tick_releases_at_the_fixed_rate_and_batches_and_stops_when_sold_out
     assert_eq!(room.state.counters().serving, 35, "10/s for the first second plus the due batch");
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 45);
-    room.controller.lock().set_mode(t0, ReleaseMode::Paused);
+    room.set_mode(t0, ReleaseMode::Paused);
     rooms.tick_room(&room, t0 + 2000).await.unwrap();
     assert_eq!(room.state.counters().serving, 45, "paused");
-    room.controller.lock().set_mode(t0, ReleaseMode::Fixed(10.0));
+    room.set_mode(t0, ReleaseMode::Fixed(10.0));
     room.sold_out.store(true, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 3000).await.unwrap();
     assert_eq!(room.state.counters().serving, 45, "sold out");
