@@ -12,7 +12,8 @@
 //!   embedded core.
 //! - [`proxy`]: the public service's `ProxyHttp` phases (the phase chart lives there).
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
-//! - [`fast`]: the static fast path in front of the proxy (plain GET/HEAD of a file).
+//! - [`fast`]: the fast path in front of the proxy (plain GET/HEAD of a file; a queued visitor's
+//!   status poll).
 //! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
 //! - [`limit`]: nginx `limit_req` semantics on governor.
 //! - [`blocklist`], [`anomaly`]: who is refused, and rules that block for a while.
@@ -28,8 +29,9 @@
 //!
 //! # The path of a request
 //!
-//! `fast::FastFront` answers plain `GET`/`HEAD` of static files that no limit or blocklist
-//! covers straight from the connection; everything else goes to the proxy, where
+//! `fast::FastFront` answers plain `GET`/`HEAD` of static files, and status polls of queued
+//! visitors (same identity checks, same JSON), straight from the connection; everything else goes
+//! to the proxy, where
 //! `proxy::EdgeProxy::request_filter` resolves the client IP (`identity`), refuses blocked IPs
 //! (`blocklist`), and answers static files from memory (`statics`) after the limits (`limit`).
 //! Other requests get a user and device (`identity`), pass the user/device blocklist and anomaly
