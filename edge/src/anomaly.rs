@@ -60,6 +60,8 @@ struct UsersSeen {
 pub struct Anomaly {
     cfg: AnomalyConfig,
     window: Duration,
+    /// The same, in whole seconds (device entries keep their start in seconds).
+    window_s: u32,
     epoch: Instant,
     /// Keys device ids into the device map (a per-process random key: no aimed collisions).
     hasher: std::collections::hash_map::RandomState,
@@ -78,6 +80,7 @@ impl Anomaly {
         Anomaly {
             cfg: cfg.clone(),
             window: Duration::from_secs(cfg.window_seconds),
+            window_s: u32::try_from(cfg.window_seconds).unwrap_or(u32::MAX),
             epoch: Instant::now(),
             hasher: std::collections::hash_map::RandomState::new(),
             first: (0..if cfg.device_max_users > 0 { FIRST_SLOTS } else { 0 }).map(|_| AtomicU64::new(0)).collect(),
@@ -108,7 +111,7 @@ impl Anomaly {
             return false;
         }
         let now = self.now_s();
-        let window = u32::try_from(self.cfg.window_seconds).unwrap_or(u32::MAX);
+        let window = self.window_s;
         let key = self.hasher.hash_one(device);
         let user = user_hash as u32;
         if let Some(mut seen) = self.device_users.get_mut(&key) {
@@ -171,7 +174,7 @@ impl Anomaly {
     /// Drops entries whose window has passed.
     pub fn prune(&self) {
         let now = Instant::now();
-        let (now_s, window) = (self.now_s(), u32::try_from(self.cfg.window_seconds).unwrap_or(u32::MAX));
+        let (now_s, window) = (self.now_s(), self.window_s);
         self.device_users.retain(|_, s| now_s.saturating_sub(s.since) <= window);
         if now_s.saturating_sub(self.first_cleared.load(Ordering::Relaxed)) >= window {
             self.first_cleared.store(now_s, Ordering::Relaxed);

@@ -68,58 +68,6 @@ enum Fast<'b> {
 }
 
 impl FastFront {
-    fn classify<'b>(&self, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
-        let head = match req.method {
-            Some("GET") => false,
-            Some("HEAD") => true,
-            _ => return Fast::Proxy,
-        };
-        if req.version != Some(1) {
-            return Fast::Proxy;
-        }
-        let target = req.path.unwrap_or("");
-        let path = target.split_once('?').map_or(target, |(p, _)| p);
-        let st = &self.state;
-        let fast = if let Some(asset) = st.statics.get(path) {
-            Fast::Static { asset: Arc::clone(asset), head, path }
-        } else if let Some(room) = path.strip_prefix(QUEUE_PREFIX).and_then(|r| r.strip_suffix("/status"))
-            && !head
-            && !room.contains('/')
-        {
-            Fast::Status { room, path }
-        } else {
-            return Fast::Proxy;
-        };
-        // Limits by user or device need the identity, and X-Forwarded-For needs the full
-        // header walk: those requests take the proxy. IP limits and the IP blocklist are applied
-        // here with the socket peer.
-        let mut limited = false;
-        for r in st.limits.rules.iter().filter(|r| r.applies(path, QUEUE_PREFIX)) {
-            if r.rule.key != LimitKey::Ip || !st.client_ip.is_plain() {
-                return Fast::Proxy;
-            }
-            limited = true;
-        }
-        if (limited || st.blocklist.any()) && !st.client_ip.is_plain() {
-            return Fast::Proxy;
-        }
-        for h in req.headers.iter() {
-            let n = h.name.as_bytes();
-            if n.eq_ignore_ascii_case(b"content-length") {
-                if h.value != b"0" {
-                    return Fast::Proxy;
-                }
-            } else if n.eq_ignore_ascii_case(b"transfer-encoding")
-                || n.eq_ignore_ascii_case(b"upgrade")
-                || n.eq_ignore_ascii_case(b"expect")
-                || (n.eq_ignore_ascii_case(b"connection") && !h.value.eq_ignore_ascii_case(b"keep-alive"))
-            {
-                return Fast::Proxy;
-            }
-        }
-        fast
-    }
-
     /// IP blocklist and IP limits for a fast-path request; `Some(())` when the proxy must answer.
     async fn guard(&self, stream: &Stream, path: &str) -> Option<()> {
         let st = &self.state;
@@ -192,7 +140,7 @@ impl ServerApp for FastFront {
             Ok(httparse::Status::Complete(len)) => len,
             _ => return self.to_proxy(stream, buf, shutdown).await,
         };
-        let (answer, route, outcome) = match self.classify(&req) {
+        let (answer, route, outcome) = match classify(st, &req) {
             Fast::Proxy => return self.to_proxy(stream, buf, shutdown).await,
             Fast::Static { asset, head, path } => {
                 if self.guard(&stream, path).await.is_some() {
@@ -246,6 +194,58 @@ impl ServerApp for FastFront {
         }
         Some(stream)
     }
+}
+
+/// What the fast path does with a parsed request head.
+fn classify<'b>(st: &EdgeState, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
+    let head = match req.method {
+        Some("GET") => false,
+        Some("HEAD") => true,
+        _ => return Fast::Proxy,
+    };
+    if req.version != Some(1) {
+        return Fast::Proxy;
+    }
+    let target = req.path.unwrap_or("");
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    let fast = if let Some(asset) = st.statics.get(path) {
+        Fast::Static { asset: Arc::clone(asset), head, path }
+    } else if let Some(room) = path.strip_prefix(QUEUE_PREFIX).and_then(|r| r.strip_suffix("/status"))
+        && !head
+        && !room.contains('/')
+    {
+        Fast::Status { room, path }
+    } else {
+        return Fast::Proxy;
+    };
+    // Limits by user or device need the identity, and X-Forwarded-For needs the full
+    // header walk: those requests take the proxy. IP limits and the IP blocklist are applied
+    // here with the socket peer.
+    let mut limited = false;
+    for r in st.limits.rules.iter().filter(|r| r.applies(path, QUEUE_PREFIX)) {
+        if r.rule.key != LimitKey::Ip || !st.client_ip.is_plain() {
+            return Fast::Proxy;
+        }
+        limited = true;
+    }
+    if (limited || st.blocklist.any()) && !st.client_ip.is_plain() {
+        return Fast::Proxy;
+    }
+    for h in req.headers.iter() {
+        let n = h.name.as_bytes();
+        if n.eq_ignore_ascii_case(b"content-length") {
+            if h.value != b"0" {
+                return Fast::Proxy;
+            }
+        } else if n.eq_ignore_ascii_case(b"transfer-encoding")
+            || n.eq_ignore_ascii_case(b"upgrade")
+            || n.eq_ignore_ascii_case(b"expect")
+            || (n.eq_ignore_ascii_case(b"connection") && !h.value.eq_ignore_ascii_case(b"keep-alive"))
+        {
+            return Fast::Proxy;
+        }
+    }
+    fast
 }
 
 /// The whole answer to a queued visitor's status poll, or `None` when the proxy must answer
@@ -310,6 +310,38 @@ mod tests {
         assert!(head.contains("Content-Type: application/json\r\n") && head.contains("Cache-Control: no-store\r\n"), "{head}");
         assert!(head.contains(&format!("Content-Length: {}\r\n", body.len())), "{head}");
         Some(serde_json::from_str(body).unwrap())
+    }
+
+    fn kind(st: &EdgeState, head: &str) -> &'static str {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        assert!(req.parse(head.as_bytes()).unwrap().is_complete());
+        match classify(st, &req) {
+            Fast::Static { .. } => "static",
+            Fast::Status { .. } => "status",
+            Fast::Proxy => "proxy",
+        }
+    }
+
+    #[test]
+    fn status_polls_and_files_take_the_fast_path_and_nothing_else_does() {
+        let st = state();
+        let get = |path: &str, extra: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
+        assert_eq!(kind(&st, &get("/queue/r1/status", "")), "status");
+        assert_eq!(kind(&st, &get("/queue/r1/status?t=1", "Connection: keep-alive\r\n")), "status");
+        assert_eq!(kind(&st, &get("/static/queue.js", "")), "static");
+        for (head, why) in [
+            ("HEAD /queue/r1/status HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "HEAD"),
+            ("POST /queue/r1/status HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "POST"),
+            ("GET /queue/r1/status HTTP/1.0\r\nHost: x\r\n\r\n".to_string(), "HTTP/1.0"),
+            (get("/queue/r1/status", "Connection: close\r\n"), "connection close"),
+            (get("/queue/r1/status", "Content-Length: 3\r\n"), "a body"),
+            (get("/queue/r1/events", ""), "another queue endpoint"),
+            (get("/queue/r1/x/status", ""), "a nested path"),
+            (get("/queue/r1", ""), "the queue page"),
+        ] {
+            assert_eq!(kind(&st, &head), "proxy", "{why}");
+        }
     }
 
     #[tokio::test]
