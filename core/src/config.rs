@@ -158,6 +158,12 @@ pub struct CoreTuning {
     /// Requests served at once; more get a quick 503 `unavailable`. Default 4096.
     #[serde(default = "default_inflight")]
     pub max_inflight: usize,
+    /// The whole head of a request (request line and headers) must arrive within this many milliseconds, or
+    /// the connection is closed: a head trickled a byte at a time cannot hold a connection open. The same
+    /// deadline bounds how long a kept-alive connection may wait idle for its next request. 100..=600000.
+    /// Default 10000.
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
     /// Log as JSON lines. Default false.
     #[serde(default)]
     pub json_logs: bool,
@@ -175,6 +181,9 @@ fn default_true() -> bool {
 fn default_inflight() -> usize {
     4096
 }
+fn default_header_timeout_ms() -> u64 {
+    10_000
+}
 
 impl Default for CoreTuning {
     fn default() -> Self {
@@ -183,8 +192,16 @@ impl Default for CoreTuning {
             reconciler_period_seconds: default_reconciler_s(),
             pause_on_mismatch: true,
             max_inflight: default_inflight(),
+            header_timeout_ms: default_header_timeout_ms(),
             json_logs: false,
         }
+    }
+}
+
+impl CoreTuning {
+    /// The deadline of a request head (and of an idle kept-alive connection).
+    pub fn header_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.header_timeout_ms)
     }
 }
 
@@ -348,6 +365,9 @@ impl CoreConfig {
         if self.core.max_inflight == 0 {
             err("core.max-inflight", "must be ≥ 1".into());
         }
+        if !(100..=600_000).contains(&self.core.header_timeout_ms) {
+            err("core.header-timeout-ms", "must be 100..=600000".into());
+        }
         for (i, f) in self.event_files.iter().enumerate() {
             let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
             if !crate::model::valid_event_id(stem) {
@@ -400,6 +420,7 @@ mod tests {
             secret = "tiny"
             [core]
             sweeper-period-ms = 0
+            header-timeout-ms = 0
         "#;
         let Err(ConfigError::Invalid(errs)) = CoreConfig::from_toml_str(text) else { panic!("should be invalid") };
         let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
@@ -414,6 +435,7 @@ mod tests {
             "tokens.keys[1].secret",
             "tokens.signing-kid",
             "core.sweeper-period-ms",
+            "core.header-timeout-ms",
         ] {
             assert!(paths.contains(&want), "missing {want} in {paths:?}");
         }
@@ -425,6 +447,28 @@ mod tests {
         assert!(err.to_string().contains("listen-port"), "{err}");
         let err = CoreConfig::from_toml_str("[payment]\nsecret = \"x\"\n").unwrap_err();
         assert!(err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn header_timeout_defaults_and_bounds() {
+        let base = r#"
+            admin-token = "0123456789abcdef"
+            [payment]
+            callback-secret = "0123456789abcdef"
+            [[tokens.keys]]
+            kid = "k"
+            alg = "HS256"
+            secret = "0123456789abcdef0123456789abcdef"
+        "#;
+        let cfg = CoreConfig::from_toml_str(base).expect("valid");
+        assert_eq!(cfg.core.header_timeout(), std::time::Duration::from_secs(10));
+        let cfg = CoreConfig::from_toml_str(&format!("{base}[core]\nheader-timeout-ms = 1000\n")).expect("valid");
+        assert_eq!(cfg.core.header_timeout_ms, 1000);
+        for bad in [0, 99, 600_001] {
+            let text = format!("{base}[core]\nheader-timeout-ms = {bad}\n");
+            let Err(ConfigError::Invalid(errs)) = CoreConfig::from_toml_str(&text) else { panic!("{bad} should be invalid") };
+            assert_eq!(errs.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["core.header-timeout-ms"], "{bad}");
+        }
     }
 
     #[test]

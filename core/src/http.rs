@@ -16,6 +16,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parking_lot::RwLock;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
@@ -27,6 +28,7 @@ use crate::model::{
 };
 use crate::payment::verify_signature;
 use crate::store::{DynStore, StoreError};
+use crate::strict_json;
 use crate::token::{AdmissionClaims, Keyring};
 
 /// Largest request body accepted.
@@ -248,8 +250,10 @@ async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     })
 }
 
-fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+/// Reads every JSON body: an object at the top and wherever a struct is expected ([`strict_json`]), each
+/// refusal naming its path.
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    strict_json::object_from_slice(bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -462,6 +466,8 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
     if qty > claims.max_qty {
         return Err(ApiError::bad_request(format!("qty {qty} is over this admission's max_qty {}", claims.max_qty)));
     }
+    // Bounded by the token's checks; an overflow here would let the store forget the jti at once.
+    let jti_expires_ms = claims.jti_expires_ms().ok_or_else(|| ApiError::unauthorized("token claims invalid: exp"))?;
     let fingerprint = HoldRequest::fingerprint_of(&b.sku, qty, &b.identity, &seats);
     let req = HoldRequest {
         event: event.clone(),
@@ -474,7 +480,7 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
         idempotency_key: b.idempotency_key,
         fingerprint,
         jti: claims.jti,
-        jti_expires_ms: (claims.exp + 60) * 1000,
+        jti_expires_ms,
     };
     let outcome = st.store.hold(&req).await.inspect_err(|e| {
         st.metrics.store_errors.with_label_values(&[store_error_kind(e)]).inc();

@@ -6,14 +6,17 @@
 //! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process) and [`store::redis`] (Lua).
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
 //! - [`payment`]: signed callbacks and the provider's status query.
+//! - [`serve`]: the HTTP/1 server: accepts connections, deadline on request heads (and idle keep-alive).
 //! - [`http`]: the axum router: guard (in-flight limit, latency) → handler → one store call → JSON.
+//! - [`strict_json`]: how every JSON body is read: objects by field name only, errors with their path.
 //! - [`sweeper`]: closes expired holds, asking the provider first; [`reconciler`]: counters vs orders.
 //! - [`recheck`]: watches the Redis run ids; at start and after a restart, holds wait while every CREATED
 //!   order is re-checked with the provider (the sweeper's query), then reopen.
 //! - [`metrics`]: Prometheus text at `/metrics`. [`clock`]: time source, manual in tests.
 //!
-//! A hold travels: `POST /v1/events/{event}/holds` → [`http`] (body ≤ 64 KiB, strict JSON, sold-out flag,
-//! token verified by [`token`]) → [`store::SaleStore::hold`] (one atomic step) → 201 with the order.
+//! A hold travels: `POST /v1/events/{event}/holds` → [`serve`] (head within the deadline) → [`http`] (body
+//! ≤ 64 KiB, strict JSON by [`strict_json`], sold-out flag, token verified by [`token`]) →
+//! [`store::SaleStore::hold`] (one atomic step) → 201 with the order.
 
 pub mod clock;
 pub mod config;
@@ -23,7 +26,9 @@ pub mod model;
 pub mod payment;
 pub mod recheck;
 pub mod reconciler;
+pub mod serve;
 pub mod store;
+pub mod strict_json;
 pub mod sweeper;
 pub mod token;
 
@@ -83,7 +88,8 @@ impl Core {
     async fn put_event_file(&self, file: &std::path::Path) -> anyhow::Result<()> {
         let id = file.file_stem().and_then(|s| s.to_str()).context("event file without a name")?;
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        let spec: EventSpec = serde_json::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+        let spec: EventSpec =
+            strict_json::object_from_slice(text.as_bytes()).with_context(|| format!("parsing {}", file.display()))?;
         let errs = spec.validate();
         if !errs.is_empty() {
             let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
@@ -172,11 +178,7 @@ pub async fn run(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     core.spawn_background(stop_rx);
     tracing::info!(addr = %listener.local_addr()?, "wicket core listening");
-    let result = axum::serve(listener, core.router())
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-        })
-        .await;
+    let result = serve::serve(listener, core.router(), config.core.header_timeout(), shutdown).await;
     let _ = stop_tx.send(true);
     result.context("serving the core")
 }

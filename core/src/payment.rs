@@ -114,7 +114,7 @@ impl PaymentQuery {
                 return Err(format!("status {}", resp.status()));
             }
             let body = Limited::new(resp.into_body(), 64 * 1024).collect().await.map_err(|e| e.to_string())?.to_bytes();
-            serde_json::from_slice::<QueryAnswer>(&body).map_err(|e| e.to_string())
+            crate::strict_json::object_from_slice::<QueryAnswer>(&body).map_err(|e| e.to_string())
         };
         match tokio::time::timeout(self.timeout, fut).await {
             Err(_) => QueryStatus::Unknown("timeout".into()),

@@ -2,7 +2,13 @@
 //! config only, one algorithm per key.
 //!
 //! The edge signs them when it admits a visitor; the core (and the edge's protected paths) verify them. The
-//! one-time use of `jti` is not checked here: the hold consumes it atomically in the store.
+//! one-time use of `jti` is not checked here: the hold consumes it atomically in the store, and remembers it
+//! until [`AdmissionClaims::jti_expires_ms`].
+//!
+//! A valid signature proves who issued a token, not that its claims are sane: a signing bug or a leaked key
+//! must not turn `exp = i64::MAX` into an overflow that wraps the jti's expiry into the past (and lets the
+//! token hold twice). So every time claim is bounded to 1970..=9999 before any arithmetic, and all arithmetic
+//! on claims is checked.
 
 use std::collections::HashMap;
 
@@ -17,6 +23,11 @@ pub const TOKEN_TYPE: &str = "admission+jwt";
 pub const MAX_LIFETIME_SECONDS: i64 = 300;
 /// Longest token accepted, bytes (a real one is ~400).
 pub const MAX_TOKEN_LEN: usize = 4096;
+/// Latest time a claim may name, unix seconds (9999-12-31T23:59:59Z). Times are also never negative.
+pub const MAX_CLAIM_TIME: i64 = 253_402_300_799;
+/// How long past `exp` a consumed jti is remembered: longer than any leeway, so it cannot be replayed while
+/// some core still accepts the token.
+pub const JTI_GRACE_SECONDS: i64 = 60;
 
 /// The claims of an admission token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +45,14 @@ pub struct AdmissionClaims {
     pub room: String,
     pub pos: u64,
     pub max_qty: u32,
+}
+
+impl AdmissionClaims {
+    /// When the store may forget this token's consumed jti (`exp` + [`JTI_GRACE_SECONDS`]), unix ms; `None`
+    /// when that does not fit an `i64` (never for a token [`Keyring::verify`] accepted).
+    pub fn jti_expires_ms(&self) -> Option<i64> {
+        self.exp.checked_add(JTI_GRACE_SECONDS)?.checked_mul(1000)
+    }
 }
 
 /// Why a token was refused. All of them are a 401 at the core.
@@ -59,8 +78,10 @@ pub enum TokenError {
     WrongAudience,
     #[error("token from an unknown issuer")]
     WrongIssuer,
-    #[error("token lifetime over 300 s")]
+    #[error("token lifetime must be 1..=300 s")]
     Lifetime,
+    #[error("token header names critical extensions (crit), which this core does not implement")]
+    CriticalHeader,
     #[error("token claims invalid: {0}")]
     Claims(String),
 }
@@ -146,6 +167,10 @@ impl Keyring {
         if header.alg != key.alg {
             return Err(TokenError::AlgMismatch);
         }
+        // RFC 7515 §4.1.11: a recipient that does not understand every listed extension must refuse the token.
+        if header.crit.is_some() {
+            return Err(TokenError::CriticalHeader);
+        }
         let mut v = Validation::new(key.alg);
         v.leeway = self.leeway;
         v.validate_nbf = true;
@@ -167,11 +192,13 @@ impl Keyring {
             }
         })?;
         let c = data.claims;
-        if c.exp - c.iat > MAX_LIFETIME_SECONDS || c.exp < c.iat {
-            return Err(TokenError::Lifetime);
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        check_times(&c, now, self.leeway as i64)?;
+        if c.jti.len() < 16 || c.jti.len() > 128 {
+            return Err(TokenError::Claims("jti must be 16..=128 characters".into()));
         }
-        if c.jti.len() < 16 || c.jti.len() > 128 || c.sub.is_empty() || c.sub.len() > 128 {
-            return Err(TokenError::Claims("jti must be 16..=128 characters, sub 1..=128".into()));
+        if c.sub.is_empty() || c.sub.len() > 128 {
+            return Err(TokenError::Claims("sub must be 1..=128 characters".into()));
         }
         Ok(c)
     }
@@ -203,6 +230,25 @@ impl Keyring {
             max_qty,
         }
     }
+}
+
+/// The time claims of a signed token, beyond what the JWT library checks (`exp`, `nbf` against now): each
+/// within 1970..=9999; `iat` not in the future; `exp` after both `iat` and `nbf`, by at most
+/// [`MAX_LIFETIME_SECONDS`] (so an early `nbf` or a future `iat` cannot stretch a token's life either).
+fn check_times(c: &AdmissionClaims, now: i64, leeway: i64) -> Result<(), TokenError> {
+    for (name, t) in [("iat", c.iat), ("nbf", c.nbf), ("exp", c.exp)] {
+        if !(0..=MAX_CLAIM_TIME).contains(&t) {
+            return Err(TokenError::Claims(format!("{name} must be a unix time within 1970..=9999")));
+        }
+    }
+    let sane = |from: i64| c.exp.checked_sub(from).is_some_and(|life| (1..=MAX_LIFETIME_SECONDS).contains(&life));
+    if !sane(c.iat) || !sane(c.nbf) {
+        return Err(TokenError::Lifetime);
+    }
+    if now.checked_add(leeway).is_none_or(|latest| c.iat > latest) {
+        return Err(TokenError::NotYetValid);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -251,5 +297,47 @@ mod tests {
         long.exp = long.iat + 3600;
         assert_eq!(r.verify(&r.sign(&long, None).unwrap(), "ev-1"), Err(TokenError::Lifetime));
         assert_eq!(r.verify("not.a.jwt", "ev-1"), Err(TokenError::Malformed));
+    }
+
+    /// Claims signed with the right key but absurd in time never reach the arithmetic that could overflow.
+    #[test]
+    fn absurd_times_are_refused_before_any_arithmetic() {
+        let r = ring();
+        let good = r.new_claims("ev-1", "alice", "room", 3, 2, 120);
+        let now = good.iat;
+        let cases: [(&str, i64, i64, i64); 9] = [
+            ("exp near i64::MAX", now, now, i64::MAX - 1),
+            ("exp and iat near i64::MAX", i64::MAX - 100, now, i64::MAX - 1),
+            ("iat = i64::MIN", i64::MIN, now, now + 60),
+            ("iat negative", -1, now, now + 60),
+            ("beyond year 9999", MAX_CLAIM_TIME + 1, now, MAX_CLAIM_TIME + 100),
+            ("exp = iat", now, now, now),
+            ("exp before iat", now, now, now - 1),
+            ("nbf long before exp", now, now - 1000, now + 60),
+            ("iat in the future", now + 1000, now, now + 1200),
+        ];
+        for (name, iat, nbf, exp) in cases {
+            let c = AdmissionClaims { iat, nbf, exp, ..good.clone() };
+            let got = r.verify(&r.sign(&c, None).unwrap(), "ev-1");
+            assert!(got.is_err(), "{name}: accepted");
+        }
+        assert_eq!(AdmissionClaims { exp: i64::MAX - 1, ..good.clone() }.jti_expires_ms(), None);
+        let verified = r.verify(&r.sign(&good, None).unwrap(), "ev-1");
+        assert_eq!(verified.map(|c| c.jti_expires_ms()), Ok(Some((good.exp + 60) * 1000)));
+        let empty_sub = AdmissionClaims { sub: String::new(), ..good.clone() };
+        assert!(matches!(r.verify(&r.sign(&empty_sub, None).unwrap(), "ev-1"), Err(TokenError::Claims(_))));
+    }
+
+    #[test]
+    fn a_critical_header_is_refused() {
+        let r = ring();
+        let c = r.new_claims("ev-1", "alice", "room", 3, 2, 120);
+        let mut header = Header::new(Algorithm::HS256);
+        header.typ = Some(TOKEN_TYPE.into());
+        header.kid = Some("hs-1".into());
+        header.crit = Some(vec!["exp".into()]);
+        let key = EncodingKey::from_secret(b"0123456789abcdef0123456789abcdef");
+        let t = jsonwebtoken::encode(&header, &c, &key).unwrap();
+        assert_eq!(r.verify(&t, "ev-1"), Err(TokenError::CriticalHeader));
     }
 }

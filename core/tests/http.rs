@@ -1,14 +1,16 @@
 //! The core's HTTP API over a real socket: status codes and bodies of API.md, bad input without state change,
-//! the surge over HTTP, and the sweeper against a real (test) payment query endpoint.
+//! hostile tokens, bodies and connections, the surge over HTTP, and the sweeper against a real (test) payment
+//! query endpoint.
 
 mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::core_server::{ADMIN, CALLBACK_SECRET, TestCore, event_body};
+use common::core_server::{ADMIN, CALLBACK_SECRET, HS_SECRET, TestCore, config_text, event_body};
 use serde_json::{Value, json};
 use wicket_core::clock::ManualClock;
+use wicket_core::config::CoreConfig;
 use wicket_core::store::DynStore;
 use wicket_core::store::embedded::EmbeddedStore;
 
@@ -501,4 +503,201 @@ async fn reconciler_pauses_on_mismatch() {
 fn shipped_example_config_is_valid() {
     let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/core.toml"));
     wicket_core::config::CoreConfig::from_file(path).expect("examples/core.toml is valid");
+}
+
+/// Asserts an API error answer: `status`, `Content-Type: application/json`, `{"error": code, "message": ...}`;
+/// returns the message.
+async fn expect_error(r: reqwest::Response, status: u16, code: &str, case: &str) -> String {
+    assert_eq!(r.status().as_u16(), status, "{case}");
+    assert_eq!(r.headers()["content-type"], "application/json", "{case}");
+    let v: Value = r.json().await.unwrap_or_else(|e| panic!("{case}: not JSON ({e})"));
+    assert_eq!(v["error"], code, "{case}: {v}");
+    let message = v["message"].as_str().unwrap_or_default().to_string();
+    assert!(!message.is_empty(), "{case}: {v}");
+    message
+}
+
+/// Tokens signed with the right key whose claims are absurd (times that overflow `exp + 60` or `exp − iat`,
+/// past year 9999, a lifetime of zero or stretched by a future `iat`), with a `crit` header or an empty `sub`:
+/// 401 with the JSON error, nothing held. A good token still holds once and only once.
+#[tokio::test]
+async fn absurd_token_claims_are_refused() {
+    let c = setup(json!([])).await;
+    let before = stock(&c, "ev").await;
+    let now = now_ms() / 1000;
+    let year_10000 = 253_402_300_800;
+    let with_times = |iat: i64, nbf: i64, exp: i64| {
+        let mut claims = c.claims("ev", "mallory");
+        (claims.iat, claims.nbf, claims.exp) = (iat, nbf, exp);
+        c.sign_claims(&claims, "hs")
+    };
+    let crit = {
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        header.typ = Some("admission+jwt".into());
+        header.kid = Some("hs".into());
+        header.crit = Some(vec!["exp".into()]);
+        let key = jsonwebtoken::EncodingKey::from_secret(HS_SECRET.as_bytes());
+        jsonwebtoken::encode(&header, &c.claims("ev", "mallory"), &key).unwrap()
+    };
+    let mut no_sub = c.claims("ev", "mallory");
+    no_sub.sub = String::new();
+    let cases = [
+        ("exp and iat near i64::MAX", with_times(i64::MAX - 100, now, i64::MAX - 1)),
+        ("iat = i64::MIN", with_times(i64::MIN, now, now + 60)),
+        ("iat negative", with_times(-1, now, now + 60)),
+        ("exp past year 9999", with_times(year_10000, now, year_10000 + 60)),
+        ("exp = iat", with_times(now, now, now)),
+        ("exp before iat", with_times(now, now - 10, now - 1)),
+        ("iat in the future stretches the lifetime", with_times(now + 3600, now, now + 3660)),
+        ("crit header", crit),
+        ("empty sub", c.sign_claims(&no_sub, "hs")),
+    ];
+    for (i, (case, token)) in cases.into_iter().enumerate() {
+        let r = c
+            .http
+            .post(c.url("/v1/events/ev/holds"))
+            .bearer_auth(token)
+            .json(&hold_body("park", 1, &format!("absurd-{i}")))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{case}: no answer ({e})"));
+        expect_error(r, 401, "unauthorized", case).await;
+    }
+    assert_eq!(stock(&c, "ev").await, before, "an absurd token held tickets");
+    // One-time use still holds, for a token of the longest lifetime allowed.
+    let mut longest = c.claims("ev", "alice");
+    (longest.iat, longest.nbf, longest.exp) = (now, now, now + 300);
+    let t = c.sign_claims(&longest, "hs");
+    assert_eq!(c.hold_with("ev", &t, &hold_body("park", 1, "once")).await.0, 201);
+    let (s, b) = c.hold_with("ev", &t, &hold_body("park", 1, "twice")).await;
+    assert_eq!((s, b["error"].as_str()), (409, Some("token_replay")));
+    assert_eq!(stock(&c, "ev").await["pools"]["park"]["held"], 1);
+}
+
+/// A request head trickled a byte every 300 ms is cut at the configured deadline (1 s here), and so are a
+/// connection that sends nothing and a kept-alive one left idle; normal requests are served all the while.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_request_head_is_cut_at_the_deadline() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    let mut cfg = CoreConfig::from_toml_str(&config_text(None, 4096)).expect("test config is valid");
+    cfg.core.header_timeout_ms = 1000;
+    let deadline = Duration::from_millis(1000);
+    let c = TestCore::start_config(embedded(), cfg).await;
+    assert_eq!(c.put_event("ev", &event_body(10, 5, 4, json!([]))).await, 201);
+
+    /// Reads until the core closes the connection (EOF or reset), writing `trickle`'s next byte every 300 ms;
+    /// returns how long after `started` it closed, and what the core sent.
+    async fn until_closed(
+        s: &mut TcpStream,
+        started: Instant,
+        mut trickle: impl Iterator<Item = u8>,
+    ) -> (Duration, String) {
+        let mut got = Vec::new();
+        loop {
+            assert!(started.elapsed() < Duration::from_secs(6), "the connection is still open after 6 s");
+            let mut buf = [0u8; 1024];
+            tokio::select! {
+                r = s.read(&mut buf) => match r {
+                    Ok(0) | Err(_) => return (started.elapsed(), String::from_utf8_lossy(&got).into_owned()),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                },
+                () = tokio::time::sleep(Duration::from_millis(300)) => {
+                    if let Some(b) = trickle.next()
+                        && s.write_all(&[b]).await.is_err()
+                    {
+                        return (started.elapsed(), String::from_utf8_lossy(&got).into_owned());
+                    }
+                }
+            }
+        }
+    }
+    let within_deadline = |took: Duration, case: &str| {
+        assert!(took >= deadline - Duration::from_millis(100), "{case}: closed after {took:?}, before the deadline");
+        assert!(took < deadline + Duration::from_millis(1500), "{case}: closed only after {took:?}");
+    };
+
+    // The slow-loris: a valid head, one byte at a time, that never ends.
+    let mut slow = TcpStream::connect(c.addr).await.unwrap();
+    let started = Instant::now();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHo").await.unwrap();
+    let trickle = b"st: core\r\nX-Slow: ".iter().copied().chain(std::iter::repeat(b'a'));
+    let (serve_normal, (took, got)) = tokio::join!(
+        async {
+            // A normal request while the trickle goes on.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            c.get_json("/healthz", false).await.0
+        },
+        until_closed(&mut slow, started, trickle)
+    );
+    assert_eq!(serve_normal, 200);
+    assert!(!got.contains(" 200 "), "a head that never ended was answered: {got}");
+    within_deadline(took, "trickled head");
+
+    // A connection that never sends a byte.
+    let mut silent = TcpStream::connect(c.addr).await.unwrap();
+    let (took, _) = until_closed(&mut silent, Instant::now(), std::iter::empty()).await;
+    within_deadline(took, "silent connection");
+
+    // A kept-alive connection after one request: served, then closed when idle for the deadline.
+    let mut idle = TcpStream::connect(c.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: core\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 1024];
+    let n = idle.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+    let (took, _) = until_closed(&mut idle, Instant::now(), std::iter::empty()).await;
+    within_deadline(took, "idle kept-alive connection");
+
+    // And the API works as ever.
+    assert_eq!(c.hold("ev", "alice", &hold_body("park", 1, "k")).await.0, 201);
+}
+
+/// A JSON array (or a scalar) where the API expects an object is a 400 that names the path, at the top of
+/// every body and wherever an object is nested; serde would otherwise read a struct from its fields in
+/// order. Nothing changes.
+#[tokio::test]
+async fn arrays_never_stand_in_for_objects() {
+    let c = setup(json!([{"dimension": "phone", "max": 2}])).await;
+    let body = json!({"sku": "park", "qty": 1, "idempotency_key": "k", "identity": {"phone": "138"}});
+    let (s, b) = c.hold("ev", "alice", &body).await;
+    assert_eq!(s, 201, "{b}");
+    let order = b["order_id"].as_str().unwrap().to_string();
+    let before = stock(&c, "ev").await;
+    let hold = |body: &'static str| {
+        let rb = c.http.post(c.url("/v1/events/ev/holds")).bearer_auth(c.token("ev", "bob"));
+        rb.header("Content-Type", "application/json").body(body).send()
+    };
+    // The two of the report: a positional hold body, and an identity given as an array.
+    let r = hold(r#"["park",1,"k1",{"phone":"139"}]"#).await.unwrap();
+    let m = expect_error(r, 400, "bad_request", "hold body as an array").await;
+    assert!(m.contains("expected a JSON object"), "{m}");
+    let m = expect_error(
+        hold(r#"{"sku":"park","qty":1,"idempotency_key":"k2","identity":["13800000000"]}"#).await.unwrap(),
+        400,
+        "bad_request",
+        "identity as an array",
+    )
+    .await;
+    assert!(m.contains("identity: ") && m.contains("expected a JSON object"), "{m}");
+    expect_error(hold(r#""park""#).await.unwrap(), 400, "bad_request", "hold body as a string").await;
+    // Nested: an event whose limit is positional.
+    let mut event = event_body(10, 5, 4, json!([]));
+    event["limits"] = json!([["phone", 2]]);
+    let r = c.http.put(c.url("/v1/events/arr")).bearer_auth(ADMIN).json(&event).send().await.unwrap();
+    let m = expect_error(r, 400, "bad_request", "positional limit").await;
+    assert!(m.contains("limits[0]: "), "{m}");
+    let r = c.http.put(c.url("/v1/events/arr")).bearer_auth(ADMIN).json(&json!([event])).send().await.unwrap();
+    expect_error(r, 400, "bad_request", "event body as an array").await;
+    assert_eq!(c.get_json("/v1/events/arr", false).await.0, 404);
+    // A signed callback and a redeem as arrays.
+    let cb = json!([order, "t1", 100, "SUCCESS"]).to_string();
+    let sig = wicket_core::payment::sign(cb.as_bytes(), CALLBACK_SECRET.as_bytes(), now_ms() / 1000);
+    let r = c.http.post(c.url("/v1/payments/callback")).header("Wicket-Signature", sig).body(cb).send().await.unwrap();
+    expect_error(r, 400, "bad_request", "callback as an array").await;
+    let (s, v) = c.post_admin(&format!("/v1/orders/{order}/redeem"), Some(json!(["park"]))).await;
+    assert_eq!((s, v["error"].as_str()), (400, Some("bad_request")), "{v}");
+    assert_eq!(c.get_json(&format!("/v1/orders/{order}"), true).await.1["state"], "CREATED");
+    assert_eq!(stock(&c, "ev").await, before);
 }

@@ -3,6 +3,7 @@
 //! consults a revocation list); [`JwtAdmission`] verifies the JWT against the `[tokens]` keys.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
@@ -88,6 +89,10 @@ impl AdmissionCheck for JwtAdmission {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return Err(invalid("bad length"));
         }
+        if has_crit(token) {
+            // RFC 7515 §4.1.11: extensions the verifier does not understand make the token invalid.
+            return Err(invalid("crit header parameters are not supported"));
+        }
         let header = jsonwebtoken::decode_header(token).map_err(|e| invalid(&e.to_string()))?;
         if header.typ.as_deref() != Some("admission+jwt") {
             return Err(invalid("typ is not admission+jwt"));
@@ -108,14 +113,69 @@ impl AdmissionCheck for JwtAdmission {
         if c.room != rule.room {
             return Err(invalid("token is for another room"));
         }
-        if c.exp.saturating_sub(c.iat) > MAX_LIFETIME {
-            return Err(invalid("lifetime over 300 s"));
+        if c.sub.is_empty() || c.sub.len() > 256 {
+            return Err(invalid("sub must be 1-256 bytes"));
+        }
+        // Checked times: issued no later than now (plus leeway), expiring after it was issued,
+        // and for at most MAX_LIFETIME.
+        let now = crate::bot::unix_now();
+        if c.iat > now.saturating_add(self.leeway) || c.exp <= c.iat || c.exp - c.iat > MAX_LIFETIME {
+            return Err(invalid("iat/exp out of range (issued in the future, or lifetime not within 300 s)"));
         }
         if c.jti.len() < 16 {
             return Err(invalid("jti too short"));
         }
         Ok(c)
     }
+}
+
+/// The one protection table: every protected prefix, from `[[edge.protected]]` and from each
+/// room (config file and admin API alike), matched against the canonical path
+/// ([`crate::path`]); the longest prefix wins. The waiting room owns it
+/// ([`crate::room::Rooms::protection`]) and swaps in a new table whenever a room is added,
+/// changed or deleted, so a rule takes effect on the next request.
+#[derive(Debug, Default)]
+pub struct ProtectionTable {
+    /// Longest prefix first.
+    paths: Vec<Arc<ProtectedPath>>,
+}
+
+impl ProtectionTable {
+    /// A table of these rules.
+    pub fn new(rules: impl IntoIterator<Item = ProtectedRule>) -> Self {
+        let mut paths: Vec<Arc<ProtectedPath>> = rules.into_iter().map(|r| Arc::new(ProtectedPath::new(r))).collect();
+        paths.sort_by(|a, b| b.rule.path.len().cmp(&a.rule.path.len()).then_with(|| a.rule.path.cmp(&b.rule.path)));
+        ProtectionTable { paths }
+    }
+
+    /// The rule guarding a canonical path, if any.
+    pub fn find(&self, path: &str) -> Option<&Arc<ProtectedPath>> {
+        self.paths.iter().find(|p| path.starts_with(p.rule.path.as_str()))
+    }
+
+    /// True when nothing is protected.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// Every rule, longest prefix first.
+    pub fn rules(&self) -> impl Iterator<Item = &ProtectedRule> {
+        self.paths.iter().map(|p| &p.rule)
+    }
+}
+
+/// True when `token` is shaped like an admission token (a JWT whose header says
+/// `typ: admission+jwt`); says nothing about its validity.
+pub fn is_admission_jwt(token: &str) -> bool {
+    token.len() <= MAX_TOKEN_LEN && jsonwebtoken::decode_header(token).is_ok_and(|h| h.typ.as_deref() == Some("admission+jwt"))
+}
+
+/// True when the token's JOSE header carries `crit` (or cannot be read: the decoder refuses it then).
+fn has_crit(token: &str) -> bool {
+    use base64::Engine;
+    let Some(head) = token.split('.').next() else { return false };
+    let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(head) else { return false };
+    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes).is_ok_and(|m| m.contains_key("crit"))
 }
 
 /// A protected path prefix with what the hot path needs precomputed.

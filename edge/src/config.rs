@@ -134,6 +134,17 @@ pub struct EdgeConfig {
     pub retries: usize,
     /// Idle keep-alive timeout of client connections, seconds. Default 60.
     pub keepalive_seconds: u64,
+    /// A request head must arrive whole within this many milliseconds of its first byte (slow
+    /// heads get 408 and are closed). Default 10000.
+    pub header_timeout_ms: u64,
+    /// Longest pause while reading a request body, milliseconds. Default 10000.
+    pub body_timeout_ms: u64,
+    /// Slowest average rate a request body may arrive at, bytes per second, enforced once
+    /// `body-timeout-ms` has passed since the head (0: off). Default 1024.
+    pub body_min_rate: u64,
+    /// Longest a write to a client may take, milliseconds (clients that stop reading are
+    /// closed). Default 30000.
+    pub client_write_timeout_ms: u64,
     /// Largest request body the edge itself reads (bot verification). Default 16384.
     pub max_body_bytes: usize,
     /// Request header carrying the site's signed-in user id. Default: none.
@@ -186,6 +197,10 @@ impl Default for EdgeConfig {
             write_timeout_ms: 10_000,
             retries: 1,
             keepalive_seconds: 60,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 10_000,
+            body_min_rate: 1024,
+            client_write_timeout_ms: 30_000,
             max_body_bytes: 16 * 1024,
             user_header: None,
             user_cookie: None,
@@ -561,10 +576,16 @@ impl WicketConfig {
             ("edge.connect-timeout-ms", e.connect_timeout_ms),
             ("edge.read-timeout-ms", e.read_timeout_ms),
             ("edge.write-timeout-ms", e.write_timeout_ms),
+            ("edge.header-timeout-ms", e.header_timeout_ms),
+            ("edge.body-timeout-ms", e.body_timeout_ms),
+            ("edge.client-write-timeout-ms", e.client_write_timeout_ms),
         ] {
             if v == 0 || v > 600_000 {
                 out.push(issue(key, "must be between 1 and 600000"));
             }
+        }
+        if e.body_min_rate > 1 << 30 {
+            out.push(issue("edge.body-min-rate", "must be at most 1073741824 (bytes per second; 0 turns it off)"));
         }
         if e.retries > 5 {
             out.push(issue("edge.retries", "must be at most 5"));
@@ -807,10 +828,8 @@ fn redact(v: &mut serde_json::Value) {
 }
 
 fn check_prefix(out: &mut Vec<ConfigIssue>, path: &str, p: &str) {
-    if !p.starts_with('/') {
-        out.push(issue(path, format!("a path must start with '/': {p:?}")));
-    } else if p.len() > 1024 || p.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-        out.push(issue(path, "not a valid URL path"));
+    if let Some(problem) = crate::path::prefix_problem(p) {
+        out.push(issue(path, problem));
     }
 }
 

@@ -40,14 +40,18 @@ use crate::identity::{DEVICE_COOKIE, cookie, header_bytes};
 use crate::limit::{Subject, Verdict};
 use crate::metrics::{Outcome, Route};
 use crate::proxy::EdgeProxy;
+use crate::reject::MAX_REQUEST_HEAD;
 use crate::room::ticket::{QueueTicket, cookie_name};
 use crate::state::{EdgeState, QUEUE_PREFIX};
 use crate::statics::{Asset, none_match};
 
-/// Longest request head the fast path reads; longer ones go to the proxy.
-const MAX_HEAD: usize = 8 * 1024;
-/// Most request headers the fast path parses; more go to the proxy.
-const MAX_HEADERS: usize = 48;
+/// The first read of a request head; longer heads are read on into a buffer of their own (up to
+/// [`MAX_REQUEST_HEAD`]), so an idle connection holds no more than this.
+const FIRST_READ: usize = 4 * 1024;
+/// Most request headers accepted (431 above).
+const MAX_HEADERS: usize = 100;
+/// Answers up to this size go out in one write; larger bodies in chunks of it.
+const ONE_WRITE: usize = 64 * 1024;
 
 /// The public listener's app: the fast path, else the proxy.
 pub struct FastFront {
@@ -110,37 +114,72 @@ impl FastFront {
     }
 }
 
-#[async_trait]
-impl ServerApp for FastFront {
-    async fn process_new(self: &Arc<Self>, mut stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+/// How a head read ended when it did not produce a request.
+enum HeadRead {
+    /// The client went away, or sent nothing before the idle timeout, or the edge is stopping.
+    Gone,
+    /// The head is refused: answer this and close.
+    Refuse(u16, &'static str, &'static str),
+}
+
+impl FastFront {
+    /// Reads the rest of a head that did not fit the first read, within the header deadline and
+    /// [`MAX_REQUEST_HEAD`]; the bytes read so far are in `spill`.
+    async fn read_rest(&self, stream: &mut Stream, spill: &mut Vec<u8>, deadline: tokio::time::Instant) -> Result<(), HeadRead> {
+        loop {
+            match head_len(spill) {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) => {}
+                Err(r) => return Err(r),
+            }
+            if spill.len() >= MAX_REQUEST_HEAD {
+                return Err(HeadRead::Refuse(431, "bad_request", "request head too large"));
+            }
+            spill.reserve(4096.min(MAX_REQUEST_HEAD + 1 - spill.len()));
+            match tokio::time::timeout_at(deadline, stream.read_buf(spill)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => return Err(HeadRead::Gone),
+                Err(_) => return Err(HeadRead::Refuse(408, "bad_request", "the request head did not arrive in time")),
+            }
+        }
+    }
+
+    /// Answers a refused head with the edge's JSON error and closes the connection.
+    async fn refuse(&self, mut stream: Stream, status: u16, code: &str, message: &str) -> Option<Stream> {
+        let body = serde_json::json!({"error": code, "message": message}).to_string();
+        let reason = http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+        let answer = format!(
+            "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        self.state.metrics.rejects.with_label_values(&[if status == 431 { "headers_too_large" } else { "bad_request" }]).inc();
+        let write = async {
+            stream.write_all(answer.as_bytes()).await?;
+            stream.flush().await
+        };
+        let _ = tokio::time::timeout(self.state.timeouts.client_write, write).await;
+        None
+    }
+
+    /// Handles one complete request head: refused, answered here, or handed to the proxy.
+    async fn handle(self: &Arc<Self>, mut stream: Stream, req: httparse::Request<'_, '_>, buf: &[u8], len: usize, shutdown: &ShutdownWatch) -> Option<Stream> {
         let st = &self.state;
-        if !stream.as_any().is::<pingora::protocols::l4::stream::Stream>() || (st.statics.is_empty() && st.rooms.is_empty()) {
-            return self.proxy.process_new(stream, shutdown).await;
+        let target = req.path.unwrap_or("");
+        let canonical = match crate::path::canonical(crate::path::target_path(target)) {
+            Ok(c) => c,
+            Err(e) => return self.refuse(stream, 400, "bad_request", e.message()).await,
+        };
+        if let Err(e) = crate::path::check_head(req.version == Some(1), req.headers.iter().map(|h| (h.name.as_bytes(), h.value))) {
+            return self.refuse(stream, 400, "bad_request", e.message()).await;
         }
-        let mut buf = [0u8; MAX_HEAD];
-        let idle = Duration::from_secs(st.keepalive);
-        // Wait for a request at most the keep-alive timeout, and not past the start of a stop.
-        let mut stop = shutdown.clone();
-        if *stop.borrow() {
-            return self.proxy.process_new(stream, shutdown).await;
-        }
-        let read = tokio::select! {
-            r = tokio::time::timeout(idle, stream.read(&mut buf)) => r,
-            _ = stop.changed() => return None,
+        // A path spelled other than canonically takes the proxy, which rewrites it.
+        let fast = match canonical {
+            std::borrow::Cow::Borrowed(_) if target.starts_with('/') => classify(st, &req),
+            _ => Fast::Proxy,
         };
-        let filled = match read {
-            Ok(Ok(n)) if n > 0 => n,
-            _ => return None,
-        };
-        let buf = &buf[..filled];
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        // A head split over reads (rare for a GET), over MAX_HEAD or malformed goes to the proxy.
-        let len = match req.parse(buf) {
-            Ok(httparse::Status::Complete(len)) => len,
-            _ => return self.to_proxy(stream, buf, shutdown).await,
-        };
-        let (answer, route, outcome) = match classify(st, &req) {
+        let timeout = st.timeouts.client_write;
+        let (route, outcome) = match fast {
             Fast::Proxy => return self.to_proxy(stream, buf, shutdown).await,
             Fast::Static { asset, head, path } => {
                 if self.guard(&stream, path).await.is_some() {
@@ -153,46 +192,145 @@ impl ServerApp for FastFront {
                 let not_modified = header_bytes(&*req.headers, "if-none-match").is_some_and(|v| none_match(v, variant.etag.as_bytes()));
                 let heads = &variant.wire;
                 let date = pingora::protocols::http::date::get_cached_date();
-                let write = async {
-                    stream.write_all(if not_modified { &heads.not_modified } else { &heads.ok }).await?;
-                    stream.write_all(date.as_bytes()).await?;
-                    stream.write_all(b"\r\n\r\n").await?;
-                    if !not_modified && !head {
-                        stream.write_all(&variant.body).await?;
-                    }
-                    stream.flush().await
-                };
-                if write.await.is_err() {
+                let head_bytes = if not_modified { &heads.not_modified } else { &heads.ok };
+                let body: &[u8] = if not_modified || head { b"" } else { &variant.body };
+                if write_answer(&mut stream, &[head_bytes, date.as_bytes(), b"\r\n\r\n"], body, timeout).await.is_err() {
                     return None;
                 }
-                (None, Route::Static, if not_modified { Outcome::NotModified } else { Outcome::Ok })
+                (Route::Static, if not_modified { Outcome::NotModified } else { Outcome::Ok })
             }
             Fast::Status { room, path } => {
                 if self.guard(&stream, path).await.is_some() {
                     return self.to_proxy(stream, buf, shutdown).await;
                 }
                 match status_answer(st, req.headers, room) {
-                    Some(answer) => (Some(answer), Route::Edge, Outcome::Ok),
+                    Some(answer) => {
+                        if write_answer(&mut stream, &[&answer], b"", timeout).await.is_err() {
+                            return None;
+                        }
+                        (Route::Edge, Outcome::Ok)
+                    }
                     None => return self.to_proxy(stream, buf, shutdown).await,
                 }
             }
         };
-        if let Some(answer) = answer {
-            if stream.write_all(&answer).await.is_err() || stream.flush().await.is_err() {
-                return None;
-            }
-        }
         st.metrics.request(route, outcome);
         if *shutdown.borrow() {
             return None;
         }
-        if filled > len {
+        if buf.len() > len {
             // Pipelined bytes of the next request: give them back to the stream.
             let mut l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().ok()?;
             l4.rewind(&buf[len..]);
             return Some(l4);
         }
         Some(stream)
+    }
+}
+
+/// Length of a complete head, `None` while it is incomplete, or the refusal of a malformed one.
+fn head_len(buf: &[u8]) -> Result<Option<usize>, HeadRead> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    match httparse::Request::new(&mut headers).parse(buf) {
+        Ok(httparse::Status::Complete(n)) => Ok(Some(n)),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(e) => Err(malformed(e)),
+    }
+}
+
+fn malformed(e: httparse::Error) -> HeadRead {
+    match e {
+        httparse::Error::TooManyHeaders => HeadRead::Refuse(431, "bad_request", "too many request headers"),
+        _ => HeadRead::Refuse(400, "bad_request", "malformed request head"),
+    }
+}
+
+/// Writes `parts` then `body` within `timeout`: in one write when they are small (one segment,
+/// one syscall), else the head and then the body in chunks, each chunk within `timeout`.
+async fn write_answer(stream: &mut Stream, parts: &[&[u8]], body: &[u8], timeout: Duration) -> std::io::Result<()> {
+    let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "client write timed out");
+    let head_len: usize = parts.iter().map(|p| p.len()).sum();
+    if head_len + body.len() <= ONE_WRITE {
+        let mut out = Vec::with_capacity(head_len + body.len());
+        for p in parts {
+            out.extend_from_slice(p);
+        }
+        out.extend_from_slice(body);
+        let write = async {
+            stream.write_all(&out).await?;
+            stream.flush().await
+        };
+        return tokio::time::timeout(timeout, write).await.map_err(|_| timed_out())?;
+    }
+    let head = async {
+        for p in parts {
+            stream.write_all(p).await?;
+        }
+        stream.flush().await
+    };
+    tokio::time::timeout(timeout, head).await.map_err(|_| timed_out())??;
+    for chunk in body.chunks(ONE_WRITE) {
+        let write = async {
+            stream.write_all(chunk).await?;
+            stream.flush().await
+        };
+        tokio::time::timeout(timeout, write).await.map_err(|_| timed_out())??;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl ServerApp for FastFront {
+    /// Every request head on a plain TCP connection passes here: read whole (within
+    /// `header-timeout-ms` and [`MAX_REQUEST_HEAD`]), checked ([`crate::path`]), then answered
+    /// here or handed to the proxy with its bytes put back.
+    async fn process_new(self: &Arc<Self>, mut stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+        let st = &self.state;
+        if !stream.as_any().is::<pingora::protocols::l4::stream::Stream>() {
+            return self.proxy.process_new(stream, shutdown).await;
+        }
+        let idle = Duration::from_secs(st.keepalive);
+        // Wait for a request at most the keep-alive timeout, and not past the start of a stop.
+        let mut stop = shutdown.clone();
+        if *stop.borrow() {
+            return self.proxy.process_new(stream, shutdown).await;
+        }
+        let mut first = [0u8; FIRST_READ];
+        let read = tokio::select! {
+            r = tokio::time::timeout(idle, stream.read(&mut first)) => r,
+            _ = stop.changed() => return None,
+        };
+        let filled = match read {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return None,
+        };
+        let deadline = tokio::time::Instant::now() + st.timeouts.header;
+        {
+            let buf = &first[..filled];
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(buf) {
+                Ok(httparse::Status::Complete(len)) => return self.handle(stream, req, buf, len, shutdown).await,
+                Ok(httparse::Status::Partial) => {}
+                Err(e) => {
+                    let HeadRead::Refuse(status, code, msg) = malformed(e) else { return None };
+                    return self.refuse(stream, status, code, msg).await;
+                }
+            }
+        }
+        // A head longer than the first read (long cookies, or a slow client).
+        let mut spill = first[..filled].to_vec();
+        match self.read_rest(&mut stream, &mut spill, deadline).await {
+            Ok(()) => {}
+            Err(HeadRead::Gone) => return None,
+            Err(HeadRead::Refuse(status, code, msg)) => return self.refuse(stream, status, code, msg).await,
+        }
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&spill) {
+            Ok(httparse::Status::Complete(len)) => self.handle(stream, req, &spill, len, shutdown).await,
+            _ => None,
+        }
     }
 }
 
@@ -218,6 +356,10 @@ fn classify<'b>(st: &EdgeState, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
     } else {
         return Fast::Proxy;
     };
+    // A file under a protected prefix needs an admission check: the proxy does it.
+    if st.rooms.protection().find(path).is_some() {
+        return Fast::Proxy;
+    }
     // Limits by user or device need the identity, and X-Forwarded-For needs the full
     // header walk: those requests take the proxy. IP limits and the IP blocklist are applied
     // here with the socket peer.
@@ -261,7 +403,8 @@ fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str
         return None;
     }
     let ticket = cookie(headers, &cookie_name(&room.id))?;
-    let ticket = QueueTicket::decode(ticket, &st.rooms.signer, &room.id, device)?;
+    let owner = st.rooms.owner(&room.id, user.unwrap_or(device));
+    let ticket = QueueTicket::decode(ticket, &st.rooms.signer, &room.id, device, &owner)?;
     let status = st.rooms.waiting_status(&room, &ticket)?;
     let body = serde_json::to_vec(&status).ok()?;
     let date = pingora::protocols::http::date::get_cached_date();
@@ -381,7 +524,8 @@ mod tests {
         let st = state();
         let (device, cookies) = visitor(&st, "u1").await;
         assert!(poll(&st, &cookies, Some("u1")).is_some());
-        assert!(poll(&st, &cookies, Some("u2")).is_some(), "a second user on the device is within the rule");
+        assert!(poll(&st, &cookies, Some("u2")).is_none(), "u1's ticket is not u2's: the proxy answers u2");
+        assert!(!st.blocklist.device(&device), "a second user on the device is within the rule");
         assert!(poll(&st, &cookies, Some("u3")).is_none(), "the third trips it");
         assert!(st.blocklist.device(&device), "and blocks the device");
         assert!(poll(&st, &cookies, Some("u1")).is_none());

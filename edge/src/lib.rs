@@ -52,6 +52,7 @@ pub mod fast;
 pub mod identity;
 pub mod limit;
 pub mod metrics;
+pub mod path;
 pub mod proxy;
 pub mod reject;
 pub mod room;

@@ -29,7 +29,7 @@ use pingora::prelude::{Error, ErrorType, HttpPeer};
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{ErrorSource, Result};
 
-use crate::admission::{AdmissionClaims, ProtectedPath};
+use crate::admission::AdmissionClaims;
 use crate::anomaly::Tripped;
 use crate::bot::{CHALLENGE_PATH, CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, VERIFY_PATH, unix_now};
 use crate::config::{BotCheckMode, BotProofKind, LimitKey};
@@ -58,6 +58,10 @@ pub struct RequestCtx {
     fail: Option<Reject>,
     upstream_started: Option<Instant>,
     tries: usize,
+    /// When the request head was done (the body-rate floor counts from here), and body bytes
+    /// seen so far.
+    head_done: Option<Instant>,
+    body_bytes: u64,
 }
 
 /// The `ProxyHttp` implementation.
@@ -279,26 +283,9 @@ impl EdgeProxy {
         }
     }
 
-    /// Reads the request body, refusing more than `max-body-bytes`.
+    /// Reads the request body (see [`read_body`]).
     async fn read_body(&self, session: &mut Session) -> std::result::Result<Bytes, Reject> {
-        let max = self.state.max_body;
-        let declared = header_str(session.req_header(), "content-length").and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > max) {
-            return Err(Reject::PayloadTooLarge);
-        }
-        let mut buf = Vec::new();
-        loop {
-            match session.read_request_body().await {
-                Ok(Some(chunk)) => {
-                    if buf.len() + chunk.len() > max {
-                        return Err(Reject::PayloadTooLarge);
-                    }
-                    buf.extend_from_slice(&chunk);
-                }
-                Ok(None) => return Ok(Bytes::from(buf)),
-                Err(_) => return Err(Reject::BadRequest("could not read the request body")),
-            }
-        }
+        read_body(&self.state, session).await
     }
 
     /// The bot check of a route: a valid pass, or a proof in the request's headers.
@@ -336,12 +323,80 @@ impl EdgeProxy {
         Ok(())
     }
 
-    fn protected_for(&self, path: &str) -> Option<&ProtectedPath> {
-        self.state.protected.iter().filter(|p| path.starts_with(p.rule.path.as_str())).max_by_key(|p| p.rule.path.len())
-    }
-
     fn upstream(&self, ctx: &RequestCtx) -> Option<&Upstream> {
         if ctx.to_core { self.state.core.as_ref() } else { self.state.origin.as_ref() }
+    }
+}
+
+/// Reads a request body the edge answers itself: a declared length over `max-body-bytes` is
+/// refused before a byte is read (413), a longer body as soon as it passes the cap, a body that
+/// stalls longer than `body-timeout-ms` or arrives below `body-min-rate` with 408.
+pub async fn read_body(st: &EdgeState, session: &mut Session) -> std::result::Result<Bytes, Reject> {
+    let max = st.max_body;
+    let declared = header_str(session.req_header(), "content-length").map(|v| v.parse::<u64>());
+    match declared {
+        Some(Ok(n)) if n > max as u64 => return Err(Reject::PayloadTooLarge),
+        Some(Err(_)) => return Err(Reject::BadRequest("Content-Length must be a number")),
+        _ => {}
+    }
+    let started = Instant::now();
+    let mut buf = Vec::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if buf.len() + chunk.len() > max {
+                    return Err(Reject::PayloadTooLarge);
+                }
+                buf.extend_from_slice(&chunk);
+                if st.timeouts.body_too_slow(buf.len() as u64, started.elapsed()) {
+                    return Err(Reject::RequestTimeout);
+                }
+            }
+            Ok(None) => return Ok(Bytes::from(buf)),
+            Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(Reject::RequestTimeout),
+            Err(_) => return Err(Reject::BadRequest("could not read the request body")),
+        }
+    }
+}
+
+/// Rewrites the request target to its canonical path ([`crate::path`]) in origin form, the
+/// query kept as sent; refuses what has no canonical form.
+fn canonicalize(req: &mut RequestHeader) -> std::result::Result<(), crate::path::HeadError> {
+    let uri = &req.uri;
+    let canonical = crate::path::canonical(uri.path())?;
+    let origin_form = uri.scheme().is_none() && uri.authority().is_none();
+    if let std::borrow::Cow::Borrowed(_) = canonical
+        && origin_form
+    {
+        return Ok(());
+    }
+    let target = match uri.query() {
+        Some(q) => format!("{canonical}?{q}"),
+        None => canonical.into_owned(),
+    };
+    let uri = http::Uri::try_from(target).map_err(|_| crate::path::HeadError::BadEscape)?;
+    req.set_uri(uri);
+    Ok(())
+}
+
+/// The core's routes that fans and payment providers reach through the public port (API.md
+/// "Core": event, stock, holds, own orders, payment callbacks). Everything else under the core
+/// prefixes — creating events, pause and resume, outbox, reconcile, redeem, refund — is the
+/// admin's, and answers 404 at the edge.
+pub fn core_route_public(method: &http::Method, path: &str) -> bool {
+    use http::Method;
+    let read = method == Method::GET || method == Method::HEAD;
+    let post = method == Method::POST;
+    let mut segs = path.strip_prefix('/').unwrap_or(path).split('/');
+    let s: [Option<&str>; 5] = [segs.next(), segs.next(), segs.next(), segs.next(), segs.next()];
+    match s {
+        [Some("v1"), Some("events"), Some(_), None, None] => read,
+        [Some("v1"), Some("events"), Some(_), Some("stock"), None] => read,
+        [Some("v1"), Some("events"), Some(_), Some("holds"), None] => post,
+        [Some("v1"), Some("orders"), Some(_), None, None] => read,
+        [Some("v1"), Some("orders"), Some(_), Some("cancel"), None] => post,
+        [Some("v1"), Some("payments"), Some("callback"), None, None] => post,
+        _ => false,
     }
 }
 
@@ -389,13 +444,19 @@ impl ProxyHttp for EdgeProxy {
             fail: None,
             upstream_started: None,
             tries: 0,
+            head_done: None,
+            body_bytes: 0,
         }
     }
 
     /// Phase: first, before any module. Default: nothing.
-    /// Here: sets the idle keep-alive timeout (Pingora has none by default).
+    /// Here: sets the idle keep-alive timeout, the longest pause in a request body and the
+    /// longest write to the client (Pingora has none of them by default).
     async fn early_request_filter(&self, session: &mut Session, _ctx: &mut RequestCtx) -> Result<()> {
+        let t = self.state.timeouts;
         session.set_keepalive(Some(self.state.keepalive));
+        session.set_read_timeout(Some(t.body));
+        session.set_write_timeout(Some(t.client_write));
         Ok(())
     }
 
@@ -410,6 +471,15 @@ impl ProxyHttp for EdgeProxy {
         if head_len > crate::reject::MAX_REQUEST_HEAD {
             return self.reject(session, ctx, Reject::HeadersTooLarge).await;
         }
+        // One canonical path for every decision below, and for the upstream.
+        if let Err(e) = canonicalize(session.req_header_mut()) {
+            return self.reject(session, ctx, Reject::BadRequest(e.message())).await;
+        }
+        let req = session.req_header();
+        let http11 = req.version == http::Version::HTTP_11;
+        if let Err(e) = crate::path::check_head(http11, req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()))) {
+            return self.reject(session, ctx, Reject::BadRequest(e.message())).await;
+        }
         let peer = session.client_addr().and_then(|a| a.as_inet()).map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
         ctx.ip = st.client_ip.resolve(peer, session.req_header());
         if st.blocklist.ip(&ctx.ip) {
@@ -419,6 +489,7 @@ impl ProxyHttp for EdgeProxy {
         let method = &req.method;
         if (method == http::Method::GET || method == http::Method::HEAD)
             && let Some(asset) = st.statics.get(req.uri.path())
+            && st.rooms.protection().find(req.uri.path()).is_none()
         {
             let asset = Arc::clone(asset);
             ctx.route = Route::Static;
@@ -431,13 +502,18 @@ impl ProxyHttp for EdgeProxy {
         }
 
         self.identify(req, ctx);
-        if ctx.user.as_deref().is_some_and(|u| st.blocklist.user(u))
-            || ctx.device.as_ref().is_some_and(|d| st.blocklist.device(d.id()))
-        {
+        // Only a signed device cookie is a device: a fingerprint (IP and browser headers) is
+        // shared by everyone behind one NAT with the same browser, so it may be rate-limited
+        // but never blocked, nor counted by the device-users rule.
+        let device_cookie = match &ctx.device {
+            Some(Device::Cookie(id)) => Some(id.as_str()),
+            _ => None,
+        };
+        if ctx.user.as_deref().is_some_and(|u| st.blocklist.user(u)) || device_cookie.is_some_and(|d| st.blocklist.device(d)) {
             return self.reject(session, ctx, Reject::Blocked).await;
         }
-        if let (Some(user), Some(device)) = (&ctx.user, &ctx.device)
-            && st.device_user_trips(user, device.id())
+        if let (Some(user), Some(device)) = (&ctx.user, device_cookie)
+            && st.device_user_trips(user, device)
         {
             return self.reject(session, ctx, Reject::Blocked).await;
         }
@@ -471,7 +547,12 @@ impl ProxyHttp for EdgeProxy {
         let path = req.uri.path();
         ctx.to_core = st.core_prefixes.iter().any(|p| path.starts_with(p.as_str()));
         ctx.route = if ctx.to_core { Route::Core } else { Route::Origin };
-        if let Some(p) = self.protected_for(path) {
+        if ctx.to_core && !core_route_public(&req.method, path) {
+            // The core's admin routes are for the admin network, never the public port.
+            return self.reject(session, ctx, Reject::NotFound).await;
+        }
+        let protected = st.rooms.protection().find(path).cloned();
+        if let Some(p) = protected {
             ctx.route = Route::Protected;
             let token = cookie(req, &p.cookie).or_else(|| bearer(req));
             let verdict = match (token, &st.admission) {
@@ -495,8 +576,39 @@ impl ProxyHttp for EdgeProxy {
                     return self.reject(session, ctx, Reject::NotAdmitted { room }).await;
                 }
             }
+            // A protected file of the site: served from memory once admitted.
+            let req = session.req_header();
+            if (req.method == http::Method::GET || req.method == http::Method::HEAD)
+                && let Some(asset) = st.statics.get(req.uri.path())
+            {
+                let asset = Arc::clone(asset);
+                let outcome = self.serve_static(session, &asset).await?;
+                st.metrics.request(Route::Protected, outcome);
+                ctx.route = Route::Static;
+                return Ok(true);
+            }
         }
+        ctx.head_done = Some(Instant::now());
         Ok(false)
+    }
+
+    /// Phase: each piece of the request body on its way upstream. Default: nothing.
+    /// Here: the body-rate floor (`body-min-rate`): a body trickled slower is cut with 408.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        ctx.body_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
+        if let Some(t) = ctx.head_done
+            && self.state.timeouts.body_too_slow(ctx.body_bytes, t.elapsed())
+        {
+            ctx.fail = Some(Reject::RequestTimeout);
+            return Err(Error::explain(ErrorType::ReadTimedout, "request body below the minimum rate"));
+        }
+        Ok(())
     }
 
     /// Phase: choose the upstream. Required (no default).
@@ -523,6 +635,11 @@ impl ProxyHttp for EdgeProxy {
     ) -> Result<()> {
         for h in IDENTITY_HEADERS {
             upstream_request.remove_header(h);
+        }
+        if ctx.to_core && bearer(upstream_request).is_some_and(|b| !crate::admission::is_admission_jwt(b)) {
+            // Only admission tokens travel to the core through the public port: an admin token
+            // sent here must not work on the routes that take either.
+            upstream_request.remove_header(&header::AUTHORIZATION);
         }
         if let Some((room, claims)) = &ctx.admitted {
             strip_admission_token(upstream_request, room);
@@ -595,18 +712,16 @@ impl ProxyHttp for EdgeProxy {
     where
         RequestCtx: Send + Sync,
     {
-        let reject = ctx.fail.take().or_else(|| match e.etype() {
-            ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
-                Some(Reject::GatewayTimeout)
-            }
-            _ => match e.esource() {
-                ErrorSource::Upstream => Some(Reject::BadGateway),
-                ErrorSource::Downstream => match e.etype() {
-                    ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed => None,
-                    _ => Some(Reject::BadRequest("bad request")),
-                },
-                ErrorSource::Internal | ErrorSource::Unset => Some(Reject::BadGateway),
-            },
+        let reject = ctx.fail.take().or_else(|| match (e.esource(), e.etype()) {
+            // The client: gone, or too slow to send its body or read the answer.
+            (ErrorSource::Downstream, ErrorType::ReadTimedout) => Some(Reject::RequestTimeout),
+            (
+                ErrorSource::Downstream,
+                ErrorType::ReadError | ErrorType::WriteError | ErrorType::WriteTimedout | ErrorType::ConnectionClosed,
+            ) => None,
+            (ErrorSource::Downstream, _) => Some(Reject::BadRequest("bad request")),
+            (_, ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout) => Some(Reject::GatewayTimeout),
+            _ => Some(Reject::BadGateway),
         });
         let Some(reject) = reject else {
             return FailToProxy { error_code: 0, can_reuse_downstream: false };
@@ -619,6 +734,20 @@ impl ProxyHttp for EdgeProxy {
         let (h, body) = reject.render(wants_html(session));
         let _ = send(session, h, body).await;
         FailToProxy { error_code: code, can_reuse_downstream: false }
+    }
+
+    /// Default: every failed request is logged at ERROR. Here: a client that went away or was
+    /// too slow is an everyday event, logged at DEBUG.
+    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, e: &Error) -> bool {
+        let client = e.esource() == &ErrorSource::Downstream
+            && matches!(
+                e.etype(),
+                ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed | ErrorType::ReadTimedout | ErrorType::WriteTimedout
+            );
+        if client {
+            tracing::debug!("client: {e}");
+        }
+        client
     }
 
     /// Phase: the end of every request. Default: nothing.

@@ -42,6 +42,8 @@ pub enum Reject {
     BadRequest(&'static str),
     /// A body over the configured cap.
     PayloadTooLarge,
+    /// A request body that stalled or trickled below the rate floor.
+    RequestTimeout,
     /// A request head (line and headers) over [`MAX_REQUEST_HEAD`].
     HeadersTooLarge,
     /// Nothing here.
@@ -63,6 +65,7 @@ impl Reject {
             Reject::BotCheckUnavailable => 503,
             Reject::BadRequest(_) => 400,
             Reject::PayloadTooLarge => 413,
+            Reject::RequestTimeout => 408,
             Reject::HeadersTooLarge => 431,
             Reject::NotFound => 404,
             Reject::BadGateway | Reject::NoUpstream => 502,
@@ -77,7 +80,7 @@ impl Reject {
             Reject::Blocked | Reject::BotCheckRequired | Reject::BotCheckFailed(_) | Reject::NotAdmitted { .. } => {
                 "forbidden"
             }
-            Reject::BadRequest(_) | Reject::HeadersTooLarge => "bad_request",
+            Reject::BadRequest(_) | Reject::HeadersTooLarge | Reject::RequestTimeout => "bad_request",
             Reject::PayloadTooLarge => "payload_too_large",
             Reject::NotFound => "not_found",
             Reject::BotCheckUnavailable | Reject::BadGateway | Reject::GatewayTimeout | Reject::NoUpstream => {
@@ -97,6 +100,7 @@ impl Reject {
             Reject::NotAdmitted { .. } => "not_admitted",
             Reject::BadRequest(_) => "bad_request",
             Reject::PayloadTooLarge => "payload_too_large",
+            Reject::RequestTimeout => "request_timeout",
             Reject::HeadersTooLarge => "headers_too_large",
             Reject::NotFound => "not_found",
             Reject::BadGateway => "bad_gateway",
@@ -118,6 +122,7 @@ impl Reject {
             Reject::NotAdmitted { room } => format!("an admission token for room {room} is required"),
             Reject::BadRequest(why) => (*why).into(),
             Reject::PayloadTooLarge => "request body too large".into(),
+            Reject::RequestTimeout => "the request body was too slow".into(),
             Reject::HeadersTooLarge => format!("request headers over {MAX_REQUEST_HEAD} bytes"),
             Reject::NotFound => "not found".into(),
             Reject::BadGateway => "the upstream failed".into(),

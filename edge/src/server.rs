@@ -87,6 +87,9 @@ impl BackgroundService for Upkeep {
     }
 }
 
+/// Write buffer of a public connection, bytes.
+const PUBLIC_WRITE_BUFFER: usize = 4096;
+
 /// Builds the Pingora server for a validated state. Listening happens in `run`.
 pub fn build(state: Arc<EdgeState>) -> Server {
     let e = &state.config.edge;
@@ -112,12 +115,11 @@ pub fn build(state: Arc<EdgeState>) -> Server {
     // The static fast path answers plain GET/HEAD of files; everything else reaches the proxy.
     let front = FastFront { state: state.clone(), proxy: Arc::new(proxy) };
     let mut public = Service::new("wicket edge".to_owned(), front);
-    // One write per static answer: Pingora's default write buffer (1460 bytes) sends the header
-    // and a page body in two syscalls and two segments; size it to the largest file instead.
-    let write_buffer = (state.statics.largest_body() + 2048).clamp(4096, 256 * 1024);
-    public.add_listener(
-        ListenerConfig::tcp(e.listen.clone()).l4_buffer(L4BufferSettings::default().write(write_buffer)),
-    );
+    // Per-connection memory must not grow with the site: Pingora's defaults allocate a 64 KiB
+    // read buffer for every connection, idle or not. Reads go straight to the fast front's own
+    // buffer (it reads every head first); a small write buffer lets a short proxied answer leave
+    // in one segment, and the fast path writes its answers whole itself (fast::write_answer).
+    public.add_listener(ListenerConfig::tcp(e.listen.clone()).l4_buffer(L4BufferSettings::new(0, PUBLIC_WRITE_BUFFER)));
     let mut admin = Service::new("wicket admin".to_owned(), AdminService { state: state.clone() });
     admin.threads = Some(1);
     admin.add_tcp(&e.admin_listen);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use pingora::upstreams::peer::PeerOptions;
 
-use crate::admission::{AdmissionCheck, JwtAdmission, ProtectedPath};
+use crate::admission::{AdmissionCheck, JwtAdmission};
 use crate::anomaly::Anomaly;
 use crate::blocklist::Blocklist;
 use crate::bot::{BotChecks, POW_JS, POW_JS_PATH};
@@ -30,6 +30,26 @@ pub struct Upstream {
     pub options: PeerOptions,
 }
 
+/// Deadlines on the client side of the edge (config keys in [`crate::config::EdgeConfig`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// The whole request head, from its first byte (`header-timeout-ms`).
+    pub header: Duration,
+    /// Longest pause in a request body (`body-timeout-ms`); also the grace before the rate floor.
+    pub body: Duration,
+    /// Slowest average body rate, bytes/s, 0 = off (`body-min-rate`).
+    pub body_min_rate: u64,
+    /// One write to a client (`client-write-timeout-ms`).
+    pub client_write: Duration,
+}
+
+impl Timeouts {
+    /// True when a body that has brought `bytes` in `elapsed` since its head is too slow.
+    pub fn body_too_slow(&self, bytes: u64, elapsed: Duration) -> bool {
+        self.body_min_rate > 0 && elapsed > self.body && (bytes as f64) < self.body_min_rate as f64 * elapsed.as_secs_f64()
+    }
+}
+
 /// The edge's shared state.
 pub struct EdgeState {
     /// The config it was built from (served redacted by the admin API).
@@ -42,8 +62,6 @@ pub struct EdgeState {
     pub core: Option<Upstream>,
     /// Paths sent to the core.
     pub core_prefixes: Vec<String>,
-    /// Paths only admission-token holders reach.
-    pub protected: Vec<ProtectedPath>,
     /// The admission check.
     pub admission: Option<Arc<dyn AdmissionCheck>>,
     /// Rate limits.
@@ -70,6 +88,8 @@ pub struct EdgeState {
     pub max_body: usize,
     /// Idle keep-alive of client connections, seconds.
     pub keepalive: u64,
+    /// Client-side deadlines.
+    pub timeouts: Timeouts,
     /// Retries of idempotent requests.
     pub retries: usize,
     /// Start time (for health).
@@ -105,7 +125,9 @@ impl EdgeState {
         options.total_connection_timeout = Some(Duration::from_millis(e.connect_timeout_ms));
         options.read_timeout = Some(Duration::from_millis(e.read_timeout_ms));
         options.write_timeout = Some(Duration::from_millis(e.write_timeout_ms));
-        options.idle_timeout = Some(Duration::from_secs(60));
+        // Below the core's default header-timeout-ms (10 s), which also closes its idle connections:
+        // a pooled connection is dropped here before the core closes it under a request.
+        options.idle_timeout = Some(Duration::from_secs(5));
         let upstream = |s: &str, name: &'static str, path: &str| -> Result<Upstream, ConfigErrors> {
             let (_, addr) = parse_http_upstream(s).map_err(|m| one(path, m))?;
             Ok(Upstream { addr, name, options: options.clone() })
@@ -149,7 +171,6 @@ impl EdgeState {
             (None, Some(s)) => Signer::new(s.as_bytes()),
             (None, None) => Signer::random(),
         };
-        let protected: Vec<ProtectedPath> = config.protected_rules().into_iter().map(ProtectedPath::new).collect();
         let admission: Option<Arc<dyn AdmissionCheck>> = match &config.tokens {
             Some(t) => Some(Arc::new(JwtAdmission::new(&config, t).map_err(|m| one("tokens", m))?)),
             None => None,
@@ -169,7 +190,6 @@ impl EdgeState {
             origin,
             core,
             core_prefixes: e.core_prefixes.clone(),
-            protected,
             admission,
             limits,
             client_ip: ClientIp::new(trusted),
@@ -183,6 +203,12 @@ impl EdgeState {
             secure_cookies: e.secure_cookies,
             max_body: e.max_body_bytes,
             keepalive: e.keepalive_seconds,
+            timeouts: Timeouts {
+                header: Duration::from_millis(e.header_timeout_ms),
+                body: Duration::from_millis(e.body_timeout_ms),
+                body_min_rate: e.body_min_rate,
+                client_write: Duration::from_millis(e.client_write_timeout_ms),
+            },
             retries: e.retries,
             started: Instant::now(),
             rooms,

@@ -58,18 +58,25 @@ impl TestCore {
 
     pub async fn start_with(store: DynStore, query_url: Option<&str>, max_inflight: usize) -> TestCore {
         let cfg = CoreConfig::from_toml_str(&config_text(query_url, max_inflight)).expect("test config is valid");
+        Self::start_config(store, cfg).await
+    }
+
+    /// A core from a config of the test's own (start from [`config_text`] and change what the test needs),
+    /// served by the core's own server ([`wicket_core::serve`]), as `wicket-core serve` does.
+    pub async fn start_config(store: DynStore, cfg: CoreConfig) -> TestCore {
+        let errs = cfg.validate();
+        assert!(errs.is_empty(), "test config is invalid: {errs:?}");
         let core = Arc::new(Core::new(&cfg, store).await.expect("core starts"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let router = core.router();
+        let header_timeout = cfg.core.header_timeout();
         tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
+            let stop = async {
+                let _ = rx.await;
+            };
+            wicket_core::serve::serve(listener, router, header_timeout, stop).await.unwrap();
         });
         TestCore {
             addr,

@@ -3,7 +3,7 @@
 //! | method, path | does |
 //! |---|---|
 //! | `GET /admin/rooms` | every room: config and stats |
-//! | `GET`/`PUT /admin/rooms/<room>` | one room; PUT creates (201) or updates (200) it from the API.md room body |
+//! | `GET`/`PUT`/`DELETE /admin/rooms/<room>` | one room; PUT creates (201) or updates (200) it from the API.md room body, DELETE removes it (200); its protected paths change with it at once |
 //! | `POST /admin/rooms/<room>/pause`, `/resume`, `/queue-all` | operator overrides of the release |
 //! | `PUT /admin/rooms/<room>/release` | `{"mode": "auto" \| "fixed", "rate"?, "min"?, "max"?}` |
 //! | `GET /admin/rooms/<room>/stats` | counters, rates, the controller's last decision |
@@ -86,6 +86,11 @@ pub fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> Respon
     let now = unix_ms();
     match (method.clone(), action) {
         (Method::GET, "") => json_response(200, &room_json(&room)),
+        (Method::DELETE, "") => {
+            rooms.remove(id);
+            tracing::info!(room = %room.id, "admin: room deleted");
+            json_response(200, &json!({"deleted": room.id}))
+        }
         (Method::GET, "stats") => json_response(200, &room.stats()),
         (Method::POST, "pause") => {
             room.set_mode(now, ReleaseMode::Paused);

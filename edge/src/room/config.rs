@@ -216,9 +216,9 @@ impl RoomConfig {
             out.push(issue(format!("{path}.protected"), "at least one path prefix"));
         }
         for (i, p) in self.protected.iter().enumerate() {
-            if !p.starts_with('/') || p.len() > 1024 || p.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-                out.push(issue(format!("{path}.protected[{i}]"), format!("a path must start with '/': {p:?}")));
-            } else if p.starts_with("/queue/") || p == "/" {
+            if let Some(problem) = crate::path::prefix_problem(p) {
+                out.push(issue(format!("{path}.protected[{i}]"), problem));
+            } else if p.starts_with("/queue/") || "/queue/".starts_with(p.as_str()) {
                 out.push(issue(format!("{path}.protected[{i}]"), "must not cover the queue's own paths"));
             }
         }

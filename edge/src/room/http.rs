@@ -135,7 +135,7 @@ pub async fn serve(st: &EdgeState, session: &mut Session, q: &mut QueueRequest) 
 
 fn ticket_of(st: &EdgeState, session: &Session, q: &QueueRequest, room: &Room) -> Option<QueueTicket> {
     let v = cookie(session.req_header(), &cookie_name(&room.id))?;
-    QueueTicket::decode(v, &st.rooms.signer, &room.id, &q.device)
+    QueueTicket::decode(v, &st.rooms.signer, &room.id, &q.device, &st.rooms.owner(&room.id, q.sub()))
 }
 
 /// A valid bot pass for this device, when the room asks for a check.
@@ -226,25 +226,10 @@ async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
     answer(session, 200, "text/html; charset=utf-8", Bytes::from(html), &extra).await
 }
 
-async fn read_body(st: &EdgeState, session: &mut Session) -> Option<Bytes> {
-    let mut buf = Vec::new();
-    loop {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if buf.len() + chunk.len() > st.max_body {
-                    return None;
-                }
-                buf.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Some(Bytes::from(buf)),
-            Err(_) => return None,
-        }
-    }
-}
-
 async fn join(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
-    let Some(body) = read_body(st, session).await else {
-        return json_answer(session, q, 413, &error_json("payload_too_large", "request body too large")).await;
+    let body = match crate::proxy::read_body(st, session).await {
+        Ok(b) => b,
+        Err(r) => return json_answer(session, q, r.status(), &error_json(r.code(), &r.message())).await,
     };
     let proof: ProofBody = if body.iter().all(u8::is_ascii_whitespace) {
         ProofBody::default()

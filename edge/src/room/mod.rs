@@ -34,12 +34,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 use serde_json::json;
 use wicket_core::token::Keyring;
 
-use crate::config::{ConfigIssue, WicketConfig};
+use crate::admission::ProtectionTable;
+use crate::config::{ConfigIssue, ProtectedRule, WicketConfig};
 use crate::controller::{Bounds, ControllerConfig, Decision, LatencyWindow, ReleaseController, ReleaseMode};
 use crate::identity::Signer;
 use config::{QueueMethod, ReleaseModeConfig, RoomSpec};
@@ -323,6 +325,10 @@ pub struct Rooms {
     pub node: String,
     /// Process start (stats).
     pub started: Instant,
+    /// `[[edge.protected]]`: protected paths that belong to no room.
+    edge_rules: Vec<crate::config::ProtectedRule>,
+    /// Every protected path (edge rules and rooms'), swapped whole on any room change.
+    protection: ArcSwap<ProtectionTable>,
 }
 
 pub mod state_backend {
@@ -426,23 +432,60 @@ impl Rooms {
             backend,
             node: hex::encode(rand::random::<[u8; 8]>()),
             started: Instant::now(),
+            edge_rules: cfg.edge.protected.clone(),
+            protection: ArcSwap::from_pointee(ProtectionTable::default()),
         };
         for s in specs {
             rooms.insert(s);
         }
+        rooms.rebuild_protection();
         Ok(rooms)
     }
 
-    /// Adds or replaces a room.
+    /// Adds or replaces a room; its protected paths are guarded from the next request on.
     pub fn insert(&self, spec: RoomSpec) -> Arc<Room> {
-        if let Some(r) = self.get(&spec.id) {
-            r.set_spec(spec);
-            return r;
-        }
-        let state = self.backend.state_for(&spec.id, spec.config.max_tracked);
-        let room = Arc::new(Room::new(spec, state));
-        self.rooms.write().insert(room.id.clone(), room.clone());
+        let room = match self.get(&spec.id) {
+            Some(r) => {
+                r.set_spec(spec);
+                r
+            }
+            None => {
+                let state = self.backend.state_for(&spec.id, spec.config.max_tracked);
+                let room = Arc::new(Room::new(spec, state));
+                self.rooms.write().insert(room.id.clone(), room.clone());
+                room
+            }
+        };
+        self.rebuild_protection();
         room
+    }
+
+    /// Deletes a room (its paths are no longer guarded by it); false when there was none.
+    pub fn remove(&self, id: &str) -> bool {
+        let gone = self.rooms.write().remove(id).is_some();
+        if gone {
+            self.rebuild_protection();
+        }
+        gone
+    }
+
+    /// The protection table now in force (see [`ProtectionTable`]).
+    pub fn protection(&self) -> arc_swap::Guard<Arc<ProtectionTable>> {
+        self.protection.load()
+    }
+
+    /// Rebuilds the protection table from the edge's rules and every room's.
+    fn rebuild_protection(&self) {
+        // The rooms' write lock orders concurrent rebuilds: each one sees every change before it.
+        let rooms = self.rooms.write();
+        let mut rules = self.edge_rules.clone();
+        for r in rooms.values() {
+            let spec = r.spec();
+            for p in &spec.config.protected {
+                rules.push(ProtectedRule { path: p.clone(), room: r.id.clone(), event: Some(spec.config.event.clone()) });
+            }
+        }
+        self.protection.store(Arc::new(ProtectionTable::new(rules)));
     }
 
     /// A room by id.
@@ -490,6 +533,12 @@ impl Rooms {
         u64::from_le_bytes(m[..8].try_into().unwrap_or([0; 8]))
     }
 
+    /// The owner tag a ticket carries: the joining identity, keyed (a place belongs to whoever
+    /// joined; a ticket shown with another user id does not verify).
+    pub fn owner(&self, room: &str, sub: &str) -> String {
+        format!("{:016x}", self.who(room, sub))
+    }
+
     /// A place for `sub` (user id, else device id) on `device`: the one it holds, or the next.
     pub async fn join(&self, room: &Room, sub: &str, device: &str) -> Result<QueueTicket, StateError> {
         let now_s = unix_ms() / 1000;
@@ -499,7 +548,7 @@ impl Rooms {
         if fresh {
             room.joins.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(QueueTicket { room: room.id.clone(), position, issued_at: now_s, device: device.to_owned() })
+        Ok(QueueTicket { room: room.id.clone(), position, issued_at: now_s, device: device.to_owned(), owner: self.owner(&room.id, sub) })
     }
 
     /// The status of a ticket's holder; admits (token + session) when it is their turn.

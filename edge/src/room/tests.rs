@@ -173,7 +173,7 @@ async fn the_tick_releases_at_the_fixed_rate_and_batches_and_stops_when_sold_out
     room.sold_out.store(true, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 3000).await.unwrap();
     assert_eq!(room.state.counters().serving, 45, "sold out");
-    let t = QueueTicket { room: "r1".into(), position: 90, issued_at: 0, device: "d".into() };
+    let t = QueueTicket { room: "r1".into(), position: 90, issued_at: 0, device: "d".into(), owner: "o".into() };
     assert_eq!(phase(rooms.status(&room, &t, "u89").await.unwrap()).state, Phase::SoldOut);
 }
 
@@ -193,7 +193,7 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     room.available.store(0, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 50);
-    let t = QueueTicket { room: "r1".into(), position: 60, issued_at: 0, device: "d".into() };
+    let t = QueueTicket { room: "r1".into(), position: 60, issued_at: 0, device: "d".into(), owner: "o".into() };
     let s = phase(rooms.status(&room, &t, "u59").await.unwrap());
     assert_eq!((s.state, s.restock_possible, s.position, s.ahead), (Phase::SoldOut, true, Some(60), Some(9)));
     let json = serde_json::to_value(&s).unwrap();
@@ -221,8 +221,8 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
     let room = rooms.get("r1").unwrap();
     room.set_measured_rate(100.0);
     room.set_release_rate(100.0);
-    let near = QueueTicket { room: "r1".into(), position: 5, issued_at: 0, device: "d".into() };
-    let far = QueueTicket { room: "r1".into(), position: 1_000_000, issued_at: 0, device: "d".into() };
+    let near = QueueTicket { room: "r1".into(), position: 5, issued_at: 0, device: "d".into(), owner: "o".into() };
+    let far = QueueTicket { room: "r1".into(), position: 1_000_000, issued_at: 0, device: "d".into(), owner: "o".into() };
     let n = phase(rooms.status(&room, &near, "x").await.unwrap());
     let f = phase(rooms.status(&room, &far, "y").await.unwrap());
     assert_eq!(f.ahead, Some(999_999));

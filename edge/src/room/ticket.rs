@@ -1,6 +1,7 @@
 //! Queue tickets: the `wicket_q_<room>` cookie, HMAC-signed under the edge secret, holding the
-//! room, the position, when it was issued and the device it was issued to. Forged, tampered,
-//! other-room and other-device tickets do not verify (the visitor joins again: the same place when
+//! room, the position, when it was issued, the device it was issued to and its owner (a keyed tag
+//! of the identity that joined: the user id, else the device id). Forged, tampered, other-room,
+//! other-device and other-owner tickets do not verify, so one place admits one person (the visitor joins again: the same place when
 //! the edge still knows its user or device, else a new one at the back).
 
 use base64::Engine;
@@ -10,7 +11,7 @@ use crate::identity::Signer;
 
 /// Longest ticket cookie value accepted.
 pub const MAX_TICKET_LEN: usize = 512;
-const LABEL: &[u8] = b"queue-ticket-v1";
+const LABEL: &[u8] = b"queue-ticket-v2";
 
 /// A verified (or freshly issued) queue ticket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,8 @@ pub struct QueueTicket {
     pub issued_at: u64,
     /// Device id it was issued to.
     pub device: String,
+    /// Tag of the identity that joined ([`crate::room::Rooms::owner`]).
+    pub owner: String,
 }
 
 /// Cookie name of a room's ticket.
@@ -33,13 +36,13 @@ pub fn cookie_name(room: &str) -> String {
 impl QueueTicket {
     /// The cookie value `b64(payload).b64(mac)`.
     pub fn encode(&self, signer: &Signer) -> String {
-        let payload = format!("{}|{}|{}|{}", self.room, self.position, self.issued_at, self.device);
+        let payload = format!("{}|{}|{}|{}|{}", self.room, self.position, self.issued_at, self.owner, self.device);
         let tag = signer.mac(LABEL, payload.as_bytes());
         format!("{}.{}", B64.encode(payload.as_bytes()), B64.encode(&tag[..16]))
     }
 
-    /// Checks MAC, room and device; `None` for anything else.
-    pub fn decode(value: &str, signer: &Signer, room: &str, device: &str) -> Option<QueueTicket> {
+    /// Checks MAC, room, device and owner; `None` for anything else.
+    pub fn decode(value: &str, signer: &Signer, room: &str, device: &str, owner: &str) -> Option<QueueTicket> {
         if value.len() > MAX_TICKET_LEN {
             return None;
         }
@@ -50,13 +53,13 @@ impl QueueTicket {
             return None;
         }
         let text = std::str::from_utf8(&payload).ok()?;
-        let mut parts = text.splitn(4, '|');
-        let (r, pos, iat, dev) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        if r != room || dev != device {
+        let mut parts = text.splitn(5, '|');
+        let (r, pos, iat, own, dev) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        if r != room || dev != device || own != owner {
             return None;
         }
         let position = pos.parse().ok().filter(|p| *p > 0)?;
-        Some(QueueTicket { room: r.to_owned(), position, issued_at: iat.parse().ok()?, device: dev.to_owned() })
+        Some(QueueTicket { room: r.to_owned(), position, issued_at: iat.parse().ok()?, device: dev.to_owned(), owner: own.to_owned() })
     }
 }
 
@@ -67,16 +70,19 @@ mod tests {
     #[test]
     fn round_trip_and_refusals() {
         let s = Signer::new(b"secret-secret-secret");
-        let t = QueueTicket { room: "r1".into(), position: 7, issued_at: 100, device: "dev".into() };
+        let t = QueueTicket { room: "r1".into(), position: 7, issued_at: 100, device: "dev".into(), owner: "ownerA".into() };
         let v = t.encode(&s);
-        assert_eq!(QueueTicket::decode(&v, &s, "r1", "dev"), Some(t.clone()));
-        assert_eq!(QueueTicket::decode(&v, &s, "r2", "dev"), None, "other room");
-        assert_eq!(QueueTicket::decode(&v, &s, "r1", "other"), None, "other device");
-        assert_eq!(QueueTicket::decode(&v, &Signer::new(b"another-secret-xx"), "r1", "dev"), None, "forged");
+        assert_eq!(QueueTicket::decode(&v, &s, "r1", "dev", "ownerA"), Some(t.clone()));
+        assert_eq!(QueueTicket::decode(&v, &s, "r2", "dev", "ownerA"), None, "other room");
+        assert_eq!(QueueTicket::decode(&v, &s, "r1", "other", "ownerA"), None, "other device");
+        assert_eq!(QueueTicket::decode(&v, &s, "r1", "dev", "ownerB"), None, "another person's ticket");
+        assert_eq!(QueueTicket::decode(&v, &Signer::new(b"another-secret-xx"), "r1", "dev", "ownerA"), None, "forged");
         let (p, tag) = v.split_once('.').unwrap();
-        let edited = B64.encode(b"r1|1|100|dev");
-        assert_eq!(QueueTicket::decode(&format!("{edited}.{tag}"), &s, "r1", "dev"), None, "edited position");
-        assert_eq!(QueueTicket::decode(&format!("{p}.AAAA{tag}"), &s, "r1", "dev"), None, "tampered tag");
-        assert_eq!(QueueTicket::decode("garbage", &s, "r1", "dev"), None);
+        let edited = B64.encode(b"r1|1|100|ownerA|dev");
+        assert_eq!(QueueTicket::decode(&format!("{edited}.{tag}"), &s, "r1", "dev", "ownerA"), None, "edited position");
+        let edited = B64.encode(b"r1|7|100|ownerB|dev");
+        assert_eq!(QueueTicket::decode(&format!("{edited}.{tag}"), &s, "r1", "dev", "ownerB"), None, "edited owner");
+        assert_eq!(QueueTicket::decode(&format!("{p}.AAAA{tag}"), &s, "r1", "dev", "ownerA"), None, "tampered tag");
+        assert_eq!(QueueTicket::decode("garbage", &s, "r1", "dev", "ownerA"), None);
     }
 }
