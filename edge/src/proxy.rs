@@ -744,10 +744,13 @@ impl ProxyHttp for EdgeProxy {
                 e.etype(),
                 ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed | ErrorType::ReadTimedout | ErrorType::WriteTimedout
             );
-        if client {
-            tracing::debug!("client: {e}");
+        // The edge's own refusals raised as errors (no upstream for a path) are answered,
+        // counted in wicket_rejects_total and not worth a line per request either.
+        let own = matches!(e.etype(), ErrorType::HTTPStatus(_)) && e.esource() == &ErrorSource::Unset;
+        if client || own {
+            tracing::debug!("{e}");
         }
-        client
+        client || own
     }
 
     /// Phase: the end of every request. Default: nothing.

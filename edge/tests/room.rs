@@ -187,6 +187,46 @@ async fn second_tab_and_cleared_cookie_keep_the_place_another_user_on_the_device
     assert_eq!(anon.json(&edge.url("/queue/r1")).await.json()["position"], 4);
 }
 
+/// A queue place belongs to the identity that joined: Bob showing Alice's device and ticket
+/// cookies with his own user id is not admitted on her place (fast path or proxy), before or
+/// after she was admitted, and a Bob who never joined gets no token either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_queue_place_admits_one_person() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(&origin.url(), "release = { mode = \"fixed\", rate = 0.0 }\n"));
+    let mut alice = Client::user("alice");
+    assert_eq!(alice.json(&edge.url("/queue/r2")).await.json()["position"], 1);
+    let stolen = |from: &Client, user: &str| {
+        let mut c = Client { jar: from.jar.clone(), user: Some(user.into()), ua: from.ua.clone() };
+        c.jar.remove("wicket_a_r2");
+        c
+    };
+    // While Alice waits (r1: nothing released) and once she is admitted (r2: 1000/s).
+    let mut waiting = Client::user("alice");
+    assert_eq!(waiting.json(&edge.url("/queue/r1")).await.json()["position"], 1);
+    for (room, holder) in [("r1", &waiting), ("r2", &alice)] {
+        if room == "r2" {
+            let v = until_admitted(&edge, &mut alice.clone(), "r2").await;
+            assert_eq!(v["position"], 1, "{v}");
+        }
+        let url = edge.url(&format!("/queue/{room}/status"));
+        for close in [false, true] {
+            let mut bob = stolen(holder, "bob");
+            let extra: &[(&str, &str)] = if close { &[("accept", "application/json"), ("connection", "close")] } else { &[("accept", "application/json")] };
+            let r = bob.send("GET", &url, extra, b"").await;
+            assert_eq!(r.status, 401, "{room} (connection close: {close}): {}", r.text());
+            assert_eq!(r.json()["error"], "unauthorized");
+            assert!(!bob.jar.contains_key(&format!("wicket_a_{room}")), "no admission cookie for Bob");
+        }
+        // Joining with the stolen cookies gives Bob a place of his own, never hers.
+        let mut bob = stolen(holder, "bob");
+        let r = bob.send("POST", &edge.url(&format!("/queue/{room}/join")), &[("content-type", "application/json")], b"{}").await;
+        assert_eq!(r.status, 200, "{room}: {}", r.text());
+        let v = r.json();
+        assert!(v["position"].as_u64().is_some_and(|p| p > 1), "{room}: {v}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_polls_answer_the_same_on_the_fast_path_and_through_the_proxy() {
     let origin = TestUpstream::start("origin").await;

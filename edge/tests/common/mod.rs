@@ -95,6 +95,8 @@ pub struct Seen {
 pub struct TestUpstream {
     pub addr: SocketAddr,
     pub hits: Arc<AtomicUsize>,
+    /// `METHOD path` of every request, in order.
+    pub seen: Arc<parking_lot::Mutex<Vec<String>>>,
     pub name: &'static str,
 }
 
@@ -103,16 +105,21 @@ impl TestUpstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let h = hits.clone();
+        let log = seen.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
                 let h = h.clone();
+                let log = log.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let h = h.clone();
+                        let log = log.clone();
                         async move {
                             h.fetch_add(1, Ordering::SeqCst);
+                            log.lock().push(format!("{} {}", req.method(), req.uri().path()));
                             let path = req.uri().path().to_owned();
                             if let Some(ms) = path.strip_prefix("/slow/").and_then(|m| m.parse::<u64>().ok()) {
                                 tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -136,7 +143,7 @@ impl TestUpstream {
                 });
             }
         });
-        TestUpstream { addr, hits, name }
+        TestUpstream { addr, hits, seen, name }
     }
 
     pub fn url(&self) -> String {
@@ -215,12 +222,22 @@ impl TestEdge {
     /// Starts an edge whose `[edge]` table is `listen`, `admin-listen`, `admin-token`, `secret`,
     /// `site-dir` plus `edge_extra` (more `[edge]` keys, then any further tables).
     pub fn start(edge_extra: &str) -> Self {
+        Self::start_with_files(edge_extra, &[])
+    }
+
+    /// Like [`TestEdge::start`], with more files in `site-dir` (relative path, contents).
+    pub fn start_with_files(edge_extra: &str, files: &[(&str, &[u8])]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let site = dir.path().join("site");
         std::fs::create_dir_all(site.join("img")).unwrap();
         std::fs::write(site.join("index.html"), detail_page()).unwrap();
         std::fs::write(site.join("app.js"), "console.log('sale');\n".repeat(50)).unwrap();
         std::fs::write(site.join("img/logo.png"), [0x89, b'P', b'N', b'G', 0, 1, 2, 3]).unwrap();
+        for (path, body) in files {
+            let f = site.join(path);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, body).unwrap();
+        }
         let port = free_port();
         let admin_port = free_port();
         let text = format!(
@@ -282,4 +299,127 @@ pub fn mint_token(room: &str, event: &str, sub: &str, lifetime: i64, issuer: &st
         "iat": now, "nbf": now, "exp": now + lifetime, "room": room, "pos": 42, "max_qty": 2,
     });
     jsonwebtoken::encode(&header, &claims, &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes())).unwrap()
+}
+
+/// An answer read off a raw connection.
+#[derive(Debug)]
+pub struct RawResp {
+    pub status: u16,
+    /// The head, lower-cased.
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl RawResp {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", self.head, String::from_utf8_lossy(&self.body)))
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Reads one answer (head, then `Content-Length` bytes or until the peer closes) within 10 s.
+pub async fn read_answer(s: &mut tokio::net::TcpStream) -> Option<RawResp> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let status = head.split(' ').nth(1)?.parse().ok()?;
+            let len = head.lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)));
+            if let Some(len) = len
+                && buf.len() >= end + 4 + len
+            {
+                return Some(RawResp { status, head, body: buf[end + 4..end + 4 + len].to_vec() });
+            }
+            if len.is_none() && head.contains("connection: close") {
+                // Read to the end below.
+            }
+        }
+        let n = tokio::time::timeout_at(deadline, s.read(&mut chunk)).await.ok()?.ok()?;
+        if n == 0 {
+            let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let status = head.split(' ').nth(1)?.parse().ok()?;
+            return Some(RawResp { status, head, body: buf[end + 4..].to_vec() });
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Sends raw bytes on a fresh connection and reads one answer (`None`: closed without one).
+pub async fn raw(addr: SocketAddr, request: &[u8]) -> Option<RawResp> {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.ok()?;
+    read_answer(&mut s).await
+}
+
+/// A real nginx serving `root` on a free loopback port (a stock origin that normalises paths).
+pub struct Nginx {
+    pub addr: SocketAddr,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    pub fn start(root: &std::path::Path) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let port = free_port();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
+             events {{ worker_connections 512; }}\n\
+             http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+             fastcgi_temp_path {d}/fcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
+             server {{\n  listen 127.0.0.1:{port};\n  root {};\n  location / {{ try_files $uri $uri/index.html =404; }}\n }}\n}}\n",
+            root.display()
+        );
+        let path = dir.path().join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| std::path::Path::new(p).exists()).unwrap_or("nginx");
+        let child = std::process::Command::new(bin)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&path)
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nginx (scripts/test.sh installs it)");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "nginx did not start: {}", std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx { addr, child, _dir: dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Signs a JWT with HS256 from raw header and claims JSON (to make tokens no library would).
+pub fn sign_raw(header: &serde_json::Value, claims: &serde_json::Value, secret: &str) -> String {
+    use base64::Engine;
+    use hmac::Mac;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let input = format!("{}.{}", b64.encode(header.to_string()), b64.encode(claims.to_string()));
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(input.as_bytes());
+    format!("{input}.{}", b64.encode(mac.finalize().into_bytes()))
 }

@@ -1,0 +1,191 @@
+//! Exhausting the edge (issue #10), against the real `wicket` binary in its own process so its
+//! memory can be read: idle connections and unfinished heads with an 8 MB file in `site-dir`,
+//! trickled heads, clients that stop reading, and what the edge logs about them.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap()
+}
+
+struct Edge {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const BIG: usize = 8 * 1024 * 1024;
+const HEADER_TIMEOUT_MS: u64 = 1500;
+const WRITE_TIMEOUT_MS: u64 = 1500;
+
+fn start_edge(extra: &str) -> Edge {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("index.html"), detail_page()).unwrap();
+    std::fs::write(site.join("big.bin"), vec![7u8; BIG]).unwrap();
+    let port = free_port();
+    let cfg = dir.path().join("wicket.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[edge]\nlisten = \"127.0.0.1:{port}\"\nadmin-listen = \"127.0.0.1:{}\"\nadmin-token = \"{ADMIN_TOKEN}\"\n\
+             secret = \"{SECRET}\"\nsite-dir = \"site\"\nthreads = 2\nshutdown-grace-seconds = 1\n\
+             header-timeout-ms = {HEADER_TIMEOUT_MS}\nclient-write-timeout-ms = {WRITE_TIMEOUT_MS}\n{extra}\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_wicket"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "edge did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Edge { child, addr, dir }
+}
+
+async fn page_ok(addr: std::net::SocketAddr) {
+    let r = raw(addr, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("an answer");
+    assert_eq!(r.status, 200);
+}
+
+/// Reads until the edge answers or closes; returns what it sent and when that happened.
+async fn until_closed(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, Option<Instant>) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (got, Some(Instant::now())),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => return (got, None),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_and_unfinished_heads_cost_little_and_are_closed_on_time() {
+    let edge = start_edge("");
+    let pid = edge.child.id();
+    // Warm up: the page, the big file, a few connections.
+    for _ in 0..5 {
+        page_ok(edge.addr).await;
+    }
+    let r = raw(edge.addr, b"GET /big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    assert_eq!(r.body.len(), BIG);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rss_kib(pid);
+
+    // 2,000 connections that send nothing, 200 that send 20 KiB of a head and stop.
+    let mut idle = Vec::new();
+    for _ in 0..2000 {
+        idle.push(TcpStream::connect(edge.addr).await.unwrap());
+    }
+    let started = Instant::now();
+    let mut unfinished = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(edge.addr).await.unwrap();
+        s.write_all(format!("GET / HTTP/1.1\r\nHost: x\r\nX-Pad: {}", "a".repeat(20 * 1024)).as_bytes()).await.unwrap();
+        unfinished.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during = rss_kib(pid);
+    let per_conn = (during.saturating_sub(before) * 1024) / 2200;
+    eprintln!("edge RSS {before} KiB -> {during} KiB with 2,200 hostile connections: {per_conn} B each");
+    assert!(per_conn <= 16 * 1024, "{per_conn} B per connection (limit 16 KiB): {before} -> {during} KiB");
+    // The edge still serves others meanwhile.
+    page_ok(edge.addr).await;
+
+    // Every unfinished head is answered 408 and closed within the header deadline.
+    let limit = Duration::from_millis(HEADER_TIMEOUT_MS + 3000);
+    let mut latest = Duration::ZERO;
+    for s in &mut unfinished {
+        let (got, closed) = until_closed(s, limit).await;
+        let closed = closed.expect("an unfinished head was never closed");
+        latest = latest.max(closed - started);
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    }
+    assert!(latest < Duration::from_millis(HEADER_TIMEOUT_MS + 2500), "last unfinished head closed after {latest:?}");
+
+    // A head trickled one byte at a time never resets the deadline.
+    let mut s = TcpStream::connect(edge.addr).await.unwrap();
+    let t = Instant::now();
+    let mut cut = None;
+    for b in b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ".iter().cycle().take(60) {
+        if s.write_all(&[*b]).await.is_err() {
+            cut = Some(t.elapsed());
+            break;
+        }
+        let mut buf = [0u8; 512];
+        if let Ok(r) = tokio::time::timeout(Duration::from_millis(250), s.read(&mut buf)).await {
+            let n = r.unwrap_or(0);
+            assert!(n == 0 || buf[..n].starts_with(b"HTTP/1.1 408"), "{:?}", String::from_utf8_lossy(&buf[..n]));
+            cut = Some(t.elapsed());
+            break;
+        }
+    }
+    let cut = cut.expect("a trickled head was never cut");
+    assert!(cut < Duration::from_millis(HEADER_TIMEOUT_MS + 1000), "{cut:?}");
+    drop(idle);
+    page_ok(edge.addr).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_are_closed_and_nothing_is_logged_as_an_error() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = start_edge(&format!("origin = \"{}\"", origin.url()));
+    // Thirty pipelined requests for the 8 MB file, then nothing read for a while.
+    let mut s = TcpStream::connect(edge.addr).await.unwrap();
+    let one = b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n";
+    s.write_all(&one.repeat(30)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(WRITE_TIMEOUT_MS + 2500)).await;
+    let (got, closed) = until_closed(&mut s, Duration::from_secs(20)).await;
+    assert!(closed.is_some(), "the stalled reader was never closed");
+    assert!(got.len() < 30 * BIG, "everything was sent: {} bytes", got.len());
+    page_ok(edge.addr).await;
+    // Proxied requests whose client left, and a disconnect in the middle of a file: no ERROR.
+    for _ in 0..20 {
+        let mut s = TcpStream::connect(edge.addr).await.unwrap();
+        s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf).await;
+        drop(s);
+        let mut s = TcpStream::connect(edge.addr).await.unwrap();
+        s.write_all(b"GET /slow/300 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        drop(s);
+        let mut s = TcpStream::connect(edge.addr).await.unwrap();
+        s.write_all(b"POST /slow/300 HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc").await.unwrap();
+        drop(s);
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let log = std::fs::read_to_string(edge.dir.path().join("stderr.log")).unwrap();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(errors.is_empty(), "client behaviour logged as errors:\n{}", errors.join("\n"));
+}
