@@ -163,7 +163,7 @@ impl AdminService {
                 } else {
                     Vec::new()
                 };
-                crate::room::admin::handle(&st.rooms, &m, p, &body)
+                crate::room::admin::handle(&st.rooms, &m, p, &body).await
             }
             _ => error(404, "not_found", "no such admin endpoint"),
         }

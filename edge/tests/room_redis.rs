@@ -184,3 +184,36 @@ async fn two_edges_share_one_queue_on_a_redis_cluster() {
     let s = status(edges[0].status(&rooms[0], &tickets[19], "u19").await.unwrap());
     assert_eq!((s.state, s.position), (Phase::Waiting, Some(20)));
 }
+
+/// A room made, changed or deleted through one edge's admin API reaches the other edge sharing
+/// the Redis state at its next tick, protected paths included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rooms_made_changed_and_deleted_on_one_edge_reach_the_other() {
+    use http::Method;
+    use wicket_edge::room::admin::handle;
+    let redis = RedisServer::start();
+    let a = edge(&redis.url(), "");
+    let b = edge(&redis.url(), "");
+    // r1 (from the file) guards "/buy": which room guards a path?
+    let guard = |rooms: &Rooms, path: &str| rooms.protection().find(path).map(|p| p.rule.room.clone());
+    let put = |paths: &[&str]| serde_json::json!({"event": "ev-7", "target": "/buy/r7", "protected": paths}).to_string();
+    let r = handle(&a, &Method::PUT, "/admin/rooms/r7", put(&["/buy/r7"]).as_bytes()).await;
+    assert_eq!(r.status(), 201, "{}", String::from_utf8_lossy(r.body()));
+    assert_eq!(guard(&a, "/buy/r7/seat").as_deref(), Some("r7"), "at once on the edge that was told");
+    assert_eq!(guard(&b, "/buy/r7/seat").as_deref(), Some("r1"));
+    b.tick_all(unix_ms()).await;
+    let rule = b.protection().find("/buy/r7/seat").map(|p| p.rule.clone()).expect("the other edge guards it after a tick");
+    assert_eq!((rule.room.as_str(), rule.event.as_deref()), ("r7", Some("ev-7")));
+    assert!(b.get("r7").is_some());
+    // Changed: the old path is free, the new one guarded.
+    assert_eq!(handle(&a, &Method::PUT, "/admin/rooms/r7", put(&["/buy/r7b"]).as_bytes()).await.status(), 200);
+    b.tick_all(unix_ms()).await;
+    assert_eq!(guard(&b, "/buy/r7/seat").as_deref(), Some("r1"));
+    assert_eq!(guard(&b, "/buy/r7b").as_deref(), Some("r7"));
+    // Deleted: gone on both; the config file's room stays.
+    assert_eq!(handle(&a, &Method::DELETE, "/admin/rooms/r7", b"").await.status(), 200);
+    assert!(a.get("r7").is_none());
+    b.tick_all(unix_ms()).await;
+    assert!(b.get("r7").is_none());
+    assert_eq!(guard(&b, "/buy/r7b").as_deref(), Some("r1"), "r1 from the file is untouched");
+}

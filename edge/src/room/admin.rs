@@ -55,8 +55,9 @@ pub fn is_rooms_path(path: &str) -> bool {
     path == "/admin/rooms" || path.starts_with("/admin/rooms/")
 }
 
-/// Answers `/admin/rooms...` (the caller checked the bearer token and read the body).
-pub fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> Response<Vec<u8>> {
+/// Answers `/admin/rooms...` (the caller checked the bearer token and read the body). A room
+/// made, changed or deleted here is published to the edges sharing the room state.
+pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> Response<Vec<u8>> {
     if path == "/admin/rooms" {
         return match *method {
             Method::GET => json_response(200, &json!({"rooms": rooms.all().iter().map(|r| room_json(r)).collect::<Vec<_>>()})),
@@ -77,6 +78,9 @@ pub fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> Respon
             ),
             Ok(spec) => {
                 let existed = rooms.get(id).is_some();
+                if let Err(e) = rooms.publish(id, Some(&spec.config)).await {
+                    return error(503, "unavailable", format!("the room state store did not take the change: {e}"));
+                }
                 let room = rooms.insert(spec);
                 json_response(if existed { 200 } else { 201 }, &room_json(&room))
             }
@@ -87,6 +91,9 @@ pub fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> Respon
     match (method.clone(), action) {
         (Method::GET, "") => json_response(200, &room_json(&room)),
         (Method::DELETE, "") => {
+            if let Err(e) = rooms.publish(id, None).await {
+                return error(503, "unavailable", format!("the room state store did not take the change: {e}"));
+            }
             rooms.remove(id);
             tracing::info!(room = %room.id, "admin: room deleted");
             json_response(200, &json!({"deleted": room.id}))

@@ -469,6 +469,42 @@ impl Rooms {
         gone
     }
 
+    /// Tells the other edges sharing this room state about an admin change of room `id` (its
+    /// new config, or `None` when deleted). Embedded state: nothing to tell.
+    pub async fn publish(&self, id: &str, config: Option<&config::RoomConfig>) -> Result<(), StateError> {
+        let state_backend::Backend::Redis(r) = &self.backend else { return Ok(()) };
+        let json = config.map(|c| serde_json::to_string(c).unwrap_or_default());
+        r.put_spec(id, json.as_deref()).await
+    }
+
+    /// Applies the room changes other edges published (the release loop calls it every tick):
+    /// new and changed rooms are inserted, deleted ones removed, with their protected paths.
+    pub async fn sync_specs(&self) -> Result<(), StateError> {
+        let state_backend::Backend::Redis(r) = &self.backend else { return Ok(()) };
+        for (id, json) in r.specs().await? {
+            if json.is_empty() {
+                if self.remove(&id) {
+                    tracing::info!(room = %id, "room deleted on another edge");
+                }
+                continue;
+            }
+            let spec = match serde_json::from_str::<config::RoomConfig>(&json).map_err(|e| e.to_string()).and_then(|c| {
+                c.compile(&id, "room").map_err(|issues| format!("{issues:?}"))
+            }) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    tracing::warn!(room = %id, "published room config not applied: {e}");
+                    continue;
+                }
+            };
+            if self.get(&id).is_none_or(|r| r.spec().config != spec.config) {
+                tracing::info!(room = %id, "room config from another edge");
+                self.insert(spec);
+            }
+        }
+        Ok(())
+    }
+
     /// The protection table now in force (see [`ProtectionTable`]).
     pub fn protection(&self) -> arc_swap::Guard<Arc<ProtectionTable>> {
         self.protection.load()

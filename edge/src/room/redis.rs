@@ -99,6 +99,29 @@ impl RedisRooms {
         Ok(c.clone())
     }
 
+    /// Publishes a room's config made or changed through the admin API (`None`: deleted), so the
+    /// other edges sharing this Redis apply it ([`crate::room::Rooms::sync_specs`]).
+    pub async fn put_spec(&self, id: &str, config_json: Option<&str>) -> Result<(), StateError> {
+        let mut conn = self.conn().await?;
+        let cmd = redis::cmd("HSET").arg(SPECS_KEY).arg(id).arg(config_json.unwrap_or("")).clone();
+        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Value>(&mut conn)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(StateError(format!("redis: {e}"))),
+            Err(_) => Err(StateError("redis: timed out".into())),
+        }
+    }
+
+    /// Every published room config by id (an empty value: the room was deleted).
+    pub async fn specs(&self) -> Result<Vec<(String, String)>, StateError> {
+        let mut conn = self.conn().await?;
+        let cmd = redis::cmd("HGETALL").arg(SPECS_KEY).clone();
+        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Vec<(String, String)>>(&mut conn)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(StateError(format!("redis: {e}"))),
+            Err(_) => Err(StateError("redis: timed out".into())),
+        }
+    }
+
     /// The state of one room.
     pub fn room(&self, id: &str) -> RedisRoom {
         let k = |s: &str| format!("wk:{{room:{id}}}:{s}");
@@ -118,6 +141,9 @@ impl RedisRooms {
         }
     }
 }
+
+/// The hash of room configs published by the admin API (id → JSON, empty when deleted).
+const SPECS_KEY: &str = "wk:{rooms}:specs";
 
 /// One room's keys and its local snapshot of the counters.
 pub struct RedisRoom {

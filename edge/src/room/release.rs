@@ -126,8 +126,11 @@ impl Rooms {
         Ok(())
     }
 
-    /// Ticks every room.
+    /// Ticks every room (after applying room changes published by other edges).
     pub async fn tick_all(&self, now_ms: u64) {
+        if let Err(e) = self.sync_specs().await {
+            tracing::warn!("room configs from other edges: {e}");
+        }
         for room in self.all() {
             if let Err(e) = self.tick_room(&room, now_ms).await {
                 tracing::warn!(room = %room.id, "release tick: {e}");
