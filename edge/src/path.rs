@@ -40,6 +40,8 @@ pub enum HeadError {
     Control,
     /// The canonical path is longer than the edge accepts.
     TooLong,
+    /// A `#` in the request target (a fragment, which clients never send and parsers drop).
+    Fragment,
     /// No `Host`, or more than one (HTTP/1.1).
     Host,
     /// More than one `Content-Length`, or one that is not a number.
@@ -59,6 +61,7 @@ impl HeadError {
             HeadError::PathParameter => "';' (path parameters) in the path is ambiguous",
             HeadError::Control => "control characters in the path",
             HeadError::TooLong => "the path is too long",
+            HeadError::Fragment => "a '#' (fragment) in the request target is ambiguous",
             HeadError::Host => "exactly one valid Host header is required",
             HeadError::ContentLength => "Content-Length must appear at most once and be a number",
             HeadError::TransferEncoding => "Transfer-Encoding must be 'chunked' and not come with Content-Length",
@@ -202,6 +205,15 @@ pub fn canonical(path: &str) -> Result<Cow<'_, str>, HeadError> {
     Ok(Cow::Owned(out))
 }
 
+/// The canonical path of a raw request target (origin- or absolute-form, query ignored); a
+/// target with a `#` is refused, since HTTP parsers disagree on where its path ends.
+pub fn canonical_target(target: &str) -> Result<Cow<'_, str>, HeadError> {
+    if target.contains('#') {
+        return Err(HeadError::Fragment);
+    }
+    canonical(target_path(target))
+}
+
 /// The path part of a request target: origin-form as it is, absolute-form's path.
 pub fn target_path(target: &str) -> &str {
     let path = target.split_once('?').map_or(target, |(p, _)| p);
@@ -332,6 +344,9 @@ mod tests {
         assert_eq!(target_path("/a/b?x=1"), "/a/b");
         assert_eq!(target_path("http://h:1/a?x"), "/a");
         assert_eq!(target_path("http://h"), "/");
+        assert_eq!(canonical_target("/a#/../b"), Err(HeadError::Fragment));
+        assert_eq!(canonical_target("/a?x#y"), Err(HeadError::Fragment));
+        assert_eq!(canonical_target("http://h/a/../b?q").unwrap(), "/b");
         let h = |v: &[(&str, &str)]| check_head(true, v.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())));
         assert_eq!(h(&[("Host", "x")]), Ok(()));
         assert_eq!(h(&[("Host", "x:80"), ("Content-Length", "44")]), Ok(()));

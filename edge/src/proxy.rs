@@ -361,7 +361,7 @@ pub async fn read_body(st: &EdgeState, session: &mut Session) -> std::result::Re
 
 /// Rewrites the request target to its canonical path ([`crate::path`]) in origin form, the
 /// query kept as sent; refuses what has no canonical form.
-fn canonicalize(req: &mut RequestHeader) -> std::result::Result<(), crate::path::HeadError> {
+pub(crate) fn canonicalize(req: &mut RequestHeader) -> std::result::Result<(), crate::path::HeadError> {
     let uri = &req.uri;
     let canonical = crate::path::canonical(uri.path())?;
     let origin_form = uri.scheme().is_none() && uri.authority().is_none();

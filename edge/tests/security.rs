@@ -195,6 +195,8 @@ async fn ambiguous_and_malformed_heads_get_a_json_400_and_never_reach_the_origin
         ("no host", b"GET /app.js HTTP/1.1\r\n\r\n"),
         ("malformed header line", b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n"),
         ("bad request line", b"GET\x01/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("a fragment in the target", b"GET /open#/../form HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("a byte the proxy's URI parser refuses", b"GET /form` HTTP/1.1\r\nHost: x\r\n\r\n"),
     ];
     for (what, req) in cases {
         let r = raw(edge.addr, req).await.unwrap_or_else(|| panic!("{what}: no answer"));
