@@ -9,9 +9,15 @@
 //! blocklist and IP limits with the socket peer, then writes the precomputed header prefix, the
 //! cached `Date`, and the body into the connection's write buffer: one syscall, no allocation.
 //! Anything else (another method or version, a body, `Connection: close`, `Upgrade`, a user or
-//! device limit, trusted proxies, a blocked or limited client, a head split over reads or over
-//! 8 KiB, a non-TCP stream) is handed to the full proxy ([`crate::proxy`]) untouched: the bytes
-//! read so far are put back into the stream first.
+//! device limit, trusted proxies, a blocked or limited client, a file under a protected prefix, a
+//! path not spelled canonically, a non-TCP stream) is handed to the full proxy ([`crate::proxy`])
+//! untouched: the bytes read so far are put back into the stream first.
+//!
+//! It is also the gate of every request head on a plain TCP connection: the head is read whole
+//! before anything else happens (a 4 KiB first read, then at most [`MAX_REQUEST_HEAD`] within
+//! `header-timeout-ms` of its first byte: 431 / 408 otherwise), and malformed heads, ambiguous
+//! targets and the head rules of [`crate::path`] are answered here with the edge's JSON 400, so
+//! Pingora never buffers a megabyte of head nor waits forever for a trickled one.
 //!
 //! The answers are the same as the slow path's (`serve_static` in [`crate::proxy`]): same
 //! status, ETag, `Cache-Control`, `Vary`, encodings, 304 and HEAD handling.

@@ -14,6 +14,7 @@
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
 //! - [`fast`]: the fast path in front of the proxy (plain GET/HEAD of a file; a queued visitor's
 //!   status poll).
+//! - [`path`]: the one canonical request path and the one set of head rules (both paths use them).
 //! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
 //! - [`limit`]: nginx `limit_req` semantics on governor.
 //! - [`blocklist`], [`anomaly`]: who is refused, and rules that block for a while.
@@ -29,9 +30,11 @@
 //!
 //! # The path of a request
 //!
-//! `fast::FastFront` answers plain `GET`/`HEAD` of static files, and status polls of queued
-//! visitors (same identity checks, same JSON), straight from the connection; everything else goes
-//! to the proxy, where
+//! `fast::FastFront` reads every request head first (within `header-timeout-ms` and 32 KiB),
+//! refuses malformed or ambiguous ones ([`path`]), answers plain `GET`/`HEAD` of unprotected static
+//! files and status polls of queued visitors (same identity checks, same JSON) straight from the
+//! connection; everything else goes to the proxy, where `request_filter` first rewrites the target
+//! to its canonical path (what every decision and the upstream see), then
 //! `proxy::EdgeProxy::request_filter` resolves the client IP (`identity`), refuses blocked IPs
 //! (`blocklist`), and answers static files from memory (`statics`) after the limits (`limit`).
 //! Other requests get a user and device (`identity`), pass the user/device blocklist and anomaly
