@@ -259,6 +259,10 @@ pub struct LimitRule {
     /// Default false.
     #[serde(default)]
     pub nodelay: bool,
+    /// Serve this many burst requests at once and pace the rest (nginx `delay=`). Default: none
+    /// (all paced, unless `nodelay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<u32>,
 }
 
 /// `[edge.blocklist]`.
@@ -643,6 +647,13 @@ impl WicketConfig {
             }
             if l.burst > 1_000_000 {
                 out.push(issue(format!("edge.limits[{i}].burst"), "must be at most 1000000"));
+            }
+            if let Some(d) = l.delay {
+                if l.nodelay {
+                    out.push(issue(format!("edge.limits[{i}].delay"), "delay and nodelay exclude each other (nginx: nodelay is delay = burst)"));
+                } else if d > l.burst {
+                    out.push(issue(format!("edge.limits[{i}].delay"), "must be at most burst"));
+                }
             }
             if l.key == LimitKey::User && e.user_header.is_none() && e.user_cookie.is_none() {
                 out.push(issue(

@@ -81,7 +81,8 @@ impl ClientIp {
         canonical(peer)
     }
 
-    fn is_trusted(&self, ip: &IpAddr) -> bool {
+    /// True when `ip` is one of the trusted proxies.
+    pub fn is_trusted(&self, ip: &IpAddr) -> bool {
         self.trusted.iter().any(|n| n.contains(ip))
     }
 

@@ -27,6 +27,7 @@
 //! - [`admin`]: the admin port (bearer token).
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
 //! - [`metrics`]: Prometheus metrics.
+//! - [`nginx_import`]: `wicket nginx-import`, nginx `limit_req` zones as `[[edge.limits]]`.
 //!
 //! # The path of a request
 //!
@@ -55,6 +56,7 @@ pub mod fast;
 pub mod identity;
 pub mod limit;
 pub mod metrics;
+pub mod nginx_import;
 pub mod path;
 pub mod proxy;
 pub mod reject;

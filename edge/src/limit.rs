@@ -118,8 +118,12 @@ impl RuleLimiter {
         let rate = NginxRate::parse(&rule.rate)?;
         let burst = NonZeroU32::new(rule.burst.saturating_add(1)).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::with_period(rate.period()).ok_or("rate too high")?.allow_burst(burst);
-        let pacer = if !rule.nodelay && rule.burst > 0 {
-            let q = Quota::with_period(rate.period()).ok_or("rate too high")?.allow_burst(NonZeroU32::MIN);
+        // nginx `delay = d`: the first d requests of a burst go at once, the rest are paced
+        // (no delay = 0; nodelay = burst).
+        let delay = if rule.nodelay { rule.burst } else { rule.delay.unwrap_or(0) };
+        let pacer = if delay < rule.burst {
+            let free = NonZeroU32::new(delay.saturating_add(1)).unwrap_or(NonZeroU32::MIN);
+            let q = Quota::with_period(rate.period()).ok_or("rate too high")?.allow_burst(free);
             Some(RateLimiter::dashmap(q))
         } else {
             None
@@ -199,7 +203,7 @@ mod tests {
     use super::*;
 
     fn rule(rate: &str, burst: u32, nodelay: bool) -> RuleLimiter {
-        RuleLimiter::new(LimitRule { path: "/".into(), key: LimitKey::Ip, rate: rate.into(), burst, nodelay })
+        RuleLimiter::new(LimitRule { path: "/".into(), key: LimitKey::Ip, rate: rate.into(), burst, nodelay, delay: None })
             .unwrap()
     }
 
@@ -260,6 +264,7 @@ mod tests {
             rate: "1r/s".into(),
             burst: 0,
             nodelay: true,
+            delay: None,
         })
         .unwrap();
         assert!(q.applies("/queue/ev/status", "/queue/"));

@@ -58,6 +58,16 @@ enum Command {
         /// Config file.
         file: PathBuf,
     },
+    /// Print an nginx config's limit_req zones as [[edge.limits]] TOML (following include);
+    /// what cannot be carried over exactly is listed on stderr with file:line, and the exit
+    /// status is then 2.
+    NginxImport {
+        /// The nginx config (nginx.conf or a site file).
+        file: PathBuf,
+        /// The edge's config, for its user-header / user-cookie (maps $http_* / $cookie_* keys to user).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -70,6 +80,31 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
+        Command::NginxImport { file, config } => {
+            let (header, cookie) = match &config {
+                Some(c) => match load(c) {
+                    Ok(cfg) => (cfg.edge.user_header.clone(), cfg.edge.user_cookie.clone()),
+                    Err(e) => {
+                        eprintln!("{}: invalid\n{e}", c.display());
+                        return ExitCode::from(1);
+                    }
+                },
+                None => (None, None),
+            };
+            match wicket_edge::nginx_import::import(&file, header.as_deref(), cookie.as_deref()) {
+                Ok(found) => {
+                    print!("{}", found.toml(&file));
+                    for l in &found.left_out {
+                        eprintln!("not imported: {l}");
+                    }
+                    if found.left_out.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) }
+                }
+                Err(e) => {
+                    eprintln!("wicket nginx-import: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::CheckConfig { file } => match load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());

@@ -62,7 +62,14 @@ pub struct RequestCtx {
     /// seen so far.
     head_done: Option<Instant>,
     body_bytes: u64,
+    /// An nginx `auth_request` subrequest ([`AUTH_PATH`]): decide about the original request,
+    /// answer 204/401/403, never forward.
+    auth: bool,
 }
+
+/// The authorisation endpoint for nginx's `auth_request` (nginx-compat/): answered only to
+/// trusted proxies, about the request named by `X-Original-URI` and `X-Original-Method`.
+pub const AUTH_PATH: &str = "/wicket/auth";
 
 /// The `ProxyHttp` implementation.
 pub struct EdgeProxy {
@@ -80,12 +87,60 @@ impl EdgeProxy {
             st.blocklist.block_ip_for(ctx.ip, st.anomaly.block_for());
             st.metrics.anomalies.with_label_values(&[Tripped::ClientRejects.label()]).inc();
         }
+        if ctx.auth {
+            let mut h = r.render_auth();
+            for c in ctx.cookies.drain(..) {
+                h.append_header(header::SET_COOKIE, c)?;
+            }
+            send(session, h, Bytes::new()).await?;
+            return Ok(true);
+        }
         let (mut h, body) = r.render(wants_html(session));
         for c in ctx.cookies.drain(..) {
             h.append_header(header::SET_COOKIE, c)?;
         }
         send(session, h, body).await?;
         Ok(true)
+    }
+
+    /// The `auth_request` answer when the original request may pass: 204 with the verified
+    /// identity for `auth_request_set` and the cookies the edge sets.
+    async fn allow(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let mut h = ResponseHeader::build(204, Some(8))?;
+        if let Some((room, claims)) = &ctx.admitted {
+            h.insert_header("wicket-user", claims.sub.as_str())?;
+            h.insert_header("wicket-room", room.as_str())?;
+            h.insert_header("wicket-position", claims.pos.to_string())?;
+        } else if let Some(u) = &ctx.user {
+            h.insert_header("wicket-user", u.as_str())?;
+        }
+        if let Some(d) = &ctx.device {
+            h.insert_header("wicket-device", d.id())?;
+        }
+        h.insert_header(header::CACHE_CONTROL, "no-store")?;
+        for c in ctx.cookies.drain(..) {
+            h.append_header(header::SET_COOKIE, c)?;
+        }
+        session.write_response_header(Box::new(h), true).await?;
+        Ok(true)
+    }
+
+    /// Turns an `auth_request` subrequest into the request it asks about (method and canonical
+    /// path from `X-Original-Method` / `X-Original-URI`); the rest of the head (cookies, user
+    /// header, client address via `X-Forwarded-For`) is the original's, as nginx passes it.
+    fn become_original(&self, req: &mut RequestHeader) -> std::result::Result<(), Reject> {
+        let target = header_str(req, "x-original-uri").ok_or(Reject::BadRequest("X-Original-URI is required"))?.to_owned();
+        let method = header_str(req, "x-original-method").unwrap_or("GET");
+        let method = http::Method::from_bytes(method.as_bytes()).map_err(|_| Reject::BadRequest("bad X-Original-Method"))?;
+        let canonical = crate::path::canonical_target(&target).map_err(|e| Reject::BadRequest(e.message()))?;
+        let uri = match target.split_once('?') {
+            Some((_, q)) => format!("{canonical}?{q}"),
+            None => canonical.into_owned(),
+        };
+        let uri = http::Uri::try_from(uri).map_err(|_| Reject::BadRequest("bad X-Original-URI"))?;
+        req.set_uri(uri);
+        req.set_method(method);
+        Ok(())
     }
 
     /// Fills in user and device once.
@@ -446,6 +501,7 @@ impl ProxyHttp for EdgeProxy {
             tries: 0,
             head_done: None,
             body_bytes: 0,
+            auth: false,
         }
     }
 
@@ -481,6 +537,15 @@ impl ProxyHttp for EdgeProxy {
             return self.reject(session, ctx, Reject::BadRequest(e.message())).await;
         }
         let peer = session.client_addr().and_then(|a| a.as_inet()).map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
+        if session.req_header().uri.path() == AUTH_PATH {
+            if !st.client_ip.is_trusted(&st.client_ip.resolve_peer(peer)) {
+                return self.reject(session, ctx, Reject::NotFound).await;
+            }
+            ctx.auth = true;
+            if let Err(r) = self.become_original(session.req_header_mut()) {
+                return self.reject(session, ctx, r).await;
+            }
+        }
         ctx.ip = st.client_ip.resolve(peer, session.req_header());
         if st.blocklist.ip(&ctx.ip) {
             return self.reject(session, ctx, Reject::Blocked).await;
@@ -495,6 +560,9 @@ impl ProxyHttp for EdgeProxy {
             ctx.route = Route::Static;
             if let Err(r) = self.limits(session, ctx).await {
                 return self.reject(session, ctx, r).await;
+            }
+            if ctx.auth {
+                return self.allow(session, ctx).await;
             }
             let outcome = self.serve_static(session, &asset).await?;
             st.metrics.request(Route::Static, outcome);
@@ -521,6 +589,10 @@ impl ProxyHttp for EdgeProxy {
             return self.reject(session, ctx, r).await;
         }
 
+        if ctx.auth && (st.rooms.owns(session.req_header().uri.path()) || session.req_header().uri.path().starts_with("/wicket/")) {
+            // The queue's and the edge's own paths: nginx sends them to the edge itself.
+            return self.allow(session, ctx).await;
+        }
         if st.rooms.owns(session.req_header().uri.path()) {
             // The waiting room answers its rooms' paths and runs the room's bot check itself.
             let device = self.stable_device(ctx);
@@ -576,6 +648,9 @@ impl ProxyHttp for EdgeProxy {
                     return self.reject(session, ctx, Reject::NotAdmitted { room }).await;
                 }
             }
+            if ctx.auth {
+                return self.allow(session, ctx).await;
+            }
             // A protected file of the site: served from memory once admitted.
             let req = session.req_header();
             if (req.method == http::Method::GET || req.method == http::Method::HEAD)
@@ -587,6 +662,9 @@ impl ProxyHttp for EdgeProxy {
                 ctx.route = Route::Static;
                 return Ok(true);
             }
+        }
+        if ctx.auth {
+            return self.allow(session, ctx).await;
         }
         ctx.head_done = Some(Instant::now());
         Ok(false)

@@ -165,6 +165,27 @@ impl Reject {
         (h, body)
     }
 
+    /// The answer to nginx's `auth_request` subrequest (`/wicket/auth`): 401 with
+    /// `Wicket-Queue: /queue/<room>` when the visitor must queue, else 403 with the status the
+    /// edge itself would answer in `Wicket-Status` (and `Retry-After` when rate-limited). No body:
+    /// nginx passes only 401 and 403 on (anything else becomes 500), and its `error_page` sends
+    /// the original request to the edge, which answers it in full.
+    pub fn render_auth(&self) -> ResponseHeader {
+        let status = if matches!(self, Reject::NotAdmitted { .. }) { 401 } else { 403 };
+        let mut h = ResponseHeader::build(status, Some(5)).expect("static status");
+        let _ = h.insert_header("wicket-status", self.status().to_string());
+        let _ = h.insert_header("wicket-reason", self.reason());
+        if let Reject::NotAdmitted { room } = self {
+            let _ = h.insert_header("wicket-queue", format!("/queue/{room}"));
+        }
+        if let Reject::RateLimited { retry_after } = self {
+            let _ = h.insert_header(http::header::RETRY_AFTER, retry_secs(*retry_after));
+        }
+        let _ = h.insert_header(http::header::CACHE_CONTROL, "no-store");
+        let _ = h.insert_header(http::header::CONTENT_LENGTH, "0");
+        h
+    }
+
     fn page(&self) -> String {
         let (title, extra) = match self {
             Reject::RateLimited { retry_after } => (

@@ -1,0 +1,262 @@
+//! Wicket behind an nginx that a site keeps (nginx-compat/): a real nginx with the shipped
+//! snippets in front of a real edge and origin — the queue, admission and identity through
+//! `auth_request`; limits imported from an nginx config refusing what that nginx refuses; and
+//! `nginx -t` on the shipped files.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn compat_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../nginx-compat")
+}
+
+fn nginx_bin() -> &'static str {
+    ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("nginx")
+}
+
+/// A real nginx running `http_body` (inside `http { }`) on a port of its own.
+struct NginxWith {
+    addr: std::net::SocketAddr,
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for NginxWith {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn nginx_conf(dir: &Path, http_body: &str) -> PathBuf {
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
+         events {{ worker_connections 512; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n{http_body}\n}}\n"
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    path
+}
+
+fn start_nginx(port: u16, http_body: &str) -> NginxWith {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = nginx_conf(dir.path(), http_body);
+    let child = Command::new(nginx_bin())
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(&conf)
+        .arg("-e")
+        .arg(dir.path().join("error.log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx (scripts/test.sh installs it)");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "nginx did not start: {log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    NginxWith { addr, child, dir }
+}
+
+fn keys_dir() -> String {
+    format!("{}/../core/examples/keys", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A browser-ish client with a cookie jar.
+#[derive(Default)]
+struct Client {
+    jar: HashMap<String, String>,
+    user: String,
+}
+
+impl Client {
+    async fn send(&mut self, url: &str, extra: &[(&str, &str)]) -> Resp {
+        let cookie = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+        let mut h = extra.to_vec();
+        if !cookie.is_empty() {
+            h.push(("cookie", &cookie));
+        }
+        h.push(("x-user-id", &self.user));
+        h.push(("user-agent", "nginx-compat-test"));
+        h.push(("accept-language", "en"));
+        let r = request("GET", url, &h, b"").await;
+        for (k, v) in r.cookies() {
+            self.jar.insert(k, v);
+        }
+        r
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_queues_is_admitted_and_reaches_the_origin_through_nginx_auth_request() {
+    let origin = TestUpstream::start("origin").await;
+    let k = keys_dir();
+    let edge = TestEdge::start(&format!(
+        "user-header = \"x-user-id\"\ntrusted-proxies = [\"127.0.0.1\"]\n\
+         [[edge.limits]]\npath = \"/limited/\"\nkey = \"ip\"\nrate = \"1r/m\"\n\
+         [tokens]\nissuer = \"wicket\"\nsigning-kid = \"ed-1\"\n\
+         [[tokens.keys]]\nkid = \"ed-1\"\nalg = \"EdDSA\"\nprivate-key-file = \"{k}/demo-ed25519.pem\"\npublic-key-file = \"{k}/demo-ed25519.pub.pem\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 1000.0 }}\n"
+    ));
+    let compat = compat_dir().canonicalize().unwrap();
+    let port = free_port();
+    let nginx = start_nginx(
+        port,
+        &format!(
+            " upstream wicket_edge {{ server {}; keepalive 8; }}\n\
+             server {{\n  listen 127.0.0.1:{port};\n  include {c}/wicket.conf;\n\
+             location / {{\n   include {c}/wicket-protect.conf;\n   proxy_pass http://{};\n  }}\n }}",
+            edge.addr,
+            origin.addr,
+            c = compat.display()
+        ),
+    );
+    let url = |p: &str| format!("http://{}{p}", nginx.addr);
+    // Not admitted: a browser is sent to the queue, an app gets the edge's JSON naming it.
+    let mut fan = Client { user: "alice".into(), ..Client::default() };
+    let r = fan.send(&url("/buy/ev-1"), &[("accept", "text/html")]).await;
+    assert_eq!((r.status, r.header("location")), (302, Some("/queue/r1")), "{}", r.text());
+    let r = fan.send(&url("/buy/ev-1"), &[("accept", "application/json")]).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!((r.json()["error"].as_str(), r.json()["queue"].as_str()), (Some("forbidden"), Some("/queue/r1")));
+    // The queue page and its assets come from the edge through nginx.
+    let r = fan.send(&url("/queue/r1"), &[("accept", "text/html")]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("/static/queue.js"));
+    assert!(fan.jar.contains_key("wicket_q_r1"), "{:?}", fan.jar);
+    assert_eq!(fan.send(&url("/static/queue.js"), &[]).await.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let v: Value = fan.send(&url("/queue/r1/status"), &[("accept", "application/json")]).await.json();
+        if v["state"] == "admitted" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never admitted: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Admitted: the origin page, with the verified identity; a client's own copies are dropped.
+    let r = fan
+        .send(&url("/buy/ev-1/seat"), &[("wicket-room", "forged"), ("wicket-position", "0"), ("wicket-user", "mallory")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = r.json();
+    assert_eq!(seen["upstream"], "origin");
+    let h = &seen["headers"];
+    assert_eq!((h["wicket-user"].as_str(), h["wicket-room"].as_str(), h["wicket-position"].as_str()), (Some("alice"), Some("r1"), Some("1")), "{h}");
+    assert!(h["wicket-device"].as_str().is_some_and(|d| d.len() > 8), "{h}");
+    // Another fan with Alice's cookies but his own user id is not admitted on her token.
+    let mut bob = Client { jar: fan.jar.clone(), user: "bob".into() };
+    assert_eq!(bob.send(&url("/buy/ev-1"), &[("accept", "application/json")]).await.status, 403);
+    // Unprotected pages pass, spoofed identity removed.
+    let r = fan.send(&url("/about"), &[("wicket-room", "forged")]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.json()["headers"].get("wicket-room").is_none());
+    // The edge's limits apply through nginx, with the edge's own 429 and Retry-After.
+    assert_eq!(fan.send(&url("/limited/x"), &[]).await.status, 200);
+    let r = fan.send(&url("/limited/x"), &[("accept", "application/json")]).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.header("retry-after").is_some_and(|s| s.parse::<u64>().unwrap() >= 1));
+    // The auth endpoint answers only trusted proxies: from 127.0.0.2 (not trusted) it is not there.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut s = sock.connect(edge.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut s, b"GET /wicket/auth HTTP/1.1\r\nHost: x\r\nX-Original-URI: /buy/ev-1\r\nAccept: application/json\r\n\r\n")
+        .await
+        .unwrap();
+    let r = read_answer(&mut s).await.unwrap();
+    assert_eq!(r.status, 404, "{r:?}");
+    drop(nginx);
+}
+
+/// Counts 200s and 429s of a wave of `n` requests sent at once.
+async fn wave(url: &str, n: usize) -> (usize, usize) {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let u = url.to_owned();
+        tasks.push(tokio::spawn(async move { request("GET", &u, &[], b"").await.status }));
+    }
+    let mut counts = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => counts.0 += 1,
+            429 | 503 => counts.1 += 1,
+            s => panic!("unexpected {s} from {url}"),
+        }
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_limits_refuse_what_nginx_itself_refuses_on_the_same_trace() {
+    let site = tempfile::tempdir().unwrap();
+    for d in ["lim", "api"] {
+        std::fs::create_dir_all(site.path().join(d)).unwrap();
+        std::fs::write(site.path().join(d).join("index.html"), "ok\n").unwrap();
+    }
+    let port = free_port();
+    let limits = format!(
+        " limit_req_zone $binary_remote_addr zone=perip:1m rate=5r/s;\n limit_req_zone $binary_remote_addr zone=slow:1m rate=60r/m;\n\
+         limit_req_status 429;\n\
+         server {{\n  listen 127.0.0.1:{port};\n  root {};\n\
+         location /lim/ {{ limit_req zone=perip burst=3 nodelay; }}\n\
+         location /api/ {{ limit_req zone=slow burst=2 nodelay; }}\n }}",
+        site.path().display()
+    );
+    let nginx = start_nginx(port, &limits);
+    // Import the very config nginx runs.
+    let out = Command::new(env!("CARGO_BIN_EXE_wicket")).arg("nginx-import").arg(nginx.dir.path().join("nginx.conf")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let toml = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(toml.matches("[[edge.limits]]").count(), 2, "{toml}");
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!("origin = \"{}\"\n{toml}", origin.url()));
+    // The same trace to both: waves at 0 s, 0.5 s, 1.5 s and 3 s.
+    let mut starts = [0u64, 500, 1500, 3000].into_iter();
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    for at in starts.by_ref() {
+        tokio::time::sleep_until((t0 + Duration::from_millis(at)).into()).await;
+        for path in ["/lim/", "/api/"] {
+            let n = wave(&format!("http://{}{path}", nginx.addr), 10).await;
+            let e = wave(&edge.url(path), 10).await;
+            got.push((at, path, n, e));
+        }
+    }
+    for (at, path, n, e) in &got {
+        assert_eq!(n, e, "wave at {at} ms on {path}: nginx (passed, refused) {n:?}, edge {e:?}\nall: {got:?}");
+    }
+    assert!(got.iter().any(|(_, _, n, _)| n.1 > 0), "the trace must hit the limits: {got:?}");
+}
+
+#[test]
+fn nginx_accepts_the_shipped_snippets_and_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let wicket = dir.path().join("wicket");
+    std::fs::create_dir_all(&wicket).unwrap();
+    for f in ["wicket.conf", "wicket-protect.conf"] {
+        std::fs::copy(compat_dir().join(f), wicket.join(f)).unwrap();
+    }
+    std::fs::copy(compat_dir().join("example-site.conf"), dir.path().join("example-site.conf")).unwrap();
+    // The example listens on :80 as a site would; nginx -t only checks, it does not bind.
+    let conf = nginx_conf(dir.path(), " include example-site.conf;");
+    let out = Command::new(nginx_bin()).arg("-t").arg("-p").arg(dir.path()).arg("-c").arg(&conf).arg("-e").arg(dir.path().join("error.log")).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("test is successful"), "{text}");
+}
