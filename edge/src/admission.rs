@@ -45,6 +45,9 @@ pub enum AdmissionError {
 pub trait AdmissionCheck: Send + Sync {
     /// The token's claims when it admits to `rule` (its room and event).
     fn verify(&self, token: &str, rule: &ProtectedRule) -> Result<AdmissionClaims, AdmissionError>;
+
+    /// Forgets what expired (called by the edge's upkeep). Default: nothing.
+    fn prune(&self) {}
 }
 
 /// JWT verification against configured keys.
@@ -52,6 +55,32 @@ pub struct JwtAdmission {
     issuer: String,
     leeway: u64,
     keys: HashMap<String, (Algorithm, DecodingKey)>,
+    verified: VerifiedTokens,
+}
+
+/// Tokens that passed the full check, by a keyed 128-bit hash of (token, room, event), until
+/// their `exp`: an admitted fan sends the same token with every request, and the signature
+/// check and claim parsing were most of a protected request's cost. A token is immutable, so
+/// a hit needs only its expiry checked again; whether its session still runs is asked on every
+/// request by the caller ([`crate::room::Rooms::session_ok`]).
+struct VerifiedTokens {
+    keys: (std::hash::RandomState, std::hash::RandomState),
+    map: dashmap::DashMap<(u64, u64), AdmissionClaims>,
+}
+
+/// Most tokens remembered (about 150 bytes each); when full, the memory starts over.
+const VERIFIED_MAX: usize = 200_000;
+
+impl VerifiedTokens {
+    fn new() -> Self {
+        VerifiedTokens { keys: (std::hash::RandomState::new(), std::hash::RandomState::new()), map: dashmap::DashMap::new() }
+    }
+
+    fn key(&self, token: &str, rule: &ProtectedRule) -> (u64, u64) {
+        use std::hash::BuildHasher;
+        let parts = (token, rule.room.as_str(), rule.event.as_deref());
+        (self.keys.0.hash_one(parts), self.keys.1.hash_one(parts))
+    }
 }
 
 /// Longest lifetime of a token (API.md: `exp` ≤ 300 s after `iat`).
@@ -79,7 +108,7 @@ impl JwtAdmission {
             };
             keys.insert(k.kid.clone(), entry);
         }
-        Ok(JwtAdmission { issuer: tokens.issuer.clone(), leeway: tokens.leeway_seconds.min(10), keys })
+        Ok(JwtAdmission { issuer: tokens.issuer.clone(), leeway: tokens.leeway_seconds.min(10), keys, verified: VerifiedTokens::new() })
     }
 }
 
@@ -89,6 +118,38 @@ impl AdmissionCheck for JwtAdmission {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return Err(invalid("bad length"));
         }
+        let key = self.verified.key(token, rule);
+        if let Some(c) = self.verified.map.get(&key) {
+            if c.exp.saturating_add(self.leeway) > crate::bot::unix_now() {
+                return Ok(c.clone());
+            }
+            drop(c);
+            self.verified.map.remove(&key);
+            return Err(invalid("expired"));
+        }
+        let c = self.verify_full(token, rule)?;
+        if self.verified.map.len() >= VERIFIED_MAX {
+            self.verified.map.clear();
+        }
+        self.verified.map.insert(key, c.clone());
+        Ok(c)
+    }
+
+    fn prune(&self) {
+        let now = crate::bot::unix_now();
+        self.verified.map.retain(|_, c| c.exp.saturating_add(self.leeway) > now);
+    }
+}
+
+impl JwtAdmission {
+    /// Tokens remembered as verified (for tests and metrics).
+    pub fn remembered(&self) -> usize {
+        self.verified.map.len()
+    }
+
+    /// The whole check: header, signature, every claim.
+    fn verify_full(&self, token: &str, rule: &ProtectedRule) -> Result<AdmissionClaims, AdmissionError> {
+        let invalid = |m: &str| AdmissionError::Invalid(m.to_owned());
         if has_crit(token) {
             // RFC 7515 §4.1.11: extensions the verifier does not understand make the token invalid.
             return Err(invalid("crit header parameters are not supported"));
@@ -192,5 +253,56 @@ impl ProtectedPath {
     pub fn new(rule: ProtectedRule) -> Self {
         let cookie = format!("wicket_a_{}", rule.room);
         ProtectedPath { rule, cookie }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checker() -> JwtAdmission {
+        let text = "[tokens]\nissuer = \"wicket\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"hs-secret-for-admission-tests-0123456789\"\n";
+        let cfg = WicketConfig::from_toml_str(text).unwrap();
+        JwtAdmission::new(&cfg, cfg.tokens.as_ref().unwrap()).unwrap()
+    }
+
+    fn token(room: &str, exp_in: i64, secret: &str) -> String {
+        let now = crate::bot::unix_now() as i64;
+        let mut h = jsonwebtoken::Header::new(Algorithm::HS256);
+        h.typ = Some("admission+jwt".into());
+        h.kid = Some("hs-1".into());
+        let claims = serde_json::json!({"iss": "wicket", "aud": room, "sub": "fan", "jti": "0123456789abcdef01", "iat": now - 1,
+            "nbf": now - 1, "exp": now + exp_in, "room": room, "pos": 3});
+        jsonwebtoken::encode(&h, &claims, &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes())).unwrap()
+    }
+
+    fn rule(room: &str) -> ProtectedRule {
+        ProtectedRule { path: "/buy".into(), room: room.into(), event: None }
+    }
+
+    #[test]
+    fn remembered_tokens_still_meet_their_room_expiry_and_signature() {
+        let a = checker();
+        let t = token("r1", 60, "hs-secret-for-admission-tests-0123456789");
+        assert_eq!(a.verify(&t, &rule("r1")).unwrap().pos, 3);
+        assert_eq!(a.remembered(), 1);
+        assert_eq!(a.verify(&t, &rule("r1")).unwrap().sub, "fan", "a hit");
+        assert!(a.verify(&t, &rule("r2")).is_err(), "the same token for another room is checked in full, and refused");
+        let forged = token("r1", 60, "another-secret-entirely-0123456789abcdef");
+        assert!(a.verify(&forged, &rule("r1")).is_err());
+        let mut tampered = t.clone();
+        tampered.push('x');
+        assert!(a.verify(&tampered, &rule("r1")).is_err());
+        // An entry past its expiry (leeway included) is refused and forgotten.
+        let key = a.verified.key(&t, &rule("r1"));
+        a.verified.map.get_mut(&key).unwrap().exp = crate::bot::unix_now() - 11;
+        assert!(a.verify(&t, &rule("r1")).is_err());
+        assert!(a.verified.map.get(&key).is_none());
+        a.verify(&token("r1", 60, "hs-secret-for-admission-tests-0123456789"), &rule("r1")).unwrap();
+        for mut c in a.verified.map.iter_mut() {
+            c.exp = 0;
+        }
+        a.prune();
+        assert_eq!(a.remembered(), 0);
     }
 }

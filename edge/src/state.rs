@@ -243,6 +243,9 @@ impl EdgeState {
         self.anomaly.prune();
         self.blocklist.prune();
         self.bot.pow.prune(crate::bot::unix_now());
+        if let Some(a) = &self.admission {
+            a.prune();
+        }
         for (i, r) in self.limits.rules.iter().enumerate() {
             let key = match r.rule.key {
                 crate::config::LimitKey::Ip => "ip",
