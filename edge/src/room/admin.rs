@@ -110,13 +110,8 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             json_response(200, &room.stats())
         }
         (Method::POST, "resume") => {
-            let spec = room.spec();
-            let mode = match (spec.config.release.mode, spec.config.release.rate) {
-                (super::config::ReleaseModeConfig::Fixed, Some(r)) => ReleaseMode::Fixed(r),
-                _ => ReleaseMode::Auto,
-            };
-            room.set_mode(now, mode);
-            tracing::info!(room = %room.id, "admin: resume");
+            let mode = room.resume(now);
+            tracing::info!(room = %room.id, mode = ?mode, "admin: resume");
             json_response(200, &room.stats())
         }
         (Method::PUT, "release") => {

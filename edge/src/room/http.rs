@@ -312,6 +312,11 @@ async fn events(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, roo
     session.write_response_header(Box::new(h), false).await?;
     let started = Instant::now();
     let sub = q.sub().to_owned();
+    // The status is looked at every second and a frame sent when its state changed or the poll
+    // interval passed, so an operator's pause, resume or queue-all, a
+    // sale selling out or stock coming back reach every stream within a second.
+    let mut last: Option<(Phase, bool, bool)> = None;
+    let mut last_sent = Instant::now();
     loop {
         let frame = match st.rooms.status(room, &t, &sub).await {
             Ok(StatusOutcome::Status(mut s)) => {
@@ -327,12 +332,19 @@ async fn events(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, roo
         };
         let wait = Duration::from_millis(frame.poll_after_ms.min(5000));
         let done = matches!(frame.state, Phase::Admitted | Phase::Closed) || (frame.state == Phase::SoldOut && !frame.restock_possible);
-        let text = format!("data: {}\n\n", serde_json::to_string(&frame).unwrap_or_default());
-        session.write_response_body(Some(Bytes::from(text)), false).await?;
-        if done || started.elapsed() + wait > EVENTS_MAX {
+        // A change of state (or of "is anything being released") goes out at once; the place and
+        // the ETA at the poll interval.
+        let key = (frame.state, frame.restock_possible, frame.eta_seconds.is_none());
+        if done || last.as_ref() != Some(&key) || last_sent.elapsed() >= wait {
+            let text = format!("data: {}\n\n", serde_json::to_string(&frame).unwrap_or_default());
+            session.write_response_body(Some(Bytes::from(text)), false).await?;
+            last = Some(key);
+            last_sent = Instant::now();
+        }
+        if done || started.elapsed() + Duration::from_secs(1) > EVENTS_MAX {
             break;
         }
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     session.write_response_body(Some(Bytes::new()), true).await?;
     Ok(true)

@@ -31,7 +31,7 @@ pub mod ticket;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -65,9 +65,15 @@ pub struct Room {
     pub controller: Mutex<ReleaseController>,
     /// The core says the linked event is sold out.
     pub sold_out: AtomicBool,
-    /// The operator paused releases: the controller's mode, mirrored so status polls do not take the
-    /// controller's lock (kept by [`Room::set_mode`]).
-    paused: AtomicBool,
+    /// The operator holds releases: 0 no, [`HOLD_PAUSED`], [`HOLD_QUEUE_ALL`] — the controller's
+    /// mode, mirrored so status polls do not take the controller's lock (kept by [`Room::set_mode`]).
+    hold: AtomicU8,
+    /// The mode in force when the operator paused or queued everyone, which resume restores.
+    before_hold: Mutex<Option<ReleaseMode>>,
+    /// The linked core event's `opens_at` / `closes_at` (Unix s; `i64::MIN`: not known yet), read
+    /// by the release loop: the room never lets anyone in before its event opens.
+    core_opens_at: AtomicI64,
+    core_closes_at: AtomicI64,
     /// Sold out, but tickets sit in unpaid holds: they return to sale if those orders time out,
     /// so the queue keeps its places and releases resume when stock comes back.
     pub restock_possible: AtomicBool,
@@ -101,7 +107,10 @@ impl Room {
             state,
             controller: Mutex::new(controller),
             sold_out: AtomicBool::new(false),
-            paused: AtomicBool::new(false),
+            hold: AtomicU8::new(0),
+            before_hold: Mutex::new(None),
+            core_opens_at: AtomicI64::new(i64::MIN),
+            core_closes_at: AtomicI64::new(i64::MIN),
             restock_possible: AtomicBool::new(false),
             available: AtomicU64::new(u64::MAX),
             rate_milli: AtomicU64::new(0),
@@ -136,7 +145,8 @@ impl Room {
             c.set_bounds(unix_ms(), cfg.bounds);
             if spec.config.release.mode == ReleaseModeConfig::Fixed {
                 c.set_mode(unix_ms(), ReleaseMode::Fixed(spec.config.release.rate.unwrap_or(0.0)));
-                self.paused.store(false, Ordering::Relaxed);
+                self.hold.store(0, Ordering::Relaxed);
+                *self.before_hold.lock() = None;
             }
         }
         *self.spec.write() = Arc::new(spec);
@@ -165,16 +175,74 @@ impl Room {
         self.controller.lock().mode()
     }
 
-    /// Sets the operator's mode (admin pause, resume, queue-all, fixed rate).
+    /// Sets the operator's mode (admin pause, resume, queue-all, fixed rate). Pausing or queuing
+    /// everyone remembers the mode in force, for [`Room::resume`].
     pub fn set_mode(&self, now_ms: u64, mode: ReleaseMode) {
         let mut c = self.controller.lock();
+        let hold = |m: ReleaseMode| matches!(m, ReleaseMode::Paused | ReleaseMode::QueueAll);
+        let mut before = self.before_hold.lock();
+        if hold(mode) {
+            if !hold(c.mode()) {
+                *before = Some(c.mode());
+            }
+        } else {
+            *before = None;
+        }
         c.set_mode(now_ms, mode);
-        self.paused.store(mode == ReleaseMode::Paused, Ordering::Relaxed);
+        let flag = match mode {
+            ReleaseMode::Paused => HOLD_PAUSED,
+            ReleaseMode::QueueAll => HOLD_QUEUE_ALL,
+            _ => 0,
+        };
+        self.hold.store(flag, Ordering::Relaxed);
+    }
+
+    /// Ends a pause or queue-all: back to the mode in force before it (a fixed rate set at run
+    /// time included), else the room's configured mode. Returns the mode now in force.
+    pub fn resume(&self, now_ms: u64) -> ReleaseMode {
+        let remembered = self.before_hold.lock().take();
+        let mode = remembered.unwrap_or_else(|| {
+            let spec = self.spec();
+            match (spec.config.release.mode, spec.config.release.rate) {
+                (ReleaseModeConfig::Fixed, Some(r)) => ReleaseMode::Fixed(r),
+                _ => ReleaseMode::Auto,
+            }
+        });
+        self.set_mode(now_ms, mode);
+        mode
     }
 
     /// Whether the operator paused releases (lock-free: status polls read it).
     pub fn is_paused(&self) -> bool {
-        self.paused.load(Ordering::Relaxed)
+        self.hold.load(Ordering::Relaxed) == HOLD_PAUSED
+    }
+
+    /// Whether the operator queues everyone (nothing released; lock-free).
+    pub fn is_queue_all(&self) -> bool {
+        self.hold.load(Ordering::Relaxed) == HOLD_QUEUE_ALL
+    }
+
+    /// When the room lets people in: the later of its own `opens-at` and its core event's
+    /// `opens_at`, the earlier of the two closing times (Unix s).
+    pub fn window(&self, spec: &RoomSpec) -> (Option<i64>, Option<i64>) {
+        let known = |v: i64| (v != i64::MIN).then_some(v);
+        let core_open = known(self.core_opens_at.load(Ordering::Relaxed));
+        let core_close = known(self.core_closes_at.load(Ordering::Relaxed));
+        let opens = match (spec.opens_at, core_open) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let closes = match (spec.closes_at, core_close) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (opens, closes)
+    }
+
+    /// Records the core event's schedule (the release loop's poll of `GET /v1/events/{event}`).
+    pub fn set_core_window(&self, opens_at: Option<i64>, closes_at: Option<i64>) {
+        self.core_opens_at.store(opens_at.unwrap_or(i64::MIN), Ordering::Relaxed);
+        self.core_closes_at.store(closes_at.unwrap_or(i64::MIN), Ordering::Relaxed);
     }
 
     /// Where `position` (join order) stands in admission order.
@@ -211,6 +279,11 @@ impl Room {
         })
     }
 }
+
+/// [`Room::is_paused`].
+const HOLD_PAUSED: u8 = 1;
+/// [`Room::is_queue_all`].
+const HOLD_QUEUE_ALL: u8 = 2;
 
 /// The controller settings of a room.
 pub fn controller_config(spec: &RoomSpec) -> ControllerConfig {
@@ -270,6 +343,9 @@ pub struct Status {
     /// Seconds the token is valid (admitted only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_seconds: Option<u64>,
+    /// `not_open` only: when the room opens (RFC 3339), for a countdown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opens_at: Option<String>,
     /// `sold_out` only: tickets in unpaid orders may still return to sale; the place is kept and
     /// the queue moves on when they do.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -409,6 +485,11 @@ pub fn validate(cfg: &WicketConfig) -> Vec<ConfigIssue> {
         }
     }
     out
+}
+
+/// Unix seconds as RFC 3339.
+fn rfc3339(t: i64) -> Option<String> {
+    time::OffsetDateTime::from_unix_timestamp(t).ok()?.format(&time::format_description::well_known::Rfc3339).ok()
 }
 
 fn jitter(ms: u64) -> u64 {
@@ -579,7 +660,8 @@ impl Rooms {
     pub async fn join(&self, room: &Room, sub: &str, device: &str) -> Result<QueueTicket, StateError> {
         let now_s = unix_ms() / 1000;
         let spec = room.spec();
-        let open = spec.opens_at.is_none_or(|o| now_s as i64 >= o);
+        let (opens_at, _) = room.window(&spec);
+        let open = opens_at.is_none_or(|o| now_s as i64 >= o);
         let (position, fresh) = room.state.join(self.who(&room.id, sub), open).await?;
         if fresh {
             room.joins.fetch_add(1, Ordering::Relaxed);
@@ -643,9 +725,11 @@ impl Rooms {
             token: None,
             redirect: None,
             token_seconds: None,
+            opens_at: None,
             restock_possible: false,
         };
-        if spec.closes_at.is_some_and(|c| now_s >= c) {
+        let (opens_at, closes_at) = room.window(spec);
+        if closes_at.is_some_and(|c| now_s >= c) {
             s.state = Phase::Closed;
             s.poll_after_ms = jitter(60_000);
             return Peek::Answer(s);
@@ -656,13 +740,14 @@ impl Rooms {
             s.poll_after_ms = jitter(30_000);
             return Peek::Answer(s);
         }
-        if spec.opens_at.is_some_and(|o| now_s < o) {
+        if opens_at.is_some_and(|o| now_s < o) {
             s.state = Phase::NotOpen;
             if spec.config.method == QueueMethod::Fifo {
                 s.position = Some(t.position);
                 s.ahead = Some(t.position - 1);
             }
-            let until_open = spec.opens_at.map_or(0, |o| (o - now_s).max(0) as u64);
+            s.opens_at = opens_at.and_then(rfc3339);
+            let until_open = opens_at.map_or(0, |o| (o - now_s).max(0) as u64);
             s.poll_after_ms = jitter((until_open * 1000 / 4).clamp(1000, 30_000));
             return Peek::Answer(s);
         }
@@ -689,9 +774,11 @@ impl Rooms {
         }
         let ahead = pos - c.serving - 1;
         s.ahead = Some(ahead);
-        if room.is_paused() {
-            s.state = Phase::Paused;
-            s.poll_after_ms = jitter(10_000);
+        if room.is_paused() || room.is_queue_all() {
+            // Nothing is released until the operator resumes: no ETA ("unknown"), and an answer
+            // soon, so a resume reaches every fan within 5 s.
+            s.state = if room.is_paused() { Phase::Paused } else { Phase::Waiting };
+            s.poll_after_ms = jitter(4000);
             return Peek::Answer(s);
         }
         let base = if measured > 0.0 { measured } else { rate };

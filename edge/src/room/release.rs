@@ -51,8 +51,9 @@ impl Rooms {
         room.leader.store(leader, Ordering::Relaxed);
         let mut c = room.state.refresh().await?;
         let now_s = (now_ms / 1000) as i64;
-        let open = spec.opens_at.is_none_or(|o| now_s >= o);
-        let closed = spec.closes_at.is_some_and(|t| now_s >= t);
+        let (opens_at, closes_at) = room.window(&spec);
+        let open = opens_at.is_none_or(|o| now_s >= o);
+        let closed = closes_at.is_some_and(|t| now_s >= t);
         if open && leader && spec.config.method == QueueMethod::Random && c.prequeue.is_none() {
             room.state.freeze().await?;
             c = room.state.refresh().await?;
@@ -150,6 +151,13 @@ impl Rooms {
     pub async fn poll_core(&self, core: SocketAddr) {
         for room in self.all() {
             let event = room.spec().config.event.clone();
+            // The event's schedule: the room never admits before it opens.
+            if let Some((200, body)) = http_get(core, &format!("/v1/events/{event}")).await
+                && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
+            {
+                let t = |k: &str| v.get(k).and_then(|x| x.as_str()).and_then(super::config::parse_time);
+                room.set_core_window(t("opens_at"), t("closes_at"));
+            }
             if let Some((200, body)) = http_get(core, &format!("/v1/events/{event}/stock")).await
                 && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
                 && let Some(stock) = Stock::read(&v)

@@ -227,7 +227,16 @@ impl TestEdge {
 
     /// Like [`TestEdge::start`], with more files in `site-dir` (relative path, contents).
     pub fn start_with_files(edge_extra: &str, files: &[(&str, &[u8])]) -> Self {
+        Self::start_full("", edge_extra, files, &[])
+    }
+
+    /// The general form: `top` (top-level keys: the embedded core's) before `[edge]`, files in
+    /// `site-dir`, and files beside the config (event files).
+    pub fn start_full(top: &str, edge_extra: &str, files: &[(&str, &[u8])], beside: &[(&str, &[u8])]) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        for (path, body) in beside {
+            std::fs::write(dir.path().join(path), body).unwrap();
+        }
         let site = dir.path().join("site");
         std::fs::create_dir_all(site.join("img")).unwrap();
         std::fs::write(site.join("index.html"), detail_page()).unwrap();
@@ -241,7 +250,7 @@ impl TestEdge {
         let port = free_port();
         let admin_port = free_port();
         let text = format!(
-            "[edge]\nlisten = \"127.0.0.1:{port}\"\nadmin-listen = \"127.0.0.1:{admin_port}\"\n\
+            "{top}\n[edge]\nlisten = \"127.0.0.1:{port}\"\nadmin-listen = \"127.0.0.1:{admin_port}\"\n\
              admin-token = \"{ADMIN_TOKEN}\"\nsecret = \"{SECRET}\"\nsite-dir = \"site\"\n\
              shutdown-grace-seconds = 1\nthreads = 2\n{edge_extra}\n"
         );

@@ -1,0 +1,142 @@
+//! The operator's controls and the room's schedule, end to end (issue #11): resume restores the
+//! mode in force before a pause, pause and queue-all tell fans "unknown" and reach them within
+//! seconds (polls) or a second (server-sent events), and a room linked to a core event never
+//! lets anyone in before the event opens.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn tokens() -> String {
+    format!("[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n")
+}
+
+async fn status(edge: &TestEdge, cookie: &str, user: &str, room: &str) -> Value {
+    let r = request(
+        "GET",
+        &edge.url(&format!("/queue/{room}/status")),
+        &[("cookie", cookie), ("x-user-id", user), ("accept", "application/json")],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// Joins `room` as `user`; returns the cookie header to poll with.
+async fn join(edge: &TestEdge, user: &str, room: &str) -> String {
+    let r = request("GET", &edge.url(&format!("/queue/{room}")), &[("x-user-id", user), ("accept", "application/json")], b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.cookies().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_queue_all_do_what_they_say_and_reach_fans_quickly() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\nuser-header = \"x-user-id\"\n{}\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n",
+        origin.url(),
+        tokens()
+    ));
+    // Two fans in line; the operator sets a fixed rate at run time that still lets nobody in
+    // soon (0.01/s), then pauses and resumes: the run-time rate comes back, not the config's.
+    let first = join(&edge, "u1", "r1").await;
+    let second = join(&edge, "u2", "r1").await;
+    let r = edge.admin("PUT", "/admin/rooms/r1/release", r#"{"mode":"fixed","rate":0.01}"#).await;
+    assert_eq!(r.json()["mode"], json!({"fixed": 0.01}));
+    assert_eq!(edge.admin("POST", "/admin/rooms/r1/pause", "").await.json()["mode"], "paused");
+    let v = status(&edge, &second, "u2", "r1").await;
+    assert_eq!(v["state"], "paused", "{v}");
+    assert!(v["eta_seconds"].is_null(), "paused: the wait is unknown: {v}");
+    assert!(v["poll_after_ms"].as_u64().unwrap() <= 5000, "a resume must reach pollers within 5 s: {v}");
+    assert_eq!(edge.admin("POST", "/admin/rooms/r1/resume", "").await.json()["mode"], json!({"fixed": 0.01}));
+    // Queue-all: waiting, nothing released, no ETA; resume from it restores the run-time rate too.
+    assert_eq!(edge.admin("POST", "/admin/rooms/r1/queue-all", "").await.json()["mode"], "queue_all");
+    for (cookie, user) in [(&first, "u1"), (&second, "u2")] {
+        let v = status(&edge, cookie, user, "r1").await;
+        assert_eq!(v["state"], "waiting", "{v}");
+        assert!(v["eta_seconds"].is_null(), "queue-all: nothing is released, the wait is unknown: {v}");
+        assert!(v["poll_after_ms"].as_u64().unwrap() <= 5000, "{v}");
+    }
+    // Pause while queued-all, then resume: back to the mode before the first hold.
+    edge.admin("POST", "/admin/rooms/r1/pause", "").await;
+    assert_eq!(edge.admin("POST", "/admin/rooms/r1/resume", "").await.json()["mode"], json!({"fixed": 0.01}));
+
+    // Server-sent events: a pause and a resume reach an open stream within about a second.
+    edge.admin("POST", "/admin/rooms/r1/pause", "").await;
+    let mut s = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+    s.write_all(format!("GET /queue/r1/events HTTP/1.1\r\nHost: x\r\nX-User-Id: u2\r\nCookie: {second}\r\n\r\n").as_bytes()).await.unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 8192];
+    let frames = |seen: &str| seen.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str::<Value>(d).unwrap()).collect::<Vec<_>>();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !frames(&seen).iter().any(|f| f["state"] == "paused") {
+        assert!(Instant::now() < deadline, "no paused frame: {seen}");
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    edge.admin("POST", "/admin/rooms/r1/resume", "").await;
+    let resumed = Instant::now();
+    while !frames(&seen).last().is_some_and(|f| f["state"] == "waiting") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(resumed.elapsed() < Duration::from_millis(1600), "the resume took {:?} to reach the stream", resumed.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_never_admits_before_its_core_event_opens_and_counts_down_to_it() {
+    let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
+    let now = time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
+    let opens = now + time::Duration::seconds(4);
+    let event = json!({
+        "name": "Opens in four seconds", "opens_at": fmt(opens), "closes_at": fmt(now + time::Duration::hours(2)),
+        "hold_seconds": 900, "pools": [{"id": "park", "capacity": 100}],
+        "skus": [{"id": "park", "pools": ["park"], "price_cents": 100}], "limits": [{"dimension": "user", "max": 1}]
+    });
+    let core_port = free_port();
+    let top = format!(
+        "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"embedded\"\nevent-files = [\"ev-1.json\"]\n\
+         [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
+    );
+    // The room has no schedule of its own and would release 1000/s.
+    let edge = TestEdge::start_full(
+        &top,
+        &format!(
+            "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
+             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 1000.0 }}\n",
+            tokens()
+        ),
+        &[],
+        &[("ev-1.json", event.to_string().as_bytes())],
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cookie = join(&edge, "fan", "r1").await;
+    let v = status(&edge, &cookie, "fan", "r1").await;
+    assert_eq!(v["state"], "not_open", "{v}");
+    assert_eq!(v["opens_at"], fmt(opens), "a countdown to the event's opening: {v}");
+    // Polled until admitted: never before the event opens, and the hold then succeeds.
+    let token = loop {
+        let v = status(&edge, &cookie, "fan", "r1").await;
+        if v["state"] == "admitted" {
+            assert!(time::OffsetDateTime::now_utc() >= opens, "admitted before the event opened: {v}");
+            break v["token"].as_str().unwrap().to_owned();
+        }
+        assert!(time::OffsetDateTime::now_utc() < opens + time::Duration::seconds(10), "never admitted: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let body = json!({"sku": "park", "qty": 1, "idempotency_key": "k-1", "identity": {"phone": "13800000000"}}).to_string();
+    let r = request(
+        "POST",
+        &edge.url("/v1/events/ev-1/holds"),
+        &[("authorization", &format!("Bearer {token}")), ("content-type", "application/json")],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+}
