@@ -140,3 +140,87 @@ async fn a_room_never_admits_before_its_core_event_opens_and_counts_down_to_it()
     .await;
     assert_eq!(r.status, 201, "{}", r.text());
 }
+
+/// One fan of a light sale, as the queue page does it: joins, follows the server-sent events
+/// until admitted, takes the token from the queue, holds once. Returns the seconds from the start
+/// to the admission.
+async fn light_fan(edge: std::net::SocketAddr, user: String, t0: Instant) -> f64 {
+    let base = format!("http://{edge}");
+    let join = request("GET", &format!("{base}/queue/r1"), &[("x-user-id", &user), ("accept", "application/json")], b"").await;
+    assert_eq!(join.status, 200, "{}", join.text());
+    let cookie = join.cookies().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    if join.json()["state"] != "admitted" {
+        let mut s = tokio::net::TcpStream::connect(edge).await.unwrap();
+        s.write_all(format!("GET /queue/r1/events HTTP/1.1\r\nHost: x\r\nX-User-Id: {user}\r\nCookie: {cookie}\r\n\r\n").as_bytes()).await.unwrap();
+        let mut seen = String::new();
+        let mut buf = [0u8; 4096];
+        while !seen.contains("\"state\":\"admitted\"") {
+            assert!(t0.elapsed() < Duration::from_secs(90), "{user} never admitted: {seen}");
+            let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf)).await.expect("a frame").unwrap();
+            assert!(n > 0, "{user}: the stream ended: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    let admitted = t0.elapsed().as_secs_f64();
+    let v = request("GET", &format!("{base}/queue/r1"), &[("cookie", &cookie), ("x-user-id", &user), ("accept", "application/json")], b"").await.json();
+    let token = v["token"].as_str().unwrap_or_else(|| panic!("{user}: {v}")).to_owned();
+    let body = json!({"sku": "park", "qty": 1, "idempotency_key": format!("k-{user}"), "identity": {}}).to_string();
+    let r = request("POST", &format!("{base}/v1/events/ev-1/holds"), &[("authorization", &format!("Bearer {token}")), ("content-type", "application/json")], body.as_bytes()).await;
+    assert_eq!(r.status, 201, "{user}: {}", r.text());
+    admitted
+}
+
+/// A light sale (300 fans joining within two seconds, each holding once, an idle core): with a
+/// cautious release (start 2/s, min 1/s) every fan is in within 30 s, with the defaults within
+/// 10 s — light load is not thin metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_light_sale_lets_every_fan_in_quickly_even_with_a_cautious_start() {
+    let cases = [("release = { mode = \"auto\", start = 2.0, min = 1.0, max = 50.0 }", 30.0, 2.0, 1.0), ("", 10.0, 50.0, 5.0)];
+    for (release, limit, start, min) in cases {
+        let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
+        let now = time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
+        let event = json!({
+            "name": "A quiet sale", "opens_at": fmt(now - time::Duration::minutes(1)), "closes_at": fmt(now + time::Duration::hours(2)),
+            "hold_seconds": 900, "pools": [{"id": "park", "capacity": 1000}],
+            "skus": [{"id": "park", "pools": ["park"], "price_cents": 100}], "limits": []
+        });
+        let top = format!(
+            "listen = \"127.0.0.1:{}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"embedded\"\nevent-files = [\"ev-1.json\"]\n\
+             [payment]\ncallback-secret = \"callback-secret-0123456789\"\n",
+            free_port()
+        );
+        let edge = TestEdge::start_full(
+            &top,
+            &format!(
+                "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
+                 [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n{release}\n",
+                tokens()
+            ),
+            &[],
+            &[("ev-1.json", event.to_string().as_bytes())],
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let t0 = Instant::now();
+        let mut fans = Vec::new();
+        for i in 0..300u64 {
+            let addr = edge.addr;
+            fans.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(i * 2000 / 300)).await;
+                light_fan(addr, format!("fan-{i}"), t0).await
+            }));
+        }
+        let mut last: f64 = 0.0;
+        for f in fans {
+            last = last.max(f.await.unwrap());
+        }
+        let stats = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
+        eprintln!("{release:?}: the last of 300 fans admitted after {last:.1} s; decision {}", stats["decision"]);
+        // bench/low-load/run.sh reads the figures from here (a release build of this same test).
+        if let Ok(out) = std::env::var("WICKET_LOW_LOAD_OUT") {
+            let line = json!({"fans": 300, "seconds_to_admit_all": (last * 10.0).round() / 10.0, "start": start, "min": min, "limit_s": limit});
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(out).unwrap();
+            std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()).unwrap();
+        }
+        assert!(last <= limit, "{release:?}: the last fan waited {last:.1} s (limit {limit} s); {}", stats["decision"]);
+    }
+}

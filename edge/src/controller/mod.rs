@@ -398,6 +398,12 @@ pub struct TickInput {
     pub sold_out: bool,
 }
 
+/// Light load: the budget doubles once this share of it is in use (as much as any growth asks:
+/// doubling sooner overshoots a big sale's cold start, where the first seconds look light too)...
+const LIGHT_FILL: f64 = 0.95;
+/// ...up to this multiple of the occupancy (doubling per interval, as slow start does).
+const LIGHT_LEAD: f64 = 2.0;
+
 /// Why the tick chose its rate. JSON: the same snake_case name as [`Reason::as_str`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -422,8 +428,12 @@ pub enum Reason {
     Confirming,
     /// Metrics too old: the budget is held.
     StaleMetrics,
-    /// Too few requests in the window: the budget is held.
+    /// Too few requests in the window and some of them slow or failing: the budget is held.
     ThinMetrics,
+    /// Light load: few requests, all fast and none failing, and the budget in use: the budget
+    /// doubles each tick (at most twice the occupancy, never past the level where pressure last
+    /// appeared), as slow start would.
+    LightLoad,
     /// Under target but the occupancy does not fill the budget: the budget is held.
     BudgetUnfilled,
     /// Slow start: the budget grows geometrically.
@@ -453,6 +463,7 @@ impl Reason {
             Reason::Confirming => "confirming",
             Reason::StaleMetrics => "stale_metrics",
             Reason::ThinMetrics => "thin_metrics",
+            Reason::LightLoad => "light_load",
             Reason::BudgetUnfilled => "budget_unfilled",
             Reason::SlowStart => "slow_start",
             Reason::SlowStartExit => "slow_start_exit",
@@ -808,8 +819,26 @@ impl ReleaseController {
             }
         } else if stale {
             Reason::StaleMetrics
-        } else if !enough || pressure.is_none() {
+        } else if pressure.is_none() {
             Reason::ThinMetrics
+        } else if !enough {
+            // Few requests. Light is not thin: when the few are all fast (pressure well under the
+            // slow-start exit) and none failed, the core is idle, not unmeasured — grow as slow
+            // start does, doubling while the occupancy fills the budget. Anything slow or failing
+            // among the few: hold.
+            let x = pressure.unwrap_or(f64::INFINITY);
+            if x > cfg.slow_start_exit_pressure || err > 0.0 {
+                Reason::ThinMetrics
+            } else if in_cooldown {
+                Reason::CoolDown
+            } else if occ < LIGHT_FILL * self.budget || self.budget >= self.ssthresh {
+                // Not in use enough — or already at a level where pressure once appeared (ssthresh):
+                // past it only real measurements may grow the budget.
+                Reason::BudgetUnfilled
+            } else {
+                self.budget = (self.budget * 2.0).min(occ.max(1.0) * LIGHT_LEAD).min(self.ssthresh).max(self.budget);
+                Reason::LightLoad
+            }
         } else if in_cooldown {
             Reason::CoolDown
         } else if occ < cfg.near_fraction * self.budget || measured_occ.is_none() {
@@ -1090,6 +1119,39 @@ mod tests {
     }
 
     #[test]
+    fn light_load_grows_like_slow_start_and_thin_or_failing_does_not() {
+        // A cautious room (start 2/s: budget 20) at an idle core: few requests, all fast.
+        let cfg = ControllerConfig::for_room(100.0, 2.0, Bounds { min_rate: 1.0, max_rate: 50.0, total_active_max: None });
+        let mut c = ReleaseController::new(cfg.clone());
+        let light = |now_ms: u64, occupancy: f64| TickInput { samples: 6, p99_ms: Some(3.5), utilisation: Some(0.0), exits_per_s: 0.0, ..calm(now_ms, occupancy) };
+        // The budget not in use yet: held.
+        let d = c.tick(&light(0, 5.0));
+        assert_eq!((d.reason, d.budget), (Reason::BudgetUnfilled, 20.0));
+        // In use: it doubles each tick, never past twice the occupancy.
+        let d = c.tick(&light(1000, 20.0));
+        assert_eq!((d.reason, d.budget), (Reason::LightLoad, 40.0));
+        let d = c.tick(&light(2000, 39.0));
+        assert_eq!((d.reason, d.budget), (Reason::LightLoad, 78.0), "twice the occupancy at most");
+        let d = c.tick(&light(3000, 78.0));
+        assert_eq!((d.reason, d.budget), (Reason::LightLoad, 156.0));
+        assert!(d.rate > 1.0, "the release follows: {d:?}");
+        // One failure among the few, or slow ones: held.
+        let mut failing = light(5000, 156.0);
+        failing.error_fraction = 1.0 / 6.0;
+        assert_ne!(c.tick(&failing).reason, Reason::LightLoad);
+        let mut c = ReleaseController::new(cfg);
+        let mut slow = light(0, 20.0);
+        slow.p99_ms = Some(70.0);
+        let d = c.tick(&slow);
+        assert_eq!((d.reason, d.budget), (Reason::ThinMetrics, 20.0));
+        // No measurement at all (no latency, no utilisation): thin, held.
+        let mut none = light(1000, 20.0);
+        none.p99_ms = None;
+        none.utilisation = None;
+        assert_eq!(c.tick(&none).reason, Reason::ThinMetrics);
+    }
+
+    #[test]
     fn stale_or_thin_metrics_never_grow() {
         let mut c = ReleaseController::new(ControllerConfig::default());
         let mut t = calm(0, 500.0);
@@ -1100,8 +1162,10 @@ mod tests {
             assert_eq!(d.reason, Reason::StaleMetrics);
             assert_eq!(d.budget, 500.0);
         }
+        // Few requests, and slow ones: thin, held.
         let mut t = calm(31_000, 500.0);
         t.samples = 10;
+        t.p99_ms = Some(80.0);
         let d = c.tick(&t);
         assert_eq!(d.reason, Reason::ThinMetrics);
         assert_eq!(d.budget, 500.0);

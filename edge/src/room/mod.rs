@@ -785,8 +785,11 @@ impl Rooms {
         if base > 0.0 {
             let eta = (ahead + 1) as f64 / base;
             s.eta_seconds = Some(Eta { low: (eta * 0.8).floor() as u64, high: (eta * 1.3).ceil() as u64 + 1 });
-            // About ten polls on the way to the front, never faster than 1/s nor slower than 1/30 s.
-            s.poll_after_ms = jitter(((eta * 100.0) as u64).clamp(1000, 30_000));
+            // About ten polls on the way to the front, never faster than 1/s nor slower than 1/30 s
+            // — 1/5 s for the last thousand places, so a release that speeds up (the ETA was made
+            // at the old rate) reaches them in seconds.
+            let slowest = if ahead < 1000 { 5000 } else { 30_000 };
+            s.poll_after_ms = jitter(((eta * 100.0) as u64).clamp(1000, slowest));
         } else {
             s.poll_after_ms = jitter(if ahead < 100 { 2000 } else { 10_000 });
         }
