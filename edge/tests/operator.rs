@@ -222,5 +222,21 @@ async fn a_light_sale_lets_every_fan_in_quickly_even_with_a_cautious_start() {
             std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()).unwrap();
         }
         assert!(last <= limit, "{release:?}: the last fan waited {last:.1} s (limit {limit} s); {}", stats["decision"]);
+        // What an operator needs to trust the controller is in the stats.
+        let core = &stats["core"];
+        assert_eq!(core["p99_target_ms"], 100.0, "{stats}");
+        assert!(core["p99_ms_edge"].as_f64().is_some_and(|p| p < 100.0), "{stats}");
+        assert!(core["error_fraction"].as_f64() == Some(0.0) && core["samples"].as_u64().is_some(), "{stats}");
+        assert!(stats["budget"].as_f64().is_some_and(|b| b >= 300.0) && stats["active"].as_u64().is_some_and(|a| a >= 250), "{stats}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let s = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
+            if s["core"]["p99_ms_core"].as_f64().is_some() || Instant::now() > deadline {
+                assert!(s["core"]["p99_ms_core"].as_f64().is_some_and(|p| p <= 100.0), "the core's own P99: {s}");
+                break;
+            }
+            request("GET", &edge.url("/v1/events/ev-1"), &[], b"").await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
     }
 }

@@ -90,6 +90,10 @@ pub struct Room {
     pub leader: AtomicBool,
     /// The last tick's decision, for stats.
     pub last_decision: Mutex<Option<Decision>>,
+    /// What the last tick saw (for the stats).
+    pub last_input: Mutex<Option<crate::controller::TickInput>>,
+    /// The core's own P99 between the last two reads of its /metrics, µs (`u64::MAX`: none).
+    pub core_p99_us: AtomicU64,
     /// Joins and admissions on this edge (stats).
     pub joins: AtomicU64,
     /// Admission tokens issued on this edge.
@@ -118,6 +122,8 @@ impl Room {
             active: AtomicU64::new(0),
             leader: AtomicBool::new(false),
             last_decision: Mutex::new(None),
+            last_input: Mutex::new(None),
+            core_p99_us: AtomicU64::new(u64::MAX),
             joins: AtomicU64::new(0),
             admissions: AtomicU64::new(0),
             book: Mutex::new(release::ReleaseBook::default()),
@@ -257,7 +263,20 @@ impl Room {
     pub fn stats(&self) -> serde_json::Value {
         let c = self.state.counters();
         let d = *self.last_decision.lock();
+        let input = *self.last_input.lock();
+        let spec = self.spec();
+        let round = |x: f64| (x * 1000.0).round() / 1000.0;
         json!({
+            "core": {
+                "p99_target_ms": spec.config.release.p99_target_ms,
+                "p99_ms_edge": input.and_then(|i| i.p99_ms).map(round),
+                "p99_ms_core": Some(self.core_p99_us.load(Ordering::Relaxed)).filter(|v| *v != u64::MAX).map(|us| us as f64 / 1000.0),
+                "samples": input.map(|i| i.samples),
+                "error_fraction": input.map(|i| round(i.error_fraction)),
+                "utilisation": input.and_then(|i| i.utilisation).map(round),
+                "metrics_age_ms": input.map(|i| i.metrics_age_ms),
+            },
+            "budget": d.map(|d| d.budget),
             "room": self.id,
             "event": self.spec().config.event,
             "mode": self.mode(),
@@ -393,6 +412,8 @@ pub struct Rooms {
     pub latency_updated_ms: AtomicU64,
     /// Core utilisation from its /metrics × 1000, and when it was read (Unix ms).
     pub core_util_milli: AtomicU64,
+    /// The core's latency histogram at the last read (see `release::latency_buckets`).
+    pub core_buckets: Mutex<Vec<(f64, f64)>>,
     /// See `core_util_milli`.
     pub core_util_at_ms: AtomicU64,
     /// Where new rooms keep their state.
@@ -509,6 +530,7 @@ impl Rooms {
             latency: Arc::new(new_latency_window()),
             latency_updated_ms: AtomicU64::new(0),
             core_util_milli: AtomicU64::new(u64::MAX),
+            core_buckets: Mutex::new(Vec::new()),
             core_util_at_ms: AtomicU64::new(0),
             backend,
             node: hex::encode(rand::random::<[u8; 8]>()),

@@ -90,6 +90,7 @@ impl Rooms {
             tracing::info!(room = %room.id, event = %serde_json::to_string(&e).unwrap_or_default(), "release controller");
         }
         *room.last_decision.lock() = Some(decision);
+        *room.last_input.lock() = Some(input);
         let releasing = open && !closed && !sold_out;
         let rate = if releasing { decision.rate } else { 0.0 };
         room.set_release_rate(rate);
@@ -169,11 +170,21 @@ impl Rooms {
                 }
             }
         }
-        if let Some((200, body)) = http_get(core, "/metrics").await
-            && let Some(u) = utilisation(&String::from_utf8_lossy(&body))
-        {
-            self.core_util_milli.store((u * 1000.0) as u64, Ordering::Relaxed);
-            self.core_util_at_ms.store(unix_ms(), Ordering::Relaxed);
+        if let Some((200, body)) = http_get(core, "/metrics").await {
+            let text = String::from_utf8_lossy(&body);
+            if let Some(u) = utilisation(&text) {
+                self.core_util_milli.store((u * 1000.0) as u64, Ordering::Relaxed);
+                self.core_util_at_ms.store(unix_ms(), Ordering::Relaxed);
+            }
+            // The core's own P99 since the last poll, for the stats next to the edge's.
+            let now = latency_buckets(&text);
+            let mut prev = self.core_buckets.lock();
+            let p99 = p99_between(&prev, &now);
+            *prev = now;
+            drop(prev);
+            for room in self.all() {
+                room.core_p99_us.store(p99.map_or(u64::MAX, |ms| (ms * 1000.0) as u64), Ordering::Relaxed);
+            }
         }
     }
 }
@@ -201,6 +212,40 @@ impl Stock {
             .map_or(0, |pools| pools.values().filter_map(|p| p.get("held")?.as_u64()).sum());
         Some(Stock { sold_out, available, held })
     }
+}
+
+/// The core's request-latency histogram (`wicket_core_request_duration_seconds`, every route),
+/// cumulative count per upper bound in seconds, from its Prometheus text.
+pub fn latency_buckets(text: &str) -> Vec<(f64, f64)> {
+    let mut by_le: Vec<(f64, f64)> = Vec::new();
+    for l in text.lines().filter(|l| l.starts_with("wicket_core_request_duration_seconds_bucket{")) {
+        let Some(le) = l.split("le=\"").nth(1).and_then(|r| r.split('"').next()) else { continue };
+        let le = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::NAN) };
+        let Some(n) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else { continue };
+        if le.is_nan() {
+            continue;
+        }
+        match by_le.iter_mut().find(|(b, _)| *b == le) {
+            Some(e) => e.1 += n,
+            None => by_le.push((le, n)),
+        }
+    }
+    by_le.sort_by(|a, b| a.0.total_cmp(&b.0));
+    by_le
+}
+
+/// P99 in ms of the requests between two readings of [`latency_buckets`] (the bucket's upper
+/// bound; `None` without requests in between, or beyond the last finite bucket).
+pub fn p99_between(before: &[(f64, f64)], now: &[(f64, f64)]) -> Option<f64> {
+    let delta: Vec<(f64, f64)> = now
+        .iter()
+        .map(|(le, n)| (*le, n - before.iter().find(|(b, _)| b == le).map_or(0.0, |(_, m)| *m)))
+        .collect();
+    let total = delta.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    delta.iter().find(|(_, n)| *n >= 0.99 * total).and_then(|(le, _)| le.is_finite().then_some(le * 1000.0))
 }
 
 /// `wicket_core_inflight / wicket_core_concurrency_limit` from the core's Prometheus text.
@@ -317,6 +362,28 @@ mod tests {
         let t = "# HELP x\nwicket_core_inflight_total 9\nwicket_core_inflight 12\nwicket_core_concurrency_limit 48\n";
         assert_eq!(super::utilisation(t), Some(0.25));
         assert_eq!(super::utilisation("wicket_core_inflight 1\n"), None);
+    }
+
+    #[test]
+    fn core_p99_from_two_readings_of_its_histogram() {
+        let text = |a: u64, b: u64, c: u64| {
+            format!(
+                "wicket_core_request_duration_seconds_bucket{{route=\"holds\",le=\"0.005\"}} {a}\n\
+                 wicket_core_request_duration_seconds_bucket{{route=\"holds\",le=\"0.05\"}} {b}\n\
+                 wicket_core_request_duration_seconds_bucket{{route=\"holds\",le=\"+Inf\"}} {c}\n\
+                 wicket_core_request_duration_seconds_bucket{{route=\"stock\",le=\"0.005\"}} 10\n\
+                 wicket_core_request_duration_seconds_bucket{{route=\"stock\",le=\"0.05\"}} 10\n\
+                 wicket_core_request_duration_seconds_bucket{{route=\"stock\",le=\"+Inf\"}} 10\n"
+            )
+        };
+        let before = super::latency_buckets(&text(100, 100, 100));
+        assert_eq!(before, vec![(0.005, 110.0), (0.05, 110.0), (f64::INFINITY, 110.0)]);
+        // 1000 more requests, 990 under 5 ms: P99 5 ms; then 100 more, 50 between 5 and 50 ms: 50 ms.
+        let mid = super::latency_buckets(&text(1090, 1100, 1100));
+        assert_eq!(super::p99_between(&before, &mid), Some(5.0));
+        let after = super::latency_buckets(&text(1140, 1200, 1200));
+        assert_eq!(super::p99_between(&mid, &after), Some(50.0));
+        assert_eq!(super::p99_between(&after, &after), None, "no requests in between");
     }
 
     #[test]
