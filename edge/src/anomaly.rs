@@ -217,8 +217,10 @@ mod tests {
             assert!(!a.observe_user(&format!("dev-{i}"), i), "the same user again");
         }
         assert_eq!(a.tracked().0, 0, "first sightings live in the fixed table");
-        // With max 1, the second user on a device trips at once.
-        assert!(a.observe_user("dev-7", 99));
+        // With max 1, the second user on a device trips at once. (The last device seen: an earlier
+        // one's first sighting may have been overwritten by a later device in the same slot, about
+        // a 1% chance per device here, with a random hash key per run — the table forgets, never blocks.)
+        assert!(a.observe_user("dev-9999", 99));
         assert_eq!(a.tracked().0, 1);
     }
 

@@ -623,6 +623,13 @@ impl ProxyHttp for EdgeProxy {
             // The core's admin routes are for the admin network, never the public port.
             return self.reject(session, ctx, Reject::NotFound).await;
         }
+        if ctx.to_core
+            && let (Some(token), Some(check)) = (bearer(req).filter(|b| crate::admission::is_admission_jwt(b)), &st.admission)
+        {
+            // An admitted fan at the core (a hold, an order): their session is in use.
+            let token = token.to_owned();
+            st.rooms.touch_by_token(&token, check.as_ref()).await;
+        }
         let protected = st.rooms.protection().find(path).cloned();
         if let Some(p) = protected {
             ctx.route = Route::Protected;

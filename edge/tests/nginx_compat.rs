@@ -233,13 +233,21 @@ async fn imported_limits_refuse_what_nginx_itself_refuses_on_the_same_trace() {
     for at in starts.by_ref() {
         tokio::time::sleep_until((t0 + Duration::from_millis(at)).into()).await;
         for path in ["/lim/", "/api/"] {
-            let n = wave(&format!("http://{}{path}", nginx.addr), 10).await;
-            let e = wave(&edge.url(path), 10).await;
+            // Both at once, so both see the same clock.
+            let (nginx_url, edge_url) = (format!("http://{}{path}", nginx.addr), edge.url(path));
+            let (n, e) = tokio::join!(wave(&nginx_url, 10), wave(&edge_url, 10));
             got.push((at, path, n, e));
         }
     }
+    // A refill that falls within the few ms between the two servers' handling of a wave can land on
+    // either side of it: one request per wave either way, and never a drift across the trace.
     for (at, path, n, e) in &got {
-        assert_eq!(n, e, "wave at {at} ms on {path}: nginx (passed, refused) {n:?}, edge {e:?}\nall: {got:?}");
+        assert!(n.0.abs_diff(e.0) <= 1, "wave at {at} ms on {path}: nginx (passed, refused) {n:?}, edge {e:?}\nall: {got:?}");
+    }
+    for path in ["/lim/", "/api/"] {
+        let n: usize = got.iter().filter(|g| g.1 == path).map(|g| g.2.0).sum();
+        let e: usize = got.iter().filter(|g| g.1 == path).map(|g| g.3.0).sum();
+        assert!(n.abs_diff(e) <= 1, "{path}: nginx let {n} through over the trace, the edge {e}\nall: {got:?}");
     }
     assert!(got.iter().any(|(_, _, n, _)| n.1 > 0), "the trace must hit the limits: {got:?}");
 }

@@ -240,3 +240,46 @@ async fn a_light_sale_lets_every_fan_in_quickly_even_with_a_cautious_start() {
         }
     }
 }
+
+/// A fan who was let in and went quiet stops filling the room's session budget after
+/// `session-idle-seconds`, so the next fan gets in; the quiet fan's token still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_admitted_fan_stops_filling_the_session_budget() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\nuser-header = \"x-user-id\"\n{}\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
+         release = {{ mode = \"fixed\", rate = 1000.0 }}\ntotal-active-max = 1\nsession-idle-seconds = 5\n",
+        origin.url(),
+        tokens()
+    ));
+    let alice = join(&edge, "alice", "r1").await;
+    let bob = join(&edge, "bob", "r1").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let token = loop {
+        let v = status(&edge, &alice, "alice", "r1").await;
+        if v["state"] == "admitted" {
+            break v["token"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Bob is next but the one session allowed is Alice's.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let v = status(&edge, &bob, "bob", "r1").await;
+    assert_eq!((v["state"].as_str(), v["ahead"].as_u64()), (Some("waiting"), Some(0)), "{v}");
+    // Alice goes quiet: after the idle window Bob gets in.
+    let quiet = Instant::now();
+    loop {
+        let v = status(&edge, &bob, "bob", "r1").await;
+        if v["state"] == "admitted" {
+            break;
+        }
+        assert!(quiet.elapsed() < Duration::from_secs(10), "Bob never got in: {v}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(quiet.elapsed() >= Duration::from_secs(3), "not before Alice was idle: {:?}", quiet.elapsed());
+    // Alice comes back: her session still runs.
+    let r = request("GET", &edge.url("/buy"), &[("authorization", &format!("Bearer {token}")), ("x-user-id", "alice"), ("cookie", &alice)], b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}

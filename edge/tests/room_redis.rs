@@ -217,3 +217,10 @@ async fn rooms_made_changed_and_deleted_on_one_edge_reach_the_other() {
     assert!(b.get("r7").is_none());
     assert_eq!(guard(&b, "/buy/r7b").as_deref(), Some("r1"), "r1 from the file is untouched");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_leave_the_budget_and_come_back_when_seen_on_redis() {
+    let redis = RedisServer::start();
+    let rooms = RedisRooms::new(&redis.url()).unwrap();
+    wicket_edge::room::state::check_idle_sessions(&rooms.room("idle"), 1_000_000).await;
+}

@@ -134,6 +134,10 @@ pub struct RoomConfig {
     /// How long an admission session lasts, seconds. Default 600.
     #[serde(default = "default_session", alias = "session_seconds")]
     pub session_seconds: u64,
+    /// An admitted visitor not seen for this long (no protected page, no core request) stops
+    /// counting against the session budget until seen again, seconds. Default 120.
+    #[serde(default = "default_idle", alias = "session_idle_seconds")]
+    pub session_idle_seconds: u64,
     /// Admission token lifetime, seconds (≤ 300). Default 120.
     #[serde(default = "default_token", alias = "token_seconds")]
     pub token_seconds: u64,
@@ -153,6 +157,9 @@ pub struct RoomConfig {
 
 fn default_session() -> u64 {
     600
+}
+fn default_idle() -> u64 {
+    120
 }
 fn default_token() -> u64 {
     120
@@ -269,6 +276,9 @@ impl RoomConfig {
         }
         if self.session_seconds == 0 || self.session_seconds > 86_400 {
             out.push(issue(format!("{path}.session-seconds"), "must be between 1 and 86400"));
+        }
+        if self.session_idle_seconds < 5 || self.session_idle_seconds > 86_400 {
+            out.push(issue(format!("{path}.session-idle-seconds"), "must be between 5 and 86400"));
         }
         if self.token_seconds == 0 || self.token_seconds > 300 {
             out.push(issue(format!("{path}.token-seconds"), "must be between 1 and 300"));

@@ -94,6 +94,8 @@ pub struct Room {
     pub last_input: Mutex<Option<crate::controller::TickInput>>,
     /// The core's own P99 between the last two reads of its /metrics, µs (`u64::MAX`: none).
     pub core_p99_us: AtomicU64,
+    /// Sessions this edge told the room state it saw, and when (throttles [`Rooms::touch`]).
+    touched: dashmap::DashMap<Who, u64>,
     /// Joins and admissions on this edge (stats).
     pub joins: AtomicU64,
     /// Admission tokens issued on this edge.
@@ -124,6 +126,7 @@ impl Room {
             last_decision: Mutex::new(None),
             last_input: Mutex::new(None),
             core_p99_us: AtomicU64::new(u64::MAX),
+            touched: dashmap::DashMap::new(),
             joins: AtomicU64::new(0),
             admissions: AtomicU64::new(0),
             book: Mutex::new(release::ReleaseBook::default()),
@@ -216,6 +219,11 @@ impl Room {
         });
         self.set_mode(now_ms, mode);
         mode
+    }
+
+    /// Forgets this edge's touches older than `before_ms` (the release loop's tick).
+    pub fn forget_touches(&self, before_ms: u64) {
+        self.touched.retain(|_, t| *t >= before_ms);
     }
 
     /// Whether the operator paused releases (lock-free: status polls read it).
@@ -506,6 +514,15 @@ pub fn validate(cfg: &WicketConfig) -> Vec<ConfigIssue> {
         }
     }
     out
+}
+
+/// The `room` claim of a JWT, unverified (only to choose the rule to verify it against).
+fn token_room(token: &str) -> Option<String> {
+    use base64::Engine;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("room")?.as_str().map(str::to_owned)
 }
 
 /// Unix seconds as RFC 3339.
@@ -836,6 +853,7 @@ impl Rooms {
             room.active.fetch_add(1, Ordering::Relaxed);
             room.admissions.fetch_add(1, Ordering::Relaxed);
         }
+        self.touch(room, who, now_ms).await;
         let claims = keys.new_claims(&cfg.event, sub, &room.id, pos, cfg.max_qty, cfg.token_seconds as i64);
         let token = keys.sign(&claims, None).map_err(|e| RoomError::Sign(format!("{e:#}")))?;
         s.state = Phase::Admitted;
@@ -855,7 +873,39 @@ impl Rooms {
         if user != Some(sub) && device != Some(sub) {
             return false;
         }
-        r.state.session_alive(self.who(room, sub), unix_ms()).await.unwrap_or(false)
+        let (who, now) = (self.who(room, sub), unix_ms());
+        let alive = r.state.session_alive(who, now).await.unwrap_or(false);
+        if alive {
+            self.touch(&r, who, now).await;
+        }
+        alive
+    }
+
+    /// A session was seen (admission, a protected page, a core request with its token): it counts
+    /// against the session budget again. At most one write to the room state per session per
+    /// quarter of the idle window from this edge.
+    pub async fn touch(&self, room: &Room, who: Who, now_ms: u64) {
+        let quarter = room.spec().config.session_idle_seconds * 250;
+        if room.touched.get(&who).is_some_and(|t| now_ms.saturating_sub(*t) < quarter) {
+            return;
+        }
+        room.touched.insert(who, now_ms);
+        if let Err(e) = room.state.touch(who, now_ms).await {
+            tracing::debug!(room = %room.id, "session touch: {e}");
+        }
+    }
+
+    /// A core request carrying an admission token (a hold, an order): its session was seen. The
+    /// token is verified first; anything else is ignored.
+    pub async fn touch_by_token(&self, token: &str, check: &dyn crate::admission::AdmissionCheck) {
+        let Some(room_id) = token_room(token) else { return };
+        let Some(room) = self.get(&room_id) else { return };
+        let rule = crate::config::ProtectedRule { path: String::new(), room: room.id.clone(), event: Some(room.spec().config.event.clone()) };
+        if let Ok(c) = check.verify(token, &rule)
+            && room.state.session_alive(self.who(&room.id, &c.sub), unix_ms()).await.unwrap_or(false)
+        {
+            self.touch(&room, self.who(&room.id, &c.sub), unix_ms()).await;
+        }
     }
 
     /// The origin said `Wicket-Revoke: 1`: the session ends, its slot frees, its place is spent.

@@ -133,6 +133,7 @@ impl RedisRooms {
             shuffle: k("shuffle"),
             who: k("who"),
             sessions: k("sessions"),
+            seen: k("seen"),
             ended: k("ended"),
             leader: k("leader"),
             cache: Mutex::new(Counters::default()),
@@ -154,6 +155,8 @@ pub struct RedisRoom {
     shuffle: String,
     who: String,
     sessions: String,
+    /// identity -> last seen (ms).
+    seen: String,
     ended: String,
     leader: String,
     cache: Mutex<Counters>,
@@ -302,8 +305,15 @@ impl RoomState for RedisRoom {
         Ok(until.is_some_and(|u| u > now_ms as f64))
     }
 
+    async fn touch(&self, who: Who, now_ms: u64) -> Result<(), StateError> {
+        // XX-free ZADD: the sweep drops entries idle past the window and those of ended sessions.
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(&self.seen).arg(now_ms).arg(who_hex(who));
+        self.cmd(cmd).await.map(|_| ())
+    }
+
     async fn end_session(&self, who: Who) -> Result<bool, StateError> {
-        let v = self.run(&END_SESSION, &[&self.sessions, &self.who, &self.ended], &[who_hex(who)]).await?;
+        let v = self.run(&END_SESSION, &[&self.sessions, &self.who, &self.ended, &self.seen], &[who_hex(who)]).await?;
         Ok(int(&v) == Some(1))
     }
 
@@ -314,8 +324,9 @@ impl RoomState for RedisRoom {
         Ok(matches!(&v, Value::BulkString(b) if b.as_slice() == format!("d{position}").as_bytes()))
     }
 
-    async fn sweep(&self, now_ms: u64) -> Result<(u64, u64), StateError> {
-        let v = self.run(&SWEEP, &[&self.sessions, &self.who, &self.ended], &[now_ms.to_string(), "1000".into()]).await?;
+    async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
+        let args = [now_ms.to_string(), "1000".into(), idle_ms.to_string()];
+        let v = self.run(&SWEEP, &[&self.sessions, &self.who, &self.ended, &self.seen], &args).await?;
         match ints(&v).as_slice() {
             [Some(a), Some(e)] => Ok((*a.max(&0) as u64, *e.max(&0) as u64)),
             _ => Err(StateError(format!("room_sweep answered {v:?}"))),

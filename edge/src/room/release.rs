@@ -45,7 +45,9 @@ impl Rooms {
     /// One tick of one room at `now_ms` (Unix ms).
     pub async fn tick_room(&self, room: &Room, now_ms: u64) -> Result<(), StateError> {
         let spec = room.spec();
-        let (active, exits) = room.state.sweep(now_ms).await?;
+        let idle_ms = spec.config.session_idle_seconds * 1000;
+        let (active, exits) = room.state.sweep(now_ms, idle_ms).await?;
+        room.forget_touches(now_ms.saturating_sub(idle_ms));
         room.active.store(active, Ordering::Relaxed);
         let leader = room.state.lead(&self.node, LEASE_MS).await?;
         room.leader.store(leader, Ordering::Relaxed);

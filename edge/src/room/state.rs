@@ -64,8 +64,11 @@ pub trait RoomState: Send + Sync {
     async fn end_session(&self, who: Who) -> Result<bool, StateError>;
     /// True when `who`'s place was spent by an ended session.
     async fn spent(&self, who: Who, position: u64) -> Result<bool, StateError>;
-    /// Drops expired sessions; (active sessions, sessions ended since the last call).
-    async fn sweep(&self, now_ms: u64) -> Result<(u64, u64), StateError>;
+    /// `who`'s session was seen at `now_ms` (a protected page, a core request).
+    async fn touch(&self, who: Who, now_ms: u64) -> Result<(), StateError>;
+    /// Drops expired sessions; (active sessions — those seen within `idle_ms` — and sessions ended
+    /// since the last call).
+    async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError>;
     /// Remembered identities (for stats).
     fn tracked(&self) -> usize;
 }
@@ -82,6 +85,8 @@ pub struct EmbeddedState {
     max_tracked: usize,
     /// who → session end, ms.
     sessions: DashMap<Who, u64>,
+    /// who → when the session was last seen, ms.
+    seen: DashMap<Who, u64>,
     ended: AtomicU64,
     frozen: AtomicBool,
 }
@@ -97,6 +102,7 @@ impl EmbeddedState {
             positions: DashMap::new(),
             max_tracked,
             sessions: DashMap::new(),
+            seen: DashMap::new(),
             ended: AtomicU64::new(0),
             frozen: AtomicBool::new(false),
         }
@@ -196,7 +202,15 @@ impl RoomState for EmbeddedState {
         Ok(self.sessions.get(&who).is_some_and(|u| *u > now_ms))
     }
 
+    async fn touch(&self, who: Who, now_ms: u64) -> Result<(), StateError> {
+        if self.sessions.contains_key(&who) {
+            self.seen.insert(who, now_ms);
+        }
+        Ok(())
+    }
+
     async fn end_session(&self, who: Who) -> Result<bool, StateError> {
+        self.seen.remove(&who);
         let ended = self.sessions.remove(&who).is_some();
         if ended {
             self.ended.fetch_add(1, Ordering::Relaxed);
@@ -211,7 +225,7 @@ impl RoomState for EmbeddedState {
         Ok(self.positions.get(&who).is_some_and(|p| *p == position | DONE))
     }
 
-    async fn sweep(&self, now_ms: u64) -> Result<(u64, u64), StateError> {
+    async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
         let mut expired = Vec::new();
         self.sessions.retain(|who, until| {
             let keep = *until > now_ms;
@@ -221,15 +235,44 @@ impl RoomState for EmbeddedState {
             keep
         });
         for who in &expired {
+            self.seen.remove(who);
             if let Some(mut p) = self.positions.get_mut(who) {
                 *p |= DONE;
             }
         }
+        let since = now_ms.saturating_sub(idle_ms);
+        let active = self.seen.iter().filter(|e| *e.value() >= since).count() as u64;
         let ended = self.ended.swap(0, Ordering::Relaxed) + expired.len() as u64;
-        Ok((self.sessions.len() as u64, ended))
+        Ok((active, ended))
     }
 
     fn tracked(&self) -> usize {
         self.positions.len()
     }
+}
+
+/// What every [`RoomState`] must do with idle sessions (run by the embedded tests and, on a real
+/// Redis, by edge/tests/room_redis.rs): a session counts as active while seen within the idle
+/// window, stops counting when idle, counts again when seen, and never after it ended.
+pub async fn check_idle_sessions(state: &dyn RoomState, t0: u64) {
+    let (a, b, c): (Who, Who, Who) = (11, 22, 33);
+    let idle = 10_000;
+    for who in [a, b, c] {
+        assert!(state.open_session(who, t0 + 600_000).await.unwrap());
+        state.touch(who, t0).await.unwrap();
+    }
+    assert_eq!(state.sweep(t0 + 1000, idle).await.unwrap().0, 3, "all three just seen");
+    // b is seen again later; a and c go idle.
+    state.touch(b, t0 + 8000).await.unwrap();
+    assert_eq!(state.sweep(t0 + 12_000, idle).await.unwrap().0, 1, "only b was seen within the window");
+    // a comes back.
+    state.touch(a, t0 + 13_000).await.unwrap();
+    assert_eq!(state.sweep(t0 + 14_000, idle).await.unwrap().0, 2);
+    // An ended session no longer counts, and its session is gone for session_alive.
+    assert!(state.end_session(a).await.unwrap());
+    assert_eq!(state.sweep(t0 + 15_000, idle).await.unwrap().0, 1);
+    assert!(state.session_alive(c, t0 + 15_000).await.unwrap(), "idle is not ended: c's token still works");
+    // Expired sessions leave too.
+    let (active, _) = state.sweep(t0 + 700_000, idle).await.unwrap();
+    assert_eq!(active, 0);
 }

@@ -150,7 +150,7 @@ async fn sessions_cap_revoke_and_spent_places() {
     // Alice queues again, at the back.
     assert_eq!(rooms.join(&room, "alice", "da").await.unwrap().position, 3);
     // An expired session frees its slot at the next sweep.
-    let (active, ended) = room.state.sweep(unix_ms() + 61_000).await.unwrap();
+    let (active, ended) = room.state.sweep(unix_ms() + 61_000, 120_000).await.unwrap();
     assert_eq!((active, ended), (0, 2));
 }
 
@@ -229,4 +229,9 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
     assert!(f.poll_after_ms > n.poll_after_ms, "{} vs {}", f.poll_after_ms, n.poll_after_ms);
     let eta = f.eta_seconds.unwrap();
     assert!(eta.low < 10_000 && eta.high > 10_000, "{eta:?}");
+}
+
+#[tokio::test]
+async fn idle_sessions_leave_the_budget_and_come_back_when_seen() {
+    super::state::check_idle_sessions(&super::state::EmbeddedState::new(1000), 1_000_000).await;
 }
