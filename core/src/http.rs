@@ -443,8 +443,14 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
     if seats.len() > 100 || seats.iter().any(|s| !valid_id(s)) {
         return Err(ApiError::bad_request("seats must be at most 100 seat ids"));
     }
-    // Sold out is known here: answer without verifying the token or touching the store.
-    if st.is_sold_out(&event, &b.sku) {
+    // Sold out is known here: answer without verifying the token or touching the store — but
+    // only to a request that carries one (no token is 401, as it always is; whether a SKU is sold
+    // out is public through the stock endpoint anyway).
+    let has_bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.strip_prefix("Bearer ").is_some_and(|t| !t.trim().is_empty()));
+    if has_bearer && st.is_sold_out(&event, &b.sku) {
         st.metrics.holds.with_label_values(&["sold_out_cached"]).inc();
         return Err(ApiError::conflict("sold_out", format!("{} is sold out", b.sku)));
     }

@@ -95,7 +95,10 @@ fn main() -> ExitCode {
                 }
             };
             let result = rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+                let listen = cfg.listen;
+                let listener = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("listen: cannot listen on {listen} (the `listen` key of the config): {e}"))?;
                 wicket_core::run(cfg, listener, shutdown_signal()).await
             });
             match result {

@@ -94,8 +94,10 @@ async fn sold_out_then_cancel_then_sale_again() {
     }
     let (s, b) = c.hold("ev", "late", &hold_body("park+zoo", 1, "k")).await;
     assert_eq!((s, b["error"].as_str()), (409, Some("sold_out")));
-    // The cached flag answers without a token at all.
+    // The cached flag answers without verifying the token, but never without one: no token is 401.
     let r = c.http.post(c.url("/v1/events/ev/holds")).json(&hold_body("park+zoo", 1, "k")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c.http.post(c.url("/v1/events/ev/holds")).bearer_auth("not.a.token").json(&hold_body("park+zoo", 1, "k")).send().await.unwrap();
     assert_eq!(r.status(), 409);
     assert_eq!(stock(&c, "ev").await["skus"]["park+zoo"]["sold_out"], true);
     // The buyer cancels: stock is back and the flag is cleared.

@@ -201,7 +201,10 @@ pub fn run_core(path: &std::path::Path) -> anyhow::Result<()> {
     let cfg = wicket_core::config::CoreConfig::from_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+        let listen = cfg.listen;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("listen: cannot listen on {listen} (the `listen` key of the config): {e}"))?;
         let stop = async {
             use tokio::signal::unix::{SignalKind, signal};
             if let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {

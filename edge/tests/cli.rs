@@ -192,3 +192,25 @@ async fn core_runs_the_sale_core_alone_from_the_shared_config() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_busy_port_is_named_with_the_key_that_sets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let ports = wicket_edge::demo::DemoPorts { edge: free_port(), admin: free_port(), core: port, origin: free_port() };
+    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48) };
+    let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
+    let out = wicket().arg("core").arg("--config").arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("127.0.0.1:{port}")) && err.contains("listen"), "{err}");
+    // The edge's own ports too.
+    let ports = wicket_edge::demo::DemoPorts { edge: port, admin: free_port(), core: free_port(), origin: free_port() };
+    let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
+    let out = wicket().arg("serve").arg("--config").arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("127.0.0.1:{port}")) && err.contains("edge.listen"), "{err}");
+    drop(busy);
+}
