@@ -374,6 +374,20 @@ impl CoreConfig {
                 err(&format!("event-files[{i}]"), format!("file stem {stem:?} is not a valid event id"));
             } else if !f.is_file() {
                 err(&format!("event-files[{i}]"), format!("no such file: {}", f.display()));
+            } else {
+                // The event itself, as start-up would put it: every problem with its path.
+                let key = format!("event-files[{i}]");
+                match std::fs::read(f) {
+                    Err(e) => err(&key, format!("{}: {e}", f.display())),
+                    Ok(bytes) => match crate::strict_json::object_from_slice::<crate::model::EventSpec>(&bytes) {
+                        Err(e) => err(&key, format!("{}: {e}", f.display())),
+                        Ok(spec) => {
+                            for e in spec.validate() {
+                                err(&key, format!("{}: {}: {}", f.display(), e.path, e.message));
+                            }
+                        }
+                    },
+                }
             }
         }
         errs

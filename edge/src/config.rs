@@ -838,6 +838,16 @@ fn redact(v: &mut serde_json::Value) {
     }
 }
 
+/// Problems of the core's part of a file (for `edge.core = "embedded"`), each with its path.
+pub fn embedded_core_issues(path: &std::path::Path) -> Vec<ConfigIssue> {
+    use wicket_core::config::{ConfigError, CoreConfig};
+    match CoreConfig::from_file(path) {
+        Ok(_) => Vec::new(),
+        Err(ConfigError::Invalid(errs)) => errs.into_iter().map(|e| ConfigIssue { path: e.path, message: e.message }).collect(),
+        Err(e) => vec![ConfigIssue { path: "(core)".into(), message: e.to_string() }],
+    }
+}
+
 fn check_prefix(out: &mut Vec<ConfigIssue>, path: &str, p: &str) {
     if let Some(problem) = crate::path::prefix_problem(p) {
         out.push(issue(path, problem));

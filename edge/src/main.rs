@@ -153,6 +153,11 @@ fn main() -> ExitCode {
 /// Parses and validates, reporting every problem with its path.
 fn load(path: &std::path::Path) -> Result<WicketConfig, wicket_edge::config::ConfigErrors> {
     let cfg = WicketConfig::from_file(path)?;
-    let issues = cfg.validate();
+    let mut issues = cfg.validate();
+    if cfg.edge.core == "embedded" {
+        // The same file runs the core in this process: its part is checked here too, so
+        // `check-config` never says ok to a file `serve` would refuse.
+        issues.extend(wicket_edge::config::embedded_core_issues(path));
+    }
     if issues.is_empty() { Ok(cfg) } else { Err(wicket_edge::config::ConfigErrors(issues)) }
 }

@@ -214,3 +214,37 @@ fn a_busy_port_is_named_with_the_key_that_sets_it() {
     assert!(err.contains(&format!("127.0.0.1:{port}")) && err.contains("edge.listen"), "{err}");
     drop(busy);
 }
+
+#[test]
+fn check_config_checks_the_embedded_cores_part_of_the_file_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = wicket_edge::demo::DemoPorts { edge: free_port(), admin: free_port(), core: free_port(), origin: free_port() };
+    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48) };
+    let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
+    let ok = wicket().arg("check-config").arg(&cfg).output().unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    // A short callback secret and an event file that is not there: both named, exit 2.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let broken = text.replace("event-files = [\"ev-42.json\"]", "event-files = [\"ev-42.json\", \"ev-43.json\"]");
+    let broken = with_short_callback_secret(&broken);
+    std::fs::write(&cfg, &broken).unwrap();
+    let out = wicket().arg("check-config").arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("event-files[1]") && err.contains("payment.callback-secret"), "{err}");
+    // A wrongly typed event: its problems with their paths.
+    std::fs::write(&cfg, &text).unwrap();
+    std::fs::write(dir.path().join("ev-42.json"), r#"{"name":"x","opens_at":"tomorrow","closes_at":"2030-01-01T00:00:00Z","pools":[],"skus":[]}"#).unwrap();
+    let out = wicket().arg("check-config").arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("event-files[0]") && err.contains("opens_at"), "{err}");
+}
+
+/// The demo config with its callback secret cut to three characters.
+fn with_short_callback_secret(text: &str) -> String {
+    text.lines()
+        .map(|l| if l.starts_with("callback-secret") { "callback-secret = \"abc\"".to_owned() } else { l.to_owned() })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
