@@ -96,7 +96,7 @@ async fn main() -> anyhow::Result<()> {
                     &format!(
                         "## Release controller vs fixed rate vs oracle\n\n\
                          Command: `cargo build --release -p wicket-bench && target/release/wicket-bench controller --seeds {seeds}`\n\n\
-                         Simulated core (edge/src/controller/sim.rs): 8 workers × 10 ms (800 req/s), its own 503 limit, 1 s client \
+                         Simulated core (controller/src/sim.rs): 8 workers × 10 ms (800 req/s), its own 503 limit, 1 s client \
                          timeout; admitted users reach it 2–6 s later and stay 20–40 s at 0.5 req/s; P99 target 100 ms; the core \
                          reports utilisation. Scenarios: cold start, −50% capacity at 120 s, +50% at 120 s. The oracle knows the \
                          capacity curve and has the same delay; the fixed rate is what the oracle releases at nominal capacity. \

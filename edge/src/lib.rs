@@ -22,7 +22,8 @@
 //! - [`admission`]: the protected-path hook (admission-token JWT check).
 //! - [`room`]: the waiting room: queue tickets, status, admission tokens, sessions, the release
 //!   loop, room admin API; room state embedded or in Redis.
-//! - [`controller`]: the release controller (session budget from core P99, errors, utilisation).
+//! - [`controller`]: the release controller (session budget from core P99, errors, utilisation),
+//!   re-exported from the `wicket-controller` crate.
 //! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer.
 //! - [`admin`]: the admin port (bearer token).
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
@@ -50,7 +51,8 @@ pub mod anomaly;
 pub mod blocklist;
 pub mod bot;
 pub mod config;
-pub mod controller;
+/// The release controller lives in its own crate (no Pingora, no tokio): `wicket-controller`.
+pub use wicket_controller as controller;
 pub mod demo;
 pub mod fast;
 pub mod identity;

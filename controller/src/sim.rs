@@ -25,7 +25,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::controller::{
+use crate::{
     Bounds, ControlEvent, ControllerConfig, Decision, LatencyWindow, ReleaseController,
     ReleaseMode, TickInput,
 };
@@ -1050,7 +1050,7 @@ pub fn summary_table_with(seeds: &[u64], report_utilisation: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::Reason;
+    use crate::Reason;
 
     const SEED: u64 = 42;
     /// Seeds of the comparison tests: one seed can be lucky; three runs score 480–720 steady windows.
@@ -1216,7 +1216,7 @@ mod tests {
         );
         assert!(r.events.iter().any(|e| matches!(
             e.kind,
-            crate::controller::ControlEventKind::MetricsStale { stale: true, .. }
+            crate::ControlEventKind::MetricsStale { stale: true, .. }
         )));
     }
 
@@ -1259,7 +1259,7 @@ mod tests {
                 .iter()
                 .filter(|e| matches!(
                     e.kind,
-                    crate::controller::ControlEventKind::ModeChanged { .. }
+                    crate::ControlEventKind::ModeChanged { .. }
                 ))
                 .count(),
             3
@@ -1292,82 +1292,6 @@ mod tests {
         let b = run(&scn, &mut ControllerPolicy::new(scn.controller_config()));
         assert_eq!(a.windows, b.windows);
         assert_eq!(a.admitted, b.admitted);
-    }
-
-    /// `SEEDS=1,2,3 cargo test --release -- --ignored --nocapture summary_report`: one line per scenario.
-    #[test]
-    #[ignore = "prints a comparison report (bench/controller); run with --ignored --nocapture"]
-    fn summary_report() {
-        let seeds: Vec<u64> = std::env::var("SEEDS")
-            .ok()
-            .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-            .unwrap_or_else(|| (1..=10).collect());
-        // NO_UTILISATION=1: the core does not report utilisation (P99 and errors only).
-        let util = std::env::var("NO_UTILISATION").is_err();
-        println!(
-            "seeds {seeds:?} utilisation reported: {util}\n{}",
-            summary_table_with(&seeds, util)
-        );
-    }
-
-    /// `cargo test --release -- --ignored --nocapture other_plants_report`: plants not tuned on.
-    #[test]
-    #[ignore = "prints a comparison report (bench/controller); run with --ignored --nocapture"]
-    fn other_plants_report() {
-        println!("{}", other_plants_table(&[1, 2, 3]));
-    }
-
-    /// `cargo test --release -- --ignored --nocapture comparison_report`: the figures for bench/.
-    #[test]
-    #[ignore = "prints a comparison report (bench/controller); run with --ignored --nocapture"]
-    fn comparison_report() {
-        let seeds: Vec<u64> = std::env::var("SEEDS")
-            .ok()
-            .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-            .unwrap_or_else(|| vec![42, 7, 1234]);
-        println!("{}", comparison_table(&seeds));
-    }
-}
-
-/// A per-tick trace of the controller on one standard scenario, for tuning:
-/// `SCN=1 SEED=42 cargo test --release -- --ignored --nocapture trace_run` (SCN 0 cold start, 1 −50%, 2 +50%).
-#[cfg(test)]
-mod trace {
-    use super::*;
-    #[test]
-    #[ignore = "prints a comparison report (bench/controller); run with --ignored --nocapture"]
-    fn trace_run() {
-        let i: usize = std::env::var("SCN")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let seed: u64 = std::env::var("SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(42);
-        let (scn, _, _) = standard_scenarios(seed).swap_remove(i);
-        let r = run(&scn, &mut ControllerPolicy::new(scn.controller_config()));
-        for t in &r.ticks {
-            let w = &r.windows[t.t_s as usize];
-            let d = t.decision.unwrap();
-            println!(
-                "{:>4} rate {:>7.1} adm {:>4} occ {:>6.0} L {:>7.0} ss {:>7.0} x {:>5.2} p99est {:>6.1} n {:>5} u {:>4.2} exits {:>4} | win p99 {:>7.1} ok {:>4} {}",
-                t.t_s,
-                t.rate,
-                t.admitted,
-                t.input.occupancy,
-                d.budget,
-                d.ssthresh.min(99999.0),
-                d.pressure.unwrap_or(-1.0),
-                t.input.p99_ms.unwrap_or(-1.0),
-                t.input.samples,
-                t.input.utilisation.unwrap_or(0.0),
-                t.input.exits_per_s,
-                w.p99_ms.unwrap_or(-1.0).min(9999.0),
-                w.ok,
-                d.reason.as_str()
-            );
-        }
     }
 }
 

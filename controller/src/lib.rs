@@ -1,4 +1,9 @@
-//! The release controller (DESIGN §4) and the latency window it reads.
+//! # Wicket's release controller
+//!
+//! The release controller (DESIGN §4) and the latency window it reads: pure arithmetic over
+//! measurements, with no Pingora, no tokio and no I/O, so it can be read, tested and reused alone
+//! (the edge, the nginx path). `cargo run -p wicket-controller --example sim` prints the simulator's
+//! comparison reports.
 //!
 //! # Layout
 //! - [`LatencyWindow`]: a sliding-window latency histogram the proxy feeds with every forwarded core
