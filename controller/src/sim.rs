@@ -1047,6 +1047,78 @@ pub fn summary_table_with(seeds: &[u64], report_utilisation: bool) -> String {
     out
 }
 
+
+/// The −50% step on plants the defaults were not tuned on: (name, scenario). Steady seconds are
+/// 80–160 and 280–400, the step at 160 s.
+pub fn other_plants(seed: u64) -> Vec<(&'static str, Scenario)> {
+    let mut long = Scenario::base("long_sessions", 400, seed);
+    long.session_s = (60.0, 120.0);
+    long.delay_s = (3.0, 10.0);
+    let mut big = Scenario::base("big_core", 400, seed);
+    big.core.servers = 32;
+    big.core.service_ms = 20.0;
+    big.p99_target_ms = 200.0;
+    big.requests_per_session_s = 1.0;
+    let mut short = Scenario::base("short_sessions", 400, seed);
+    short.session_s = (5.0, 15.0);
+    short.delay_s = (1.0, 3.0);
+    let mut out = vec![
+        ("60-120 s sessions, 3-10 s delay", long),
+        ("32 workers x 20 ms, target 200 ms", big),
+        ("5-15 s sessions, 1-3 s delay", short),
+    ];
+    for (_, s) in &mut out {
+        s.core.steps = vec![(160.0, s.core.servers / 2)];
+    }
+    out
+}
+
+/// [`other_plants`] for each seed: one line per plant and seed, controller vs oracle.
+pub fn other_plants_table(seeds: &[u64]) -> String {
+    use std::fmt::Write;
+    let steady = [(80u64, 160u64), (280, 400)];
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<36} {:>4} {:>12} {:>12} {:>8} {:>14} {:>14}",
+        "plant (-50% step at 160 s)",
+        "seed",
+        "ctl over",
+        "oracle over",
+        "gp/orc",
+        "viol ctl/orc",
+        "settle ctl/orc"
+    );
+    for &seed in seeds {
+        for (name, scn) in other_plants(seed) {
+            let c = compare(&scn);
+            let (ctl, orc) = (&c.controller, &c.oracle);
+            let (co, cn) = ctl.over(&steady);
+            let (oo, on) = orc.over(&steady);
+            let _ = writeln!(
+                out,
+                "{:<36} {:>4} {:>12} {:>12} {:>8.3} {:>14} {:>14}",
+                name,
+                seed,
+                format!("{co}/{cn}"),
+                format!("{oo}/{on}"),
+                ctl.goodput(&steady) / orc.goodput(&steady),
+                format!(
+                    "{}/{} s",
+                    ctl.violation_s(160, 280),
+                    orc.violation_s(160, 280)
+                ),
+                format!(
+                    "{}/{} s",
+                    ctl.settle_after(160, 120),
+                    orc.settle_after(160, 120)
+                ),
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1293,75 +1365,4 @@ mod tests {
         assert_eq!(a.windows, b.windows);
         assert_eq!(a.admitted, b.admitted);
     }
-}
-
-/// The −50% step on plants the defaults were not tuned on: (name, scenario). Steady seconds are
-/// 80–160 and 280–400, the step at 160 s.
-pub fn other_plants(seed: u64) -> Vec<(&'static str, Scenario)> {
-    let mut long = Scenario::base("long_sessions", 400, seed);
-    long.session_s = (60.0, 120.0);
-    long.delay_s = (3.0, 10.0);
-    let mut big = Scenario::base("big_core", 400, seed);
-    big.core.servers = 32;
-    big.core.service_ms = 20.0;
-    big.p99_target_ms = 200.0;
-    big.requests_per_session_s = 1.0;
-    let mut short = Scenario::base("short_sessions", 400, seed);
-    short.session_s = (5.0, 15.0);
-    short.delay_s = (1.0, 3.0);
-    let mut out = vec![
-        ("60-120 s sessions, 3-10 s delay", long),
-        ("32 workers x 20 ms, target 200 ms", big),
-        ("5-15 s sessions, 1-3 s delay", short),
-    ];
-    for (_, s) in &mut out {
-        s.core.steps = vec![(160.0, s.core.servers / 2)];
-    }
-    out
-}
-
-/// [`other_plants`] for each seed: one line per plant and seed, controller vs oracle.
-pub fn other_plants_table(seeds: &[u64]) -> String {
-    use std::fmt::Write;
-    let steady = [(80u64, 160u64), (280, 400)];
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<36} {:>4} {:>12} {:>12} {:>8} {:>14} {:>14}",
-        "plant (-50% step at 160 s)",
-        "seed",
-        "ctl over",
-        "oracle over",
-        "gp/orc",
-        "viol ctl/orc",
-        "settle ctl/orc"
-    );
-    for &seed in seeds {
-        for (name, scn) in other_plants(seed) {
-            let c = compare(&scn);
-            let (ctl, orc) = (&c.controller, &c.oracle);
-            let (co, cn) = ctl.over(&steady);
-            let (oo, on) = orc.over(&steady);
-            let _ = writeln!(
-                out,
-                "{:<36} {:>4} {:>12} {:>12} {:>8.3} {:>14} {:>14}",
-                name,
-                seed,
-                format!("{co}/{cn}"),
-                format!("{oo}/{on}"),
-                ctl.goodput(&steady) / orc.goodput(&steady),
-                format!(
-                    "{}/{} s",
-                    ctl.violation_s(160, 280),
-                    orc.violation_s(160, 280)
-                ),
-                format!(
-                    "{}/{} s",
-                    ctl.settle_after(160, 120),
-                    orc.settle_after(160, 120)
-                ),
-            );
-        }
-    }
-    out
 }
