@@ -65,6 +65,9 @@ pub struct RequestCtx {
     /// An nginx `auth_request` subrequest ([`AUTH_PATH`]): decide about the original request,
     /// answer 204/401/403, never forward.
     auth: bool,
+    /// A browser's admission cookie for a core request that carries no token: (room, token),
+    /// sent to the core as `Authorization: Bearer` (the cookie itself is not forwarded).
+    core_bearer: Option<(String, String)>,
 }
 
 /// The authorisation endpoint for nginx's `auth_request` (nginx-compat/): answered only to
@@ -455,9 +458,30 @@ pub fn core_route_public(method: &http::Method, path: &str) -> bool {
     }
 }
 
-/// Removes the room's admission token (cookie `wicket_a_<room>`, `Authorization: Bearer`) from
-/// a request going upstream: the verified identity travels in `Wicket-*` headers instead.
-fn strip_admission_token(req: &mut RequestHeader, room: &str) {
+/// The admission cookie to present to the core for a request without a token: the cookie of
+/// the room whose event the path names (`/v1/events/{event}/…`), or, for the fan's own orders,
+/// the only admission cookie the request carries.
+fn admission_cookie_for_core(st: &EdgeState, req: &RequestHeader, path: &str) -> Option<(String, String)> {
+    let event = path.strip_prefix("/v1/events/").and_then(|r| r.split('/').next());
+    let mut found: Option<(String, String)> = None;
+    for room in st.rooms.all() {
+        if event.is_some_and(|e| e != room.spec().config.event) {
+            continue;
+        }
+        if let Some(t) = cookie(req, &format!("wicket_a_{}", room.id)).filter(|t| crate::admission::is_admission_jwt(t)) {
+            if found.is_some() {
+                return None; // several rooms' cookies and no event to choose by
+            }
+            found = Some((room.id.clone(), t.to_owned()));
+        }
+    }
+    found
+}
+
+/// Removes the room's admission token (cookie `wicket_a_<room>`, and `Authorization: Bearer`
+/// unless `keep_bearer`: the core verifies it itself) from a request going upstream: the verified
+/// identity travels in `Wicket-*` headers instead.
+fn strip_admission_token(req: &mut RequestHeader, room: &str, keep_bearer: bool) {
     let name = format!("wicket_a_{room}=");
     let kept: Vec<String> = req
         .headers
@@ -473,7 +497,7 @@ fn strip_admission_token(req: &mut RequestHeader, room: &str) {
     if !kept.is_empty() {
         let _ = req.insert_header(header::COOKIE, kept.join("; "));
     }
-    if bearer(req).is_some() {
+    if !keep_bearer && bearer(req).is_some() {
         req.remove_header(&header::AUTHORIZATION);
     }
 }
@@ -502,6 +526,7 @@ impl ProxyHttp for EdgeProxy {
             head_done: None,
             body_bytes: 0,
             auth: false,
+            core_bearer: None,
         }
     }
 
@@ -623,8 +648,15 @@ impl ProxyHttp for EdgeProxy {
             // The core's admin routes are for the admin network, never the public port.
             return self.reject(session, ctx, Reject::NotFound).await;
         }
+        if ctx.to_core && bearer(req).is_none() {
+            // A browser holds its admission token as a cookie; the core wants it as a bearer.
+            ctx.core_bearer = admission_cookie_for_core(&st, req, path);
+        }
         if ctx.to_core
-            && let (Some(token), Some(check)) = (bearer(req).filter(|b| crate::admission::is_admission_jwt(b)), &st.admission)
+            && let (Some(token), Some(check)) = (
+                bearer(req).filter(|b| crate::admission::is_admission_jwt(b)).or(ctx.core_bearer.as_ref().map(|(_, t)| t.as_str())),
+                &st.admission,
+            )
         {
             // An admitted fan at the core (a hold, an order): their session is in use.
             let token = token.to_owned();
@@ -727,7 +759,8 @@ impl ProxyHttp for EdgeProxy {
             upstream_request.remove_header(&header::AUTHORIZATION);
         }
         if let Some((room, claims)) = &ctx.admitted {
-            strip_admission_token(upstream_request, room);
+            // The core checks the token itself: it keeps the bearer; the origin gets identity only.
+            strip_admission_token(upstream_request, room, ctx.to_core);
             upstream_request.insert_header("wicket-user", claims.sub.as_str())?;
             upstream_request.insert_header("wicket-room", room.as_str())?;
             upstream_request.insert_header("wicket-position", claims.pos.to_string())?;
@@ -736,6 +769,10 @@ impl ProxyHttp for EdgeProxy {
         }
         if let Some(d) = &ctx.device {
             upstream_request.insert_header("wicket-device", d.id())?;
+        }
+        if let Some((room, token)) = &ctx.core_bearer {
+            strip_admission_token(upstream_request, room, true);
+            upstream_request.insert_header(header::AUTHORIZATION, format!("Bearer {token}"))?;
         }
         let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
         let xff = match (peer, header_str(session.req_header(), "x-forwarded-for")) {

@@ -121,24 +121,34 @@ async fn a_room_never_admits_before_its_core_event_opens_and_counts_down_to_it()
     assert_eq!(v["state"], "not_open", "{v}");
     assert_eq!(v["opens_at"], fmt(opens), "a countdown to the event's opening: {v}");
     // Polled until admitted: never before the event opens, and the hold then succeeds.
-    let token = loop {
-        let v = status(&edge, &cookie, "fan", "r1").await;
+    let admission = loop {
+        let r = request("GET", &edge.url("/queue/r1/status"), &[("cookie", &cookie), ("x-user-id", "fan"), ("accept", "application/json")], b"").await;
+        let v = r.json();
         if v["state"] == "admitted" {
             assert!(time::OffsetDateTime::now_utc() >= opens, "admitted before the event opened: {v}");
-            break v["token"].as_str().unwrap().to_owned();
+            break r.cookies().get("wicket_a_r1").cloned().expect("the admission cookie");
         }
         assert!(time::OffsetDateTime::now_utc() < opens + time::Duration::seconds(10), "never admitted: {v}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    // A browser buys with its cookies only: the edge hands the admission cookie to the core as
+    // its bearer token.
     let body = json!({"sku": "park", "qty": 1, "idempotency_key": "k-1", "identity": {"phone": "13800000000"}}).to_string();
+    let cookies = format!("{cookie}; wicket_a_r1={admission}");
     let r = request(
         "POST",
         &edge.url("/v1/events/ev-1/holds"),
-        &[("authorization", &format!("Bearer {token}")), ("content-type", "application/json")],
+        &[("cookie", &cookies), ("x-user-id", "fan"), ("content-type", "application/json")],
         body.as_bytes(),
     )
     .await;
     assert_eq!(r.status, 201, "{}", r.text());
+    let order = r.json()["order_id"].as_str().unwrap().to_owned();
+    let r = request("GET", &edge.url(&format!("/v1/orders/{order}")), &[("cookie", &cookies), ("x-user-id", "fan")], b"").await;
+    assert_eq!((r.status, r.json()["state"].as_str()), (200, Some("CREATED")), "{}", r.text());
+    // Without the cookie it is the core's 401, as before.
+    let r = request("POST", &edge.url("/v1/events/ev-1/holds"), &[("cookie", &cookie), ("content-type", "application/json")], body.as_bytes()).await;
+    assert_eq!(r.status, 401, "{}", r.text());
 }
 
 /// One fan of a light sale, as the queue page does it: joins, follows the server-sent events

@@ -221,6 +221,20 @@ impl Room {
         mode
     }
 
+    /// Whether a ticket issued at `issued_at` (Unix s) may still be used at `now_s`: not from the
+    /// future, and not older than the room's longest possible wait (from its pre-queue or opening
+    /// to its closing; a week when it never closes — a ticket cookie lives at most that long).
+    pub fn ticket_fresh(&self, issued_at: u64, now_s: u64) -> bool {
+        let spec = self.spec();
+        let (opens, closes) = self.window(&spec);
+        let start = spec.prequeue_at.or(opens);
+        let longest = match (start, closes) {
+            (Some(a), Some(b)) if b > a => (b - a) as u64 + 3600,
+            _ => 7 * 86_400,
+        };
+        issued_at <= now_s + 60 && now_s.saturating_sub(issued_at) <= longest
+    }
+
     /// Forgets this edge's touches older than `before_ms` (the release loop's tick).
     pub fn forget_touches(&self, before_ms: u64) {
         self.touched.retain(|_, t| *t >= before_ms);

@@ -235,3 +235,18 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
 async fn idle_sessions_leave_the_budget_and_come_back_when_seen() {
     super::state::check_idle_sessions(&super::state::EmbeddedState::new(1000), 1_000_000).await;
 }
+
+#[tokio::test]
+async fn tickets_from_the_future_or_older_than_the_longest_wait_are_refused() {
+    let rooms = rooms_with("schedule = { opens-at = \"2020-01-01T00:00:00Z\", closes-at = \"2020-01-01T02:00:00Z\" }\n");
+    let room = rooms.get("r1").unwrap();
+    let opens = parse_time("2020-01-01T00:00:00Z").unwrap() as u64;
+    assert!(room.ticket_fresh(opens, opens + 60));
+    assert!(room.ticket_fresh(opens, opens + 2 * 3600 + 3599), "the whole sale plus an hour");
+    assert!(!room.ticket_fresh(opens, opens + 3 * 3600 + 1), "older than the longest wait");
+    assert!(!room.ticket_fresh(opens + 3600, opens), "issued in the future");
+    let open_ended = rooms_with("");
+    let r = open_ended.get("r1").unwrap();
+    assert!(r.ticket_fresh(1_000_000, 1_000_000 + 6 * 86_400));
+    assert!(!r.ticket_fresh(1_000_000, 1_000_000 + 8 * 86_400));
+}
