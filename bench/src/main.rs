@@ -173,6 +173,7 @@ async fn main() -> anyhow::Result<()> {
                 "fifo_tau": if r.fifo_tau.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau) },
                 "p99_windows_ok": r.p99_windows_ok, "p99_windows": r.p99_windows,
                 "client_p99_windows_ok": r.client_p99_windows_ok, "client_p99_windows": r.client_p99_windows,
+                "drop_window": r.drop_window, "drop_window_client_p99_ok": r.drop_window_client_p99_ok, "drop_while_selling": r.drop_while_selling,
                 "paid_out_seconds": r.paid_out_seconds,
                 "bots_share_of_seats": r.bots_share_of_seats, "edge_rss_mb": r.edge_rss_mb,
                 "requests_per_second": r.requests_per_second, "endpoints": r.endpoints, "statuses": r.statuses, "examples": r.examples,
@@ -188,6 +189,9 @@ async fn main() -> anyhow::Result<()> {
             if check {
                 anyhow::ensure!(r.oversold == 0 && r.double_sold == 0 && r.over_limit_users == 0, "oversold {} double-sold {} over-limit {}", r.oversold, r.double_sold, r.over_limit_users);
                 anyhow::ensure!(r.sold > 0, "nothing was sold");
+                if let (Some((from, to)), Some(false)) = (r.drop_window, r.drop_while_selling) {
+                    anyhow::bail!("the sale sold out (at {:?} s) before the capacity drop {from}-{to} s ended: the drop was not tested", r.sellout_seconds);
+                }
             }
         }
         Cmd::Holds { store, clients, seconds, dry_run } => {
