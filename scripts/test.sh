@@ -36,6 +36,10 @@ cargo build --workspace --all-targets
 # fails when anything is oversold, double-sold or over a limit, or nothing sells.
 target/debug/wicket-bench surge stararena --quick --dry-run --check > target/surge-quick.json
 echo "surge --quick: $(grep -E '"(sold|oversold|double_sold|fifo_tau)"' target/surge-quick.json | tr -d ' \n')"
+# The core's capacity halved and restored mid-sale (a shaper in front of the core), end to end: fails when
+# anything is oversold, or the sale sold out before the drop ended (the drop was not tested).
+target/debug/wicket-bench surge capacity-drop --quick --dry-run --check > target/surge-drop-quick.json
+echo "surge capacity-drop --quick: $(grep -E '"(sold|oversold|sellout_seconds|drop_while_selling|drop_window_client_p99_ok)"' target/surge-drop-quick.json | tr -d ' \n')"
 # Every test of the workspace, last, so its summary closes the run. (The crates have no doc tests: their
 # code blocks are commands and sketches, marked `text`/`sh`/`ignore`.)
 cargo nextest run --workspace --no-fail-fast --profile ci "$@"

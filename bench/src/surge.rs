@@ -97,7 +97,14 @@ impl Scenario {
             s.max_seconds = 50;
             s.connections = 64;
             s.hold_seconds = 5;
-            s.capacity_drop = s.capacity_drop.map(|_| (8, 16));
+            s.capacity_drop = s.capacity_drop.map(|_| (4, 10));
+            if s.capacity_drop.is_some() {
+                // Enough to sell through the drop even in a debug build (--check fails it otherwise).
+                s.users = 6000;
+                s.seats = 2000;
+                // At most 100 admissions/s: 2,000 seats cannot sell out before the drop ends.
+                s.release_max = 100;
+            }
         }
         Ok(s)
     }
