@@ -6,11 +6,12 @@
 //!
 //! | field | default |
 //! |---|---|
-//! | `schedule` | no pre-queue, open now, never closes |
+//! | `schedule` | no pre-queue, open now (but never before the core event's `opens_at`), never closes |
 //! | `method` | `fifo` |
 //! | `release` | `auto`, start 50/s, min 5/s, max 2000/s, P99 target 100 ms |
 //! | `total-active-max` | no cap |
 //! | `session-seconds` | 600 |
+//! | `session-idle-seconds` | 120 (not seen this long: out of the session budget until seen again) |
 //! | `token-seconds` | 120 (at most 300) |
 //! | `bot-check` | `off` |
 //! | `batches` | none |
