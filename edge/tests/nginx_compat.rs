@@ -268,3 +268,44 @@ fn nginx_accepts_the_shipped_snippets_and_example() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("test is successful"), "{text}");
 }
+
+/// The auth endpoint itself, as a hostile client of a trusted proxy would use it: every spelling of a
+/// protected path is protected, malformed or ambiguous originals are refused, forged tokens do not pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_auth_endpoint_judges_the_original_as_the_edge_would() {
+    let edge = TestEdge::start(&format!(
+        "trusted-proxies = [\"127.0.0.1\"]\n\
+         [tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n"
+    ));
+    let ask = |original: String, extra: &str| {
+        format!("GET /wicket/auth HTTP/1.1\r\nHost: x\r\nX-Original-URI: {original}\r\n{extra}Connection: close\r\n\r\n").into_bytes()
+    };
+    for spelling in ["/buy/ev-1", "//buy/ev-1", "/%62uy/ev-1", "/x/../buy/ev-1", "/buy/./ev-1/seat"] {
+        let r = raw(edge.addr, &ask(spelling.into(), "")).await.unwrap();
+        assert_eq!(r.status, 401, "{spelling}: {r:?}");
+        assert!(r.head.contains("wicket-queue: /queue/r1"), "{spelling}: {}", r.head);
+    }
+    let forged = mint_token("r1", "ev-1", "fan", 120, "wicket", "hs-1", "a-different-secret-0123456789abcdef");
+    let r = raw(edge.addr, &ask("/buy/ev-1".into(), &format!("Cookie: wicket_a_r1={forged}\r\n"))).await.unwrap();
+    assert_eq!(r.status, 401, "a forged token: {r:?}");
+    let valid_without_session = mint_token("r1", "ev-1", "fan", 120, "wicket", "hs-1", HS_SECRET);
+    let r = raw(edge.addr, &ask("/buy/ev-1".into(), &format!("Cookie: wicket_a_r1={valid_without_session}\r\n"))).await.unwrap();
+    assert_eq!(r.status, 401, "a token without a queue session: {r:?}");
+    for (what, req) in [
+        ("an escaped slash", ask("/buy%2Fev-1".into(), "")),
+        ("a fragment", ask("/open#/../buy/ev-1".into(), "")),
+        ("a bad method", ask("/buy/ev-1".into(), "X-Original-Method: G(T\r\n")),
+        ("no original", b"GET /wicket/auth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec()),
+    ] {
+        let r = raw(edge.addr, &req).await.unwrap();
+        assert_eq!(r.status, 403, "{what}: {r:?}");
+        assert!(r.head.contains("wicket-status: 400"), "{what}: {}", r.head);
+    }
+    let r = raw(edge.addr, &ask(format!("/{}", "a".repeat(40 * 1024)), "")).await.unwrap();
+    assert_eq!(r.status, 431, "an oversized original");
+    // Not protected: may pass, with the identity the edge gives it.
+    let r = raw(edge.addr, &ask("/open?x=1".into(), "")).await.unwrap();
+    assert_eq!(r.status, 204, "{r:?}");
+    assert!(r.head.contains("wicket-device: "), "{}", r.head);
+}

@@ -235,6 +235,13 @@ impl Room {
         issued_at <= now_s + 60 && now_s.saturating_sub(issued_at) <= longest
     }
 
+    /// True when this edge told the room state about `who` less than a quarter of the idle window
+    /// ago ([`Rooms::touch`] skips the write then).
+    pub fn touched_recently(&self, who: Who, now_ms: u64) -> bool {
+        let quarter = self.spec().config.session_idle_seconds * 250;
+        self.touched.get(&who).is_some_and(|t| now_ms.saturating_sub(*t) < quarter)
+    }
+
     /// Forgets this edge's touches older than `before_ms` (the release loop's tick).
     pub fn forget_touches(&self, before_ms: u64) {
         self.touched.retain(|_, t| *t >= before_ms);
@@ -899,8 +906,7 @@ impl Rooms {
     /// against the session budget again. At most one write to the room state per session per
     /// quarter of the idle window from this edge.
     pub async fn touch(&self, room: &Room, who: Who, now_ms: u64) {
-        let quarter = room.spec().config.session_idle_seconds * 250;
-        if room.touched.get(&who).is_some_and(|t| now_ms.saturating_sub(*t) < quarter) {
+        if room.touched_recently(who, now_ms) {
             return;
         }
         room.touched.insert(who, now_ms);
@@ -915,10 +921,11 @@ impl Rooms {
         let Some(room_id) = token_room(token) else { return };
         let Some(room) = self.get(&room_id) else { return };
         let rule = crate::config::ProtectedRule { path: String::new(), room: room.id.clone(), event: Some(room.spec().config.event.clone()) };
-        if let Ok(c) = check.verify(token, &rule)
-            && room.state.session_alive(self.who(&room.id, &c.sub), unix_ms()).await.unwrap_or(false)
-        {
-            self.touch(&room, self.who(&room.id, &c.sub), unix_ms()).await;
+        let Ok(c) = check.verify(token, &rule) else { return };
+        let (who, now) = (self.who(&room.id, &c.sub), unix_ms());
+        // Most core requests of a fan come within the throttle: no state round trip for them.
+        if !room.touched_recently(who, now) && room.state.session_alive(who, now).await.unwrap_or(false) {
+            self.touch(&room, who, now).await;
         }
     }
 
