@@ -26,16 +26,9 @@ cd "$ROOT"
 cargo build --release -q -p wicket-edge
 WICKET="$ROOT/target/release/wicket"
 
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$ROOT/bench/lib.sh"
+bench_workdir
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 NGINX_PORT="$(free_port)"; EDGE_PORT="$(free_port)"; ADMIN_PORT="$(free_port)"
 LIM_PORT="$(free_port)"; LIM_ADMIN_PORT="$(free_port)"
 
@@ -111,16 +104,7 @@ done
 cmp <(curl -s "http://127.0.0.1:$NGINX_PORT/") <(curl -s "http://127.0.0.1:$EDGE_PORT/")
 
 run_wrk() { # url → "rps p99_ms"
-  wrk -t"$WRK_THREADS" -c"$CONNS" -d"${SECONDS_}s" --latency "$1" | python3 -c '
-import re, sys
-out = sys.stdin.read()
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
-v, unit = float(m.group(1)), m.group(2)
-p99 = v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
-errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-if errs: sys.exit("non-2xx responses: " + errs.group(1))
-print(rps, p99)'
+  wrk -t"$WRK_THREADS" -c"$CONNS" -d"${SECONDS_}s" --latency "$1" | wrk_figures
 }
 
 # Warm-up, then alternate rounds so both see the same machine conditions.

@@ -25,15 +25,8 @@ cd "$ROOT"
 cargo build --release -q -p wicket-edge
 WICKET="$ROOT/target/release/wicket"
 
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$ROOT/bench/lib.sh"
+bench_workdir
 PLAIN="$(free_port)"; AUTH="$(free_port)"; EDGE="$(free_port)"; ADMIN="$(free_port)"
 CEIL="$(free_port)"; NOOP="$(free_port)"
 
@@ -140,16 +133,7 @@ cmp <(curl -s "http://127.0.0.1:$PLAIN/buy/ev-1/") <(curl -s -H "Cookie: $COOKIE
 
 run_wrk() { # url [headers...] → "rps p99_ms"
   local url="$1"; shift
-  taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"${SECONDS_}s" --latency "$@" "$url" | python3 -c '
-import re, sys
-out = sys.stdin.read()
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
-v, unit = float(m.group(1)), m.group(2)
-p99 = v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
-errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-if errs: sys.exit("non-2xx responses: " + errs.group(1))
-print(rps, p99)'
+  taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"${SECONDS_}s" --latency "$@" "$url" | wrk_figures
 }
 FAN=(-H "Cookie: $COOKIE" -H "X-User-Id: bench-fan")
 AUTHQ=(-H "X-Original-URI: /buy/ev-1/" -H "X-Original-Method: GET" -H "Cookie: $COOKIE" -H "X-User-Id: bench-fan")

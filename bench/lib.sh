@@ -1,0 +1,33 @@
+# Shared by the bench/*/run.sh scripts: `source "$ROOT/bench/lib.sh"`.
+#
+#   bench_workdir        WORK (a fresh temporary folder), PIDS (processes to stop), and a trap that stops
+#                        them and removes WORK on exit
+#   free_port            a loopback port free right now
+#   wrk ... | wrk_figures    "requests_per_second p99_ms" from wrk's --latency output; fails on non-2xx answers
+
+bench_workdir() {
+  WORK="$(mktemp -d)"
+  PIDS=()
+  trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wrk_figures() {
+  python3 -c '
+import re, sys
+out = sys.stdin.read()
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
+v, unit = float(m.group(1)), m.group(2)
+p99 = v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
+errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+if errs: sys.exit("non-2xx responses: " + errs.group(1))
+print(rps, p99)'
+}
