@@ -136,11 +136,8 @@ impl EdgeProxy {
         let method = header_str(req, "x-original-method").unwrap_or("GET");
         let method = http::Method::from_bytes(method.as_bytes()).map_err(|_| Reject::BadRequest("bad X-Original-Method"))?;
         let canonical = crate::path::canonical_target(&target).map_err(|e| Reject::BadRequest(e.message()))?;
-        let uri = match target.split_once('?') {
-            Some((_, q)) => format!("{canonical}?{q}"),
-            None => canonical.into_owned(),
-        };
-        let uri = http::Uri::try_from(uri).map_err(|_| Reject::BadRequest("bad X-Original-URI"))?;
+        let query = target.split_once('?').map(|(_, q)| q);
+        let uri = origin_form(&canonical, query).map_err(|_| Reject::BadRequest("bad X-Original-URI"))?;
         req.set_uri(uri);
         req.set_method(method);
         Ok(())
@@ -422,19 +419,24 @@ pub async fn read_body(st: &EdgeState, session: &mut Session) -> std::result::Re
 pub(crate) fn canonicalize(req: &mut RequestHeader) -> std::result::Result<(), crate::path::HeadError> {
     let uri = &req.uri;
     let canonical = crate::path::canonical(uri.path())?;
-    let origin_form = uri.scheme().is_none() && uri.authority().is_none();
+    let already_origin_form = uri.scheme().is_none() && uri.authority().is_none();
     if let std::borrow::Cow::Borrowed(_) = canonical
-        && origin_form
+        && already_origin_form
     {
         return Ok(());
     }
-    let target = match uri.query() {
-        Some(q) => format!("{canonical}?{q}"),
-        None => canonical.into_owned(),
-    };
-    let uri = http::Uri::try_from(target).map_err(|_| crate::path::HeadError::BadEscape)?;
+    let uri = origin_form(&canonical, uri.query())?;
     req.set_uri(uri);
     Ok(())
+}
+
+/// An origin-form target from a canonical path and the query as sent.
+fn origin_form(canonical: &str, query: Option<&str>) -> std::result::Result<http::Uri, crate::path::HeadError> {
+    let target = match query {
+        Some(q) => format!("{canonical}?{q}"),
+        None => canonical.to_owned(),
+    };
+    http::Uri::try_from(target).map_err(|_| crate::path::HeadError::BadEscape)
 }
 
 /// The core's routes that fans and payment providers reach through the public port (API.md
@@ -462,6 +464,10 @@ pub fn core_route_public(method: &http::Method, path: &str) -> bool {
 /// the room whose event the path names (`/v1/events/{event}/…`), or, for the fan's own orders,
 /// the only admission cookie the request carries.
 fn admission_cookie_for_core(st: &EdgeState, req: &RequestHeader, path: &str) -> Option<(String, String)> {
+    // Most core requests (stock polls of the detail page) carry no admission cookie at all.
+    if !req.headers.get_all(header::COOKIE).iter().any(|v| v.as_bytes().windows(9).any(|w| w == b"wicket_a_")) {
+        return None;
+    }
     let event = path.strip_prefix("/v1/events/").and_then(|r| r.split('/').next());
     let mut found: Option<(String, String)> = None;
     for room in st.rooms.all() {
