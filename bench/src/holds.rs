@@ -64,12 +64,14 @@ impl Drop for CoreProcess {
     }
 }
 
-fn config_text(port: u16, store: &str) -> String {
+/// The core's config on `store`; the durable embedded store keeps its files in `data_dir`.
+fn config_text(port: u16, store: &str, data_dir: Option<&std::path::Path>) -> String {
+    let data = data_dir.map(|d| format!("data-dir = {:?}\n", d.display().to_string())).unwrap_or_default();
     format!(
         r#"listen = "127.0.0.1:{port}"
 admin-token = "{ADMIN}"
 store = "{store}"
-[payment]
+{data}[payment]
 callback-secret = "bench-callback-secret-0123456789"
 [core]
 sweeper-period-ms = 1000
@@ -85,12 +87,14 @@ secret = "{HS}"
     )
 }
 
-/// Starts the core on `store` and waits until it answers.
+/// Starts the core on `store` (`embedded`: durable, its data dir in the process's temp dir; `memory`; or a
+/// `redis://` URL) and waits until it answers (and its start-up re-check is done).
 pub async fn start_core(store: &str) -> anyhow::Result<CoreProcess> {
     let dir = tempfile::tempdir()?;
     let port = free_port();
     let cfg = dir.path().join("core.toml");
-    std::fs::write(&cfg, config_text(port, store))?;
+    let data = dir.path().join("data");
+    std::fs::write(&cfg, config_text(port, store, (store == "embedded").then_some(data.as_path())))?;
     let child = pinned(crate::procs::binary("wicket-core")?, "WICKET_BENCH_CORE_CPUS")
         .args(["serve", "--config"])
         .arg(&cfg)
@@ -100,12 +104,22 @@ pub async fn start_core(store: &str) -> anyhow::Result<CoreProcess> {
         .spawn()?;
     let base = format!("http://127.0.0.1:{port}");
     crate::procs::wait_http(&format!("{base}/healthz")).await?;
+    // Holds are refused until the start-up re-check of CREATED orders is done (durable store, Redis).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let h: serde_json::Value = reqwest::get(format!("{base}/healthz")).await?.json().await?;
+        if h["rechecking"] == false {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the core's start-up re-check did not finish");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     Ok(CoreProcess { child, base, _dir: dir })
 }
 
 /// The keyring that signs the bench's tokens (the same HS256 key as the core's config).
 pub fn keyring() -> anyhow::Result<Keyring> {
-    let cfg = CoreConfig::from_toml_str(&config_text(1, "embedded")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cfg = CoreConfig::from_toml_str(&config_text(1, "memory", None)).map_err(|e| anyhow::anyhow!("{e}"))?;
     Keyring::from_config(&cfg.tokens)
 }
 
@@ -334,4 +348,61 @@ pub async fn run_holds_raw(addr: std::net::SocketAddr, requests: Arc<Vec<Vec<u8>
         p99_ms: crate::report::percentile_ms(&all, 0.99),
         errors: errors.load(Ordering::Relaxed),
     })
+}
+
+/// One store's figures in the durable-store comparison.
+pub struct StoreRun {
+    pub store: &'static str,
+    pub rounds: Vec<HoldFigures>,
+}
+
+impl StoreRun {
+    fn mean(&self, f: fn(&HoldFigures) -> f64) -> f64 {
+        self.rounds.iter().map(f).sum::<f64>() / self.rounds.len().max(1) as f64
+    }
+    pub fn per_second(&self) -> f64 {
+        self.mean(|f| f.per_second)
+    }
+    pub fn p50_ms(&self) -> f64 {
+        self.mean(|f| f.p50_ms)
+    }
+    pub fn p99_ms(&self) -> f64 {
+        self.mean(|f| f.p99_ms)
+    }
+    pub fn errors(&self) -> u64 {
+        self.rounds.iter().map(|f| f.errors).sum()
+    }
+}
+
+/// Holds/s of the core on the durable embedded store, on the in-memory store, and on Redis with AOF
+/// `appendfsync always` (a private redis-server): one core process per store, all started first, then
+/// `rounds` rounds taking the stores in turn, each `seconds` long with `clients` raw keep-alive connections
+/// writing pre-built holds (fresh HS256 token and idempotency key each).
+pub async fn compare_durable(clients: usize, seconds: u64, rounds: usize) -> anyhow::Result<Vec<StoreRun>> {
+    let redis = RedisProcess::start(&["--appendonly", "yes", "--appendfsync", "always"]).await?;
+    let cores = [
+        ("embedded", start_core("embedded").await?),
+        ("memory", start_core("memory").await?),
+        ("redis-aof", start_core(&redis.url).await?),
+    ];
+    let mut runs: Vec<StoreRun> = cores.iter().map(|(s, _)| StoreRun { store: s, rounds: Vec::new() }).collect();
+    for (_, core) in &cores {
+        put_event(&core.base, "bench", 10_000_000).await?;
+        // Warm up connections and code paths.
+        run_holds(&core.base, "bench", clients, Duration::from_secs(1)).await?;
+    }
+    for round in 0..rounds {
+        for (i, (store, core)) in cores.iter().enumerate() {
+            // Enough pre-built requests for 45,000 holds/s; built outside the timed window.
+            let reqs = Arc::new(prebuilt_requests("bench", 45_000 * seconds as usize)?);
+            let addr: std::net::SocketAddr = core.base.trim_start_matches("http://").parse()?;
+            let f = run_holds_raw(addr, reqs, clients, Duration::from_secs(seconds)).await?;
+            println!(
+                "round {round} {store:>9}: {:.0} holds/s, P50 {:.2} ms, P99 {:.2} ms, {} errors",
+                f.per_second, f.p50_ms, f.p99_ms, f.errors
+            );
+            runs[i].rounds.push(f);
+        }
+    }
+    Ok(runs)
 }

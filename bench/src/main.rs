@@ -4,6 +4,7 @@
 //! ```text
 //! cargo build --release -p wicket-core -p wicket-bench
 //! target/release/wicket-bench holds --store embedded --clients 64 --seconds 10
+//! target/release/wicket-bench holds --store compare --clients 64 --seconds 5 --rounds 3
 //! ```
 
 mod controller;
@@ -29,9 +30,14 @@ struct Cli {
 enum Cmd {
     /// Holds per second through the core's HTTP API (the real wicket-core binary over loopback).
     Holds {
-        /// `embedded` (Redis runs come with the Redis comparison).
+        /// `embedded` (durable), `memory`, or `compare`: the durable embedded store vs the in-memory one vs
+        /// the core on Redis with AOF `appendfsync always` (keys `embedded_durable_vs_memory` and
+        /// `embedded_durable_vs_redis_aof`).
         #[arg(long, default_value = "embedded")]
         store: String,
+        /// Rounds of `--store compare` (the stores take turns in each).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         #[arg(long, default_value_t = 64)]
         clients: usize,
         #[arg(long, default_value_t = 10)]
@@ -194,30 +200,96 @@ async fn main() -> anyhow::Result<()> {
                 }
             }
         }
-        Cmd::Holds { store, clients, seconds, dry_run } => {
-            anyhow::ensure!(store == "embedded", "holds --store {store}: only embedded here; use `holds-vs-evalsha` for Redis");
-            let core = holds::start_core("embedded").await?;
+        Cmd::Holds { store, clients, seconds, dry_run, rounds } if store == "compare" => {
+            let runs = holds::compare_durable(clients, seconds, rounds).await?;
+            let by = |name: &str| runs.iter().find(|r| r.store == name);
+            let (Some(durable), Some(memory), Some(aof)) = (by("embedded"), by("memory"), by("redis-aof")) else {
+                anyhow::bail!("a store is missing from the comparison");
+            };
+            let vs_memory = durable.per_second() / memory.per_second().max(1.0);
+            let vs_aof = durable.per_second() / aof.per_second().max(1.0);
+            println!(
+                "durable embedded {:.0} holds/s (P99 {:.2} ms) | memory {:.0} (P99 {:.2} ms) | Redis AOF always {:.0} (P99 {:.2} ms) | \
+                 durable/memory {vs_memory:.3}, durable/redis-aof {vs_aof:.3}",
+                durable.per_second(), durable.p99_ms(), memory.per_second(), memory.p99_ms(), aof.per_second(), aof.p99_ms()
+            );
+            if !dry_run {
+                let command = format!(
+                    "cargo build --release -p wicket-core -p wicket-bench && target/release/wicket-bench holds --store compare --clients {clients} --seconds {seconds} --rounds {rounds}"
+                );
+                let fig = |r: &holds::StoreRun| serde_json::json!({"holds_per_second": r.per_second().round(), "p50_ms": r.p50_ms(), "p99_ms": r.p99_ms(), "errors": r.errors()});
+                report::merge_summary(
+                    "embedded_durable_vs_memory",
+                    serde_json::json!({"ratio": (vs_memory * 1000.0).round() / 1000.0, "durable": fig(durable), "memory": fig(memory),
+                        "clients": clients, "seconds_per_round": seconds, "rounds": rounds, "command": command}),
+                )?;
+                report::merge_summary(
+                    "embedded_durable_vs_redis_aof",
+                    serde_json::json!({"ratio": (vs_aof * 1000.0).round() / 1000.0, "durable": fig(durable), "redis_aof_always": fig(aof),
+                        "clients": clients, "seconds_per_round": seconds, "rounds": rounds, "command": command}),
+                )?;
+                let mut rows = String::new();
+                for r in [durable, memory, aof] {
+                    let each: Vec<String> = r.rounds.iter().map(|f| format!("{:.0}", f.per_second)).collect();
+                    rows.push_str(&format!(
+                        "| {} | {:.0} | {} | {:.2} ms | {:.2} ms | {} |\n",
+                        match r.store {
+                            "embedded" => "embedded, durable (fdatasync per group commit)",
+                            "memory" => "memory (not durable)",
+                            _ => "Redis, AOF `appendfsync always`",
+                        },
+                        r.per_second(),
+                        each.join(" / "),
+                        r.p50_ms(),
+                        r.p99_ms(),
+                        r.errors()
+                    ));
+                }
+                report::write_section(
+                    "embedded-durable",
+                    &format!(
+                        "## Durable embedded store vs in-memory vs Redis AOF always\n\n\
+                         Command: `{command}`\n\n\
+                         Machine: {}, shared (the core, the load generator and redis-server on the same cores). Three \
+                         `wicket-core` processes (durable embedded store in a temp data dir; `store = \"memory\"`; a private \
+                         redis-server with `appendonly yes`, `appendfsync always`), {clients} raw HTTP/1.1 keep-alive connections \
+                         writing pre-built holds (fresh HS256 admission token and idempotency key each); the stores take turns, \
+                         {rounds} rounds of {seconds} s. Every 201 of the durable store and of Redis is on disk (fdatasync / AOF \
+                         fsync) before it is sent.\n\n\
+                         | store | holds/s (mean) | per round | P50 | P99 | errors |\n|---|---|---|---|---|---|\n{rows}\n\
+                         **embedded_durable_vs_memory = {vs_memory:.3}**, **embedded_durable_vs_redis_aof = {vs_aof:.3}** (goal ≥ 1.0).\n",
+                        report::machine()
+                    ),
+                )?;
+            }
+        }
+        Cmd::Holds { store, clients, seconds, dry_run, .. } => {
+            anyhow::ensure!(
+                store == "embedded" || store == "memory",
+                "holds --store {store}: embedded, memory or compare (Redis: `--store compare`, or `holds-vs-evalsha`)"
+            );
+            let core = holds::start_core(&store).await?;
             holds::put_event(&core.base, "bench", 10_000_000).await?;
             // Warm up connections and code paths, then measure.
             holds::run_holds(&core.base, "bench", clients, Duration::from_secs(1)).await?;
             let f = holds::run_holds(&core.base, "bench", clients, Duration::from_secs(seconds)).await?;
             println!(
-                "embedded store, {clients} clients, {:.1} s: {} holds, {:.0} holds/s, P50 {:.2} ms, P99 {:.2} ms, {} errors",
+                "{store} store, {clients} clients, {:.1} s: {} holds, {:.0} holds/s, P50 {:.2} ms, P99 {:.2} ms, {} errors",
                 f.seconds, f.holds, f.per_second, f.p50_ms, f.p99_ms, f.errors
             );
             if !dry_run {
                 report::merge_summary(
-                    "core_holds_embedded",
+                    &format!("core_holds_{store}"),
                     serde_json::json!({
                         "holds_per_second": f.per_second.round(),
                         "p50_ms": f.p50_ms, "p99_ms": f.p99_ms, "clients": clients, "seconds": seconds, "errors": f.errors,
                     }),
                 )?;
                 report::write_section(
-                    "core-holds-embedded",
+                    &format!("core-holds-{store}"),
                     &format!(
-                        "## Core holds on the embedded store\n\n\
-                         Command: `cargo build --release -p wicket-core -p wicket-bench && target/release/wicket-bench holds --store embedded --clients {clients} --seconds {seconds}`\n\n\
+                        "## Core holds on the {store} store\n\n\
+                         Command: `cargo build --release -p wicket-core -p wicket-bench && target/release/wicket-bench holds --store {store} --clients {clients} --seconds {seconds}`\n\n\
                          Machine: {}. The real `wicket-core` binary on loopback HTTP/1.1 keep-alive; each hold carries a fresh \
                          HS256 admission token (signed by the client, verified by the core) and its own idempotency key; \
                          load generator and core share the machine's cores.\n\n\

@@ -136,6 +136,7 @@ impl Stack {
             r#"listen = "127.0.0.1:{core_port}"
 admin-token = "{ADMIN}"
 store = "embedded"
+data-dir = "core-data"
 event-files = ["{EVENT}.json"]
 
 [payment]

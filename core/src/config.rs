@@ -24,9 +24,22 @@ pub struct CoreConfig {
     /// Name of an environment variable that holds the admin token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_token_env: Option<String>,
-    /// `"embedded"` (default), `"redis://host:port/db"`, or `{ cluster = ["redis://...", ...] }`.
+    /// `"embedded"` (default: durable, in `data-dir`), `"memory"` (in-process, lost at exit: tests and demos),
+    /// `"redis://host:port/db"`, or `{ cluster = ["redis://...", ...] }`.
     #[serde(default)]
     pub store: StoreConfig,
+    /// Where the embedded store keeps its journal and snapshots. Relative to the config file's folder; default
+    /// `wicket-data` in the working directory. One process at a time (a lock file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Embedded store: below this many MB free on the data dir's file system, new holds and event changes are
+    /// refused (503) while payments, cancels and expiries go on using the rest. Default 64.
+    #[serde(default = "default_reserve_mb")]
+    pub disk_reserve_mb: u64,
+    /// Embedded store: a snapshot is written and the journal restarted each time the journal grows past this
+    /// many MB. 1..=65536, default 64.
+    #[serde(default = "default_snapshot_mb")]
+    pub snapshot_every_mb: u64,
     #[serde(default)]
     pub payment: PaymentConfig,
     #[serde(default)]
@@ -45,6 +58,17 @@ pub struct CoreConfig {
     pub rooms: Option<toml::Value>,
 }
 
+fn default_reserve_mb() -> u64 {
+    64
+}
+
+fn default_snapshot_mb() -> u64 {
+    64
+}
+
+/// The data dir when the config names none: `wicket-data` in the working directory.
+pub const DEFAULT_DATA_DIR: &str = "wicket-data";
+
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8081))
 }
@@ -53,7 +77,7 @@ fn default_listen() -> SocketAddr {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum StoreConfig {
-    /// `"embedded"` or a `redis://` URL.
+    /// `"embedded"`, `"memory"` or a `redis://` URL.
     Url(String),
     /// A Redis Cluster seed list.
     Cluster {
@@ -243,6 +267,7 @@ impl CoreConfig {
             }
         };
         self.event_files.iter_mut().for_each(fix);
+        self.data_dir.as_mut().map(fix);
         for k in &mut self.tokens.keys {
             k.private_key_file.as_mut().map(fix);
             k.public_key_file.as_mut().map(fix);
@@ -263,13 +288,21 @@ impl CoreConfig {
             _ => {}
         }
         match &self.store {
-            StoreConfig::Url(u) if u == "embedded" => {}
+            StoreConfig::Url(u) if u == "embedded" => {
+                let dir = self.data_dir();
+                if let Some(problem) = data_dir_problem(&dir) {
+                    err(if self.data_dir.is_some() { "data-dir" } else { "data-dir (default)" }, problem);
+                }
+            }
+            StoreConfig::Url(u) if u == "memory" => {}
             StoreConfig::Url(u) if u.starts_with("redis://") || u.starts_with("rediss://") => {
                 if url::Url::parse(u).is_err() {
                     err("store", format!("not a valid URL: {u}"));
                 }
             }
-            StoreConfig::Url(u) => err("store", format!("must be \"embedded\", a redis:// URL or {{ cluster = [...] }}, got {u:?}")),
+            StoreConfig::Url(u) => {
+                err("store", format!("must be \"embedded\", \"memory\", a redis:// URL or {{ cluster = [...] }}, got {u:?}"))
+            }
             StoreConfig::Cluster { cluster } => {
                 if cluster.is_empty() {
                     err("store.cluster", "needs at least one seed URL".into());
@@ -280,6 +313,12 @@ impl CoreConfig {
                     }
                 }
             }
+        }
+        if self.data_dir.is_some() && !self.is_durable_embedded() {
+            err("data-dir", "only the embedded store (store = \"embedded\") has a data dir".into());
+        }
+        if !(1..=65_536).contains(&self.snapshot_every_mb) {
+            err("snapshot-every-mb", "must be 1..=65536".into());
         }
         let p = &self.payment;
         match (&p.callback_secret, &p.callback_secret_env) {
@@ -393,6 +432,16 @@ impl CoreConfig {
         errs
     }
 
+    /// Whether the state lives in the durable embedded store.
+    pub fn is_durable_embedded(&self) -> bool {
+        self.store == StoreConfig::Url("embedded".into())
+    }
+
+    /// The embedded store's data dir: `data-dir`, or `wicket-data` in the working directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+    }
+
     /// The admin token (from the file or the environment).
     pub fn admin_token(&self) -> String {
         self.admin_token
@@ -409,6 +458,39 @@ impl CoreConfig {
             .or_else(|| self.payment.callback_secret_env.as_ref().and_then(|v| std::env::var(v).ok()))
             .unwrap_or_default()
     }
+}
+
+/// What stops `dir` from being a data dir, checked before start: it is not a directory, or it (or, when it
+/// does not exist yet, its nearest existing parent) cannot be written. The lock is taken at start.
+fn data_dir_problem(dir: &Path) -> Option<String> {
+    let shown = dir.display();
+    if dir.exists() {
+        if !dir.is_dir() {
+            return Some(format!("{shown} is not a directory"));
+        }
+        return writable(dir).err().map(|e| format!("{shown} is not writable: {e}"));
+    }
+    let mut parent = dir.parent();
+    while let Some(p) = parent {
+        let p = if p.as_os_str().is_empty() { Path::new(".") } else { p };
+        if p.exists() {
+            if !p.is_dir() {
+                return Some(format!("{shown} cannot be created: {} is not a directory", p.display()));
+            }
+            return writable(p).err().map(|e| format!("{shown} cannot be created in {}: {e}", p.display()));
+        }
+        parent = p.parent();
+    }
+    None
+}
+
+/// Whether a file can be created in `dir` (a probe file, removed at once).
+fn writable(dir: &Path) -> std::io::Result<()> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = dir.join(format!(".wicket-probe-{}-{n}", std::process::id()));
+    std::fs::write(&probe, b"")?;
+    std::fs::remove_file(&probe)
 }
 
 #[cfg(test)]
@@ -483,6 +565,39 @@ mod tests {
             let Err(ConfigError::Invalid(errs)) = CoreConfig::from_toml_str(&text) else { panic!("{bad} should be invalid") };
             assert_eq!(errs.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["core.header-timeout-ms"], "{bad}");
         }
+    }
+
+    #[test]
+    fn data_dir_problems_have_their_path() {
+        let base = r#"
+            admin-token = "0123456789abcdef"
+            [payment]
+            callback-secret = "0123456789abcdef"
+            [[tokens.keys]]
+            kid = "k"
+            alg = "HS256"
+            secret = "0123456789abcdef0123456789abcdef"
+        "#;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        let paths = |text: String| match CoreConfig::from_toml_str(&text) {
+            Err(ConfigError::Invalid(errs)) => errs.iter().map(|e| format!("{}: {}", e.path, e.message)).collect::<Vec<_>>(),
+            Err(e) => vec![e.to_string()],
+            Ok(_) => vec![],
+        };
+        let errs = paths(format!("data-dir = {:?}\n{base}", file.display().to_string()));
+        assert!(errs.len() == 1 && errs[0].starts_with("data-dir: ") && errs[0].contains("not a directory"), "{errs:?}");
+        let errs = paths(format!("data-dir = {:?}\n{base}", file.join("sub").display().to_string()));
+        assert!(errs.len() == 1 && errs[0].starts_with("data-dir: "), "{errs:?}");
+        let errs = paths(format!("store = \"memory\"\ndata-dir = \"x\"\n{base}"));
+        assert!(errs.len() == 1 && errs[0].contains("only the embedded store"), "{errs:?}");
+        let errs = paths(format!("snapshot-every-mb = 0\n{base}"));
+        assert!(errs.len() == 1 && errs[0].starts_with("snapshot-every-mb: "), "{errs:?}");
+        let ok = CoreConfig::from_toml_str(&format!("data-dir = {:?}\n{base}", dir.path().join("new/data").display().to_string()));
+        assert!(ok.is_ok(), "a dir that can be created is fine: {ok:?}");
+        let mem = CoreConfig::from_toml_str(&format!("store = \"memory\"\n{base}")).unwrap();
+        assert!(!mem.is_durable_embedded());
     }
 
     #[test]

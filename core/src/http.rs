@@ -146,6 +146,7 @@ impl From<StoreError> for ApiError {
                 "the outcome is unknown; retry with the same idempotency key",
             ),
             StoreError::Internal(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the sale store answered unexpectedly"),
+            StoreError::ReadOnly(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_read_only", m),
         }
     }
 }
@@ -443,18 +444,31 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
     if seats.len() > 100 || seats.iter().any(|s| !valid_id(s)) {
         return Err(ApiError::bad_request("seats must be at most 100 seat ids"));
     }
-    // Sold out is known here: answer without verifying the token or touching the store — but
-    // only to a request that carries one (no token is 401, as it always is; whether a SKU is sold
-    // out is public through the stock endpoint anyway).
-    let has_bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.strip_prefix("Bearer ").is_some_and(|t| !t.trim().is_empty()));
-    if has_bearer && st.is_sold_out(&event, &b.sku) {
+    let claims = token_claims(&st, &headers, &event)?;
+    let qty = b.qty as u32;
+    let fingerprint = HoldRequest::fingerprint_of(&b.sku, qty, &b.identity, &seats);
+    // Idempotency first, then shortcuts: a replay (same user, key and body) is answered from the order it
+    // made, even while the SKU is remembered sold out or holds are paused for a re-check. Only when a shortcut
+    // would answer is the store asked (one read); otherwise the hold step does the same check itself.
+    let sold_out = st.is_sold_out(&event, &b.sku);
+    if sold_out || st.is_rechecking() {
+        match st.store.find_replay(&event, &claims.sub, &b.idempotency_key, &fingerprint).await? {
+            Some(HoldOutcome::Replay(o)) => {
+                st.metrics.holds.with_label_values(&["replay"]).inc();
+                return Ok(json_response(StatusCode::OK, hold_json(&o)));
+            }
+            Some(_) => {
+                st.metrics.holds.with_label_values(&["idem_conflict"]).inc();
+                return Err(ApiError::conflict("idem_conflict", "this idempotency key was used with another request body"));
+            }
+            None => {}
+        }
+    }
+    // Sold out is known here: answer without touching the store (the token stays unused).
+    if sold_out {
         st.metrics.holds.with_label_values(&["sold_out_cached"]).inc();
         return Err(ApiError::conflict("sold_out", format!("{} is sold out", b.sku)));
     }
-    let claims = token_claims(&st, &headers, &event)?;
     // Before the store is asked, so the token's jti stays unused and the buyer can retry with it.
     if st.is_rechecking() {
         st.metrics.holds.with_label_values(&["rechecking"]).inc();
@@ -468,13 +482,11 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
         resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
         return Ok(resp);
     }
-    let qty = b.qty as u32;
     if qty > claims.max_qty {
         return Err(ApiError::bad_request(format!("qty {qty} is over this admission's max_qty {}", claims.max_qty)));
     }
     // Bounded by the token's checks; an overflow here would let the store forget the jti at once.
     let jti_expires_ms = claims.jti_expires_ms().ok_or_else(|| ApiError::unauthorized("token claims invalid: exp"))?;
-    let fingerprint = HoldRequest::fingerprint_of(&b.sku, qty, &b.identity, &seats);
     let req = HoldRequest {
         event: event.clone(),
         order_id: new_order_id(&event),
@@ -539,6 +551,7 @@ fn store_error_kind(e: &StoreError) -> &'static str {
         StoreError::Unavailable(_) => "unavailable",
         StoreError::OutcomeUnknown(_) => "outcome_unknown",
         StoreError::Internal(_) => "internal",
+        StoreError::ReadOnly(_) => "read_only",
     }
 }
 

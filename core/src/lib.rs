@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`config`]: the TOML config (`CoreConfig`), strict, with `validate()` listing every problem by path.
 //! - [`model`]: events, pools, SKUs, limits, orders and the typed outcomes of every store operation.
-//! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process) and [`store::redis`] (Lua).
+//! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process: durable through
+//!   [`store::journal`], or memory only) and [`store::redis`] (Lua).
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
 //! - [`payment`]: signed callbacks and the provider's status query.
 //! - [`serve`]: the HTTP/1 server: accepts connections, deadline on request heads (and idle keep-alive).
@@ -11,12 +12,14 @@
 //! - [`strict_json`]: how every JSON body is read: objects by field name only, errors with their path.
 //! - [`sweeper`]: closes expired holds, asking the provider first; [`reconciler`]: counters vs orders.
 //! - [`recheck`]: watches the Redis run ids; at start and after a restart, holds wait while every CREATED
-//!   order is re-checked with the provider (the sweeper's query), then reopen.
+//!   order is re-checked with the provider (the sweeper's query), then reopen. The durable embedded store
+//!   gets the same pass once at start, after its state is rebuilt from disk.
 //! - [`metrics`]: Prometheus text at `/metrics`. [`clock`]: time source, manual in tests.
 //!
 //! A hold travels: `POST /v1/events/{event}/holds` → [`serve`] (head within the deadline) → [`http`] (body
-//! ≤ 64 KiB, strict JSON by [`strict_json`], sold-out flag, token verified by [`token`]) →
-//! [`store::SaleStore::hold`] (one atomic step) → 201 with the order.
+//! ≤ 64 KiB, strict JSON by [`strict_json`], token verified by [`token`]; a replay is answered from its order
+//! before the sold-out flag is trusted) → [`store::SaleStore::hold`] (one atomic step; on the durable embedded
+//! store, answered once its journal record is on disk) → 201 with the order.
 
 pub mod clock;
 pub mod config;
@@ -113,8 +116,20 @@ impl Core {
     }
 
     /// Runs the sweeper, the reconciler and (on Redis) the restart watcher until `shutdown` fires. On
-    /// Redis, holds are refused from here until the watcher's first re-check is done ([`recheck`]).
+    /// Redis, holds are refused from here until the watcher's first re-check is done ([`recheck`]); on the
+    /// durable embedded store, until the start-up re-check is done.
     pub fn spawn_background(self: &Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
+        if !self.state.store.is_external() && self.state.store.recheck_at_start() {
+            self.state.set_rechecking(true);
+            let core = self.clone();
+            let mut stop = shutdown.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = core.recheck_at_start() => {}
+                    _ = stop.changed() => {}
+                }
+            });
+        }
         if self.state.store.is_external() {
             self.state.set_rechecking(true);
             let core = self.clone();
@@ -158,12 +173,50 @@ impl Core {
     }
 }
 
-/// Opens the configured store.
-pub async fn open_store(cfg: &StoreConfig) -> anyhow::Result<DynStore> {
-    match cfg {
-        StoreConfig::Url(u) if u == "embedded" => Ok(Arc::new(store::embedded::EmbeddedStore::new())),
+/// Environment variable of a test hook: the durable embedded store pretends its disk has this many bytes
+/// free (and runs out of them as it writes), so tests can fill a "disk" without root.
+pub const TEST_DISK_FREE_ENV: &str = "WICKET_TEST_DISK_FREE_BYTES";
+
+/// Opens the configured store (for the durable embedded store: locks and recovers its data dir).
+pub async fn open_store(config: &CoreConfig) -> anyhow::Result<DynStore> {
+    match &config.store {
+        StoreConfig::Url(u) if u == "embedded" => {
+            let dir = config.data_dir();
+            let opts = store::embedded::DiskOptions {
+                reserve_bytes: config.disk_reserve_mb.saturating_mul(1 << 20),
+                snapshot_bytes: config.snapshot_every_mb.saturating_mul(1 << 20),
+                test_free_bytes: std::env::var(TEST_DISK_FREE_ENV).ok().and_then(|v| v.parse().ok()),
+            };
+            // Opening reads every file of the dir: off the async workers.
+            let store = tokio::task::spawn_blocking(move || store::embedded::EmbeddedStore::open(&dir, opts))
+                .await
+                .context("opening the embedded store")?
+                .map_err(|e| anyhow::anyhow!("store = \"embedded\": {e}"))?;
+            Ok(Arc::new(store))
+        }
+        StoreConfig::Url(u) if u == "memory" => Ok(Arc::new(store::embedded::EmbeddedStore::new())),
         StoreConfig::Url(u) => Ok(Arc::new(store::redis::RedisStore::connect(u).await?)),
         StoreConfig::Cluster { cluster } => Ok(Arc::new(store::redis::RedisStore::connect_cluster(cluster).await?)),
+    }
+}
+
+/// How the configured store is named in the start-up log line.
+pub fn describe_store(config: &CoreConfig) -> String {
+    match &config.store {
+        StoreConfig::Url(u) if u == "embedded" => {
+            let dir = config.data_dir();
+            let shown = std::path::absolute(&dir).unwrap_or(dir);
+            format!("embedded (durable, data-dir {})", shown.display())
+        }
+        StoreConfig::Url(u) if u == "memory" => "memory (not durable)".into(),
+        StoreConfig::Url(u) => match url::Url::parse(u) {
+            Ok(mut parsed) => {
+                let _ = parsed.set_password(None);
+                format!("redis {parsed}")
+            }
+            Err(_) => "redis".into(),
+        },
+        StoreConfig::Cluster { cluster } => format!("redis cluster ({} seeds)", cluster.len()),
     }
 }
 
@@ -173,11 +226,11 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let store = open_store(&config.store).await?;
+    let store = open_store(&config).await?;
     let core = Arc::new(Core::new(&config, store).await?);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     core.spawn_background(stop_rx);
-    tracing::info!(addr = %listener.local_addr()?, "wicket core listening");
+    tracing::info!(addr = %listener.local_addr()?, store = %describe_store(&config), "wicket core listening");
     let result = serve::serve(listener, core.router(), config.core.header_timeout(), shutdown).await;
     let _ = stop_tx.send(true);
     result.context("serving the core")

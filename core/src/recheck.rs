@@ -24,8 +24,11 @@
 //!
 //! Limits: a restart that completes within one [`WATCH_PERIOD`] can let a few holds in before the pass
 //! starts (they are ordinary holds, and the pass checks them too). Each core instance watches and re-checks
-//! on its own, so with n instances the provider is asked up to n times per order. The embedded store lives
-//! and dies with the process: nothing to watch.
+//! on its own, so with n instances the provider is asked up to n times per order.
+//!
+//! **Durable embedded store.** Its state is this process's own: nothing to watch. But a process that
+//! crashed or stopped missed every callback meanwhile, so after the state is rebuilt from disk the same pass
+//! runs once ([`Core::recheck_at_start`], reason `startup`), with holds refused until it is done.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -134,6 +137,27 @@ impl Core {
             Err(e) => {
                 tracing::warn!(reason, error = %e, "re-check of CREATED orders interrupted; holds stay paused, starting over");
                 WatchOutcome::Incomplete(e.to_string())
+            }
+        }
+    }
+
+    /// The start-up pass of the durable embedded store: holds stay refused (set by
+    /// [`Core::spawn_background`]) until a pass over every CREATED order completes; a store error starts it
+    /// over after [`WATCH_PERIOD`].
+    pub async fn recheck_at_start(&self) -> RecheckReport {
+        self.state.set_rechecking(true);
+        loop {
+            match self.recheck_created().await {
+                Ok(report) => {
+                    self.state.set_rechecking(false);
+                    self.state.metrics.recheck_runs.with_label_values(&["startup"]).inc();
+                    tracing::info!(?report, "start-up re-check of CREATED orders done; holds open");
+                    return report;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "start-up re-check of CREATED orders interrupted; starting over");
+                    tokio::time::sleep(WATCH_PERIOD).await;
+                }
             }
         }
     }

@@ -34,6 +34,13 @@ async fn two_cores_on_one_redis_sell_exactly_the_capacity() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_is_answered_from_its_order_while_sold_out() {
+    let redis = RedisServer::start();
+    let c = TestCore::start(redis_store(&redis.url()).await).await;
+    common::core_server::replay_is_answered_from_its_order(&c, "ev").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_redis_is_a_quick_503_and_heals_without_a_restart() {
     let mut redis = RedisServer::start_aof();
     let c = TestCore::start(redis_store(&redis.url()).await).await;

@@ -500,7 +500,8 @@ impl WicketConfig {
         cfg.shared_admin_token_env = table.get("admin-token-env").and_then(|v| v.as_str()).map(str::to_owned);
         match table.get("store") {
             None => {}
-            Some(toml::Value::String(s)) if s == "embedded" => {}
+            // The core's store in this process (durable or in memory); rooms keep their state here.
+            Some(toml::Value::String(s)) if s == "embedded" || s == "memory" => {}
             Some(toml::Value::String(s)) if s.starts_with("redis://") || s.starts_with("rediss://") => {
                 cfg.room_store = Some(RoomStore::Url(s.clone()));
             }
@@ -521,7 +522,7 @@ impl WicketConfig {
             }
             Some(other) => issues.push(issue(
                 "store",
-                format!("must be \"embedded\", a redis:// URL or {{ cluster = [\"redis://...\"] }}: {other}"),
+                format!("must be \"embedded\", \"memory\", a redis:// URL or {{ cluster = [\"redis://...\"] }}: {other}"),
             )),
         }
         if issues.is_empty() { Ok(cfg) } else { Err(ConfigErrors(issues)) }

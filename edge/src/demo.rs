@@ -69,6 +69,7 @@ pub fn write_files(dir: &Path, ports: DemoPorts, secrets: &DemoSecrets) -> std::
 listen = "127.0.0.1:{core}"
 admin-token = "{admin_token}"
 store = "embedded"
+data-dir = "data"
 event-files = ["ev-42.json"]
 
 [payment]

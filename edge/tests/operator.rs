@@ -101,7 +101,7 @@ async fn a_room_never_admits_before_its_core_event_opens_and_counts_down_to_it()
     });
     let core_port = free_port();
     let top = format!(
-        "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"embedded\"\nevent-files = [\"ev-1.json\"]\n\
+        "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
          [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
     );
     // The room has no schedule of its own and would release 1000/s.
@@ -195,7 +195,7 @@ async fn a_light_sale_lets_every_fan_in_quickly_even_with_a_cautious_start() {
             "skus": [{"id": "park", "pools": ["park"], "price_cents": 100}], "limits": []
         });
         let top = format!(
-            "listen = \"127.0.0.1:{}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"embedded\"\nevent-files = [\"ev-1.json\"]\n\
+            "listen = \"127.0.0.1:{}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
              [payment]\ncallback-secret = \"callback-secret-0123456789\"\n",
             free_port()
         );

@@ -4,12 +4,14 @@
 //! trace. Transitions are compare-and-set on the order's state (and so its version). Deadlines come from the
 //! store's own clock (`now_ms`), never the caller's, so several core instances agree on when a hold expires.
 //!
-//! - [`embedded`]: in-process, one mutex over all state; the zero-setup default.
+//! - [`embedded`]: in-process, one mutex over all state; the zero-setup default, durable on local disk
+//!   ([`journal`]: journal with group commit + snapshots) or in memory only.
 //! - [`redis`]: Lua scripts in `lua/`, one Cluster slot per event; the production store.
 //!
 //! Both run the same conformance suite (`core/tests/conformance/`).
 
 pub mod embedded;
+pub mod journal;
 pub mod redis;
 
 use std::sync::Arc;
@@ -47,6 +49,10 @@ pub enum StoreError {
     /// The store answered something the core does not understand (a bug or a corrupted key).
     #[error("store error: {0}")]
     Internal(String),
+    /// The store refuses changes it cannot make durable (the embedded store's disk is full or failing); the
+    /// message says what is still served. Nothing was changed.
+    #[error("store refuses changes: {0}")]
+    ReadOnly(String),
 }
 
 /// The core's state: events, stock, orders, the outbox. See the module doc for the rules every
@@ -76,6 +82,18 @@ pub trait SaleStore: Send + Sync + 'static {
     /// record, create the order CREATED with its deadline, append to the outbox, consume the jti.
     /// The caller has checked the SKU, qty and seat names against the event it read.
     async fn hold(&self, req: &HoldRequest) -> Result<HoldOutcome, StoreError>;
+
+    /// The idempotency check of [`hold`](Self::hold) alone, read-only: `Replay` with the order an earlier hold
+    /// with this user and key made (same fingerprint), `IdemConflict` (another fingerprint), `None` (new key).
+    /// The HTTP layer asks it before any shortcut (sold-out memory, re-check pause), so a replay is always
+    /// answered from the order it made.
+    async fn find_replay(
+        &self,
+        event: &str,
+        user: &str,
+        idempotency_key: &str,
+        fingerprint: &str,
+    ) -> Result<Option<HoldOutcome>, StoreError>;
 
     async fn get_order(&self, order_id: &str) -> Result<Option<Order>, StoreError>;
 
@@ -116,8 +134,15 @@ pub trait SaleStore: Send + Sync + 'static {
 
     /// Whether the state lives in a server that can restart while this process runs (Redis), so the core
     /// watches [`server_ids`](Self::server_ids) and re-checks CREATED orders after a restart (DESIGN §6).
-    /// The embedded store's state lives and dies with the process: `false`.
+    /// The embedded store's state is this process's own: `false`.
     fn is_external(&self) -> bool;
+
+    /// Whether CREATED orders must be re-checked with the payment provider once at start, before holds open:
+    /// the durable embedded store, whose state survived a stop or crash of this process (callbacks may have
+    /// been lost meanwhile). The Redis store does this through its restart watcher instead.
+    fn recheck_at_start(&self) -> bool {
+        false
+    }
 
     /// The server processes holding the state, sorted (Redis: the server; Cluster: every master). Empty for
     /// the embedded store.

@@ -542,6 +542,27 @@ impl SaleStore for RedisStore {
         })
     }
 
+    async fn find_replay(
+        &self,
+        event: &str,
+        user: &str,
+        idempotency_key: &str,
+        fingerprint: &str,
+    ) -> Result<Option<HoldOutcome>, StoreError> {
+        // The hold script's idempotency record (lua/hold.lua): `<user>\n<key>` → `<fingerprint>\n<order id>`.
+        let keys = event_keys(event, None);
+        let v = self.cmd(redis::cmd("HGET").arg(&keys[6]).arg(format!("{user}\n{idempotency_key}"))).await?;
+        let Some(seen) = text(&v) else { return Ok(None) };
+        let Some((fp, order_id)) = seen.split_once('\n') else { return Err(bad("idempotency record")) };
+        if fp != fingerprint {
+            return Ok(Some(HoldOutcome::IdemConflict));
+        }
+        Ok(Some(match self.get_order(order_id).await? {
+            Some(o) => HoldOutcome::Replay(o),
+            None => HoldOutcome::IdemConflict,
+        }))
+    }
+
     async fn get_order(&self, order_id: &str) -> Result<Option<Order>, StoreError> {
         let Some(event) = event_of_order(order_id) else { return Ok(None) };
         let keys = event_keys(event, Some(order_id));

@@ -251,3 +251,38 @@ pub async fn surge(cores: &[Arc<TestCore>], event: &str) -> SurgeOutcome {
     }
     out
 }
+
+/// The replay rule (issue #17 item 4): a replay (same token or a new one, same key and body) is answered
+/// from the order it made — even while the SKU is remembered sold out, and while holds are paused for a
+/// re-check. Capacity 1: A holds → 201, B holds → 409 `sold_out` (now remembered), A replays → 200, same order.
+pub async fn replay_is_answered_from_its_order(c: &TestCore, event: &str) {
+    assert_eq!(c.put_event(event, &event_body(1, 1, 1, serde_json::json!([]))).await, 201);
+    let body = serde_json::json!({"sku": "park", "qty": 1, "idempotency_key": "ka"});
+    let token_a = c.token(event, "alice");
+    let (s, first) = c.hold_with(event, &token_a, &body).await;
+    assert_eq!(s, 201, "{first}");
+    let order = first["order_id"].as_str().unwrap().to_string();
+    let (s, b) = c.hold(event, "bob", &serde_json::json!({"sku": "park", "qty": 1, "idempotency_key": "kb"})).await;
+    assert_eq!((s, b["error"].as_str()), (409, Some("sold_out")), "{b}");
+    // Within the sold-out memory (500 ms): the same request again, with its own token and with a new one.
+    let (s, b) = c.hold_with(event, &token_a, &body).await;
+    assert_eq!((s, b["order_id"].as_str()), (200, Some(order.as_str())), "replay with the same token: {b}");
+    let (s, b) = c.hold(event, "alice", &body).await;
+    assert_eq!((s, b["order_id"].as_str()), (200, Some(order.as_str())), "replay with a new token: {b}");
+    assert_eq!(b, first, "the replay answers with the order as created");
+    // The same key with another body is still a conflict, and a new key is still sold out (from memory).
+    let (s, b) = c.hold(event, "alice", &serde_json::json!({"sku": "park", "qty": 2, "idempotency_key": "ka"})).await;
+    assert_eq!((s, b["error"].as_str()), (409, Some("idem_conflict")), "{b}");
+    let (s, b) = c.hold(event, "carol", &serde_json::json!({"sku": "park", "qty": 1, "idempotency_key": "kc"})).await;
+    assert_eq!((s, b["error"].as_str()), (409, Some("sold_out")), "{b}");
+    // During a re-check pause: the replay is answered, a new hold waits (403 event_paused).
+    c.core.state.set_rechecking(true);
+    let (s, b) = c.hold(event, "alice", &body).await;
+    assert_eq!((s, b["order_id"].as_str()), (200, Some(order.as_str())), "replay during a re-check: {b}");
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let (s, b) = c.hold(event, "dave", &serde_json::json!({"sku": "zoo", "qty": 1, "idempotency_key": "kd"})).await;
+    assert_eq!((s, b["error"].as_str()), (403, Some("event_paused")), "{b}");
+    c.core.state.set_rechecking(false);
+    let (s, b) = c.hold_with(event, &token_a, &body).await;
+    assert_eq!((s, b["order_id"].as_str()), (200, Some(order.as_str())), "{b}");
+}
