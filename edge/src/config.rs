@@ -132,6 +132,10 @@ pub struct EdgeConfig {
     /// How many times an idempotent request is retried on another connection when the
     /// upstream fails before answering. Default 1.
     pub retries: usize,
+    /// Forward plain `GET`/`HEAD` requests for the origin on the fast path (a pooled HTTP/1.1
+    /// connection, the same checks; see README "Which requests take which path"). `false` sends
+    /// every forwarded request through Pingora's proxy. Default true.
+    pub fast_forward: bool,
     /// Idle keep-alive timeout of client connections, seconds. Default 60.
     pub keepalive_seconds: u64,
     /// A request head must arrive whole within this many milliseconds of its first byte (slow
@@ -196,6 +200,7 @@ impl Default for EdgeConfig {
             read_timeout_ms: 10_000,
             write_timeout_ms: 10_000,
             retries: 1,
+            fast_forward: true,
             keepalive_seconds: 60,
             header_timeout_ms: 10_000,
             body_timeout_ms: 10_000,

@@ -43,7 +43,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::LimitKey;
 use crate::identity::{DEVICE_COOKIE, cookie, header_bytes};
-use crate::limit::{Subject, Verdict};
 use crate::metrics::{Outcome, Route};
 use crate::proxy::EdgeProxy;
 use crate::reject::MAX_REQUEST_HEAD;
@@ -73,6 +72,8 @@ enum Fast<'b> {
     Static { asset: Arc<Asset>, head: bool, path: &'b str },
     /// A status poll of this room.
     Status { room: &'b str, path: &'b str },
+    /// A plain request for the origin: the forwarded fast path ([`crate::forward`]).
+    Forward { path: &'b str },
     /// Anything else: the proxy.
     Proxy,
 }
@@ -85,23 +86,14 @@ impl FastFront {
         if !st.blocklist.any() && !st.limits.rules.iter().any(|r| applies(&r)) {
             return None;
         }
-        let ip = stream
-            .get_socket_digest()
-            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
-            .map(|ip| st.client_ip.resolve_peer(ip))?;
+        let Some(peer) = peer_ip(stream) else { return Some(()) };
+        let ip = st.client_ip.resolve_peer(peer);
         if st.blocklist.ip(&ip) {
             return Some(());
         }
-        let subject = Subject::Ip(ip);
-        let mut paced = Vec::new();
-        for (i, r) in st.limits.rules.iter().enumerate().filter(|(_, r)| applies(r)) {
-            match r.check(&subject) {
-                Verdict::Pass => {}
-                Verdict::Paced => paced.push(i),
-                Verdict::Refuse(_) => return Some(()),
-            }
-        }
-        for i in paced {
+        // Only IP rules apply here (classify sends user and device limits to the proxy).
+        let Ok(paced) = st.check_limits(path, ip, None, None) else { return Some(()) };
+        for (i, subject) in paced {
             st.limits.rules[i].pace(&subject).await;
         }
         None
@@ -208,6 +200,20 @@ impl FastFront {
                 }
                 (Route::Static, if not_modified { Outcome::NotModified } else { Outcome::Ok })
             }
+            Fast::Forward { path } => {
+                let Some(peer) = peer_ip(&stream) else { return self.to_proxy(stream, buf, shutdown).await };
+                let Some(fwd) = crate::forward::decide(st, peer, req.headers, path).await else {
+                    return self.to_proxy(stream, buf, shutdown).await;
+                };
+                match crate::forward::forward(st, &mut stream, &req, fwd).await {
+                    crate::forward::Forwarded::Done => {}
+                    crate::forward::Forwarded::Close => return None,
+                }
+                if *shutdown.borrow() {
+                    return None;
+                }
+                return self.next_request(stream, buf, len);
+            }
             Fast::Status { room, path } => {
                 if self.guard(&stream, path).await.is_some() {
                     return self.to_proxy(stream, buf, shutdown).await;
@@ -227,14 +233,24 @@ impl FastFront {
         if *shutdown.borrow() {
             return None;
         }
+        self.next_request(stream, buf, len)
+    }
+
+    /// The connection after an answered request: pipelined bytes of the next request (past
+    /// `len`) are given back to the stream.
+    fn next_request(&self, stream: Stream, buf: &[u8], len: usize) -> Option<Stream> {
         if buf.len() > len {
-            // Pipelined bytes of the next request: give them back to the stream.
             let mut l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().ok()?;
             l4.rewind(&buf[len..]);
             return Some(l4);
         }
         Some(stream)
     }
+}
+
+/// The client's address on a TCP stream.
+fn peer_ip(stream: &Stream) -> Option<std::net::IpAddr> {
+    stream.get_socket_digest().and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
 }
 
 /// Whether the proxy (Pingora, the `http` crate) can parse this request target.
@@ -367,25 +383,29 @@ fn classify<'b>(st: &EdgeState, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
         && !room.contains('/')
     {
         Fast::Status { room, path }
+    } else if forwardable(st, path) {
+        Fast::Forward { path }
     } else {
         return Fast::Proxy;
     };
-    // A file under a protected prefix needs an admission check: the proxy does it.
-    if st.rooms.protection().find(path).is_some() {
-        return Fast::Proxy;
-    }
-    // Limits by user or device need the identity, and X-Forwarded-For needs the full
-    // header walk: those requests take the proxy. IP limits and the IP blocklist are applied
-    // here with the socket peer.
-    let mut limited = false;
-    for r in st.limits.rules.iter().filter(|r| r.applies(path, QUEUE_PREFIX)) {
-        if r.rule.key != LimitKey::Ip || !st.client_ip.is_plain() {
+    if !matches!(fast, Fast::Forward { .. }) {
+        // A file under a protected prefix needs an admission check: the proxy does it.
+        if st.rooms.protection().find(path).is_some() {
             return Fast::Proxy;
         }
-        limited = true;
-    }
-    if (limited || st.blocklist.any()) && !st.client_ip.is_plain() {
-        return Fast::Proxy;
+        // Limits by user or device need the identity, and X-Forwarded-For needs the full
+        // header walk: those requests take the proxy. IP limits and the IP blocklist are applied
+        // here with the socket peer.
+        let mut limited = false;
+        for r in st.limits.rules.iter().filter(|r| r.applies(path, QUEUE_PREFIX)) {
+            if r.rule.key != LimitKey::Ip || !st.client_ip.is_plain() {
+                return Fast::Proxy;
+            }
+            limited = true;
+        }
+        if (limited || st.blocklist.any()) && !st.client_ip.is_plain() {
+            return Fast::Proxy;
+        }
     }
     for h in req.headers.iter() {
         let n = h.name.as_bytes();
@@ -404,16 +424,26 @@ fn classify<'b>(st: &EdgeState, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
     fast
 }
 
+/// Whether a path not answered by the edge itself may take the forwarded fast path: a path of
+/// the origin (not the edge's, a room's or the core's) with no bot check on its route, without
+/// trusted proxies (whose `X-Forwarded-For` walk the proxy does).
+fn forwardable(st: &EdgeState, path: &str) -> bool {
+    st.fast_forward
+        && st.origin.is_some()
+        && st.client_ip.is_plain()
+        && !path.starts_with("/wicket/")
+        && !st.rooms.owns(path)
+        && !st.core_prefixes.iter().any(|p| path.starts_with(p.as_str()))
+        && (!st.bot.any() || st.bot.mode(path) == crate::config::BotCheckMode::Off)
+}
+
 /// The whole answer to a queued visitor's status poll, or `None` when the proxy must answer
 /// (see the module doc). Runs the same identity checks as the proxy, in the same order.
 fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str) -> Option<Vec<u8>> {
     let room = st.rooms.get(room_id)?;
     let user = st.users.user(headers);
     let device = cookie(headers, DEVICE_COOKIE).and_then(|v| st.devices.verify(v))?;
-    if user.is_some_and(|u| st.blocklist.user(u)) || st.blocklist.device(device) {
-        return None;
-    }
-    if user.is_some_and(|u| st.device_user_trips(u, device)) {
+    if st.identity_refused(user, &crate::identity::Device::Cookie(device.to_owned())) {
         return None;
     }
     let ticket = cookie(headers, &cookie_name(&room.id))?;
@@ -477,6 +507,7 @@ mod tests {
         match classify(st, &req) {
             Fast::Static { .. } => "static",
             Fast::Status { .. } => "status",
+            Fast::Forward { .. } => "forward",
             Fast::Proxy => "proxy",
         }
     }
@@ -500,6 +531,42 @@ mod tests {
         ] {
             assert_eq!(kind(&st, &head), "proxy", "{why}");
         }
+    }
+
+    #[test]
+    fn plain_origin_requests_take_the_forwarded_fast_path() {
+        let with = |extra: &str| {
+            let text = format!(
+                "[edge]\nsecret = \"fast-path-test-secret-0123456789\"\norigin = \"http://127.0.0.1:9\"\n\
+                 core = \"http://127.0.0.1:10\"\n{extra}\n[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\n\
+                 protected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n\
+                 [tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n\
+                 [[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"hs-secret-for-fast-tests-0123456789abcdef\"\n"
+            );
+            EdgeState::build(WicketConfig::from_toml_str(&text).unwrap()).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let st = with("");
+        let get = |path: &str, extra: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
+        assert_eq!(kind(&st, &get("/events/42", "")), "forward");
+        assert_eq!(kind(&st, &get("/buy?x=1", "Cookie: a=b\r\n")), "forward", "protected: admission is checked on the fast path");
+        assert_eq!(kind(&st, &"HEAD /events/42 HTTP/1.1\r\nHost: x\r\n\r\n".to_string()), "forward");
+        for (head, why) in [
+            ("POST /events/42 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n".to_string(), "a body"),
+            ("GET /events/42 HTTP/1.0\r\nHost: x\r\n\r\n".to_string(), "HTTP/1.0"),
+            (get("/events/42", "Connection: close\r\n"), "connection close"),
+            (get("/events/42", "Upgrade: websocket\r\nConnection: upgrade\r\n"), "an upgrade"),
+            (get("/events/42", "Expect: 100-continue\r\n"), "expect"),
+            (get("/v1/events/ev-1", ""), "the core"),
+            (get("/wicket/challenge", ""), "the edge's own"),
+            (get("/queue/r1", ""), "a room's page"),
+            (get("/queue/r1/events", ""), "a room's stream"),
+        ] {
+            assert_eq!(kind(&st, &head), "proxy", "{why}");
+        }
+        assert_eq!(kind(&with("fast-forward = false"), &get("/events/42", "")), "proxy", "switched off");
+        assert_eq!(kind(&with("trusted-proxies = [\"10.0.0.0/8\"]"), &get("/events/42", "")), "proxy", "X-Forwarded-For walk");
+        let bot = with("[edge.bot]\nproof = \"pow\"\n[[edge.bot.routes]]\npath = \"/events/\"\ncheck = \"always\"");
+        assert_eq!(kind(&bot, &get("/events/42", "")), "proxy", "a bot-checked route");
     }
 
     #[tokio::test]

@@ -55,6 +55,7 @@ pub mod config;
 pub use wicket_controller as controller;
 pub mod demo;
 pub mod fast;
+pub mod forward;
 pub mod identity;
 pub mod limit;
 pub mod metrics;

@@ -32,12 +32,12 @@ use pingora::{ErrorSource, Result};
 use crate::admission::AdmissionClaims;
 use crate::anomaly::Tripped;
 use crate::bot::{CHALLENGE_PATH, CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, VERIFY_PATH, unix_now};
-use crate::config::{BotCheckMode, BotProofKind, LimitKey};
+use crate::config::{BotCheckMode, BotProofKind};
 use crate::identity::{DEVICE_COOKIE, Device, cookie, header as header_str};
-use crate::limit::{Subject, Verdict};
+use crate::limit::Subject;
 use crate::metrics::{Outcome, Route};
 use crate::reject::{Reject, send, send_json, wants_html};
-use crate::state::{EdgeState, QUEUE_PREFIX, Upstream};
+use crate::state::{EdgeState, Upstream};
 use crate::statics::{Asset, Encoding, none_match};
 
 /// Identity headers the edge sets for the core and origin; incoming copies are removed.
@@ -143,55 +143,28 @@ impl EdgeProxy {
         Ok(())
     }
 
-    /// Fills in user and device once.
+    /// Fills in user and device once ([`EdgeState::identify`]).
     fn identify(&self, req: &RequestHeader, ctx: &mut RequestCtx) {
         if ctx.identified {
             return;
         }
         ctx.identified = true;
-        let st = &self.state;
-        ctx.user = st.users.user(req).map(str::to_owned);
-        let device = st.devices.device(req, ctx.ip);
-        if let Device::Fingerprint(_) = device {
-            let (_, value) = st.devices.issue();
-            ctx.cookies.push(st.cookie(DEVICE_COOKIE, &value, 400 * 86_400));
-        }
-        ctx.device = Some(device);
+        let id = self.state.identify(req, ctx.ip);
+        ctx.user = id.user.map(str::to_owned);
+        ctx.cookies.extend(id.cookie);
+        ctx.device = Some(id.device);
     }
 
-    /// Counts the request against every applicable rule; returns the pacing each needs.
+    /// Counts the request against every applicable rule ([`EdgeState::check_limits`]); returns
+    /// the pacing each needs.
     fn check_limits(&self, req: &RequestHeader, ctx: &mut RequestCtx) -> std::result::Result<Vec<(usize, Subject)>, Reject> {
         let st = &self.state;
         let path = req.uri.path();
-        let mut paced = Vec::new();
-        for (i, r) in st.limits.rules.iter().enumerate() {
-            if !r.applies(path, QUEUE_PREFIX) {
-                continue;
-            }
-            let subject = match r.rule.key {
-                LimitKey::Ip => Subject::Ip(ctx.ip),
-                LimitKey::User => {
-                    self.identify(req, ctx);
-                    match &ctx.user {
-                        Some(u) => st.limits.hasher.subject(u),
-                        None => continue,
-                    }
-                }
-                LimitKey::Device => {
-                    self.identify(req, ctx);
-                    match &ctx.device {
-                        Some(d) => st.limits.hasher.subject(d.id()),
-                        None => continue,
-                    }
-                }
-            };
-            match r.check(&subject) {
-                Verdict::Pass => {}
-                Verdict::Paced => paced.push((i, subject)),
-                Verdict::Refuse(retry_after) => return Err(Reject::RateLimited { retry_after }),
-            }
+        if st.limits_need_identity(path) {
+            self.identify(req, ctx);
         }
-        Ok(paced)
+        st.check_limits(path, ctx.ip, ctx.user.as_deref(), ctx.device.as_ref().map(Device::id))
+            .map_err(|retry_after| Reject::RateLimited { retry_after })
     }
 
     async fn limits(&self, session: &mut Session, ctx: &mut RequestCtx) -> std::result::Result<(), Reject> {
@@ -488,27 +461,31 @@ fn admission_cookie_for_core(st: &EdgeState, req: &RequestHeader, path: &str) ->
 /// unless `keep_bearer`: the core verifies it itself) from a request going upstream: the verified
 /// identity travels in `Wicket-*` headers instead.
 fn strip_admission_token(req: &mut RequestHeader, room: &str, keep_bearer: bool) {
-    let name = format!("wicket_a_{room}=");
-    let kept: Vec<String> = req
-        .headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .map(str::trim)
-        .filter(|c| !c.is_empty() && !c.starts_with(&name))
-        .map(str::to_owned)
-        .collect();
+    let kept = cookies_without_admission(req.headers.get_all(header::COOKIE).iter().map(|v| v.as_bytes()), room);
     req.remove_header(&header::COOKIE);
-    if !kept.is_empty() {
-        let _ = req.insert_header(header::COOKIE, kept.join("; "));
+    if let Some(kept) = kept {
+        let _ = req.insert_header(header::COOKIE, kept);
     }
     if !keep_bearer && bearer(req).is_some() {
         req.remove_header(&header::AUTHORIZATION);
     }
 }
 
-fn bearer(req: &RequestHeader) -> Option<&str> {
+/// The request's cookies without the room's admission cookie, as one `Cookie` value (`None`
+/// when nothing is left).
+pub(crate) fn cookies_without_admission<'a>(values: impl Iterator<Item = &'a [u8]>, room: &str) -> Option<String> {
+    let name = format!("wicket_a_{room}=");
+    let kept: Vec<&str> = values
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.starts_with(&name))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join("; "))
+}
+
+/// The bearer token of `Authorization`, if any.
+pub(crate) fn bearer<H: crate::identity::HeadView + ?Sized>(req: &H) -> Option<&str> {
     header_str(req, "authorization").and_then(|v| v.strip_prefix("Bearer ")).map(str::trim)
 }
 
@@ -601,18 +578,8 @@ impl ProxyHttp for EdgeProxy {
         }
 
         self.identify(req, ctx);
-        // Only a signed device cookie is a device: a fingerprint (IP and browser headers) is
-        // shared by everyone behind one NAT with the same browser, so it may be rate-limited
-        // but never blocked, nor counted by the device-users rule.
-        let device_cookie = match &ctx.device {
-            Some(Device::Cookie(id)) => Some(id.as_str()),
-            _ => None,
-        };
-        if ctx.user.as_deref().is_some_and(|u| st.blocklist.user(u)) || device_cookie.is_some_and(|d| st.blocklist.device(d)) {
-            return self.reject(session, ctx, Reject::Blocked).await;
-        }
-        if let (Some(user), Some(device)) = (&ctx.user, device_cookie)
-            && st.device_user_trips(user, device)
+        if let Some(device) = &ctx.device
+            && st.identity_refused(ctx.user.as_deref(), device)
         {
             return self.reject(session, ctx, Reject::Blocked).await;
         }
@@ -810,8 +777,13 @@ impl ProxyHttp for EdgeProxy {
     }
 
     /// Phase: before the response header goes to the client. Default: nothing.
-    /// Here: adds the edge's cookies; `Wicket-Revoke: 1` from the origin clears the admission.
+    /// Here: adds the edge's cookies to the final answer; `Wicket-Revoke: 1` from the origin
+    /// clears the admission.
     async fn response_filter(&self, _session: &mut Session, resp: &mut ResponseHeader, ctx: &mut RequestCtx) -> Result<()> {
+        if resp.status.is_informational() {
+            // 103 Early Hints pass as they are: cookies belong on the final answer.
+            return Ok(());
+        }
         for c in ctx.cookies.drain(..) {
             resp.append_header(header::SET_COOKIE, c)?;
         }

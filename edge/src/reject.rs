@@ -224,6 +224,25 @@ fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+/// A refusal as bytes on the wire (status line, the rendered headers, `Date`, `Connection`,
+/// body), for paths that answer without Pingora's session ([`crate::forward`]).
+pub fn wire(reject: &Reject, html: bool, keep_alive: bool) -> Vec<u8> {
+    let (h, body) = reject.render(html);
+    let mut out = Vec::with_capacity(256 + body.len());
+    out.extend_from_slice(format!("HTTP/1.1 {} {}\r\n", h.status.as_u16(), h.status.canonical_reason().unwrap_or("")).as_bytes());
+    for (name, value) in h.headers.iter() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"date: ");
+    out.extend_from_slice(pingora::protocols::http::date::get_cached_date().as_bytes());
+    out.extend_from_slice(if keep_alive { b"\r\nconnection: keep-alive\r\n\r\n" } else { b"\r\nconnection: close\r\n\r\n" });
+    out.extend_from_slice(&body);
+    out
+}
+
 /// Whether the client wants a page rather than JSON.
 pub fn wants_html(session: &Session) -> bool {
     session

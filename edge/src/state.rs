@@ -1,6 +1,6 @@
 //! Everything the edge's services share, built once from a validated config.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,8 +11,8 @@ use crate::anomaly::Anomaly;
 use crate::blocklist::Blocklist;
 use crate::bot::{BotChecks, POW_JS, POW_JS_PATH};
 use crate::config::{ConfigErrors, ConfigIssue, WicketConfig, parse_http_upstream, parse_net};
-use crate::identity::{ClientIp, DeviceIds, Signer, UserSource};
-use crate::limit::Limits;
+use crate::identity::{ClientIp, DEVICE_COOKIE, Device, DeviceIds, HeadView, Signer, UserSource};
+use crate::limit::{Limits, Subject, Verdict};
 use crate::metrics::Metrics;
 use crate::statics::{StaticSite, prepare};
 
@@ -92,6 +92,8 @@ pub struct EdgeState {
     pub timeouts: Timeouts,
     /// Retries of idempotent requests.
     pub retries: usize,
+    /// Plain origin requests take the forwarded fast path ([`crate::forward`]).
+    pub fast_forward: bool,
     /// Start time (for health).
     pub started: Instant,
     /// The waiting rooms.
@@ -210,6 +212,7 @@ impl EdgeState {
                 client_write: Duration::from_millis(e.client_write_timeout_ms),
             },
             retries: e.retries,
+            fast_forward: e.fast_forward,
             started: Instant::now(),
             rooms,
             config,
@@ -220,6 +223,67 @@ impl EdgeState {
     pub fn cookie(&self, name: &str, value: &str, max_age: u64) -> String {
         let secure = if self.secure_cookies { "; Secure" } else { "" };
         format!("{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}")
+    }
+
+    /// Who a request is: its user id, and its device (a signed cookie's id, else a fingerprint,
+    /// with a fresh device cookie to set). The one rule of the proxy and the fast path.
+    pub fn identify<'a, H: HeadView + ?Sized>(&self, req: &'a H, ip: IpAddr) -> Identity<'a> {
+        let user = self.users.user(req);
+        let device = self.devices.device(req, ip);
+        let cookie = match device {
+            Device::Fingerprint(_) => Some(self.cookie(DEVICE_COOKIE, &self.devices.issue().1, 400 * 86_400)),
+            Device::Cookie(_) => None,
+        };
+        Identity { user, device, cookie }
+    }
+
+    /// Whether an identified request is refused: a blocked user or device, or the device-users
+    /// rule tripping now. Only a signed device cookie is a device here: a fingerprint (IP and
+    /// browser headers) is shared by everyone behind one NAT with the same browser, so it may
+    /// be rate-limited but never blocked, nor counted by the device-users rule.
+    pub fn identity_refused(&self, user: Option<&str>, device: &Device) -> bool {
+        let device = match device {
+            Device::Cookie(id) => Some(id.as_str()),
+            Device::Fingerprint(_) => None,
+        };
+        if user.is_some_and(|u| self.blocklist.user(u)) || device.is_some_and(|d| self.blocklist.device(d)) {
+            return true;
+        }
+        matches!((user, device), (Some(u), Some(d)) if self.device_user_trips(u, d))
+    }
+
+    /// Counts a request on `path` against every rule that applies; the pacing each needs, or
+    /// the refusal (`Refuse` consumed nothing, so a second check refuses again). `user` and
+    /// `device` are only read by rules keyed by them (a missing one skips the rule).
+    pub fn check_limits(&self, path: &str, ip: IpAddr, user: Option<&str>, device: Option<&str>) -> Result<Vec<(usize, Subject)>, std::time::Duration> {
+        let mut paced = Vec::new();
+        for (i, r) in self.limits.rules.iter().enumerate() {
+            if !r.applies(path, QUEUE_PREFIX) {
+                continue;
+            }
+            let subject = match r.rule.key {
+                crate::config::LimitKey::Ip => Subject::Ip(ip),
+                crate::config::LimitKey::User => match user {
+                    Some(u) => self.limits.hasher.subject(u),
+                    None => continue,
+                },
+                crate::config::LimitKey::Device => match device {
+                    Some(d) => self.limits.hasher.subject(d),
+                    None => continue,
+                },
+            };
+            match r.check(&subject) {
+                Verdict::Pass => {}
+                Verdict::Paced => paced.push((i, subject)),
+                Verdict::Refuse(retry_after) => return Err(retry_after),
+            }
+        }
+        Ok(paced)
+    }
+
+    /// Whether a limit keyed by user or device applies to `path` (the identity is needed first).
+    pub fn limits_need_identity(&self, path: &str) -> bool {
+        self.limits.rules.iter().any(|r| r.rule.key != crate::config::LimitKey::Ip && r.applies(path, QUEUE_PREFIX))
     }
 
     /// The device-users anomaly rule for one request of `user` on `device`: true when it trips
@@ -255,4 +319,14 @@ impl EdgeState {
             self.metrics.limiter_keys.with_label_values(&[&i.to_string(), key]).set(r.keys() as i64);
         }
     }
+}
+
+/// A request's identity ([`EdgeState::identify`]).
+pub struct Identity<'a> {
+    /// The site's user id, if the request carries one.
+    pub user: Option<&'a str>,
+    /// The device.
+    pub device: Device,
+    /// A fresh device cookie (`Set-Cookie` value) for a client that had none.
+    pub cookie: Option<String>,
 }
