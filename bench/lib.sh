@@ -4,6 +4,8 @@
 #                        them and removes WORK on exit
 #   free_port            a loopback port free right now
 #   wrk ... | wrk_figures    "requests_per_second p99_ms" from wrk's --latency output; fails on non-2xx answers
+#   pin_sets N           SERVER_CPUS (N CPUs for the server under test) and LOAD_CPUS (the rest: wrk, origin),
+#                        disjoint when the machine has more than N CPUs; ORIGIN_WORKERS for an origin there
 
 bench_workdir() {
   WORK="$(mktemp -d)"
@@ -30,4 +32,19 @@ p99 = v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
 errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
 if errs: sys.exit("non-2xx responses: " + errs.group(1))
 print(rps, p99)'
+}
+
+pin_sets() {
+  local n="${1:-1}" cpus
+  cpus="$(nproc)"
+  if [ "$cpus" -gt "$n" ]; then
+    SERVER_CPUS="0-$((n - 1))"
+    LOAD_CPUS="$n-$((cpus - 1))"
+  else
+    echo "warning: $cpus CPUs for $n server threads: server and load share CPUs (ratios flatter the cheaper server)" >&2
+    SERVER_CPUS="0-$((cpus - 1))"
+    LOAD_CPUS="$SERVER_CPUS"
+  fi
+  [ "$n" -eq 1 ] && SERVER_CPUS=0
+  ORIGIN_WORKERS="$(( (cpus - n) / 2 > 0 ? (cpus - n) / 2 : 1 ))"
 }

@@ -323,6 +323,9 @@ fn form_encode(s: &str) -> String {
 pub struct BotChecks {
     /// Check mode per path prefix.
     routes: RwLock<Vec<BotRoute>>,
+    /// Whether any route checks anything: read by every request without touching the lock
+    /// (a lock's reader count is a write to memory every thread shares).
+    checks_any: std::sync::atomic::AtomicBool,
     /// Which proof is asked for.
     proof: RwLock<BotProofKind>,
     /// The proof-of-work.
@@ -356,6 +359,7 @@ impl BotChecks {
     pub fn new(cfg: &BotConfig, signer: Signer) -> Result<Self, String> {
         Ok(BotChecks {
             routes: RwLock::new(cfg.routes.clone()),
+            checks_any: std::sync::atomic::AtomicBool::new(cfg.routes.iter().any(|r| r.check != BotCheckMode::Off)),
             proof: RwLock::new(cfg.proof),
             pow: ProofOfWork::new(signer.clone(), cfg.pow.difficulty, cfg.pow.ttl_seconds, cfg.pow.max_remembered),
             captcha: cfg.captcha.as_ref().map(Captcha::new).transpose()?,
@@ -376,7 +380,7 @@ impl BotChecks {
 
     /// Whether any route checks anything (fast path skip).
     pub fn any(&self) -> bool {
-        self.routes.read().iter().any(|r| r.check != BotCheckMode::Off)
+        self.checks_any.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The proof asked for.
@@ -415,7 +419,9 @@ impl BotChecks {
             *self.proof.write() = p;
         }
         if let Some(routes) = &u.routes {
-            *self.routes.write() = routes.clone();
+            let mut current = self.routes.write();
+            *current = routes.clone();
+            self.checks_any.store(routes.iter().any(|r| r.check != BotCheckMode::Off), std::sync::atomic::Ordering::Release);
         }
         Ok(())
     }

@@ -45,6 +45,8 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 const MAX_RESPONSE_HEADERS: usize = 128;
 /// Read size when relaying a body.
 const READ_SIZE: usize = 32 * 1024;
+/// Bytes kept free before the origin's answer in the read buffer for the client's head.
+const HEAD_ROOM: usize = 1024;
 
 /// Request headers never forwarded: hop-by-hop ones, and those the edge sets itself.
 const DROPPED_REQUEST: [&str; 4] = ["connection", "keep-alive", "proxy-connection", "x-forwarded-for"];
@@ -133,18 +135,19 @@ pub async fn forward(st: &EdgeState, client: &mut Stream, req: &httparse::Reques
             Err(Exchange::Io(e)) => return fail(st, client, req.headers, &fwd, e).await,
         }
     };
-    st.metrics.upstream_seconds.with_label_values(&[up.name]).observe(started.elapsed().as_secs_f64());
+    st.metrics.origin_seconds.observe(started.elapsed().as_secs_f64());
 
     let framing = if head_only || resp.status == 204 || resp.status == 304 { Framing::None } else { resp.framing };
-    let mut out = Vec::with_capacity(resp.head_len + 256);
-    write_response_head(st, &mut out, &buf[..resp.head_len], &resp, &framing, &fwd).await;
+    let mut resp = resp;
+    let mut out = std::mem::take(&mut resp.client);
+    finish_response_head(st, &mut out, &resp, framing, &fwd).await;
     let outcome = match resp.status {
         500.. => Outcome::Error,
         304 => Outcome::NotModified,
         400..=499 => Outcome::Rejected,
         _ => Outcome::Ok,
     };
-    let body_start = resp.head_len;
+    let body_start = HEAD_ROOM + resp.head_len;
     let relayed = relay_body(st, up, client, &mut conn, &mut buf, body_start, out, framing).await;
     st.metrics.request(fwd.route, if relayed.is_ok() { outcome } else { Outcome::Error });
     match relayed {
@@ -199,7 +202,8 @@ fn request_head(req: &httparse::Request<'_, '_>, fwd: &Forwarding<'_>) -> Vec<u8
         push_header(&mut out, b"wicket-user", u.as_bytes());
     }
     push_header(&mut out, b"wicket-device", fwd.device.id().as_bytes());
-    push_header(&mut out, b"x-forwarded-for", fwd.ip.to_string().as_bytes());
+    out.extend_from_slice(b"x-forwarded-for: ");
+    let _ = std::io::Write::write_fmt(&mut out, format_args!("{}\r\n", fwd.ip));
     out.extend_from_slice(b"\r\n");
     out
 }
@@ -231,6 +235,10 @@ struct ResponseHead {
     framing: Framing,
     /// The origin keeps the connection open after this answer.
     keep_alive: bool,
+    /// The client's status line and the origin's headers it gets (no final blank line).
+    client: Vec<u8>,
+    /// The origin sent `Wicket-Revoke: 1`.
+    revoke: bool,
 }
 
 enum Exchange {
@@ -251,9 +259,12 @@ async fn exchange(st: &EdgeState, up: &Upstream, mut conn: TcpStream, request: &
         Ok(Err(e)) => return Err(Exchange::Io(e)),
         Ok(Ok(())) => {}
     }
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_SIZE);
+    // Room before the answer for the client's head, so head and body leave in one write without
+    // moving the body ([`relay_body`]).
+    let mut buf: Vec<u8> = Vec::with_capacity(HEAD_ROOM + READ_SIZE);
+    buf.resize(HEAD_ROOM, 0);
     loop {
-        if buf.len() >= MAX_RESPONSE_HEAD {
+        if buf.len() - HEAD_ROOM >= MAX_RESPONSE_HEAD {
             return Err(Exchange::Io(std::io::Error::other("origin response head too large")));
         }
         if buf.capacity() - buf.len() < 1024 {
@@ -261,24 +272,24 @@ async fn exchange(st: &EdgeState, up: &Upstream, mut conn: TcpStream, request: &
         }
         let n = match tokio::time::timeout(read_timeout, conn.read_buf(&mut buf)).await {
             Err(_) => return Err(timed_out("read")),
-            Ok(Err(e)) if is_stale(&e) && buf.is_empty() => return Err(Exchange::Stale),
+            Ok(Err(e)) if is_stale(&e) && buf.len() == HEAD_ROOM => return Err(Exchange::Stale),
             Ok(Err(e)) => return Err(Exchange::Io(e)),
             Ok(Ok(n)) => n,
         };
         if n == 0 {
-            return Err(if buf.is_empty() {
+            return Err(if buf.len() == HEAD_ROOM {
                 Exchange::Stale
             } else {
                 Exchange::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "origin closed mid-head"))
             });
         }
         loop {
-            match parse_response(&buf) {
+            match parse_response(&buf[HEAD_ROOM..]) {
                 Ok(Some(head)) if (100..200).contains(&head.status) => {
                     let mut out = Vec::with_capacity(head.head_len);
-                    informational_head(&mut out, &buf[..head.head_len]);
+                    informational_head(&mut out, &buf[HEAD_ROOM..HEAD_ROOM + head.head_len]);
                     write_client(client, &out, st.timeouts.client_write).await.map_err(Exchange::Io)?;
-                    buf.drain(..head.head_len);
+                    buf.drain(HEAD_ROOM..HEAD_ROOM + head.head_len);
                 }
                 Ok(Some(head)) => return Ok((conn, buf, head)),
                 Ok(None) => break,
@@ -307,7 +318,20 @@ fn parse_response(buf: &[u8]) -> std::io::Result<Option<ResponseHead>> {
     let mut keep_alive = resp.version == Some(1);
     let mut length = None;
     let mut chunked = false;
+    let mut revoke = false;
+    let mut client = Vec::with_capacity(head_len + 64);
+    client.extend_from_slice(b"HTTP/1.1 ");
+    client.extend_from_slice(status.to_string().as_bytes());
+    client.push(b' ');
+    client.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
+    client.extend_from_slice(b"\r\n");
     for h in resp.headers.iter() {
+        if h.name.eq_ignore_ascii_case("wicket-revoke") {
+            revoke |= h.value == b"1";
+        }
+        if !DROPPED_RESPONSE.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
+            push_header(&mut client, h.name.as_bytes(), h.value);
+        }
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
             // Chunked is the last coding when present (RFC 9112 §6.1); then any length is ignored.
             chunked = h.value.split(|b| *b == b',').next_back().is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"));
@@ -339,7 +363,7 @@ fn parse_response(buf: &[u8]) -> std::io::Result<Option<ResponseHead>> {
     if framing == Framing::Close {
         keep_alive = false;
     }
-    Ok(Some(ResponseHead { head_len, status, framing, keep_alive }))
+    Ok(Some(ResponseHead { head_len, status, framing, keep_alive, client, revoke }))
 }
 
 /// An informational answer as the client gets it: the origin's status line (as HTTP/1.1) and
@@ -358,38 +382,21 @@ const DROPPED_RESPONSE: [&str; 5] = ["connection", "keep-alive", "proxy-connecti
 /// The client's response head: the origin's status line and headers, with the edge's `Date`,
 /// `Connection`, cookies and `Wicket-Revoke` handling (as the proxy's `response_filter` and
 /// Pingora's writer do).
-async fn write_response_head(st: &EdgeState, out: &mut Vec<u8>, raw: &[u8], resp: &ResponseHead, framing: &Framing, fwd: &Forwarding<'_>) {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-    let mut parsed = httparse::Response::new(&mut headers);
-    let _ = parsed.parse(raw);
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(resp.status.to_string().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(parsed.reason.unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    let mut revoke = false;
-    for h in parsed.headers.iter() {
-        if h.name.eq_ignore_ascii_case("wicket-revoke") {
-            revoke |= h.value == b"1";
-        }
-        if DROPPED_RESPONSE.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
-            continue;
-        }
-        push_header(out, h.name.as_bytes(), h.value);
-    }
+async fn finish_response_head(st: &EdgeState, out: &mut Vec<u8>, resp: &ResponseHead, framing: Framing, fwd: &Forwarding<'_>) {
     for c in &fwd.cookies {
         push_header(out, b"set-cookie", c.as_bytes());
     }
-    if revoke && let Some((room, claims)) = &fwd.admitted {
+    if resp.revoke
+        && let Some((room, claims)) = &fwd.admitted
+    {
         push_header(out, b"set-cookie", st.cookie(&format!("wicket_a_{room}"), "", 0).as_bytes());
         st.rooms.revoke(room, &claims.sub).await;
     }
-    if *framing == Framing::Close {
+    if framing == Framing::Close {
         push_header(out, b"transfer-encoding", b"chunked");
     }
     push_header(out, b"date", pingora::protocols::http::date::get_cached_date().as_bytes());
-    push_header(out, b"connection", b"keep-alive");
-    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b"connection: keep-alive\r\n\r\n");
 }
 
 struct Relayed {
@@ -398,7 +405,8 @@ struct Relayed {
 }
 
 /// Relays the body after the head (its first bytes are in `buf[start..]`), `out` holding the
-/// client's head: one write for a small answer, then read by read.
+/// client's head: one write for a small answer, then read by read. The head goes into the room
+/// before the body when it fits, so the body's first bytes are written where they were read.
 #[allow(clippy::too_many_arguments)]
 async fn relay_body(
     st: &EdgeState,
@@ -418,40 +426,45 @@ async fn relay_body(
         _ => 0,
     };
     let mut pos = start;
+    let mut first = framing != Framing::Close;
     loop {
-        let pending = &buf[pos..];
-        // Take what this answer owns from `pending`.
+        let available = buf.len() - pos;
+        // Take what this answer owns from what was read.
         let (take, done) = match framing {
             Framing::None => (0, true),
             Framing::Length(_) => {
-                let n = remaining.min(pending.len() as u64) as usize;
+                let n = remaining.min(available as u64) as usize;
                 remaining -= n as u64;
                 (n, remaining == 0)
             }
-            Framing::Chunked => match chunks.feed(pending) {
+            Framing::Chunked => match chunks.feed(&buf[pos..]) {
                 Ok(n) => (n, chunks.done()),
                 Err(()) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "bad chunked body from the origin")),
             },
-            Framing::Close => (pending.len(), false),
+            Framing::Close => (available, false),
         };
-        if framing == Framing::Close {
+        // Bytes past the answer's end: the origin is confused; do not reuse its connection.
+        let reusable = available == take;
+        if std::mem::take(&mut first) && out.len() <= pos {
+            let head_at = pos - out.len();
+            buf[head_at..pos].copy_from_slice(&out);
+            out.clear();
+            write_client(client, &buf[head_at..pos + take], write_timeout).await?;
+        } else if framing == Framing::Close {
             if take > 0 {
                 out.extend_from_slice(format!("{take:x}\r\n").as_bytes());
-                out.extend_from_slice(&pending[..take]);
+                out.extend_from_slice(&buf[pos..pos + take]);
                 out.extend_from_slice(b"\r\n");
             }
         } else {
-            out.extend_from_slice(&pending[..take]);
-        }
-        if done {
-            // Bytes past the answer's end: the origin is confused; do not reuse its connection.
-            let reusable = pending.len() == take;
-            write_client(client, &out, write_timeout).await?;
-            return Ok(Relayed { reusable });
+            out.extend_from_slice(&buf[pos..pos + take]);
         }
         if !out.is_empty() {
             write_client(client, &out, write_timeout).await?;
             out.clear();
+        }
+        if done {
+            return Ok(Relayed { reusable });
         }
         buf.clear();
         pos = 0;

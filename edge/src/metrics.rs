@@ -70,6 +70,8 @@ pub struct Metrics {
     pub rejects: IntCounterVec,
     /// Upstream response-header latency by upstream.
     pub upstream_seconds: HistogramVec,
+    /// `upstream_seconds{upstream="origin"}`, resolved once (the forwarded fast path's).
+    pub origin_seconds: prometheus::Histogram,
     /// Anomaly rules tripped, by rule.
     pub anomalies: IntCounterVec,
     /// Live limiter keys by rule index and key kind.
@@ -129,7 +131,8 @@ impl Metrics {
         ] {
             registry.register(c).expect("unique metric names");
         }
-        Metrics { registry, requests, rejects, upstream_seconds, anomalies, limiter_keys, captcha, pow }
+        let origin_seconds = upstream_seconds.with_label_values(&["origin"]);
+        Metrics { registry, requests, rejects, upstream_seconds, origin_seconds, anomalies, limiter_keys, captcha, pow }
     }
 
     /// Counts one request.

@@ -412,6 +412,13 @@ fn origin_form(canonical: &str, query: Option<&str>) -> std::result::Result<http
     http::Uri::try_from(target).map_err(|_| crate::path::HeadError::BadEscape)
 }
 
+/// A failed write to the client: from Pingora's proxying (source downstream) or from a phase
+/// answering itself (source unset: an event stream or a file whose client went away).
+fn client_write_failed(e: &Error) -> bool {
+    matches!(e.esource(), ErrorSource::Downstream | ErrorSource::Unset)
+        && matches!(e.etype(), ErrorType::WriteError | ErrorType::WriteTimedout | ErrorType::ConnectionClosed)
+}
+
 /// The core's routes that fans and payment providers reach through the public port (API.md
 /// "Core": event, stock, holds, own orders, payment callbacks). Everything else under the core
 /// prefixes — creating events, pause and resume, outbox, reconcile, redeem, refund — is the
@@ -813,6 +820,9 @@ impl ProxyHttp for EdgeProxy {
         RequestCtx: Send + Sync,
     {
         let reject = ctx.fail.take().or_else(|| match (e.esource(), e.etype()) {
+            // Writing to the client failed (our phases' own answers: an event stream, a file):
+            // the client went away. Pingora leaves the source of those errors unset.
+            _ if client_write_failed(e) => None,
             // The client: gone, or too slow to send its body or read the answer.
             (ErrorSource::Downstream, ErrorType::ReadTimedout) => Some(Reject::RequestTimeout),
             (
@@ -839,8 +849,9 @@ impl ProxyHttp for EdgeProxy {
     /// Default: every failed request is logged at ERROR. Here: a client that went away or was
     /// too slow is an everyday event, logged at DEBUG.
     fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, e: &Error) -> bool {
-        let client = e.esource() == &ErrorSource::Downstream
-            && matches!(
+        let client = client_write_failed(e)
+            || e.esource() == &ErrorSource::Downstream
+                && matches!(
                 e.etype(),
                 ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed | ErrorType::ReadTimedout | ErrorType::WriteTimedout
             );

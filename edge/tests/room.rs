@@ -440,3 +440,40 @@ async fn rooms_admin_api_pause_resume_queue_all_release_stats_stream() {
     assert!(got.matches("data: ").count() >= 2, "{got}");
     assert!(got.contains("\"room\":\"r9\""));
 }
+
+/// A fan closing the queue page's event stream is a normal end: no 502, no `bad_gateway`
+/// refusal counted (issue #12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_closing_the_event_stream_is_not_an_error() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(&origin.url(), "release = { mode = \"fixed\", rate = 0.0 }\n"));
+    let mut c = Client::user("erin");
+    assert_eq!(c.json(&edge.url("/queue/r1")).await.status, 200);
+    let cookies: Vec<String> = c.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for _ in 0..3 {
+        let mut s = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+        let head = format!(
+            "GET /queue/r1/events HTTP/1.1\r\nHost: x\r\nX-User-Id: erin\r\nUser-Agent: {}\r\nAccept-Language: en\r\nCookie: {}\r\n\r\n",
+            c.ua,
+            cookies.join("; ")
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(6).any(|w| w == b"data: ") {
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.expect("a first frame").unwrap();
+            assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got));
+        drop(s);
+    }
+    // The stream notices the close at its next frame (at most the 5 s poll interval).
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let m = edge.admin("GET", "/metrics", "").await.text();
+    let bad: Vec<&str> = m.lines().filter(|l| l.starts_with("wicket_edge_rejects_total") && (l.contains("bad_gateway") || l.contains("bad_request"))).collect();
+    assert!(bad.iter().all(|l| l.ends_with(" 0")), "{bad:?}");
+    let errors: Vec<&str> = m.lines().filter(|l| l.starts_with("wicket_edge_requests_total") && l.contains("outcome=\"error\"")).collect();
+    assert!(errors.iter().all(|l| l.ends_with(" 0")), "{errors:?}");
+}
