@@ -28,6 +28,9 @@ pub struct CoreConfig {
     /// `"redis://host:port/db"`, or `{ cluster = ["redis://...", ...] }`.
     #[serde(default)]
     pub store: StoreConfig,
+    /// The Redis store's durability settings (`[redis]`): what every acknowledged change waits for.
+    #[serde(default)]
+    pub redis: RedisConfig,
     /// Where the embedded store keeps its journal and snapshots. Relative to the config file's folder; default
     /// `wicket-data` in the working directory. One process at a time (a lock file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +91,41 @@ pub enum StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig::Url("embedded".into())
+    }
+}
+
+/// `[redis]`: settings of the Redis store (`store = "redis://..."` or `{ cluster = [...] }`). A separate
+/// table rather than keys inside `store`, so `store` keeps the two forms the edge reads from a shared file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RedisConfig {
+    /// After every change the core acknowledges, wait until this many replicas have it (`WAIT`), on the
+    /// connection (and so the master) that made it. 0..=16; default 0 (off: replication is asynchronous).
+    #[serde(default)]
+    pub wait_replicas: u32,
+    /// After every change the core acknowledges, wait until the master's AOF has it on disk (`WAITAOF`,
+    /// Redis ≥ 7.2 with `appendonly yes`); with `wait-replicas`, until that many replicas have it in their
+    /// AOF. Default false.
+    #[serde(default)]
+    pub wait_aof: bool,
+    /// Longest one wait may take; a change not confirmed in time is answered 503 `durability_timeout` (it is
+    /// applied on the master: a retry with the same idempotency key answers with its order). 1..=1000,
+    /// default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_timeout_ms: Option<u64>,
+}
+
+/// Default of `redis.wait-timeout-ms`.
+pub const DEFAULT_WAIT_TIMEOUT_MS: u64 = 100;
+
+impl RedisConfig {
+    /// What the Redis store waits for ([`crate::store::redis::WaitPolicy`]).
+    pub fn wait_policy(&self) -> crate::store::redis::WaitPolicy {
+        crate::store::redis::WaitPolicy {
+            replicas: self.wait_replicas,
+            aof: self.wait_aof,
+            timeout: std::time::Duration::from_millis(self.wait_timeout_ms.unwrap_or(DEFAULT_WAIT_TIMEOUT_MS)),
+        }
     }
 }
 
@@ -314,6 +352,27 @@ impl CoreConfig {
                 }
             }
         }
+        let r = &self.redis;
+        if *r != RedisConfig::default() && !self.is_redis() {
+            let key = if r.wait_replicas > 0 {
+                "redis.wait-replicas"
+            } else if r.wait_aof {
+                "redis.wait-aof"
+            } else {
+                "redis.wait-timeout-ms"
+            };
+            err(key, "only the Redis store (store = \"redis://...\" or { cluster = [...] }) has these settings".into());
+        }
+        if r.wait_replicas > 16 {
+            err("redis.wait-replicas", format!("must be 0..=16, got {}", r.wait_replicas));
+        }
+        if let Some(t) = r.wait_timeout_ms {
+            if !(1..=1000).contains(&t) {
+                err("redis.wait-timeout-ms", format!("must be 1..=1000, got {t}"));
+            } else if r.wait_replicas == 0 && !r.wait_aof {
+                err("redis.wait-timeout-ms", "has no effect without redis.wait-replicas or redis.wait-aof".into());
+            }
+        }
         if self.data_dir.is_some() && !self.is_durable_embedded() {
             err("data-dir", "only the embedded store (store = \"embedded\") has a data dir".into());
         }
@@ -435,6 +494,14 @@ impl CoreConfig {
     /// Whether the state lives in the durable embedded store.
     pub fn is_durable_embedded(&self) -> bool {
         self.store == StoreConfig::Url("embedded".into())
+    }
+
+    /// Whether the state lives in Redis (one server or a Cluster).
+    pub fn is_redis(&self) -> bool {
+        match &self.store {
+            StoreConfig::Url(u) => u.starts_with("redis://") || u.starts_with("rediss://"),
+            StoreConfig::Cluster { .. } => true,
+        }
     }
 
     /// The embedded store's data dir: `data-dir`, or `wicket-data` in the working directory.
@@ -598,6 +665,49 @@ mod tests {
         assert!(ok.is_ok(), "a dir that can be created is fine: {ok:?}");
         let mem = CoreConfig::from_toml_str(&format!("store = \"memory\"\n{base}")).unwrap();
         assert!(!mem.is_durable_embedded());
+    }
+
+    #[test]
+    fn redis_wait_settings_are_checked_with_their_path() {
+        let base = r#"
+            admin-token = "0123456789abcdef"
+            [payment]
+            callback-secret = "0123456789abcdef"
+            [[tokens.keys]]
+            kid = "k"
+            alg = "HS256"
+            secret = "0123456789abcdef0123456789abcdef"
+        "#;
+        let errs = |text: String| match CoreConfig::from_toml_str(&text) {
+            Err(ConfigError::Invalid(errs)) => errs.iter().map(|e| format!("{}: {}", e.path, e.message)).collect::<Vec<_>>(),
+            Err(e) => vec![e.to_string()],
+            Ok(_) => vec![],
+        };
+        // Old configs: no [redis] table, the wait is off.
+        let cfg = CoreConfig::from_toml_str(&format!("store = \"redis://127.0.0.1:6379/0\"\n{base}")).unwrap();
+        assert!(!cfg.redis.wait_policy().is_on());
+        // Both store forms take it.
+        let text = format!("store = \"redis://127.0.0.1:6379/0\"\n{base}\n[redis]\nwait-replicas = 1\nwait-timeout-ms = 50\n");
+        let cfg = CoreConfig::from_toml_str(&text).unwrap();
+        let p = cfg.redis.wait_policy();
+        assert_eq!((p.replicas, p.aof, p.timeout.as_millis()), (1, false, 50));
+        let text = format!("store = {{ cluster = [\"redis://127.0.0.1:7000\"] }}\n{base}\n[redis]\nwait-aof = true\n");
+        let p = CoreConfig::from_toml_str(&text).unwrap().redis.wait_policy();
+        assert_eq!((p.replicas, p.aof, p.timeout.as_millis()), (0, true, 100));
+        // Problems, each with its path.
+        let e = errs(format!("{base}\n[redis]\nwait-replicas = 1\n"));
+        assert!(e.len() == 1 && e[0].starts_with("redis.wait-replicas: only the Redis store"), "{e:?}");
+        let redis = "store = \"redis://127.0.0.1:6379/0\"\n";
+        let e = errs(format!("{redis}{base}\n[redis]\nwait-replicas = 17\n"));
+        assert!(e.len() == 1 && e[0].starts_with("redis.wait-replicas: must be 0..=16"), "{e:?}");
+        for bad in [0, 1001] {
+            let e = errs(format!("{redis}{base}\n[redis]\nwait-replicas = 1\nwait-timeout-ms = {bad}\n"));
+            assert!(e.len() == 1 && e[0].starts_with("redis.wait-timeout-ms: must be 1..=1000"), "{e:?}");
+        }
+        let e = errs(format!("{redis}{base}\n[redis]\nwait-timeout-ms = 50\n"));
+        assert!(e.len() == 1 && e[0].starts_with("redis.wait-timeout-ms: has no effect"), "{e:?}");
+        let e = errs(format!("{redis}{base}\n[redis]\nwait-replica = 1\n"));
+        assert!(e.len() == 1 && e[0].contains("wait-replica"), "{e:?}");
     }
 
     #[test]

@@ -131,6 +131,10 @@ impl IntoResponse for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if self.code == DURABILITY_TIMEOUT {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp.extensions_mut().insert(ErrorCode(self.code));
         resp
     }
 }
@@ -147,9 +151,24 @@ impl From<StoreError> for ApiError {
             ),
             StoreError::Internal(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the sale store answered unexpectedly"),
             StoreError::ReadOnly(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_read_only", m),
+            StoreError::DurabilityTimeout(m) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                DURABILITY_TIMEOUT,
+                format!(
+                    "the change was made but not yet confirmed by the store's replicas ({m}); retry the same \
+                     request (a hold with the same idempotency key answers with its order)"
+                ),
+            ),
         }
     }
 }
+
+/// The error code of a change the store made but could not confirm on its replicas (or AOF) in time.
+pub const DURABILITY_TIMEOUT: &str = "durability_timeout";
+
+/// Marks a response with its error code, so the guard can count what needs counting.
+#[derive(Debug, Clone, Copy)]
+struct ErrorCode(&'static str);
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -213,6 +232,9 @@ async fn guard(State(st): State<Shared>, req: Request, next: Next) -> Response {
     };
     st.metrics.latency.with_label_values(&[route]).observe(started.elapsed().as_secs_f64());
     st.metrics.responses.with_label_values(&[route, class]).inc();
+    if resp.extensions().get::<ErrorCode>().is_some_and(|c| c.0 == DURABILITY_TIMEOUT) {
+        st.metrics.durability_timeouts.with_label_values(&[route]).inc();
+    }
     resp
 }
 
@@ -552,6 +574,7 @@ fn store_error_kind(e: &StoreError) -> &'static str {
         StoreError::OutcomeUnknown(_) => "outcome_unknown",
         StoreError::Internal(_) => "internal",
         StoreError::ReadOnly(_) => "read_only",
+        StoreError::DurabilityTimeout(_) => "durability_timeout",
     }
 }
 

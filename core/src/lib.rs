@@ -4,7 +4,8 @@
 //! - [`config`]: the TOML config (`CoreConfig`), strict, with `validate()` listing every problem by path.
 //! - [`model`]: events, pools, SKUs, limits, orders and the typed outcomes of every store operation.
 //! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process: durable through
-//!   [`store::journal`], or memory only) and [`store::redis`] (Lua).
+//!   [`store::journal`], or memory only) and [`store::redis`] (Lua; optionally each acknowledged change
+//!   waits for replicas / the AOF, `[redis]` in the config).
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
 //! - [`payment`]: signed callbacks and the provider's status query.
 //! - [`serve`]: the HTTP/1 server: accepts connections, deadline on request heads (and idle keep-alive).
@@ -19,7 +20,8 @@
 //! A hold travels: `POST /v1/events/{event}/holds` → [`serve`] (head within the deadline) → [`http`] (body
 //! ≤ 64 KiB, strict JSON by [`strict_json`], token verified by [`token`]; a replay is answered from its order
 //! before the sold-out flag is trusted) → [`store::SaleStore::hold`] (one atomic step; on the durable embedded
-//! store, answered once its journal record is on disk) → 201 with the order.
+//! store, answered once its journal record is on disk; on Redis with `[redis]` wait settings, once the replicas
+//! confirmed it) → 201 with the order.
 
 pub mod clock;
 pub mod config;
@@ -195,14 +197,22 @@ pub async fn open_store(config: &CoreConfig) -> anyhow::Result<DynStore> {
             Ok(Arc::new(store))
         }
         StoreConfig::Url(u) if u == "memory" => Ok(Arc::new(store::embedded::EmbeddedStore::new())),
-        StoreConfig::Url(u) => Ok(Arc::new(store::redis::RedisStore::connect(u).await?)),
-        StoreConfig::Cluster { cluster } => Ok(Arc::new(store::redis::RedisStore::connect_cluster(cluster).await?)),
+        StoreConfig::Url(u) => Ok(Arc::new(store::redis::RedisStore::connect_with(u, config.redis.wait_policy()).await?)),
+        StoreConfig::Cluster { cluster } => {
+            Ok(Arc::new(store::redis::RedisStore::connect_cluster_with(cluster, config.redis.wait_policy()).await?))
+        }
     }
 }
 
 /// How the configured store is named in the start-up log line.
 pub fn describe_store(config: &CoreConfig) -> String {
-    match &config.store {
+    let wait = config.redis.wait_policy();
+    let wait = match (wait.replicas, wait.aof) {
+        (0, false) => String::new(),
+        (n, false) => format!(", each change waits for {n} replica(s) (WAIT, {} ms)", wait.timeout.as_millis()),
+        (n, true) => format!(", each change waits for the AOF and {n} replica AOF(s) (WAITAOF, {} ms)", wait.timeout.as_millis()),
+    };
+    let what = match &config.store {
         StoreConfig::Url(u) if u == "embedded" => {
             let dir = config.data_dir();
             let shown = std::path::absolute(&dir).unwrap_or(dir);
@@ -217,7 +227,8 @@ pub fn describe_store(config: &CoreConfig) -> String {
             Err(_) => "redis".into(),
         },
         StoreConfig::Cluster { cluster } => format!("redis cluster ({} seeds)", cluster.len()),
-    }
+    };
+    format!("{what}{wait}")
 }
 
 /// Serves the core on `listener` until `shutdown` completes, then finishes in-flight requests.

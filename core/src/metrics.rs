@@ -19,6 +19,7 @@ pub struct CoreMetrics {
     pub inflight: IntGauge,
     pub concurrency_limit: IntGauge,
     pub store_errors: IntCounterVec,
+    pub durability_timeouts: IntCounterVec,
     pub redis_restarts: IntCounter,
     pub recheck_orders: IntCounterVec,
     pub recheck_runs: IntCounterVec,
@@ -47,6 +48,12 @@ impl CoreMetrics {
             counter("wicket_core_reconcile_failures_total", "Reconciliations that found a mismatch", &["event"]);
         let responses = counter("wicket_core_responses_total", "Responses by route and status class", &["route", "class"]);
         let store_errors = counter("wicket_core_store_errors_total", "Store calls that failed", &["kind"]);
+        let durability_timeouts = counter(
+            "wicket_core_durability_timeouts_total",
+            "Answers 503 durability_timeout: a change made on the Redis master that its replicas (or AOF) did not \
+             confirm within redis.wait-timeout-ms",
+            &["route"],
+        );
         let recheck_orders = counter(
             "wicket_core_recheck_orders_total",
             "CREATED orders re-checked with the payment provider after a start or a Redis restart, by result",
@@ -97,6 +104,7 @@ impl CoreMetrics {
             inflight,
             concurrency_limit,
             store_errors,
+            durability_timeouts,
             redis_restarts,
             recheck_orders,
             recheck_runs,

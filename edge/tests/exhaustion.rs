@@ -189,3 +189,29 @@ async fn clients_that_stop_reading_are_closed_and_nothing_is_logged_as_an_error(
     let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
     assert!(errors.is_empty(), "client behaviour logged as errors:\n{}", errors.join("\n"));
 }
+
+/// Idle keep-alive clients are closed after `keepalive-seconds`, whichever path answered their
+/// last request (the fast path's file and forward, Pingora's proxy), and before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_clients_are_closed_after_keepalive_seconds() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = start_edge(&format!("origin = \"{}\"\nkeepalive-seconds = 1", origin.url()));
+    let requests: [&[u8]; 4] = [
+        b"",                                                                          // nothing sent
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                                          // a file, fast path
+        b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n",                                      // forwarded, fast path
+        b"POST /page HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",              // forwarded by the proxy
+    ];
+    for request in requests {
+        let mut s = TcpStream::connect(edge.addr).await.unwrap();
+        let started = Instant::now();
+        if !request.is_empty() {
+            s.write_all(request).await.unwrap();
+            let r = read_answer(&mut s).await.expect("an answer");
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(request));
+        }
+        let (_, closed) = until_closed(&mut s, Duration::from_secs(5)).await;
+        let after = closed.expect("an idle client was never closed") - started;
+        assert!(after >= Duration::from_millis(900) && after < Duration::from_millis(2500), "closed after {after:?}: {}", String::from_utf8_lossy(request));
+    }
+}

@@ -6,7 +6,8 @@
 //!
 //! - [`embedded`]: in-process, one mutex over all state; the zero-setup default, durable on local disk
 //!   ([`journal`]: journal with group commit + snapshots) or in memory only.
-//! - [`redis`]: Lua scripts in `lua/`, one Cluster slot per event; the production store.
+//! - [`redis`]: Lua scripts in `lua/`, one Cluster slot per event; the production store. Optionally every
+//!   acknowledged change waits for replicas / the AOF (`WAIT` / `WAITAOF`, config `[redis]`).
 //!
 //! Both run the same conformance suite (`core/tests/conformance/`).
 
@@ -53,6 +54,11 @@ pub enum StoreError {
     /// message says what is still served. Nothing was changed.
     #[error("store refuses changes: {0}")]
     ReadOnly(String),
+    /// The change was made on the Redis master, but its replicas (or AOF) did not confirm it within
+    /// `redis.wait-timeout-ms` (`[redis]` wait settings): it may not survive a failover. Retry with the same
+    /// idempotency key (a hold answers with the order it made).
+    #[error("store durability timeout: {0}")]
+    DurabilityTimeout(String),
 }
 
 /// The core's state: events, stock, orders, the outbox. See the module doc for the rules every

@@ -13,10 +13,24 @@
 //! a 100,000-seat event legitimately takes longer than a hold may.
 //!
 //! Constructors: [`RedisStore::connect`] (`redis://host:port/db`) and [`RedisStore::connect_cluster`]
-//! (seed URLs of a Redis Cluster).
+//! (seed URLs of a Redis Cluster); `connect_with` / `connect_cluster_with` take a [`WaitPolicy`].
+//!
+//! # Waiting for replicas (`[redis]` wait settings)
+//! Replication is asynchronous: a change a master acknowledged can be missing on the replica promoted after
+//! the master dies. With a [`WaitPolicy`] every change the core acknowledges (hold, payment, cancel,
+//! expiry, redemption, refund, event put, pause) is sent as one pipeline on one connection — so in a
+//! Cluster to the master of the event's slot — `[EVALSHA, INCR <barrier>, WAIT n t]` (or `WAITAOF 1 n t`).
+//! `WAIT` covers every write its connection made, so it covers the script's own write; the barrier (a write
+//! to a key in the same slot, `wk:{ev:<id>}:sync`) makes it cover everything that master had when the
+//! script ran too, so an answer built from earlier state (a replay, `already_paid`) is covered as well.
+//! Fewer confirmations than asked within the timeout → [`StoreError::DurabilityTimeout`] (503; the change
+//! stays applied on the master, and a retry with the same idempotency key answers from it). `WAIT` blocks
+//! its connection until the replicas answer, so waited calls go over a pool of [`WAIT_CONNECTIONS`]
+//! connections (Redis confirms all waiting clients with one replica round trip); reads keep the shared one.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -40,6 +54,100 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Operator calls (create or update an event of 100,000 seats, reconcile a big sale) may run longer: they
 /// get their own connection with this bound, so the buyer path keeps its short one.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections that carry waited changes (each `WAIT` blocks its connection until the replicas answer).
+pub const WAIT_CONNECTIONS: usize = 16;
+
+/// What every acknowledged change waits for before its answer (config `[redis]`). Off by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitPolicy {
+    /// Replicas that must have the change (`WAIT`), or, with `aof`, have it in their AOF (`WAITAOF`).
+    pub replicas: u32,
+    /// The master's own AOF must have the change on disk (`WAITAOF 1 ...`, Redis ≥ 7.2, `appendonly yes`).
+    pub aof: bool,
+    /// Longest one wait may take (the `WAIT` timeout).
+    pub timeout: Duration,
+}
+
+impl Default for WaitPolicy {
+    fn default() -> Self {
+        WaitPolicy { replicas: 0, aof: false, timeout: Duration::from_millis(crate::config::DEFAULT_WAIT_TIMEOUT_MS) }
+    }
+}
+
+impl WaitPolicy {
+    /// Whether changes wait at all.
+    pub fn is_on(&self) -> bool {
+        self.replicas > 0 || self.aof
+    }
+
+    /// `WAIT numreplicas timeout` or `WAITAOF numlocal numreplicas timeout`.
+    fn command(&self) -> Cmd {
+        let ms = self.timeout.as_millis().max(1) as u64;
+        if self.aof {
+            let mut c = redis::cmd("WAITAOF");
+            c.arg(1).arg(self.replicas).arg(ms);
+            c
+        } else {
+            let mut c = redis::cmd("WAIT");
+            c.arg(self.replicas).arg(ms);
+            c
+        }
+    }
+
+    /// Whether a `WAIT` / `WAITAOF` reply met the policy; `Err` says what was missing.
+    fn check(&self, reply: &Value) -> Result<(), String> {
+        let int = |v: &Value| match v {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        };
+        if self.aof {
+            let parts = items(reply);
+            let (Some(local), Some(replicas)) = (parts.first().and_then(int), parts.get(1).and_then(int)) else {
+                return Err(format!("unexpected WAITAOF reply {reply:?}"));
+            };
+            if local < 1 {
+                return Err(format!("the master's AOF did not confirm within {} ms", self.timeout.as_millis()));
+            }
+            if replicas < self.replicas as i64 {
+                return Err(format!(
+                    "{replicas} of {} replicas confirmed their AOF within {} ms",
+                    self.replicas,
+                    self.timeout.as_millis()
+                ));
+            }
+            Ok(())
+        } else {
+            match int(reply) {
+                Some(n) if n >= self.replicas as i64 => Ok(()),
+                Some(n) => Err(format!("{n} of {} replicas confirmed within {} ms", self.replicas, self.timeout.as_millis())),
+                None => Err(format!("unexpected WAIT reply {reply:?}")),
+            }
+        }
+    }
+}
+
+/// The waited path of a store: the policy and the connections that carry it.
+#[derive(Clone)]
+struct Waiter {
+    policy: WaitPolicy,
+    pool: Arc<[Conn]>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Waiter {
+    fn conn(&self) -> Conn {
+        self.pool[self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len()].clone()
+    }
+}
+
+/// What a waited pipeline runs before its barrier.
+enum Step<'a> {
+    /// A script: EVALSHA, loaded again after NOSCRIPT.
+    Script(&'a Script, &'a [String], &'a [&'a str]),
+    /// A plain keyed command.
+    Cmd(Cmd),
+}
 
 /// The scripts, compiled into the binary so the core and Redis can never disagree on a version.
 pub mod scripts {
@@ -123,7 +231,17 @@ pub struct RedisStore {
     conn: Conn,
     /// Operator calls (`put_event`, `reconcile`): the same server, a long timeout.
     admin: Conn,
+    /// With a [`WaitPolicy`]: the connections acknowledged changes go over, each followed by its wait.
+    waiter: Option<Waiter>,
 }
+
+/// The key of the barrier write of a waited call on `event`'s slot.
+fn barrier_key(event: &str) -> String {
+    format!("wk:{{ev:{event}}}:sync")
+}
+
+/// The barrier key in the slot of [`EVENTS_KEY`] (its hash tag is that key's whole name).
+const EVENTS_BARRIER_KEY: &str = "{wk:events}:sync";
 
 /// Maps a client error to the store's: may the request have been applied?
 fn map_err(e: RedisError) -> StoreError {
@@ -131,7 +249,8 @@ fn map_err(e: RedisError) -> StoreError {
         return StoreError::Unavailable(e.to_string());
     }
     // Errors the server answers before running anything.
-    let refused_codes = ["OOM", "BUSY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOSCRIPT"];
+    let refused_codes =
+        ["OOM", "BUSY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOSCRIPT", "NOREPLICAS"];
     if e.code().is_some_and(|c| refused_codes.contains(&c))
         || matches!(
             e.kind(),
@@ -281,6 +400,11 @@ impl RedisStore {
     /// Connects to one Redis, e.g. `redis://127.0.0.1:6379/0`. Fails when the URL is bad or Redis does not
     /// answer now; afterwards the connection is re-established by itself whenever it drops.
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        Self::connect_with(url, WaitPolicy::default()).await
+    }
+
+    /// [`connect`](Self::connect), and every acknowledged change waits as `wait` says.
+    pub async fn connect_with(url: &str, wait: WaitPolicy) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(url).map_err(|e| StoreError::Internal(format!("bad Redis URL: {e}")))?;
         let manager = |response: Duration| {
             let config = ConnectionManagerConfig::new()
@@ -299,9 +423,18 @@ impl RedisStore {
         };
         let conn = manager(RESPONSE_TIMEOUT).await?;
         let admin = manager(ADMIN_TIMEOUT).await?;
-        let store = RedisStore { conn: Conn::Single(conn), admin: Conn::Single(admin) };
+        let mut store = RedisStore { conn: Conn::Single(conn), admin: Conn::Single(admin), waiter: None };
         store.now_ms().await?;
-        store.warn_unless_durable().await;
+        if wait.is_on() {
+            let mut pool = Vec::with_capacity(WAIT_CONNECTIONS);
+            for _ in 0..WAIT_CONNECTIONS {
+                pool.push(Conn::Single(manager(RESPONSE_TIMEOUT + wait.timeout).await?));
+            }
+            store.waiter = Some(Waiter { policy: wait, pool: pool.into(), next: Arc::new(AtomicUsize::new(0)) });
+            store.check_wait_policy().await?;
+        } else {
+            store.warn_unless_durable().await;
+        }
         Ok(store)
     }
 
@@ -323,6 +456,12 @@ impl RedisStore {
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
     pub async fn connect_cluster(seeds: &[String]) -> Result<RedisStore, StoreError> {
+        Self::connect_cluster_with(seeds, WaitPolicy::default()).await
+    }
+
+    /// [`connect_cluster`](Self::connect_cluster), and every acknowledged change waits as `wait` says, on the
+    /// master of the event's slot.
+    pub async fn connect_cluster_with(seeds: &[String], wait: WaitPolicy) -> Result<RedisStore, StoreError> {
         let connect = |response: Duration| async move {
             let client = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
                 .connection_timeout(CONNECT_TIMEOUT)
@@ -339,9 +478,77 @@ impl RedisStore {
         };
         let conn = connect(RESPONSE_TIMEOUT).await?;
         let admin = connect(ADMIN_TIMEOUT).await?;
-        let store = RedisStore { conn: Conn::Cluster(conn), admin: Conn::Cluster(admin) };
+        let mut store = RedisStore { conn: Conn::Cluster(conn), admin: Conn::Cluster(admin), waiter: None };
         store.now_ms().await?;
+        if wait.is_on() {
+            let mut pool = Vec::with_capacity(WAIT_CONNECTIONS);
+            for _ in 0..WAIT_CONNECTIONS {
+                pool.push(Conn::Cluster(connect(RESPONSE_TIMEOUT + wait.timeout).await?));
+            }
+            store.waiter = Some(Waiter { policy: wait, pool: pool.into(), next: Arc::new(AtomicUsize::new(0)) });
+            store.check_wait_policy().await?;
+        }
         Ok(store)
+    }
+
+    /// The wait policy in force (`None` when changes are acknowledged without waiting).
+    pub fn wait_policy(&self) -> Option<WaitPolicy> {
+        self.waiter.as_ref().map(|w| w.policy)
+    }
+
+    /// The same command on every master (one server: that server): `(node, reply)` each.
+    async fn on_every_master(&self, cmd: Cmd) -> Result<Vec<(String, Value)>, StoreError> {
+        match &self.conn {
+            Conn::Single(_) => Ok(vec![(String::new(), self.cmd(&cmd).await?)]),
+            Conn::Cluster(c) => {
+                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                let mut conn = c.clone();
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let v = match tokio::time::timeout(CALL_TIMEOUT, conn.route_command(cmd, routing)).await {
+                    Ok(r) => r.map_err(map_err)?,
+                    Err(_) => return Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
+                };
+                let Value::Map(nodes) = v else { return Err(bad("a reply of every master")) };
+                Ok(nodes.into_iter().map(|(node, reply)| (text(&node).unwrap_or_default(), reply)).collect())
+            }
+        }
+    }
+
+    /// At start, with a wait policy: `WAITAOF` must work on every master (`redis.wait-aof`: Redis ≥ 7.2 with
+    /// `appendonly yes`), else the core refuses to start; a master with fewer connected replicas than
+    /// `redis.wait-replicas` is logged (every change on it will answer 503 until they are back).
+    async fn check_wait_policy(&self) -> Result<(), StoreError> {
+        let Some(w) = &self.waiter else { return Ok(()) };
+        if w.policy.aof {
+            // numlocal 1 with nothing written on this connection answers at once, or fails when unsupported.
+            let mut probe = redis::cmd("WAITAOF");
+            probe.arg(1).arg(0).arg(1);
+            let refused = |why: String| {
+                StoreError::Internal(format!(
+                    "redis.wait-aof needs WAITAOF (Redis 7.2 or later) and appendonly yes on every master: {why}"
+                ))
+            };
+            for (node, reply) in self.on_every_master(probe).await.map_err(|e| refused(e.to_string()))? {
+                if let Value::ServerError(e) = reply {
+                    return Err(refused(format!("{node} answered {e:?}")));
+                }
+            }
+        }
+        if w.policy.replicas > 0 {
+            for (node, reply) in self.on_every_master(redis::cmd("INFO").arg("replication").clone()).await? {
+                let connected = text(&reply).and_then(|i| info_field(&i, "connected_slaves")).and_then(|n| n.parse::<u32>().ok());
+                if connected.is_some_and(|n| n < w.policy.replicas) {
+                    tracing::warn!(
+                        node = %node,
+                        connected_replicas = connected.unwrap_or(0),
+                        wait_replicas = w.policy.replicas,
+                        "redis.wait-replicas asks for more replicas than this master has: every change on it will \
+                         answer 503 durability_timeout until enough replicas are connected"
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs a script on the buyer path, bounded by [`CALL_TIMEOUT`].
@@ -396,6 +603,86 @@ impl RedisStore {
         }
     }
 
+    /// Runs a script that makes a change the core acknowledges: with a wait policy, waited
+    /// ([`waited`](Self::waited)) on `event`'s slot; else as [`run`](Self::run) / [`run_admin`](Self::run_admin).
+    async fn run_ack(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+        event: &str,
+        admin: bool,
+    ) -> Result<Value, StoreError> {
+        match &self.waiter {
+            Some(w) => self.waited(w, Step::Script(script, keys, args), &barrier_key(event), admin).await,
+            None if admin => self.run_admin(script, keys, args).await,
+            None => self.run(script, keys, args).await,
+        }
+    }
+
+    /// One waited call: `[step, INCR barrier, WAIT]` (or `WAITAOF`) as one pipeline on one connection, so
+    /// all three run on the master of the barrier's slot (which must be `step`'s slot), in that order. The
+    /// wait covers `step`'s own write and, through the barrier, everything that master had when `step`
+    /// ran. Returns `step`'s reply once the wait met the policy; [`StoreError::DurabilityTimeout`] when it
+    /// did not (`step` ran: its change stays on the master).
+    async fn waited(&self, w: &Waiter, step: Step<'_>, barrier: &str, admin: bool) -> Result<Value, StoreError> {
+        let first = match &step {
+            Step::Script(script, keys, args) => {
+                let mut c = redis::cmd("EVALSHA");
+                c.arg(script.get_hash()).arg(keys.len()).arg(*keys).arg(*args);
+                c
+            }
+            Step::Cmd(c) => c.clone(),
+        };
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors().add_command(first).cmd("INCR").arg(barrier).add_command(w.policy.command());
+        let (mut conn, bound) = if admin {
+            (self.admin.clone(), ADMIN_TIMEOUT + w.policy.timeout)
+        } else {
+            (w.conn(), CALL_TIMEOUT + w.policy.timeout)
+        };
+        let attempt = async {
+            // NOSCRIPT (a flush, a failover to a node without the script) and MOVED/ASK (a slot map older
+            // than a failover) mean the step did not run: fix and send again, a few times.
+            let mut tries = 0;
+            loop {
+                let replies = pipe.query_async::<Vec<Value>>(&mut conn).await.map_err(map_err)?;
+                let [reply, barrier_reply, wait_reply] = <[Value; 3]>::try_from(replies)
+                    .map_err(|r| bad(&format!("{} replies to a waited pipeline of 3", r.len())))?;
+                if let Value::ServerError(e) = reply {
+                    let e = RedisError::from(e);
+                    tries += 1;
+                    match e.kind() {
+                        ErrorKind::Server(ServerErrorKind::NoScript) if tries < 5 => {
+                            if let Step::Script(script, ..) = &step {
+                                script.prepare_invoke().load_async(&mut conn).await.map_err(map_err)?;
+                            }
+                            continue;
+                        }
+                        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) if tries < 5 => {
+                            // A keyed command follows the redirect and has the client rebuild its slot map.
+                            let _ = redis::cmd("EXISTS").arg(barrier).query_async::<Value>(&mut conn).await;
+                            continue;
+                        }
+                        _ => return Err(map_err(e)),
+                    }
+                }
+                // The step ran; from here on an error means its change may not be confirmed.
+                if let Value::ServerError(e) = barrier_reply {
+                    return Err(StoreError::DurabilityTimeout(format!("the barrier write was refused: {e:?}")));
+                }
+                if let Value::ServerError(e) = &wait_reply {
+                    return Err(StoreError::DurabilityTimeout(format!("the wait was refused: {e:?}")));
+                }
+                return w.policy.check(&wait_reply).map(|()| reply).map_err(StoreError::DurabilityTimeout);
+            }
+        };
+        match tokio::time::timeout(bound, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
+        }
+    }
+
     /// Runs a plain command, bounded by [`CALL_TIMEOUT`].
     async fn cmd(&self, cmd: &Cmd) -> Result<Value, StoreError> {
         let mut conn = self.conn.clone();
@@ -413,7 +700,7 @@ impl RedisStore {
         args: &[&str],
     ) -> Result<Option<(String, String, Option<Order>)>, StoreError> {
         let Some(event) = event_of_order(order_id) else { return Ok(None) };
-        let reply = self.run(script, &event_keys(event, Some(order_id)), args).await?;
+        let reply = self.run_ack(script, &event_keys(event, Some(order_id)), args, event, false).await?;
         let parts = items(&reply);
         let code = parts.first().and_then(text).ok_or_else(|| bad("no code"))?;
         let detail = parts.get(1).and_then(text).unwrap_or_default();
@@ -442,9 +729,9 @@ impl SaleStore for RedisStore {
     async fn put_event(&self, id: &str, spec: &EventSpec, force: bool) -> Result<PutEventOutcome, StoreError> {
         let body = serde_json::to_string(spec).map_err(|e| StoreError::Internal(e.to_string()))?;
         let compiled = compiled_spec(spec);
-        let reply =
-            self.run_admin(&scripts::PUT_EVENT, &event_keys(id, None), &[&body, &compiled, if force { "1" } else { "0" }])
-                .await?;
+        let reply = self
+            .run_ack(&scripts::PUT_EVENT, &event_keys(id, None), &[&body, &compiled, if force { "1" } else { "0" }], id, true)
+            .await?;
         let t = texts(&reply);
         let outcome = match t.first().map(String::as_str) {
             Some("CREATED") => PutEventOutcome::Created,
@@ -459,7 +746,16 @@ impl SaleStore for RedisStore {
         };
         if matches!(outcome, PutEventOutcome::Created | PutEventOutcome::Updated) {
             // Outside the event's slot, so not in the script; idempotent, and redone by any retried PUT.
-            self.cmd(redis::cmd("SADD").arg(EVENTS_KEY).arg(id)).await?;
+            let mut sadd = redis::cmd("SADD");
+            sadd.arg(EVENTS_KEY).arg(id);
+            match &self.waiter {
+                Some(w) => {
+                    self.waited(w, Step::Cmd(sadd), EVENTS_BARRIER_KEY, false).await?;
+                }
+                None => {
+                    self.cmd(&sadd).await?;
+                }
+            }
         }
         Ok(outcome)
     }
@@ -482,7 +778,7 @@ impl SaleStore for RedisStore {
     }
 
     async fn set_paused(&self, id: &str, paused: bool) -> Result<bool, StoreError> {
-        let v = self.run(&scripts::PAUSE, &event_keys(id, None), &[if paused { "1" } else { "0" }]).await?;
+        let v = self.run_ack(&scripts::PAUSE, &event_keys(id, None), &[if paused { "1" } else { "0" }], id, false).await?;
         Ok(matches!(v, Value::Int(1)))
     }
 
@@ -519,7 +815,8 @@ impl SaleStore for RedisStore {
             &jti_exp,
         ];
         args.extend(req.seats.iter().map(String::as_str));
-        let reply = self.run(&scripts::HOLD, &event_keys(&req.event, Some(&req.order_id)), &args).await?;
+        let reply =
+            self.run_ack(&scripts::HOLD, &event_keys(&req.event, Some(&req.order_id)), &args, &req.event, false).await?;
         let parts = items(&reply);
         let code = parts.first().and_then(text).ok_or_else(|| bad("hold: no code"))?;
         let detail = parts.get(1).and_then(text).unwrap_or_default();
@@ -556,6 +853,15 @@ impl SaleStore for RedisStore {
         let Some((fp, order_id)) = seen.split_once('\n') else { return Err(bad("idempotency record")) };
         if fp != fingerprint {
             return Ok(Some(HoldOutcome::IdemConflict));
+        }
+        // A replay acknowledges the hold again: with a wait policy, the order is read in a waited call, so
+        // the answer is confirmed on the replicas even when the hold's own answer was a durability timeout.
+        if let Some(w) = &self.waiter {
+            let Some(ev) = event_of_order(order_id) else { return Err(bad("idempotency record")) };
+            let mut read = redis::cmd("HGETALL");
+            read.arg(&event_keys(ev, Some(order_id))[12]);
+            let v = self.waited(w, Step::Cmd(read), &barrier_key(ev), false).await?;
+            return Ok(Some(if pairs(&v).is_empty() { HoldOutcome::IdemConflict } else { HoldOutcome::Replay(order_from(ev, &v)?) }));
         }
         Ok(Some(match self.get_order(order_id).await? {
             Some(o) => HoldOutcome::Replay(o),

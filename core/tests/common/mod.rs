@@ -7,6 +7,8 @@
 //! let store = RedisStore::connect(&redis.url()).await?;
 //! redis.kill9();  redis.restart();                  // same port, same dir (the AOF survives)
 //! let cluster = RedisCluster::start(3);             // cluster.seeds() for RedisStore::connect_cluster
+//! let replica = RedisServer::start_replica_of(&redis); // REPLICAOF, synced
+//! let cluster = RedisCluster::start_with_replicas(3, 500); // 3 masters with a replica each, fast failover
 //! ```
 //! The binaries come from `PATH` (`redis-server`, `redis-cli`), or `WICKET_REDIS_SERVER` /
 //! `WICKET_REDIS_CLI`.
@@ -72,6 +74,23 @@ impl RedisServer {
         Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
     }
 
+    /// A replica of `master` (no persistence), returned once its link is up and it has synced.
+    pub fn start_replica_of(master: &RedisServer) -> RedisServer {
+        let port = master.port.to_string();
+        let replica = Self::start_with(&["--appendonly", "no", "--replicaof", "127.0.0.1", &port]);
+        replica.wait_link_up();
+        replica
+    }
+
+    /// Waits until this replica's link to its master is up (it has synced).
+    pub fn wait_link_up(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.cli(&["info", "replication"]).contains("master_link_status:up") {
+            assert!(Instant::now() < deadline, "replica on port {} did not sync", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// A server with extra `redis-server` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
         let mut last_err = String::new();
@@ -106,6 +125,11 @@ impl RedisServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Whether this test started the process and has not killed it.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     pub fn url(&self) -> String {
@@ -197,13 +221,27 @@ fn wait_ready(port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
     }
 }
 
-/// A Redis Cluster of `n` masters (no replicas) on loopback.
+/// A Redis Cluster of `n` masters (and maybe a replica each) on loopback.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
+    /// `n` masters, no replicas.
     pub fn start(n: usize) -> RedisCluster {
+        Self::start_nodes(n, 0, 2000)
+    }
+
+    /// `n` masters with one replica each; a master unreachable for `node_timeout_ms` is failed over.
+    pub fn start_with_replicas(n: usize, node_timeout_ms: u64) -> RedisCluster {
+        let c = Self::start_nodes(n, 1, node_timeout_ms);
+        c.wait_replicas_synced();
+        c
+    }
+
+    fn start_nodes(masters: usize, replicas: usize, node_timeout_ms: u64) -> RedisCluster {
+        let n = masters * (1 + replicas);
+        let timeout = node_timeout_ms.to_string();
         let mut nodes = Vec::new();
         for _ in 0..n {
             let mut last_err = String::new();
@@ -215,7 +253,7 @@ impl RedisCluster {
                     port,
                     dir,
                     child: None,
-                    args: ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--appendonly", "no"]
+                    args: ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", &timeout, "--appendonly", "no"]
                         .iter()
                         .map(|a| a.to_string())
                         .collect(),
@@ -235,7 +273,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create");
         assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
@@ -254,9 +292,42 @@ impl RedisCluster {
         RedisCluster { nodes }
     }
 
+    /// Waits until every replica's link to its master is up.
+    pub fn wait_replicas_synced(&self) {
+        for node in &self.nodes {
+            if node.cli(&["info", "replication"]).contains("role:slave") {
+                node.wait_link_up();
+            }
+        }
+    }
+
+    /// The live node that is the master of `key`'s slot (it answers a read of the key without redirect).
+    pub fn master_of(&self, key: &str) -> Option<usize> {
+        let slot = self.nodes.iter().find(|n| n.child.is_some())?.cli(&["cluster", "keyslot", key]).trim().to_string();
+        self.nodes.iter().position(|n| {
+            n.child.is_some()
+                && n.cli(&["cluster", "nodes"]).lines().any(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    f.len() > 8
+                        && f[2].contains("myself")
+                        && f[2].contains("master")
+                        && f[8..].iter().any(|r| slot_in(r, &slot))
+                })
+        })
+    }
+
     /// Seed URLs for `RedisStore::connect_cluster`.
     pub fn seeds(&self) -> Vec<String> {
         self.nodes.iter().map(|s| format!("redis://127.0.0.1:{}", s.port)).collect()
+    }
+}
+
+/// Whether `slot` is in a `CLUSTER NODES` slot field (`5461` or `0-5460`).
+fn slot_in(range: &str, slot: &str) -> bool {
+    let Ok(slot) = slot.parse::<u32>() else { return false };
+    match range.split_once('-') {
+        Some((a, b)) => a.parse::<u32>().is_ok_and(|a| a <= slot) && b.parse::<u32>().is_ok_and(|b| slot <= b),
+        None => range.parse::<u32>().is_ok_and(|r| r == slot),
     }
 }
 

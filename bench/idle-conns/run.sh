@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Idle keep-alive connections: memory per idle client connection, Wicket's edge vs nginx.
+# Each server (one worker thread / process) gets N connections that send one GET of the detail page,
+# read the answer and then stay open and idle; the server's proportional memory (Pss, from
+# /proc/PID/smaps_rollup, summed over nginx's master and worker) is read before and after.
+# Writes the "Idle connections" section of bench/RESULTS.md and the keys idle_conn_bytes_edge,
+# idle_conn_bytes_nginx and idle_conn_edge_vs_nginx of bench/results/summary.json.
+#
+#   bash bench/idle-conns/run.sh            # N=50000, capped by the open-file limit (ulimit -n)
+#
+# Needs: cargo, nginx, python3. Loopback only (clients spread over 127.0.0.2-9 for ports).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+N="${N:-50000}"
+LIMIT="$(ulimit -n)"
+if [ "$LIMIT" != unlimited ] && [ "$N" -gt $((LIMIT - 1000)) ]; then
+  echo "note: open-file limit $LIMIT (ulimit -n): holding $((LIMIT - 1000)) connections instead of $N" >&2
+  N=$((LIMIT - 1000))
+fi
+export PATH="$PATH:/usr/sbin"
+for bin in nginx python3; do
+  command -v "$bin" >/dev/null || { echo "missing $bin" >&2; exit 1; }
+done
+
+cd "$ROOT"
+cargo build --release -q -p wicket-edge --bin wicket
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+WICKET="$TARGET/release/wicket"
+
+source "$ROOT/bench/lib.sh"
+bench_workdir
+EDGE_PORT="$(free_port)"; ADMIN_PORT="$(free_port)"; NGINX_PORT="$(free_port)"
+mkdir -p "$WORK/site" "$WORK/nginx/logs"
+cp "$ROOT/static/site/index.html" "$WORK/site/index.html"
+chmod -R a+rX "$WORK"
+
+cat > "$WORK/nginx/nginx.conf" <<CONF
+worker_processes 1;
+worker_rlimit_nofile $LIMIT;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log warn;
+events { worker_connections $((N + 100)); }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_timeout 300;
+  default_type text/html;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  fastcgi_temp_path $WORK/nginx/fastcgi;
+  uwsgi_temp_path $WORK/nginx/uwsgi;
+  scgi_temp_path $WORK/nginx/scgi;
+  server { listen 127.0.0.1:$NGINX_PORT backlog=4096; root $WORK/site; }
+}
+CONF
+cat > "$WORK/wicket.toml" <<CONF
+[edge]
+listen = "127.0.0.1:$EDGE_PORT"
+admin-listen = "127.0.0.1:$ADMIN_PORT"
+threads = 1
+site-dir = "site"
+keepalive-seconds = 300
+shutdown-grace-seconds = 1
+CONF
+
+cat > "$WORK/clients.py" <<'PY'
+import asyncio, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+async def one(i, sem):
+    async with sem:
+        r, w = await asyncio.open_connection("127.0.0.1", port, local_addr=(f"127.0.0.{2 + i % 8}", 0))
+        w.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await w.drain()
+        head = await r.readuntil(b"\r\n\r\n")
+        length = next(int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:"))
+        await r.readexactly(length)
+        return w
+async def main():
+    sem = asyncio.Semaphore(256)
+    conns = await asyncio.gather(*(one(i, sem) for i in range(n)))
+    print(len(conns), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+asyncio.run(main())
+PY
+
+pss_kib() { # pids... → summed Pss in KiB
+  local total=0 p v
+  for p in "$@"; do
+    v="$(awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup")"
+    total=$((total + v))
+  done
+  echo "$total"
+}
+
+measure() { # name port pids... → "name bytes_per_conn before_kib after_kib"
+  local name="$1" port="$2"; shift 2
+  for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
+  for _ in $(seq 1 50); do curl -sf -o /dev/null "http://127.0.0.1:$port/"; done
+  sleep 0.5
+  local before after opened
+  before="$(pss_kib "$@")"
+  coproc CLIENTS { python3 "$WORK/clients.py" "$port" "$N"; }
+  read -r opened <&"${CLIENTS[0]}"
+  sleep 2
+  after="$(pss_kib "$@")"
+  echo >&"${CLIENTS[1]}"
+  wait "$CLIENTS_PID" 2>/dev/null || true
+  echo "$name $(( (after - before) * 1024 / opened )) $before $after $opened"
+}
+
+RUST_LOG=error "$WICKET" serve --config "$WORK/wicket.toml" &
+EDGE_PID=$!
+PIDS+=("$EDGE_PID")
+EDGE_ROW="$(measure edge "$EDGE_PORT" "$EDGE_PID")"
+echo "$EDGE_ROW"
+kill "$EDGE_PID"; wait "$EDGE_PID" 2>/dev/null || true
+
+nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+NGINX_MASTER=$!
+PIDS+=("$NGINX_MASTER")
+sleep 0.5
+NGINX_PIDS=("$NGINX_MASTER" $(pgrep -P "$NGINX_MASTER"))
+NGINX_ROW="$(measure nginx "$NGINX_PORT" "${NGINX_PIDS[@]}")"
+echo "$NGINX_ROW"
+
+export EDGE_ROW NGINX_ROW ROOT N LIMIT
+python3 - <<'PY'
+import json, os, datetime
+e, n = os.environ["EDGE_ROW"].split(), os.environ["NGINX_ROW"].split()
+edge_b, nginx_b, held = int(e[1]), int(n[1]), int(e[4])
+today = datetime.date.today().isoformat()
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
+root = os.environ["ROOT"]
+path = os.path.join(root, "bench/results/summary.json")
+summary = json.load(open(path)) if os.path.exists(path) else {}
+summary["idle_conn_bytes_edge"] = edge_b
+summary["idle_conn_bytes_nginx"] = nginx_b
+summary["idle_conn_edge_vs_nginx"] = round(edge_b / nginx_b, 3) if nginx_b else None
+summary["idle_conns"] = {"command": "bash bench/idle-conns/run.sh", "date": today, "held": held,
+    "open_file_limit": os.environ["LIMIT"], "edge_pss_kib": [int(e[2]), int(e[3])], "nginx_pss_kib": [int(n[2]), int(n[3])]}
+json.dump(summary, open(path, "w"), indent=2, sort_keys=True)
+open(path, "a").write("\n")
+section = "\n".join([
+    "## Idle connections (memory per idle keep-alive client)", "",
+    f"`bash bench/idle-conns/run.sh` on {today}: {os.cpu_count()} × {cpu}. {held:,} idle keep-alive connections per server",
+    f"(each sent one GET of the detail page first; the open-file limit here is {os.environ['LIMIT']}, so not 50,000), one worker each;",
+    "proportional memory (Pss) of the server's processes before and after, kernel socket buffers not included.", "",
+    "| server | Pss before → after (KiB) | bytes per idle connection |", "|---|---|---|",
+    f"| Wicket edge | {int(e[2]):,} → {int(e[3]):,} | {edge_b:,} |",
+    f"| nginx | {int(n[2]):,} → {int(n[3]):,} | {nginx_b:,} |", "",
+    f"Edge / nginx: {edge_b / nginx_b:.2f}×. Idle clients are closed after `keepalive-seconds` (edge/tests/exhaustion.rs).", "",
+])
+res = os.path.join(root, "bench/RESULTS.md")
+text = open(res).read()
+title = "## Idle connections (memory per idle keep-alive client)"
+start = text.find(title)
+if start >= 0:
+    end = text.find("\n## ", start + 1)
+    text = text[:start] + section.rstrip("\n") + ("\n" + text[end:] if end >= 0 else "\n")
+else:
+    text = text.rstrip("\n") + "\n\n" + section
+open(res, "w").write(text)
+print(section)
+PY
