@@ -4,21 +4,21 @@
 # side by side in one run. Writes the "Edge static vs nginx" section of bench/RESULTS.md and the
 # `static_vs_nginx` key of bench/results/summary.json (other keys are kept).
 #
-#   bash bench/edge-static/run.sh                 # defaults: THREADS=2 CONNS=64 SECONDS_=10 ROUNDS=3
+#   bash bench/edge-static/run.sh                 # defaults: THREADS=1 CONNS=64 SECONDS_=10 ROUNDS=3
 #   THREADS=1 CONNS=32 bash bench/edge-static/run.sh
 #
 # Needs: cargo, nginx, wrk (the test command installs them). Loopback only.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-THREADS="${THREADS:-2}"
+THREADS="${THREADS:-1}"
 CONNS="${CONNS:-64}"
 SECONDS_="${SECONDS_:-10}"
 ROUNDS="${ROUNDS:-3}"
-WRK_THREADS="${WRK_THREADS:-2}"
+WRK_THREADS="${WRK_THREADS:-1}"
 
 export PATH="$PATH:/usr/sbin"
-for bin in nginx wrk; do
+for bin in nginx wrk taskset; do
   command -v "$bin" >/dev/null || { echo "missing $bin (apt-get install -y $bin)" >&2; exit 1; }
 done
 
@@ -28,6 +28,7 @@ WICKET="$ROOT/target/release/wicket"
 
 source "$ROOT/bench/lib.sh"
 bench_workdir
+pin_sets "$THREADS"   # server on SERVER_CPUS, wrk on LOAD_CPUS (disjoint when the machine allows)
 
 NGINX_PORT="$(free_port)"; EDGE_PORT="$(free_port)"; ADMIN_PORT="$(free_port)"
 LIM_PORT="$(free_port)"; LIM_ADMIN_PORT="$(free_port)"
@@ -87,11 +88,11 @@ burst = 1000000
 nodelay = true
 CONF
 
-nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+taskset -c "$SERVER_CPUS" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 PIDS+=($!)
-RUST_LOG=error "$WICKET" serve --config "$WORK/wicket.toml" &
+RUST_LOG=error taskset -c "$SERVER_CPUS" "$WICKET" serve --config "$WORK/wicket.toml" &
 PIDS+=($!)
-RUST_LOG=error "$WICKET" serve --config "$WORK/limited.toml" &
+RUST_LOG=error taskset -c "$SERVER_CPUS" "$WICKET" serve --config "$WORK/limited.toml" &
 PIDS+=($!)
 
 for port in "$NGINX_PORT" "$EDGE_PORT" "$LIM_PORT"; do
@@ -104,13 +105,13 @@ done
 cmp <(curl -s "http://127.0.0.1:$NGINX_PORT/") <(curl -s "http://127.0.0.1:$EDGE_PORT/")
 
 run_wrk() { # url → "rps p99_ms"
-  wrk -t"$WRK_THREADS" -c"$CONNS" -d"${SECONDS_}s" --latency "$1" | wrk_figures
+  taskset -c "$LOAD_CPUS" wrk -t"$WRK_THREADS" -c"$CONNS" -d"${SECONDS_}s" --latency "$1" | wrk_figures
 }
 
 # Warm-up, then alternate rounds so both see the same machine conditions.
-wrk -t1 -c8 -d2s "http://127.0.0.1:$NGINX_PORT/" >/dev/null
-wrk -t1 -c8 -d2s "http://127.0.0.1:$EDGE_PORT/" >/dev/null
-wrk -t1 -c8 -d2s "http://127.0.0.1:$LIM_PORT/" >/dev/null
+taskset -c "$LOAD_CPUS" wrk -t1 -c8 -d2s "http://127.0.0.1:$NGINX_PORT/" >/dev/null
+taskset -c "$LOAD_CPUS" wrk -t1 -c8 -d2s "http://127.0.0.1:$EDGE_PORT/" >/dev/null
+taskset -c "$LOAD_CPUS" wrk -t1 -c8 -d2s "http://127.0.0.1:$LIM_PORT/" >/dev/null
 RESULTS="$WORK/results.txt"
 : > "$RESULTS"
 for r in $(seq 1 "$ROUNDS"); do
@@ -121,7 +122,7 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
-export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS SIZE RESULTS ROOT LOAD
+export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS SIZE RESULTS ROOT LOAD SERVER_CPUS LOAD_CPUS
 python3 - <<'PY'
 import json, os, statistics, datetime, re, platform
 rows = [l.split() for l in open(os.environ["RESULTS"]) if l.strip()]
@@ -171,8 +172,9 @@ Machine: {os.cpu_count()} cores ({cpu}), {today}. The example detail page (`stat
 {size} bytes, identity encoding) from the Wicket edge (release build, from memory, no limits
 configured) and from nginx (from disk with `sendfile` and `open_file_cache`, `access_log off`), each
 with {threads} worker threads, loaded by `wrk -t{wrk_threads} -c{conns} -d{secs}s` over loopback
-keep-alive; rounds alternate between the two and the figures are medians. wrk shares the cores
-with the server under test, and the machine is shared with other jobs (load average at the end
+keep-alive; rounds alternate between the two and the figures are medians. The servers run on CPU
+{os.environ["SERVER_CPUS"]} and wrk on CPU {os.environ["LOAD_CPUS"]} (`taskset`; shared only when the machine has too few cores),
+and the machine is shared with other jobs (load average at the end
 of the run: {os.environ["LOAD"]}), so single rounds vary; compare the two within a run. The edge
 answers plain GET/HEAD of a file that no limit or blocklist covers on its fast path
 (`edge/src/fast.rs`), IP limits included; user/device limits and trusted proxies take the

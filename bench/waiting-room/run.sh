@@ -4,17 +4,17 @@
 # Writes the "Waiting room" section of bench/RESULTS.md and the `status_vs_static`,
 # `status_depth` and `edge_bytes_per_queued` keys of bench/results/summary.json (others kept).
 #
-#   bash bench/waiting-room/run.sh          # defaults: THREADS=2 CONNS=64 SECONDS_=10 ROUNDS=5 QUEUED=1000000
+#   bash bench/waiting-room/run.sh          # defaults: THREADS=1 CONNS=64 SECONDS_=10 ROUNDS=5 QUEUED=1000000
 #
 # Needs: cargo, wrk, curl, python3. Loopback only.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-THREADS="${THREADS:-2}"
+THREADS="${THREADS:-1}"
 CONNS="${CONNS:-64}"
 SECONDS_="${SECONDS_:-10}"
 ROUNDS="${ROUNDS:-5}"
-WRK_THREADS="${WRK_THREADS:-2}"
+WRK_THREADS="${WRK_THREADS:-1}"
 QUEUED="${QUEUED:-1000000}"
 
 command -v wrk >/dev/null || { echo "missing wrk (apt-get install -y wrk)" >&2; exit 1; }
@@ -24,6 +24,7 @@ WICKET="$ROOT/target/release/wicket"
 
 source "$ROOT/bench/lib.sh"
 bench_workdir
+pin_sets "$THREADS"   # server on SERVER_CPUS, wrk on LOAD_CPUS (disjoint when the machine allows)
 
 EDGE_PORT="$(free_port)"; ADMIN_PORT="$(free_port)"
 mkdir -p "$WORK/site"
@@ -57,7 +58,7 @@ protected = ["/buy/ev-1"]
 release = { mode = "fixed", rate = 0.0 }
 CONF
 
-RUST_LOG=error "$WICKET" serve --config "$WORK/wicket.toml" &
+RUST_LOG=error taskset -c "$SERVER_CPUS" "$WICKET" serve --config "$WORK/wicket.toml" &
 EDGE_PID=$!
 PIDS+=($EDGE_PID)
 for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$EDGE_PORT/" && break; sleep 0.1; done
@@ -72,13 +73,13 @@ visitor() { # user → "Cookie: ..." header
 
 run_wrk() { # url [header] → "rps p99_ms"
   local url="$1"; shift
-  wrk -t"$WRK_THREADS" -c"$CONNS" -d"${SECONDS_}s" --latency "$@" "$url" | wrk_figures
+  taskset -c "$LOAD_CPUS" wrk -t"$WRK_THREADS" -c"$CONNS" -d"${SECONDS_}s" --latency "$@" "$url" | wrk_figures
 }
 
 # Warm up, then the idle baseline.
-wrk -t1 -c8 -d2s "http://127.0.0.1:$EDGE_PORT/" >/dev/null
+taskset -c "$LOAD_CPUS" wrk -t1 -c8 -d2s "http://127.0.0.1:$EDGE_PORT/" >/dev/null
 FRONT="$(visitor front)"
-wrk -t1 -c8 -d2s -H "$FRONT" "http://127.0.0.1:$EDGE_PORT/queue/r1/status" >/dev/null
+taskset -c "$LOAD_CPUS" wrk -t1 -c8 -d2s -H "$FRONT" "http://127.0.0.1:$EDGE_PORT/queue/r1/status" >/dev/null
 sleep 1
 IDLE_KB="$(rss_kb)"
 
@@ -88,7 +89,7 @@ JOIN_START=$(date +%s.%N)
 CHUNK=0
 while [ "$(issued)" -le "$QUEUED" ]; do
   CHUNK=$((CHUNK + 1))
-  wrk -t"$WRK_THREADS" -c"$CONNS" -d10s -s "$ROOT/bench/waiting-room/join.lua" "http://127.0.0.1:$EDGE_PORT" -- "c$CHUNK" > "$WORK/join.txt" 2>&1 || { cat "$WORK/join.txt"; exit 1; }
+  taskset -c "$LOAD_CPUS" wrk -t"$WRK_THREADS" -c"$CONNS" -d10s -s "$ROOT/bench/waiting-room/join.lua" "http://127.0.0.1:$EDGE_PORT" -- "c$CHUNK" > "$WORK/join.txt" 2>&1 || { cat "$WORK/join.txt"; exit 1; }
   echo "joined so far: $(issued)"
 done
 JOIN_END=$(date +%s.%N)
@@ -108,7 +109,7 @@ for r in $(seq 1 "$ROUNDS"); do
   tail -4 "$RESULTS" | sed "s/^/round $r: /"
 done
 
-export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS QUEUED RESULTS ROOT IDLE_KB FULL_KB STATS JOIN_START JOIN_END
+export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS QUEUED RESULTS ROOT IDLE_KB FULL_KB STATS JOIN_START JOIN_END SERVER_CPUS LOAD_CPUS
 cp "$WORK/join-front.json" "$WORK/join-back.json" /tmp/ 2>/dev/null || true
 export FRONT_JSON="$WORK/join-front.json" BACK_JSON="$WORK/join-back.json"
 python3 - <<'PY'
@@ -164,7 +165,7 @@ Command: `bash bench/waiting-room/run.sh` (THREADS={threads} CONNS={conns} SECON
 
 Machine: {os.cpu_count()} cores ({cpu}), {today}. One edge (release build, {threads} worker threads,
 embedded room state, room `r1` with release rate 0 so everyone stays queued). `wrk -t{wrk_threads}
--c{conns} -d{secs}s` over loopback keep-alive, sharing the cores with the edge; rounds alternate
+-c{conns} -d{secs}s` over loopback keep-alive, the edge on CPU {os.environ['SERVER_CPUS']} and wrk on CPU {os.environ['LOAD_CPUS']} (`taskset`); rounds alternate
 static / status at the front / status at the back, figures are medians. A status poll carries the
 visitor's device cookie and signed ticket: the edge's fast path (edge/src/fast.rs) verifies both
 MACs, applies the blocklist and the device-users rule, reads two counters and writes the status

@@ -19,8 +19,11 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::clock::{Clock, Reference};
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
 
 use crate::config::{LimitKey, LimitRule};
 
@@ -89,6 +92,66 @@ impl Default for IdHasher {
 }
 
 /// The outcome of one rule for one request.
+/// A keyed GCRA limiter on the millisecond clock.
+type KeyedLimiter = RateLimiter<Subject, DefaultKeyedStateStore<Subject>, MilliClock, NoOpMiddleware<MilliInstant>>;
+
+/// The limiters' clock: monotonic time truncated to whole milliseconds, as nginx's
+/// `ngx_current_msec` is. nginx computes `limit_req` in milliseconds, so two requests exactly one
+/// period apart pass even when the second is handled a fraction of a millisecond early (about
+/// nine times in ten at 10r/s without burst); a nanosecond clock refused them about half the time,
+/// and an imported nginx config behaved differently at its exact rate (issue #17).
+#[derive(Debug, Clone, Copy)]
+pub struct MilliClock {
+    origin: std::time::Instant,
+}
+
+/// Process-wide origin, so every limiter's instants compare.
+static CLOCK_ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+impl Default for MilliClock {
+    fn default() -> Self {
+        MilliClock { origin: *CLOCK_ORIGIN.get_or_init(std::time::Instant::now) }
+    }
+}
+
+impl Clock for MilliClock {
+    type Instant = MilliInstant;
+
+    fn now(&self) -> MilliInstant {
+        MilliInstant::floor(self.origin.elapsed().as_nanos() as u64)
+    }
+}
+
+/// Nanoseconds since the clock's origin, a whole number of milliseconds when read from the clock
+/// (limiters add periods in nanoseconds to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MilliInstant(u64);
+
+impl MilliInstant {
+    /// The instant `nanos` after the origin, truncated to the millisecond.
+    pub fn floor(nanos: u64) -> Self {
+        MilliInstant(nanos / 1_000_000 * 1_000_000)
+    }
+}
+
+impl std::ops::Add<Nanos> for MilliInstant {
+    type Output = MilliInstant;
+
+    fn add(self, d: Nanos) -> MilliInstant {
+        MilliInstant(self.0.saturating_add(d.as_u64()))
+    }
+}
+
+impl Reference for MilliInstant {
+    fn duration_since(&self, earlier: Self) -> Nanos {
+        Nanos::new(self.0.saturating_sub(earlier.0))
+    }
+
+    fn saturating_sub(&self, duration: Nanos) -> Self {
+        MilliInstant(self.0.saturating_sub(duration.as_u64()))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Go now.
@@ -106,10 +169,10 @@ pub struct RuleLimiter {
     /// Parsed rate.
     pub rate: NginxRate,
     /// Admits `burst + 1` at once, then one per period.
-    admit: DefaultKeyedRateLimiter<Subject>,
+    admit: KeyedLimiter,
     /// Paces admitted requests at the rate (rules without `nodelay` and with a burst).
-    pacer: Option<DefaultKeyedRateLimiter<Subject>>,
-    clock: DefaultClock,
+    pacer: Option<KeyedLimiter>,
+    clock: MilliClock,
 }
 
 impl RuleLimiter {
@@ -124,11 +187,11 @@ impl RuleLimiter {
         let pacer = if delay < rule.burst {
             let free = NonZeroU32::new(delay.saturating_add(1)).unwrap_or(NonZeroU32::MIN);
             let q = Quota::with_period(rate.period()).ok_or("rate too high")?.allow_burst(free);
-            Some(RateLimiter::dashmap(q))
+            Some(RateLimiter::dashmap_with_clock(q, MilliClock::default()))
         } else {
             None
         };
-        Ok(RuleLimiter { rule, rate, admit: RateLimiter::dashmap(quota), pacer, clock: DefaultClock::default() })
+        Ok(RuleLimiter { rule, rate, admit: RateLimiter::dashmap_with_clock(quota, MilliClock::default()), pacer, clock: MilliClock::default() })
     }
 
     /// Whether the rule covers this path. Rules under `/` skip `queue_prefix` unless they name it.
@@ -205,6 +268,35 @@ mod tests {
     fn rule(rate: &str, burst: u32, nodelay: bool) -> RuleLimiter {
         RuleLimiter::new(LimitRule { path: "/".into(), key: LimitKey::Ip, rate: rate.into(), burst, nodelay, delay: None })
             .unwrap()
+    }
+
+    /// A clock the test sets, read through the limiters' millisecond truncation.
+    #[derive(Clone)]
+    struct SetClock(std::sync::Arc<std::sync::atomic::AtomicU64>, bool);
+
+    impl Clock for SetClock {
+        type Instant = MilliInstant;
+        fn now(&self) -> MilliInstant {
+            let ns = self.0.load(std::sync::atomic::Ordering::SeqCst);
+            if self.1 { MilliInstant::floor(ns) } else { MilliInstant(ns) }
+        }
+    }
+
+    #[test]
+    fn a_request_one_period_later_passes_when_handled_a_fraction_of_a_millisecond_early() {
+        // 10r/s, no burst. The first request is handled at 1000.9 ms, the next 99.7 ms later
+        // (1100.6 ms): nginx sees 1000 and 1100 ms, a whole period, and lets it through.
+        let quota = Quota::with_period(NginxRate::parse("10r/s").unwrap().period()).unwrap();
+        for (millis, passes) in [(true, true), (false, false)] {
+            let t = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_000_900_000));
+            let limiter = RateLimiter::dashmap_with_clock(quota, SetClock(t.clone(), millis));
+            let who = Subject::Id(7);
+            assert!(limiter.check_key(&who).is_ok());
+            t.store(1_050_900_000, std::sync::atomic::Ordering::SeqCst);
+            assert!(limiter.check_key(&who).is_err(), "half a period later");
+            t.store(1_100_600_000, std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(limiter.check_key(&who).is_ok(), passes, "millisecond clock: {millis}");
+        }
     }
 
     #[test]

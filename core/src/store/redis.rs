@@ -558,8 +558,13 @@ impl RedisStore {
 
     /// Runs an operator's script, bounded by [`ADMIN_TIMEOUT`].
     async fn run_admin(&self, script: &Script, keys: &[String], args: &[&str]) -> Result<Value, StoreError> {
-        // The operator's connection is idle most of the time, so a Redis restart is usually found by the
-        // next operator call. A PING finds it first (and starts the reconnect) without risking a write.
+        self.ping_admin().await?;
+        Self::run_on(self.admin.clone(), ADMIN_TIMEOUT, script, keys, args).await
+    }
+
+    /// The operator's connection is idle most of the time, so a Redis restart is usually found by the next
+    /// operator call. A PING finds it first (and starts the reconnect) without risking a write.
+    async fn ping_admin(&self) -> Result<(), StoreError> {
         for _ in 0..3 {
             let mut conn = self.admin.clone();
             match tokio::time::timeout(CALL_TIMEOUT, redis::cmd("PING").query_async::<Value>(&mut conn)).await {
@@ -569,7 +574,7 @@ impl RedisStore {
                 Err(_) => return Err(StoreError::Unavailable("Redis did not answer a PING in time".into())),
             }
         }
-        Self::run_on(self.admin.clone(), ADMIN_TIMEOUT, script, keys, args).await
+        Ok(())
     }
 
     async fn run_on(
@@ -637,6 +642,7 @@ impl RedisStore {
         let mut pipe = redis::pipe();
         pipe.ignore_errors().add_command(first).cmd("INCR").arg(barrier).add_command(w.policy.command());
         let (mut conn, bound) = if admin {
+            self.ping_admin().await?;
             (self.admin.clone(), ADMIN_TIMEOUT + w.policy.timeout)
         } else {
             (w.conn(), CALL_TIMEOUT + w.policy.timeout)
