@@ -459,7 +459,7 @@ fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str
     let ticket = cookie(headers, &cookie_name(&room.id))?;
     let owner = st.rooms.owner(&room.id, user.unwrap_or(device));
     let ticket = QueueTicket::decode(ticket, &st.rooms.signer, &room.id, device, &owner)
-        .filter(|t| room.ticket_fresh(t.issued_at, crate::bot::unix_now()))?;
+        .filter(|t| room.ticket_valid(t.issued_at, crate::bot::unix_now()))?;
     let status = st.rooms.waiting_status(&room, &ticket)?;
     let body = serde_json::to_vec(&status).ok()?;
     let date = pingora::protocols::http::date::get_cached_date();

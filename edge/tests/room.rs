@@ -477,3 +477,36 @@ async fn a_fan_closing_the_event_stream_is_not_an_error() {
     let errors: Vec<&str> = m.lines().filter(|l| l.starts_with("wicket_edge_requests_total") && l.contains("outcome=\"error\"")).collect();
     assert!(errors.iter().all(|l| l.ends_with(" 0")), "{errors:?}");
 }
+
+/// An edge with embedded room state that restarts holds none of the places it gave out: their
+/// tickets are refused with "join first" (never read as a place someone else now holds), and
+/// the fans join the new queue (issue #17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_with_embedded_room_state_old_tickets_are_refused_not_reused() {
+    let origin = TestUpstream::start("origin").await;
+    let config = room_config(&origin.url(), "release = { mode = \"fixed\", rate = 0.0 }\n");
+    let before = TestEdge::start(&config);
+    let mut fans: Vec<Client> = ["ann", "bob", "cy"].iter().map(|u| Client::user(u)).collect();
+    for (i, c) in fans.iter_mut().enumerate() {
+        let v = c.json(&before.url("/queue/r1")).await.json();
+        assert_eq!(v["position"], i as u64 + 1, "{v}");
+    }
+    drop(before);
+    // Tickets are whole seconds: the restarted edge's queue begins in a later second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let after = TestEdge::start(&config);
+    // A newcomer takes place 1 of the new queue.
+    let mut dee = Client::user("dee");
+    assert_eq!(dee.json(&after.url("/queue/r1")).await.json()["position"], 1);
+    // cy's old ticket said place 3: refused, with the way back in.
+    let cy = &mut fans[2];
+    let r = cy.json(&after.url("/queue/r1/status")).await;
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.json()["error"], "unauthorized");
+    assert_eq!(r.json()["join"], "/queue/r1/join");
+    // Joining again puts cy behind dee, once.
+    let v = cy.json(&after.url("/queue/r1")).await.json();
+    assert_eq!(v["position"], 2, "{v}");
+    let v = cy.json(&after.url("/queue/r1/status")).await.json();
+    assert_eq!(v["position"], 2, "{v}");
+}

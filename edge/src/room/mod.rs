@@ -221,6 +221,14 @@ impl Room {
         mode
     }
 
+    /// Whether a ticket (signature already checked) still names a place in this room's queue:
+    /// [`Room::ticket_fresh`], and not issued before the room state began (an edge with embedded
+    /// room state that restarted holds none of the places it gave out before: those tickets get
+    /// "no valid queue ticket: join first", never a place that someone else now holds).
+    pub fn ticket_valid(&self, issued_at: u64, now_s: u64) -> bool {
+        issued_at >= self.state.epoch_s() && self.ticket_fresh(issued_at, now_s)
+    }
+
     /// Whether a ticket issued at `issued_at` (Unix s) may still be used at `now_s`: not from the
     /// future, and not older than the room's longest possible wait (from its pre-queue or opening
     /// to its closing; a week when it never closes — a ticket cookie lives at most that long).

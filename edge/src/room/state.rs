@@ -71,6 +71,12 @@ pub trait RoomState: Send + Sync {
     async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError>;
     /// Remembered identities (for stats).
     fn tracked(&self) -> usize;
+    /// Unix seconds before which this state issued no place: tickets older than it are for a
+    /// queue this state does not hold (an embedded room after a restart) and are refused. 0 for
+    /// state that outlives the process (Redis).
+    fn epoch_s(&self) -> u64 {
+        0
+    }
 }
 
 /// One process's room state: atomics and two bounded maps.
@@ -89,6 +95,8 @@ pub struct EmbeddedState {
     seen: DashMap<Who, u64>,
     ended: AtomicU64,
     frozen: AtomicBool,
+    /// When this (process's) queue began, unix seconds.
+    created_s: u64,
 }
 
 impl EmbeddedState {
@@ -105,6 +113,7 @@ impl EmbeddedState {
             seen: DashMap::new(),
             ended: AtomicU64::new(0),
             frozen: AtomicBool::new(false),
+            created_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         }
     }
 
@@ -248,6 +257,10 @@ impl RoomState for EmbeddedState {
 
     fn tracked(&self) -> usize {
         self.positions.len()
+    }
+
+    fn epoch_s(&self) -> u64 {
+        self.created_s
     }
 }
 
