@@ -129,12 +129,19 @@ async fn put_event(base: &str, event: &str) -> anyhow::Result<()> {
         "name": "bench",
         "opens_at": (now - time::Duration::hours(1)).format(fmt)?,
         "closes_at": (now + time::Duration::days(1)).format(fmt)?,
-        "pools": [{"id": "ga", "capacity": 100_000_000u64}],
+        "pools": [{"id": "ga", "capacity": 1_000_000u64}],
         "skus": [{"id": "ga", "pools": ["ga"], "price_cents": 100}],
     });
-    let r = reqwest::Client::new().put(format!("{base}/v1/events/{event}")).bearer_auth(ADMIN).json(&body).send().await?;
-    anyhow::ensure!(r.status().is_success(), "PUT event: {}", r.status());
-    Ok(())
+    // The replica may still be syncing: the waiting core answers 503 until it confirms.
+    for _ in 0..100 {
+        let r = reqwest::Client::new().put(format!("{base}/v1/events/{event}")).bearer_auth(ADMIN).json(&body).send().await?;
+        if r.status().is_success() {
+            return Ok(());
+        }
+        anyhow::ensure!(r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE, "PUT event: {}", r.status());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("PUT event: still 503 after 10 s")
 }
 
 struct Figures {

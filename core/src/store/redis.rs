@@ -432,7 +432,8 @@ impl RedisStore {
             }
             store.waiter = Some(Waiter { policy: wait, pool: pool.into(), next: Arc::new(AtomicUsize::new(0)) });
             store.check_wait_policy().await?;
-        } else {
+        }
+        if !wait.aof {
             store.warn_unless_durable().await;
         }
         Ok(store)
