@@ -15,6 +15,11 @@ command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v wrk >/dev/null || need+=(wrk)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+# Pingora's TLS (openssl feature) links the system's libssl; the TLS tests make certificates with
+# the openssl command and talk HTTP/2 with curl.
+dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
+command -v openssl >/dev/null || need+=(openssl)
+command -v curl >/dev/null || need+=(curl)
 command -v taskset >/dev/null || need+=(util-linux)
 # The queue page's browser test: Debian's Chromium, and CJK fonts so the zh-CN page renders.
 command -v chromium >/dev/null || need+=(chromium)

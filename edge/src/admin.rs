@@ -12,6 +12,8 @@
 //! | `GET /admin/limits` | rules and live keys |
 //! | `GET`/`POST`/`DELETE /admin/blocklist` | list / add / remove `{"ips","users","devices"}` |
 //! | `GET`/`PUT /admin/bot-policy` | routes, proof kind, PoW difficulty, CAPTCHA fail-open |
+//! | `GET /admin/tls` | the certificates served (names, expiry) |
+//! | `POST /admin/tls/reload` | reads the certificate files again; a bad file keeps the old set (422 naming it) |
 //! | `GET /metrics` | Prometheus text |
 //! | `/admin/rooms...`, `GET /admin/stream` | the waiting rooms (see [`crate::room::admin`]) |
 //!
@@ -132,6 +134,23 @@ impl AdminService {
                     Ok(()) => json_response(200, &st.blocklist.to_json()),
                     Err(p) => error(400, "bad_request", p.join("; ")),
                 },
+            },
+            (Method::GET, "/admin/tls") => match &st.tls {
+                Some(tls) => json_response(200, &json!({"listen": tls.config.listen, "certificates": tls.summary()})),
+                None => error(404, "not_found", "no [edge.tls] is configured"),
+            },
+            (Method::POST, "/admin/tls/reload") => match &st.tls {
+                Some(tls) => match tls.reload() {
+                    Ok(summary) => json_response(200, &json!({"reloaded": true, "certificates": summary})),
+                    Err(problems) => {
+                        tracing::warn!("TLS reload refused, the old certificates stay: {}", problems.join("; "));
+                        json_response(
+                            422,
+                            &json!({"error": "tls_reload_failed", "message": format!("the old certificates stay: {}", problems.join("; ")), "problems": problems}),
+                        )
+                    }
+                },
+                None => error(404, "not_found", "no [edge.tls] is configured"),
             },
             (Method::GET, "/admin/bot-policy") => json_response(200, &st.bot.policy_json()),
             (Method::PUT, "/admin/bot-policy") => match self.body::<BotPolicyUpdate>(session).await {

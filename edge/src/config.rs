@@ -162,8 +162,9 @@ pub struct EdgeConfig {
     pub secret: Option<String>,
     /// Environment variable holding `secret` (wins over `secret`).
     pub secret_env: Option<String>,
-    /// Mark the edge's cookies `Secure`. Default false (set it when TLS is in front).
-    pub secure_cookies: bool,
+    /// Mark the edge's cookies `Secure`. Default: true when `[edge.tls]` is set, else false
+    /// (set it when another proxy terminates TLS in front).
+    pub secure_cookies: Option<bool>,
     /// Seconds a graceful stop (SIGTERM, SIGINT) waits for in-flight requests. Default 5.
     pub shutdown_grace_seconds: u64,
     /// Seconds between prunes of limiter keys, anomaly windows and expired blocks. Default 10.
@@ -178,6 +179,8 @@ pub struct EdgeConfig {
     pub bot: BotConfig,
     /// Paths only admission-token holders may reach (rooms add their own).
     pub protected: Vec<ProtectedRule>,
+    /// HTTPS listener (`[edge.tls]`, [`crate::tls`]). Default: none.
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 impl Default for EdgeConfig {
@@ -212,7 +215,7 @@ impl Default for EdgeConfig {
             trusted_proxies: Vec::new(),
             secret: None,
             secret_env: None,
-            secure_cookies: false,
+            secure_cookies: None,
             shutdown_grace_seconds: 5,
             prune_seconds: 10,
             limits: Vec::new(),
@@ -220,6 +223,7 @@ impl Default for EdgeConfig {
             anomaly: AnomalyConfig::default(),
             bot: BotConfig::default(),
             protected: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -551,6 +555,12 @@ impl WicketConfig {
         }
         if e.threads == Some(0) {
             out.push(issue("edge.threads", "must be at least 1"));
+        }
+        if let Some(tls) = &e.tls {
+            out.extend(tls.validate(&|p| self.resolve(p)));
+            if parse_listen(&tls.listen).is_some() && tls.listen == e.listen {
+                out.push(issue("edge.tls.listen", "must differ from edge.listen"));
+            }
         }
         if let Some(origin) = &e.origin
             && let Err(m) = parse_http_upstream(origin)

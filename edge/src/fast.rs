@@ -64,6 +64,11 @@ pub struct FastFront {
     pub state: Arc<EdgeState>,
     /// The full proxy.
     pub proxy: Arc<HttpProxy<EdgeProxy>>,
+    /// On the HTTPS listener: the handshake to do on each new connection (then the proxy
+    /// serves it, HTTP/2 or HTTP/1.1).
+    pub tls: Option<Arc<crate::tls::Tls>>,
+    /// On the plaintext listener with `redirect-http`: the HTTPS port every request is sent to.
+    pub https_redirect: Option<u16>,
 }
 
 /// What the fast path does with a request.
@@ -171,6 +176,17 @@ impl FastFront {
         if let Err(e) = crate::path::check_head(req.version == Some(1), req.headers.iter().map(|h| (h.name.as_bytes(), h.value))) {
             return self.refuse(stream, 400, "bad_request", e.message()).await;
         }
+        if let Some(port) = self.https_redirect
+            && !canonical.starts_with("/.well-known/acme-challenge/")
+        {
+            let query = target.split_once('?').map(|(_, q)| q);
+            let answer = https_redirect(header_bytes(&*req.headers, "host").unwrap_or_default(), port, &canonical, query);
+            if write_answer(&mut stream, &[&answer], b"", st.timeouts.client_write).await.is_err() {
+                return None;
+            }
+            st.metrics.request(Route::Edge, Outcome::Ok);
+            return self.next_request(stream, buf, len);
+        }
         // A path spelled other than canonically takes the proxy, which rewrites it.
         let fast = match canonical {
             std::borrow::Cow::Borrowed(_) if target.starts_with('/') => classify(st, &req),
@@ -248,6 +264,25 @@ impl FastFront {
     }
 }
 
+/// A 308 to the same URL over HTTPS (`Host` without its port, then `port` unless it is 443).
+fn https_redirect(host: &[u8], port: u16, path: &str, query: Option<&str>) -> Vec<u8> {
+    let host = std::str::from_utf8(host).unwrap_or("");
+    // `[v6]:port` or `name:port`: keep the name.
+    let name = match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => &host[..i],
+        _ => host,
+    };
+    let port = if port == 443 { String::new() } else { format!(":{port}") };
+    let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+    let date = pingora::protocols::http::date::get_cached_date();
+    let date = date.to_str().unwrap_or("");
+    format!(
+        "HTTP/1.1 308 Permanent Redirect\r\nLocation: https://{name}{port}{path}{query}\r\nContent-Length: 0\r\n\
+         Cache-Control: no-store\r\nDate: {date}\r\n\r\n"
+    )
+    .into_bytes()
+}
+
 /// The client's address on a TCP stream.
 fn peer_ip(stream: &Stream) -> Option<std::net::IpAddr> {
     stream.get_socket_digest().and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
@@ -320,7 +355,14 @@ impl ServerApp for FastFront {
     /// the request is handled.
     async fn process_new(self: &Arc<Self>, mut stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         let st = &self.state;
-        if !stream.as_any().is::<pingora::protocols::l4::stream::Stream>() {
+        let fresh = stream.as_any().is::<pingora::protocols::l4::stream::Stream>();
+        if let Some(tls) = &self.tls
+            && fresh
+        {
+            let Some(secured) = tls.handshake(stream).await else { return None };
+            return Box::pin(self.proxy.process_new(secured, shutdown)).await;
+        }
+        if !fresh {
             return Box::pin(self.proxy.process_new(stream, shutdown)).await;
         }
         let idle = Duration::from_secs(st.keepalive);
@@ -660,8 +702,8 @@ mod idle_state {
         let text = "[edge]\nsecret = \"fast-path-test-secret-0123456789\"\n";
         let st = std::sync::Arc::new(crate::state::EdgeState::build(crate::config::WicketConfig::from_toml_str(text).unwrap()).unwrap());
         let conf = std::sync::Arc::new(pingora::server::configuration::ServerConf::default());
-        let proxy = std::sync::Arc::new(pingora::proxy::http_proxy(&conf, crate::proxy::EdgeProxy { state: st.clone() }));
-        let front = std::sync::Arc::new(super::FastFront { state: st, proxy });
+        let proxy = std::sync::Arc::new(pingora::proxy::http_proxy(&conf, crate::proxy::EdgeProxy { state: st.clone(), hsts: None }));
+        let front = std::sync::Arc::new(super::FastFront { state: st, proxy, tls: None, https_redirect: None });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let stream: pingora::protocols::Stream = Box::new(pingora::protocols::l4::stream::Stream::from(client));

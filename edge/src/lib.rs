@@ -12,6 +12,7 @@
 //!   embedded core.
 //! - [`proxy`]: the public service's `ProxyHttp` phases (the phase chart lives there).
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
+//! - [`tls`]: `[edge.tls]`: the HTTPS listener's certificates (SNI, reload) and handshake.
 //! - [`fast`]: the fast path in front of the proxy (plain GET/HEAD of a file; a queued visitor's
 //!   status poll).
 //! - [`path`]: the one canonical request path and the one set of head rules (both paths use them).
@@ -67,6 +68,7 @@ pub mod room;
 pub mod server;
 pub mod state;
 pub mod statics;
+pub mod tls;
 
 pub use config::WicketConfig;
 pub use server::run;

@@ -78,6 +78,8 @@ pub const AUTH_PATH: &str = "/wicket/auth";
 pub struct EdgeProxy {
     /// Shared state.
     pub state: Arc<EdgeState>,
+    /// `Strict-Transport-Security` on every answer (the HTTPS service with `hsts-seconds`).
+    pub hsts: Option<http::HeaderValue>,
 }
 
 impl EdgeProxy {
@@ -499,6 +501,15 @@ pub(crate) fn bearer<H: crate::identity::HeadView + ?Sized>(req: &H) -> Option<&
 #[async_trait]
 impl ProxyHttp for EdgeProxy {
     type CTX = RequestCtx;
+
+    /// Modules on every answer this service writes. Default: response compression (disabled).
+    /// Here: the same, plus `Strict-Transport-Security` on the HTTPS service.
+    fn init_downstream_modules(&self, modules: &mut pingora::modules::http::HttpModules) {
+        modules.add_module(pingora::modules::http::compression::ResponseCompressionBuilder::enable(0));
+        if let Some(v) = &self.hsts {
+            modules.add_module(Box::new(crate::tls::HstsModule(v.clone())));
+        }
+    }
 
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {

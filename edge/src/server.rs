@@ -87,6 +87,30 @@ impl BackgroundService for Upkeep {
     }
 }
 
+/// Reloads the TLS certificates on SIGHUP (a bad file keeps the old ones; the log says why).
+struct ReloadOnHangup {
+    state: Arc<EdgeState>,
+}
+
+#[async_trait]
+impl BackgroundService for ReloadOnHangup {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    if let Some(tls) = &self.state.tls
+                        && let Err(problems) = tls.reload()
+                    {
+                        tracing::warn!("SIGHUP: TLS certificates not reloaded, the old ones stay: {}", problems.join("; "));
+                    }
+                }
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
 /// Write buffer of a public connection, bytes.
 const PUBLIC_WRITE_BUFFER: usize = 4096;
 
@@ -110,16 +134,28 @@ pub fn build(state: Arc<EdgeState>) -> Server {
 
     let mut options = HttpServerOptions::default();
     options.keepalive_request_limit = Some(100_000);
-    let mut proxy = pingora::proxy::http_proxy(&conf, EdgeProxy { state: state.clone() });
-    proxy.server_options = Some(options);
+    let https_redirect = e.tls.as_ref().filter(|t| t.redirect_http).and_then(|t| crate::config::parse_listen(&t.listen)).map(|a| a.port());
+    let mut proxy = pingora::proxy::http_proxy(&conf, EdgeProxy { state: state.clone(), hsts: None });
+    proxy.server_options = Some(options.clone());
     // The static fast path answers plain GET/HEAD of files; everything else reaches the proxy.
-    let front = FastFront { state: state.clone(), proxy: Arc::new(proxy) };
+    let front = FastFront { state: state.clone(), proxy: Arc::new(proxy), tls: None, https_redirect };
     let mut public = Service::new("wicket edge".to_owned(), front);
     // Per-connection memory must not grow with the site: Pingora's defaults allocate a 64 KiB
     // read buffer for every connection, idle or not. Reads go straight to the fast front's own
     // buffer (it reads every head first); a small write buffer lets a short proxied answer leave
     // in one segment, and the fast path writes its answers whole itself (fast::write_answer).
     public.add_listener(ListenerConfig::tcp(e.listen.clone()).l4_buffer(L4BufferSettings::new(0, PUBLIC_WRITE_BUFFER)));
+    if let (Some(tls), Some(cfg)) = (state.tls.clone(), e.tls.as_ref()) {
+        // HTTPS: the front does the handshake (crate::tls), then the proxy serves HTTP/2 or 1.1.
+        let hsts = tls.hsts().and_then(|v| http::HeaderValue::from_str(&v).ok());
+        let mut proxy = pingora::proxy::http_proxy(&conf, EdgeProxy { state: state.clone(), hsts });
+        proxy.server_options = Some(options);
+        let front = FastFront { state: state.clone(), proxy: Arc::new(proxy), tls: Some(tls), https_redirect: None };
+        let mut secure = Service::new("wicket edge tls".to_owned(), front);
+        secure.add_listener(ListenerConfig::tcp(cfg.listen.clone()).l4_buffer(L4BufferSettings::new(0, PUBLIC_WRITE_BUFFER)));
+        server.add_service(secure);
+        server.add_service(background_service("wicket tls reload", ReloadOnHangup { state: state.clone() }));
+    }
     let mut admin = Service::new("wicket admin".to_owned(), AdminService { state: state.clone() });
     admin.threads = Some(1);
     admin.add_tcp(&e.admin_listen);
@@ -133,7 +169,8 @@ pub fn build(state: Arc<EdgeState>) -> Server {
 /// Checks that both ports can be bound, so a busy port is a clear error rather than a panic
 /// inside Pingora.
 pub fn check_ports(cfg: &WicketConfig) -> anyhow::Result<()> {
-    for (name, addr) in [("edge.listen", &cfg.edge.listen), ("edge.admin-listen", &cfg.edge.admin_listen)] {
+    let tls = cfg.edge.tls.as_ref().map(|t| ("edge.tls.listen", &t.listen));
+    for (name, addr) in [("edge.listen", &cfg.edge.listen), ("edge.admin-listen", &cfg.edge.admin_listen)].into_iter().chain(tls) {
         std::net::TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("{name}: cannot listen on {addr}: {e}"))?;
     }
     Ok(())

@@ -84,6 +84,8 @@ pub struct EdgeState {
     pub admin_token: Option<String>,
     /// `Secure` on cookies.
     pub secure_cookies: bool,
+    /// The HTTPS listener's certificates and acceptor, when `[edge.tls]` is set.
+    pub tls: Option<Arc<crate::tls::Tls>>,
     /// Cap on bodies the edge reads itself.
     pub max_body: usize,
     /// Idle keep-alive of client connections, seconds.
@@ -122,6 +124,12 @@ impl EdgeState {
             return Err(errs(issues));
         }
         let e = &config.edge;
+        let tls = match &e.tls {
+            Some(t) => Some(Arc::new(
+                crate::tls::Tls::new(t.clone(), &|p| config.resolve(p)).map_err(|problems| errs(problems.into_iter().map(|m| ConfigIssue { path: "edge.tls".into(), message: m }).collect()))?,
+            )),
+            None => None,
+        };
         let mut options = PeerOptions::new();
         options.connection_timeout = Some(Duration::from_millis(e.connect_timeout_ms));
         options.total_connection_timeout = Some(Duration::from_millis(e.connect_timeout_ms));
@@ -202,7 +210,8 @@ impl EdgeState {
             bot,
             metrics: Metrics::new(),
             admin_token: config.admin_token(),
-            secure_cookies: e.secure_cookies,
+            secure_cookies: e.secure_cookies.unwrap_or(e.tls.is_some()),
+            tls,
             max_body: e.max_body_bytes,
             keepalive: e.keepalive_seconds,
             timeouts: Timeouts {

@@ -1,0 +1,263 @@
+//! HTTPS at the front door (`[edge.tls]`), tried with real clients: curl over HTTP/2 and
+//! HTTP/1.1, certificates from a test CA made here with the `openssl` command, SNI, the plaintext
+//! redirect, HSTS and `Secure` cookies, reloads (good and broken files), and hostile handshakes.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A test CA and leaf certificates signed by it, in a temporary folder.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let pki = Pki { dir: tempfile::tempdir().unwrap() };
+        pki.openssl(&[
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+            "-subj", "/CN=Wicket Test CA", "-days", "2",
+        ]);
+        pki
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl").args(args).current_dir(self.dir.path()).output().expect("the openssl command");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// `<file>.pem` and `<file>.key` for `names` (DNS SANs), valid `days` (negative: expired).
+    fn leaf(&self, file: &str, names: &[&str], days: i32) -> (PathBuf, PathBuf) {
+        let (key, csr, pem, ext) = (format!("{file}.key"), format!("{file}.csr"), format!("{file}.pem"), format!("{file}.ext"));
+        self.openssl(&[
+            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
+            &format!("/CN={}", names[0]),
+        ]);
+        let sans: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+        std::fs::write(self.path(&ext), format!("subjectAltName={}\n", sans.join(","))).unwrap();
+        self.openssl(&[
+            "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", &days.to_string(), "-extfile",
+            &ext, "-out", &pem,
+        ]);
+        (self.path(&pem), self.path(&key))
+    }
+}
+
+fn tls_config(port: u16, certs: &[(PathBuf, PathBuf)], extra: &str) -> String {
+    let mut out = format!("[edge.tls]\nlisten = \"127.0.0.1:{port}\"\n{extra}\n");
+    for (cert, key) in certs {
+        out.push_str(&format!("[[edge.tls.certs]]\ncert-file = \"{}\"\nkey-file = \"{}\"\n", cert.display(), key.display()));
+    }
+    out
+}
+
+/// curl's answer: status, HTTP version, headers (lower-cased) and body; `Err(exit code)` when curl failed.
+fn curl(ca: &Path, url: &str, args: &[&str]) -> Result<(u16, String, String, String), i32> {
+    let dir = tempfile::tempdir().unwrap();
+    let head = dir.path().join("head");
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .arg("-D")
+        .arg(&head)
+        .args(["-w", "\n%{http_code} %{http_version}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
+    if !out.status.success() {
+        return Err(out.status.code().unwrap_or(-1));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, tail) = text.rsplit_once('\n').unwrap();
+    let (code, version) = tail.split_once(' ').unwrap();
+    let headers = std::fs::read_to_string(&head).unwrap_or_default().to_ascii_lowercase();
+    Ok((code.parse().unwrap(), version.to_owned(), headers, body.to_owned()))
+}
+
+fn resolve(name: &str, port: u16) -> String {
+    format!("{name}:{port}:127.0.0.1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_speaks_h2_and_h1_picks_the_certificate_by_sni_and_marks_everything_secure() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test", "*.a.test"], 30);
+    let b = pki.leaf("b", &["b.test"], 30);
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n{}",
+        origin.url(),
+        tls_config(port, &[a, b], "hsts-seconds = 31536000\nredirect-http = true\nhandshake-timeout-ms = 600")
+    ));
+    let ca = pki.path("ca.pem");
+    for (name, flag, version) in [("a.test", "--http2", "2"), ("a.test", "--http1.1", "1.1"), ("b.test", "--http2", "2"), ("www.a.test", "--http2", "2")] {
+        // The static detail page (answered by the edge) and a page of the origin (proxied).
+        let url = format!("https://{name}:{port}/");
+        let (code, v, headers, body) = curl(&ca, &url, &[flag, "--resolve", &resolve(name, port)]).unwrap_or_else(|e| panic!("{name} {flag}: curl exit {e}"));
+        assert_eq!((code, v.as_str()), (200, version), "{name} {flag}");
+        assert!(body.contains("Prehistoric park"), "{body}");
+        assert!(headers.contains("strict-transport-security: max-age=31536000"), "{headers}");
+        let url = format!("https://{name}:{port}/events/1");
+        let (code, _, headers, body) = curl(&ca, &url, &[flag, "--resolve", &resolve(name, port)]).unwrap();
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("\"upstream\":\"origin\""), "{body}");
+        assert!(headers.contains("strict-transport-security: max-age=31536000"), "{headers}");
+        let cookie = headers.lines().find(|l| l.starts_with("set-cookie: wicket_d=")).unwrap_or_else(|| panic!("{headers}"));
+        assert!(cookie.contains("; secure"), "{cookie}");
+    }
+    // A name no certificate has: the default (a.test) is served, which a checking client refuses.
+    assert_eq!(curl(&ca, &format!("https://c.test:{port}/"), &["--resolve", &resolve("c.test", port)]), Err(60));
+    // Plain HTTP is sent to HTTPS (same host, the TLS port, path and query), ACME challenges are not.
+    let r = raw(edge.addr, format!("GET /events/1?x=2 HTTP/1.1\r\nHost: a.test:{}\r\n\r\n", edge.addr.port()).as_bytes()).await.unwrap();
+    assert_eq!(r.status, 308, "{}", r.head);
+    assert!(r.head.contains(&format!("location: https://a.test:{port}/events/1?x=2")), "{}", r.head);
+    let r = raw(edge.addr, b"GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: a.test\r\n\r\n").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.head);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_room_works_over_h2_queue_status_events_and_the_protected_path() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], 30);
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let _edge = TestEdge::start(&format!(
+        "origin = \"{}\"\nuser-header = \"x-user-id\"\n{}\n\
+         [tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\nrelease = {{ mode = \"fixed\", rate = 1000.0 }}\n",
+        origin.url(),
+        tls_config(port, &[a], "")
+    ));
+    let ca = pki.path("ca.pem");
+    let jar = tempfile::tempdir().unwrap();
+    let jar = jar.path().join("jar");
+    let jar = jar.to_str().unwrap();
+    let base = format!("https://a.test:{port}");
+    let rs = resolve("a.test", port);
+    let common = ["--http2", "--resolve", &rs, "-b", jar, "-c", jar, "-H", "x-user-id: hana", "-H", "accept: application/json"];
+    let (code, v, _, body) = curl(&ca, &format!("{base}/buy/ev-1"), &common).unwrap();
+    assert_eq!((code, v.as_str()), (403, "2"), "not admitted yet: {body}");
+    let (code, _, _, body) = curl(&ca, &format!("{base}/queue/r1"), &common).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _, _, body) = curl(&ca, &format!("{base}/queue/r1/status"), &common).unwrap();
+        assert_eq!(code, 200, "{body}");
+        if body.contains("\"admitted\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (code, _, _, body) = curl(&ca, &format!("{base}/queue/r1/events"), &[&common[..], &["-N", "--max-time", "3"]].concat()).unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("data: "), "{body}");
+    let (code, _, _, body) = curl(&ca, &format!("{base}/buy/ev-1"), &common).unwrap();
+    assert_eq!(code, 200, "admitted over h2: {body}");
+    assert!(body.contains("\"wicket-user\":\"hana\""), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_reload_and_a_broken_file_keeps_the_old_ones() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], 30);
+    let port = free_port();
+    let edge = TestEdge::start(&tls_config(port, &[a.clone()], ""));
+    let ca = pki.path("ca.pem");
+    let rs = resolve("a.test", port);
+    let url = format!("https://a.test:{port}/");
+    assert_eq!(curl(&ca, &url, &["--resolve", &rs]).unwrap().0, 200);
+    let before = edge.admin("GET", "/admin/tls", "").await.json();
+    // A renewed certificate (another expiry) in the same files.
+    pki.leaf("a", &["a.test"], 60);
+    let r = edge.admin("POST", "/admin/tls/reload", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let after = edge.admin("GET", "/admin/tls", "").await.json();
+    assert_ne!(before["certificates"][0]["not_after"], after["certificates"][0]["not_after"], "{before} {after}");
+    assert_eq!(curl(&ca, &url, &["--resolve", &rs]).unwrap().0, 200);
+    // A broken file: 422 naming it; the served certificate does not change.
+    std::fs::write(&a.0, "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n").unwrap();
+    let r = edge.admin("POST", "/admin/tls/reload", "").await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert_eq!(r.json()["error"], "tls_reload_failed");
+    assert!(r.json()["message"].as_str().unwrap().contains("cert-file"), "{}", r.text());
+    assert_eq!(edge.admin("GET", "/admin/tls", "").await.json(), after);
+    assert_eq!(curl(&ca, &url, &["--resolve", &rs]).unwrap().0, 200);
+    // An expired certificate is refused too.
+    pki.leaf("a", &["a.test"], -1);
+    let r = edge.admin("POST", "/admin/tls/reload", "").await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.text().contains("expired"), "{}", r.text());
+    // Without [edge.tls] the routes say so.
+    let plain = TestEdge::start("");
+    assert_eq!(plain.admin("POST", "/admin/tls/reload", "").await.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_handshakes_that_never_finish_are_closed_and_others_are_served() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], 30);
+    let port = free_port();
+    let _edge = TestEdge::start(&tls_config(port, &[a], "handshake-timeout-ms = 500"));
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // Plain HTTP on the TLS port: closed, no answer in HTTP.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await.unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "not closed");
+    assert!(!buf.starts_with(b"HTTP/"), "{:?}", String::from_utf8_lossy(&buf));
+    // 50 connections that never start (or never finish) a handshake.
+    let mut stalled = Vec::new();
+    for i in 0..50 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        if i % 2 == 0 {
+            // The first bytes of a ClientHello record, then nothing.
+            s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).await.unwrap();
+        }
+        stalled.push(s);
+    }
+    // Others are served meanwhile.
+    let ca = pki.path("ca.pem");
+    let rs = resolve("a.test", port);
+    assert_eq!(curl(&ca, &format!("https://a.test:{port}/"), &["--resolve", &rs]).unwrap().0, 200);
+    // Every stalled one is closed after the handshake timeout.
+    let started = Instant::now();
+    for s in &mut stalled {
+        let mut buf = [0u8; 64];
+        let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+        assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "a stalled handshake was not closed: {r:?}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+#[test]
+fn check_config_names_each_broken_certificate() {
+    let pki = Pki::new();
+    let good = pki.leaf("good", &["a.test"], 30);
+    let expired = pki.leaf("old", &["a.test"], -1);
+    let other = pki.leaf("other", &["b.test"], 30);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("wicket.toml");
+    let pairs = [good.clone(), expired, (good.0.clone(), other.1), (dir.path().join("missing.pem"), good.1.clone())];
+    std::fs::write(&cfg, format!("[edge]\nsecret = \"{SECRET}\"\n{}", tls_config(8443, &pairs, "hsts-seconds = 999999999"))).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wicket")).arg("check-config").arg(&cfg).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("edge.tls.certs[1].cert-file") && text.contains("expired"), "{text}");
+    assert!(text.contains("edge.tls.certs[2].key-file") && text.contains("is not the key of"), "{text}");
+    assert!(text.contains("edge.tls.certs[3].cert-file") && text.contains("cannot read"), "{text}");
+    assert!(text.contains("edge.tls.hsts-seconds"), "{text}");
+    assert!(!text.contains("certs[0]"), "{text}");
+}
