@@ -132,6 +132,9 @@ pub struct EdgeConfig {
     /// How many times an idempotent request is retried on another connection when the
     /// upstream fails before answering. Default 1.
     pub retries: usize,
+    /// PEM file of the CAs that sign an `https://` origin's (or core's) certificate. Default:
+    /// the system's roots.
+    pub origin_ca_file: Option<String>,
     /// Forward plain `GET`/`HEAD` requests for the origin on the fast path (a pooled HTTP/1.1
     /// connection, the same checks; see README "Which requests take which path"). `false` sends
     /// every forwarded request through Pingora's proxy. Default true.
@@ -203,6 +206,7 @@ impl Default for EdgeConfig {
             read_timeout_ms: 10_000,
             write_timeout_ms: 10_000,
             retries: 1,
+            origin_ca_file: None,
             fast_forward: true,
             keepalive_seconds: 60,
             header_timeout_ms: 10_000,
@@ -556,6 +560,11 @@ impl WicketConfig {
         if e.threads == Some(0) {
             out.push(issue("edge.threads", "must be at least 1"));
         }
+        if let Some(ca) = &e.origin_ca_file
+            && let Err(m) = crate::tls::load_cas(&self.resolve(ca))
+        {
+            out.push(issue("edge.origin-ca-file", m));
+        }
         if let Some(tls) = &e.tls {
             out.extend(tls.validate(&|p| self.resolve(p)));
             if parse_listen(&tls.listen).is_some() && tls.listen == e.listen {
@@ -715,8 +724,13 @@ impl WicketConfig {
             }
             None => {}
             Some(c) => {
-                if let Err(m) = parse_http_url(&c.verify_url) {
-                    out.push(issue("edge.bot.captcha.verify-url", m));
+                match parse_http_url(&c.verify_url) {
+                    Err(m) => out.push(issue("edge.bot.captcha.verify-url", m)),
+                    Ok(u) if u.tls => out.push(issue(
+                        "edge.bot.captcha.verify-url",
+                        "https:// siteverify is not supported yet: point it at an http:// relay on the edge's host",
+                    )),
+                    Ok(_) => {}
                 }
                 match (&c.secret, &c.secret_env) {
                     (_, Some(var)) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => {
@@ -901,12 +915,16 @@ pub struct HttpUrl {
     pub port: u16,
     /// Path and query, `/` when absent.
     pub path: String,
+    /// `https://`: TLS, the certificate verified for `host`.
+    pub tls: bool,
 }
 
 /// Parses `http://host[:port][/path]`; https is refused (the edge has no TLS client).
 pub fn parse_http_url(s: &str) -> Result<HttpUrl, String> {
-    let Some(rest) = s.strip_prefix("http://") else {
-        return Err(format!("must start with http:// (no TLS client in the edge): {s:?}"));
+    let (tls, rest) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => return Err(format!("must start with http:// or https://: {s:?}")),
     };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -920,9 +938,9 @@ pub fn parse_http_url(s: &str) -> Result<HttpUrl, String> {
             Ok(port) => (h.trim_start_matches('[').trim_end_matches(']'), port),
             Err(_) => return Err(format!("bad port in {s:?}")),
         },
-        _ => (authority, 80),
+        _ => (authority, if tls { 443 } else { 80 }),
     };
-    Ok(HttpUrl { authority: authority.to_owned(), host: host.to_owned(), port, path: path.to_owned() })
+    Ok(HttpUrl { authority: authority.to_owned(), host: host.to_owned(), port, path: path.to_owned(), tls })
 }
 
 /// An upstream: `http://host:port`, resolved once at start.

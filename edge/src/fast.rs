@@ -478,10 +478,11 @@ fn classify<'b>(st: &EdgeState, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
 
 /// Whether a path not answered by the edge itself may take the forwarded fast path: a path of
 /// the origin (not the edge's, a room's or the core's) with no bot check on its route, without
-/// trusted proxies (whose `X-Forwarded-For` walk the proxy does).
+/// trusted proxies (whose `X-Forwarded-For` walk the proxy does), to a plain-HTTP origin (an
+/// `https://` origin takes the proxy's TLS connections).
 fn forwardable(st: &EdgeState, path: &str) -> bool {
     st.fast_forward
-        && st.origin.is_some()
+        && st.origin.as_ref().is_some_and(|o| !o.tls)
         && st.client_ip.is_plain()
         && !path.starts_with("/wicket/")
         && !st.rooms.owns(path)

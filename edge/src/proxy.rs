@@ -727,7 +727,7 @@ impl ProxyHttp for EdgeProxy {
             ctx.fail = Some(Reject::NoUpstream);
             return Err(Error::explain(ErrorType::HTTPStatus(502), "no upstream configured"));
         };
-        let mut peer = HttpPeer::new(up.addr, false, String::new());
+        let mut peer = HttpPeer::new(up.addr, up.tls, up.sni.clone());
         peer.options = up.options.clone();
         Ok(Box::new(peer))
     }

@@ -26,8 +26,12 @@ pub struct Upstream {
     pub addr: SocketAddr,
     /// `origin` or `core`, for metrics.
     pub name: &'static str,
-    /// Timeouts.
+    /// Timeouts, and for TLS the CAs to verify with.
     pub options: PeerOptions,
+    /// `https://`: TLS with the certificate verified for `sni`.
+    pub tls: bool,
+    /// The host name sent as SNI and verified (TLS only).
+    pub sni: String,
 }
 
 /// Deadlines on the client side of the edge (config keys in [`crate::config::EdgeConfig`]).
@@ -138,13 +142,19 @@ impl EdgeState {
         // Below the core's default header-timeout-ms (10 s), which also closes its idle connections:
         // a pooled connection is dropped here before the core closes it under a request.
         options.idle_timeout = Some(Duration::from_secs(5));
+        if let Some(ca) = &e.origin_ca_file {
+            let cas = crate::tls::load_cas(&config.resolve(ca)).map_err(|m| one("edge.origin-ca-file", m))?;
+            options.ca = Some(Arc::new(cas));
+        }
+        options.verify_cert = true;
+        options.verify_hostname = true;
         let upstream = |s: &str, name: &'static str, path: &str| -> Result<Upstream, ConfigErrors> {
-            let (_, addr) = parse_http_upstream(s).map_err(|m| one(path, m))?;
-            Ok(Upstream { addr, name, options: options.clone() })
+            let (url, addr) = parse_http_upstream(s).map_err(|m| one(path, m))?;
+            Ok(Upstream { addr, name, options: options.clone(), tls: url.tls, sni: url.host })
         };
         let origin = e.origin.as_deref().map(|o| upstream(o, "origin", "edge.origin")).transpose()?;
         let core = match embedded_core {
-            Some(addr) => Some(Upstream { addr, name: "core", options: options.clone() }),
+            Some(addr) => Some(Upstream { addr, name: "core", options: options.clone(), tls: false, sni: String::new() }),
             None if e.core == "embedded" => None,
             None => Some(upstream(&e.core, "core", "edge.core")?),
         };

@@ -313,3 +313,13 @@ impl pingora::modules::http::HttpModule for Hsts {
         self
     }
 }
+
+/// The CA certificates in a PEM file (for verifying an `https://` upstream).
+pub fn load_cas(path: &Path) -> Result<Box<[X509]>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let cas = X509::stack_from_pem(&pem).map_err(|e| format!("not PEM certificates: {}: {e}", path.display()))?;
+    if cas.is_empty() {
+        return Err(format!("no certificate in {}", path.display()));
+    }
+    Ok(cas.into_boxed_slice())
+}

@@ -261,3 +261,27 @@ fn check_config_names_each_broken_certificate() {
     assert!(text.contains("edge.tls.hsts-seconds"), "{text}");
     assert!(!text.contains("certs[0]"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_origin_is_verified_with_its_ca_and_a_wrong_certificate_is_a_502() {
+    let pki = Pki::new();
+    let localhost = pki.leaf("localhost", &["localhost"], 30);
+    // The origin: another edge serving a page over HTTPS.
+    let origin_port = free_port();
+    let origin = TestEdge::start_with_files(&tls_config(origin_port, &[localhost], ""), &[("only-on-origin.html", b"<p>from the https origin</p>")]);
+    let ca = pki.path("ca.pem");
+    let edge = TestEdge::start(&format!("origin = \"https://localhost:{origin_port}\"\norigin-ca-file = \"{}\"", ca.display()));
+    let r = get(&edge.url("/only-on-origin.html"), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("from the https origin"), "{}", r.text());
+    // Verified against another CA: refused, never a silent pass.
+    let other = Pki::new();
+    let wrong = TestEdge::start(&format!("origin = \"https://localhost:{origin_port}\"\norigin-ca-file = \"{}\"", other.path("ca.pem").display()));
+    let r = get(&wrong.url("/only-on-origin.html"), &[]).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.json()["error"], "unavailable");
+    // A name the certificate does not have: refused too.
+    let misnamed = TestEdge::start(&format!("origin = \"https://127.0.0.1:{origin_port}\"\norigin-ca-file = \"{}\"", ca.display()));
+    assert_eq!(get(&misnamed.url("/only-on-origin.html"), &[]).await.status, 502);
+    drop(origin);
+}
