@@ -285,3 +285,25 @@ async fn an_https_origin_is_verified_with_its_ca_and_a_wrong_certificate_is_a_50
     assert_eq!(get(&misnamed.url("/only-on-origin.html"), &[]).await.status, 502);
     drop(origin);
 }
+
+/// `edge/examples/https.toml` is a config `wicket check-config` accepts once its certificate
+/// files exist (here: test ones in their place).
+#[test]
+fn the_https_example_config_passes_check_config() {
+    let pki = Pki::new();
+    let one = pki.leaf("one", &["tickets.example.com"], 30);
+    let two = pki.leaf("two", &["example.com", "*.example.com"], 30);
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let text = std::fs::read_to_string(examples.join("https.toml")).unwrap();
+    let text = text
+        .replace("/etc/letsencrypt/live/tickets.example.com/fullchain.pem", one.0.to_str().unwrap())
+        .replace("/etc/letsencrypt/live/tickets.example.com/privkey.pem", one.1.to_str().unwrap())
+        .replace("/etc/letsencrypt/live/example.com/fullchain.pem", two.0.to_str().unwrap())
+        .replace("/etc/letsencrypt/live/example.com/privkey.pem", two.1.to_str().unwrap());
+    let cfg = examples.join(format!("https-test-{}.toml", std::process::id()));
+    std::fs::write(&cfg, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wicket")).arg("check-config").arg(&cfg).env("WICKET_SECRET", SECRET).output().unwrap();
+    std::fs::remove_file(&cfg).unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+}
