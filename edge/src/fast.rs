@@ -69,6 +69,9 @@ pub struct FastFront {
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// On the plaintext listener with `redirect-http`: the HTTPS port every request is sent to.
     pub https_redirect: Option<u16>,
+    /// On the HTTPS listener with `hsts-seconds`: `\r\nstrict-transport-security: max-age=…`,
+    /// added to the fast path's answers (the proxy's get it from a module).
+    pub hsts: Option<Vec<u8>>,
 }
 
 /// What the fast path does with a request.
@@ -105,15 +108,13 @@ impl FastFront {
     }
 
     async fn to_proxy(self: &Arc<Self>, stream: Stream, read: &[u8], shutdown: &ShutdownWatch) -> Option<Stream> {
-        let stream = if read.is_empty() {
-            stream
-        } else {
-            // Put the bytes back so the proxy reads the request from its start.
-            let mut l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().ok()?;
-            l4.rewind(read);
-            l4
-        };
-        self.proxy.process_new(stream, shutdown).await
+        // Put the bytes back so the proxy reads the request from its start.
+        self.proxy.process_new(crate::replay::put_back(stream, read), shutdown).await
+    }
+
+    /// The `Strict-Transport-Security` line the fast answers carry on HTTPS (empty otherwise).
+    fn hsts_line(&self) -> &[u8] {
+        self.hsts.as_deref().unwrap_or(b"")
     }
 }
 
@@ -211,7 +212,7 @@ impl FastFront {
                 let date = pingora::protocols::http::date::get_cached_date();
                 let head_bytes = if not_modified { &heads.not_modified } else { &heads.ok };
                 let body: &[u8] = if not_modified || head { b"" } else { &variant.body };
-                if write_answer(&mut stream, &[head_bytes, date.as_bytes(), b"\r\n\r\n"], body, timeout).await.is_err() {
+                if write_answer(&mut stream, &[head_bytes, date.as_bytes(), self.hsts_line(), b"\r\n\r\n"], body, timeout).await.is_err() {
                     return None;
                 }
                 (Route::Static, if not_modified { Outcome::NotModified } else { Outcome::Ok })
@@ -221,7 +222,7 @@ impl FastFront {
                 let Some(fwd) = crate::forward::decide(st, peer, req.headers, path).await else {
                     return self.to_proxy(stream, buf, shutdown).await;
                 };
-                match crate::forward::forward(st, &mut stream, &req, fwd).await {
+                match crate::forward::forward(st, &mut stream, &req, fwd, self.hsts_line()).await {
                     crate::forward::Forwarded::Done => {}
                     crate::forward::Forwarded::Close => return None,
                 }
@@ -234,7 +235,7 @@ impl FastFront {
                 if self.guard(&stream, path).await.is_some() {
                     return self.to_proxy(stream, buf, shutdown).await;
                 }
-                match status_answer(st, req.headers, room) {
+                match status_answer(st, req.headers, room, self.hsts_line()) {
                     Some(answer) => {
                         if write_answer(&mut stream, &[&answer], b"", timeout).await.is_err() {
                             return None;
@@ -255,12 +256,7 @@ impl FastFront {
     /// The connection after an answered request: pipelined bytes of the next request (past
     /// `len`) are given back to the stream.
     fn next_request(&self, stream: Stream, buf: &[u8], len: usize) -> Option<Stream> {
-        if buf.len() > len {
-            let mut l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().ok()?;
-            l4.rewind(&buf[len..]);
-            return Some(l4);
-        }
-        Some(stream)
+        Some(crate::replay::put_back(stream, &buf[len.min(buf.len())..]))
     }
 }
 
@@ -353,16 +349,22 @@ impl ServerApp for FastFront {
     /// An idle keep-alive connection holds only this function's small state (the first-read
     /// buffer and the wait); the work on a request is a boxed future of its own, allocated while
     /// the request is handled.
-    async fn process_new(self: &Arc<Self>, mut stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+    async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         let st = &self.state;
         let fresh = stream.as_any().is::<pingora::protocols::l4::stream::Stream>();
-        if let Some(tls) = &self.tls
-            && fresh
-        {
-            let Some(secured) = tls.handshake(stream).await else { return None };
-            return Box::pin(self.proxy.process_new(secured, shutdown)).await;
-        }
-        if !fresh {
+        let mut stream = match &self.tls {
+            // A new HTTPS connection: the handshake first.
+            Some(tls) if fresh => match tls.handshake(stream).await {
+                Some(secured) => secured,
+                None => return None,
+            },
+            // HTTPS, a request after the first: the same front.
+            Some(_) => stream,
+            None if fresh => stream,
+            None => return Box::pin(self.proxy.process_new(stream, shutdown)).await,
+        };
+        if stream.selected_alpn_proto() == Some(pingora::protocols::ALPN::H2) {
+            // HTTP/2 is Pingora's: the proxy serves the whole connection.
             return Box::pin(self.proxy.process_new(stream, shutdown)).await;
         }
         let idle = Duration::from_secs(st.keepalive);
@@ -492,7 +494,7 @@ fn forwardable(st: &EdgeState, path: &str) -> bool {
 
 /// The whole answer to a queued visitor's status poll, or `None` when the proxy must answer
 /// (see the module doc). Runs the same identity checks as the proxy, in the same order.
-fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str) -> Option<Vec<u8>> {
+fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str, extra: &[u8]) -> Option<Vec<u8>> {
     let room = st.rooms.get(room_id)?;
     let user = st.users.user(headers);
     let device = cookie(headers, DEVICE_COOKIE).and_then(|v| st.devices.verify(v))?;
@@ -511,6 +513,7 @@ fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str
     out.extend_from_slice(body.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\nDate: ");
     out.extend_from_slice(date.as_bytes());
+    out.extend_from_slice(extra);
     out.extend_from_slice(b"\r\n\r\n");
     out.extend_from_slice(&body);
     Some(out)
@@ -544,7 +547,7 @@ mod tests {
         if let Some(u) = user {
             headers.push(httparse::Header { name: "X-User-Id", value: u.as_bytes() });
         }
-        let answer = status_answer(st, &headers, "r1")?;
+        let answer = status_answer(st, &headers, "r1", b"")?;
         let text = String::from_utf8(answer).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
@@ -643,7 +646,7 @@ mod tests {
         assert!(poll(&st, &cookies.replace("wicket_d=", "wicket_d=A"), Some("u1")).is_none());
         assert!(poll(&st, &cookies.replace("wicket_q_r1=", "x="), Some("u1")).is_none());
         let headers = [httparse::Header { name: "Cookie", value: cookies.as_bytes() }];
-        assert!(status_answer(&st, &headers, "nope").is_none());
+        assert!(status_answer(&st, &headers, "nope", b"").is_none());
         // A blocked user or device: the proxy refuses it.
         st.blocklist.block_device_for(&device, Duration::from_secs(60));
         assert!(poll(&st, &cookies, Some("u1")).is_none());
@@ -704,7 +707,7 @@ mod idle_state {
         let st = std::sync::Arc::new(crate::state::EdgeState::build(crate::config::WicketConfig::from_toml_str(text).unwrap()).unwrap());
         let conf = std::sync::Arc::new(pingora::server::configuration::ServerConf::default());
         let proxy = std::sync::Arc::new(pingora::proxy::http_proxy(&conf, crate::proxy::EdgeProxy { state: st.clone(), hsts: None }));
-        let front = std::sync::Arc::new(super::FastFront { state: st, proxy, tls: None, https_redirect: None });
+        let front = std::sync::Arc::new(super::FastFront { state: st, proxy, tls: None, https_redirect: None, hsts: None });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let stream: pingora::protocols::Stream = Box::new(pingora::protocols::l4::stream::Stream::from(client));

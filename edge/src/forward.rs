@@ -101,7 +101,8 @@ pub enum Forwarded {
 }
 
 /// Forwards a decided request to the origin and relays the answer to the client.
-pub async fn forward(st: &EdgeState, client: &mut Stream, req: &httparse::Request<'_, '_>, fwd: Forwarding<'_>) -> Forwarded {
+/// `extra` is added to the answer's head as it is (the HTTPS listener's `Strict-Transport-Security` line).
+pub async fn forward(st: &EdgeState, client: &mut Stream, req: &httparse::Request<'_, '_>, fwd: Forwarding<'_>, extra: &[u8]) -> Forwarded {
     let Some(up) = st.origin.as_ref() else { return Forwarded::Close };
     let head_only = req.method == Some("HEAD");
     let request = request_head(req, &fwd);
@@ -140,7 +141,7 @@ pub async fn forward(st: &EdgeState, client: &mut Stream, req: &httparse::Reques
     let framing = if head_only || resp.status == 204 || resp.status == 304 { Framing::None } else { resp.framing };
     let mut resp = resp;
     let mut out = std::mem::take(&mut resp.client);
-    finish_response_head(st, &mut out, &resp, framing, &fwd).await;
+    finish_response_head(st, &mut out, &resp, framing, &fwd, extra).await;
     let outcome = match resp.status {
         500.. => Outcome::Error,
         304 => Outcome::NotModified,
@@ -382,7 +383,7 @@ const DROPPED_RESPONSE: [&str; 5] = ["connection", "keep-alive", "proxy-connecti
 /// The client's response head: the origin's status line and headers, with the edge's `Date`,
 /// `Connection`, cookies and `Wicket-Revoke` handling (as the proxy's `response_filter` and
 /// Pingora's writer do).
-async fn finish_response_head(st: &EdgeState, out: &mut Vec<u8>, resp: &ResponseHead, framing: Framing, fwd: &Forwarding<'_>) {
+async fn finish_response_head(st: &EdgeState, out: &mut Vec<u8>, resp: &ResponseHead, framing: Framing, fwd: &Forwarding<'_>, extra: &[u8]) {
     for c in &fwd.cookies {
         push_header(out, b"set-cookie", c.as_bytes());
     }
@@ -395,8 +396,10 @@ async fn finish_response_head(st: &EdgeState, out: &mut Vec<u8>, resp: &Response
     if framing == Framing::Close {
         push_header(out, b"transfer-encoding", b"chunked");
     }
-    push_header(out, b"date", pingora::protocols::http::date::get_cached_date().as_bytes());
-    out.extend_from_slice(b"connection: keep-alive\r\n\r\n");
+    out.extend_from_slice(b"date: ");
+    out.extend_from_slice(pingora::protocols::http::date::get_cached_date().as_bytes());
+    out.extend_from_slice(extra);
+    out.extend_from_slice(b"\r\nconnection: keep-alive\r\n\r\n");
 }
 
 struct Relayed {

@@ -12,6 +12,7 @@
 //!   embedded core.
 //! - [`proxy`]: the public service's `ProxyHttp` phases (the phase chart lives there).
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
+//! - [`replay`]: bytes put back in front of a (TLS) stream, for handing a request to the proxy.
 //! - [`tls`]: `[edge.tls]`: the HTTPS listener's certificates (SNI, reload) and handshake.
 //! - [`fast`]: the fast path in front of the proxy (plain GET/HEAD of a file; a queued visitor's
 //!   status poll).
@@ -64,6 +65,7 @@ pub mod nginx_import;
 pub mod path;
 pub mod proxy;
 pub mod reject;
+pub mod replay;
 pub mod room;
 pub mod server;
 pub mod state;

@@ -1,0 +1,178 @@
+//! A connection with bytes put back in front of it: how the fast front hands a request it read
+//! from a TLS stream to the proxy (plain TCP streams have Pingora's own `rewind`).
+//!
+//! [`Replayed`] reads its put-back bytes first, then the stream; everything else (writes, TLS
+//! and socket details, ALPN) is the stream's. A connection is wrapped once: a wrapped stream that
+//! comes back is given its next put-back bytes in place.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::protocols::raw_connect::ProxyDigest;
+use pingora::protocols::{GetProxyDigest, GetSocketDigest, GetTimingDigest, SocketDigest, TimingDigest};
+use pingora::protocols::tls::SslDigest;
+use pingora::protocols::{ALPN, Peek, Shutdown, Ssl, Stream, UniqueID, UniqueIDType};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// A stream with bytes to read before its own.
+#[derive(Debug)]
+pub struct Replayed {
+    inner: Stream,
+    front: Vec<u8>,
+    pos: usize,
+}
+
+/// `stream` with `bytes` put back in front (re-using the wrapper when it is one already).
+pub fn put_back(stream: Stream, bytes: &[u8]) -> Stream {
+    if bytes.is_empty() {
+        return stream;
+    }
+    if stream.as_any().is::<pingora::protocols::l4::stream::Stream>() {
+        let Ok(mut l4) = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>() else { unreachable!() };
+        l4.rewind(bytes);
+        return l4;
+    }
+    if stream.as_any().is::<Replayed>() {
+        let Ok(mut r) = stream.into_any().downcast::<Replayed>() else { unreachable!() };
+        let mut front = bytes.to_vec();
+        front.extend_from_slice(&r.front[r.pos..]);
+        r.front = front;
+        r.pos = 0;
+        return r;
+    }
+    Box::new(Replayed { inner: stream, front: bytes.to_vec(), pos: 0 })
+}
+
+impl AsyncRead for Replayed {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.pos < this.front.len() {
+            let n = (this.front.len() - this.pos).min(buf.remaining());
+            buf.put_slice(&this.front[this.pos..this.pos + n]);
+            this.pos += n;
+            if this.pos == this.front.len() {
+                this.front = Vec::new();
+                this.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Replayed {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[async_trait]
+impl Shutdown for Replayed {
+    async fn shutdown(&mut self) {
+        self.inner.shutdown().await
+    }
+}
+
+impl UniqueID for Replayed {
+    fn id(&self) -> UniqueIDType {
+        self.inner.id()
+    }
+}
+
+impl Ssl for Replayed {
+    fn get_ssl(&self) -> Option<&pingora::protocols::tls::TlsRef> {
+        self.inner.get_ssl()
+    }
+
+    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
+        self.inner.get_ssl_digest()
+    }
+
+    fn selected_alpn_proto(&self) -> Option<ALPN> {
+        self.inner.selected_alpn_proto()
+    }
+}
+
+impl GetTimingDigest for Replayed {
+    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
+        self.inner.get_timing_digest()
+    }
+
+    fn get_read_pending_time(&self) -> Duration {
+        self.inner.get_read_pending_time()
+    }
+
+    fn get_write_pending_time(&self) -> Duration {
+        self.inner.get_write_pending_time()
+    }
+}
+
+impl GetProxyDigest for Replayed {
+    fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
+        self.inner.get_proxy_digest()
+    }
+
+    fn set_proxy_digest(&mut self, digest: ProxyDigest) {
+        self.inner.set_proxy_digest(digest)
+    }
+}
+
+impl GetSocketDigest for Replayed {
+    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
+        self.inner.get_socket_digest()
+    }
+
+    fn set_socket_digest(&mut self, digest: SocketDigest) {
+        self.inner.set_socket_digest(digest)
+    }
+}
+
+#[async_trait]
+impl Peek for Replayed {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn put_back_bytes_come_first_then_the_stream_and_writes_pass_through() {
+        let (a, mut b) = tokio::io::duplex(1024);
+        let inner: Stream = Box::new(a);
+        b.write_all(b" world").await.unwrap();
+        let mut s = put_back(inner, b"hello");
+        assert!(s.as_any().is::<Replayed>());
+        let mut got = vec![0u8; 11];
+        s.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"hello world");
+        // Wrapped once: more put-back bytes go into the same wrapper.
+        let mut s = put_back(s, b"again");
+        assert!(s.as_any().is::<Replayed>());
+        let mut got = vec![0u8; 5];
+        s.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"again");
+        s.write_all(b"out").await.unwrap();
+        let mut echo = [0u8; 3];
+        b.read_exact(&mut echo).await.unwrap();
+        assert_eq!(&echo, b"out");
+    }
+}
