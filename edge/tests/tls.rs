@@ -307,3 +307,51 @@ fn the_https_example_config_passes_check_config() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{text}");
 }
+
+/// SIGHUP reloads the certificates of a running `wicket serve` (a renewal by certbot's hook).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_certificates_of_a_running_edge() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], 30);
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin, tls_port) = (free_port(), free_port(), free_port());
+    let cfg = dir.path().join("wicket.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "admin-token = \"{ADMIN_TOKEN}\"\n[edge]\nlisten = \"127.0.0.1:{port}\"\nadmin-listen = \"127.0.0.1:{admin}\"\nsecret = \"{SECRET}\"\n{}",
+            tls_config(tls_port, &[a], "")
+        ),
+    )
+    .unwrap();
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Killed(Command::new(env!("CARGO_BIN_EXE_wicket")).arg("serve").arg("--config").arg(&cfg).spawn().unwrap());
+    let admin_url = format!("http://127.0.0.1:{admin}/admin/tls");
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", admin)).is_err() {
+        assert!(Instant::now() < deadline, "the edge did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = request("GET", &admin_url, &[("authorization", &auth)], b"").await.json();
+    pki.leaf("a", &["a.test"], 90);
+    assert!(Command::new("kill").args(["-HUP", &child.0.id().to_string()]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = request("GET", &admin_url, &[("authorization", &auth)], b"").await.json();
+        if now["certificates"][0]["not_after"] != before["certificates"][0]["not_after"] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "SIGHUP did not reload: {now}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ca = pki.path("ca.pem");
+    assert_eq!(curl(&ca, &format!("https://a.test:{tls_port}/healthz-missing"), &["--resolve", &resolve("a.test", tls_port)]).unwrap().0, 502);
+    drop(child);
+}
