@@ -17,7 +17,11 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `/admin/rooms...`, `GET /admin/stream` | the waiting rooms (see [`crate::room::admin`]) |
 //!
-//! Without a valid token every call but `/healthz` is 401 and changes nothing.
+//! | `GET /`, `/console/...` | the operator console (page and files, no data; [`crate::console`]) |
+//! | `POST`/`GET`/`DELETE /admin/session` | console sign-in with the token (session cookie + CSRF token), its state, sign-out |
+//!
+//! Without a valid token (or console session) every call but `/healthz` and the console's files
+//! is 401 and changes nothing; a console session changes things only with its CSRF token.
 
 use std::sync::Arc;
 
@@ -40,6 +44,15 @@ pub const MAX_ADMIN_BODY: usize = 4 * 1024 * 1024;
 pub struct AdminService {
     /// Shared state.
     pub state: Arc<EdgeState>,
+    /// Console sign-ins.
+    pub sessions: crate::console::Sessions,
+}
+
+/// `POST /admin/session`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignIn {
+    token: String,
 }
 
 /// A JSON answer of the admin port (rooms use it too).
@@ -68,7 +81,8 @@ pub fn token_matches(presented: &str, expected: &str) -> bool {
 }
 
 impl AdminService {
-    fn authorized(&self, session: &ServerSession) -> bool {
+    /// The bearer token, checked.
+    fn bearer_ok(&self, session: &ServerSession) -> bool {
         let Some(expected) = &self.state.admin_token else { return false };
         let presented = session
             .req_header()
@@ -77,6 +91,74 @@ impl AdminService {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         presented.is_some_and(|p| token_matches(p.trim(), expected))
+    }
+
+    /// `None` when the request may go on; else the refusal. A bearer token may do everything; a
+    /// console session reads, and changes only with its CSRF token from the admin port's origin.
+    fn authorize(&self, session: &ServerSession, method: &Method) -> Option<Response<Vec<u8>>> {
+        if self.bearer_ok(session) {
+            return None;
+        }
+        let req = session.req_header();
+        let csrf = req.headers.get("x-csrf-token").and_then(|v| v.to_str().ok());
+        match self.sessions.access(crate::identity::cookie(req, crate::console::SESSION_COOKIE), csrf) {
+            crate::console::Access::None => Some(error(401, "unauthorized", "a valid admin bearer token (or console session) is required")),
+            _ if method == Method::GET || method == Method::HEAD => None,
+            crate::console::Access::Session { csrf_ok: false } => Some(error(403, "forbidden", "a console change needs its X-CSRF-Token")),
+            crate::console::Access::Session { csrf_ok: true } if !same_origin(req) => {
+                Some(error(403, "forbidden", "a console change must come from the admin port's own page"))
+            }
+            crate::console::Access::Session { .. } => None,
+        }
+    }
+
+    /// `/admin/session`: sign in with the token (cookie + CSRF token), ask, sign out.
+    async fn session_route(&self, session: &mut ServerSession, method: &Method) -> Response<Vec<u8>> {
+        use crate::console::{SESSION_COOKIE, SESSION_SECONDS, session_cookie};
+        let with_cookie = |mut r: Response<Vec<u8>>, cookie: String| {
+            if let Ok(v) = http::HeaderValue::from_str(&cookie) {
+                r.headers_mut().insert(http::header::SET_COOKIE, v);
+            }
+            r
+        };
+        let current = crate::identity::cookie(session.req_header(), SESSION_COOKIE).map(str::to_owned);
+        match *method {
+            Method::POST => {
+                if self.sessions.locked_out() {
+                    return error(429, "too_many_attempts", "too many wrong tokens: wait a minute");
+                }
+                let Some(expected) = self.state.admin_token.clone() else {
+                    return error(401, "unauthorized", "no admin token is configured: the console is off");
+                };
+                let SignIn { token } = match self.body::<SignIn>(session).await {
+                    Ok(b) => b,
+                    Err(r) => return r,
+                };
+                if !token_matches(token.trim(), &expected) {
+                    self.sessions.failed();
+                    return error(401, "unauthorized", "wrong admin token");
+                }
+                if !same_origin(session.req_header()) {
+                    return error(403, "forbidden", "sign in from the admin port's own page");
+                }
+                let (id, csrf) = self.sessions.create();
+                with_cookie(json_response(200, &json!({"csrf": csrf, "expires_in": SESSION_SECONDS})), session_cookie(Some(&id)))
+            }
+            Method::GET => match current.as_deref().and_then(|id| self.sessions.get(id)) {
+                Some((csrf, left)) => json_response(200, &json!({"csrf": csrf, "expires_in": left})),
+                None => error(401, "unauthorized", "not signed in"),
+            },
+            Method::DELETE => {
+                if let Some(r) = self.authorize(session, method) {
+                    return r;
+                }
+                if let Some(id) = &current {
+                    self.sessions.end(id);
+                }
+                with_cookie(json_response(200, &json!({"signed_out": true})), session_cookie(None))
+            }
+            _ => error(405, "bad_request", "use POST, GET or DELETE"),
+        }
     }
 
     async fn body<T: serde::de::DeserializeOwned>(&self, session: &mut ServerSession) -> Result<T, Response<Vec<u8>>> {
@@ -91,8 +173,16 @@ impl AdminService {
         if path == "/healthz" && method == Method::GET {
             return json_response(200, &json!({"status": "ok"}));
         }
-        if !self.authorized(session) {
-            return error(401, "unauthorized", "a valid admin bearer token is required");
+        if method == Method::GET
+            && let Some(page) = crate::console::serve_file(&path)
+        {
+            return page;
+        }
+        if path == "/admin/session" {
+            return self.session_route(session, &method).await;
+        }
+        if let Some(refused) = self.authorize(session, &method) {
+            return refused;
         }
         match (method, path.as_str()) {
             (Method::GET, "/admin/health") => json_response(
@@ -204,6 +294,14 @@ impl AdminService {
             }
         }
     }
+}
+
+/// True when the request has no `Origin` (not a browser's cross-site request) or its own
+/// (`http(s)://<Host>`).
+fn same_origin(req: &pingora::http::RequestHeader) -> bool {
+    let Some(origin) = req.headers.get(http::header::ORIGIN).and_then(|v| v.to_str().ok()) else { return true };
+    let Some(host) = req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()) else { return false };
+    origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) == Some(host)
 }
 
 #[async_trait]

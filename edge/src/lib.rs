@@ -27,7 +27,8 @@
 //! - [`controller`]: the release controller (session budget from core P99, errors, utilisation),
 //!   re-exported from the `wicket-controller` crate.
 //! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer.
-//! - [`admin`]: the admin port (bearer token).
+//! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token).
+//! - [`console`]: the operator console: its page and files (static/console/), browser sessions.
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
 //! - [`metrics`]: Prometheus metrics.
 //! - [`nginx_import`]: `wicket nginx-import`, nginx `limit_req` zones as `[[edge.limits]]`.
@@ -53,6 +54,7 @@ pub mod anomaly;
 pub mod blocklist;
 pub mod bot;
 pub mod config;
+pub mod console;
 /// The release controller lives in its own crate (no Pingora, no tokio): `wicket-controller`.
 pub use wicket_controller as controller;
 pub mod demo;

@@ -157,7 +157,7 @@ pub fn build(state: Arc<EdgeState>) -> Server {
         server.add_service(secure);
         server.add_service(background_service("wicket tls reload", ReloadOnHangup { state: state.clone() }));
     }
-    let mut admin = Service::new("wicket admin".to_owned(), AdminService { state: state.clone() });
+    let mut admin = Service::new("wicket admin".to_owned(), AdminService { state: state.clone(), sessions: Default::default() });
     admin.threads = Some(1);
     admin.add_tcp(&e.admin_listen);
     server.add_service(public);

@@ -150,3 +150,14 @@ async fn chromium_protected_url_queue_page_in_zh_cn_and_en_then_admitted_to_the_
         assert!(len > 1000, "{f}: {len} bytes");
     }
 }
+
+/// The operator console's page runs in a real browser: its script loads under the page's strict
+/// content security policy, finds no session, and shows the sign-in form in the browser's language.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_the_console_page_runs_and_asks_to_sign_in_in_zh_cn_and_en() {
+    let edge = TestEdge::start("");
+    for (lang, title) in [("zh-CN", "登录 · Wicket 控制台"), ("en-US", "Sign in · Wicket console")] {
+        let (_, seen) = chromium_until(&edge.admin_url("/"), lang, |_, t| t.contains("·")).await;
+        assert_eq!(seen, title, "{lang}");
+    }
+}

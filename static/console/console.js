@@ -1,0 +1,310 @@
+// Wicket operator console: sign-in, live room charts from /admin/stream, and the controls of the
+// admin API (edge/src/console.rs). No build step: plain JS and the vendored uPlot.
+"use strict";
+
+const KEEP = 900; // points kept per chart: 15 minutes at one frame a second
+
+const TEXT = {
+  en: {
+    title: "Wicket console", signin_title: "Sign in", token: "Admin token", signin: "Sign in", signout: "Sign out",
+    edge_title: "Edge", blocklist: "Blocklist", ip: "IP / CIDR", user: "user", device: "device", add: "Add", remove: "Remove",
+    bot_policy: "Bot policy", save: "Save", pause: "Pause", resume: "Resume", queue_all: "Queue all", apply: "Apply",
+    confirm_pause: "Pause admissions of room {0}? Nobody new gets in until you resume.",
+    confirm_queue_all: "Queue everyone in room {0}? Nobody new gets in until you resume.",
+    mode: "mode", queued: "queued", serving: "serving", issued: "joined", active: "active sessions", budget: "budget",
+    release: "release set / measured (/s)", p99: "core P99 edge / core / target (ms)", errors: "error fraction",
+    util: "utilisation", available: "available", sold_out: "sold out", leader: "this edge leads", yes: "yes", no: "no",
+    chart_queue: "Queue", chart_release: "Release rate (/s)", chart_p99: "Core P99 (ms)", chart_sessions: "Sessions",
+    decisions: "Controller decisions", rate: "rate", min: "min", max: "max", auto: "auto", fixed: "fixed",
+    requests: "requests/s", rejects: "refusals/s by reason", bad_token: "Wrong token", signed_out: "Signed out",
+    stream_lost: "Live stream lost: reconnecting…", saved: "Saved", none: "(empty)",
+  },
+  "zh-CN": {
+    title: "Wicket 控制台", signin_title: "登录", token: "管理令牌", signin: "登录", signout: "退出",
+    edge_title: "边缘节点", blocklist: "黑名单", ip: "IP / 网段", user: "用户", device: "设备", add: "添加", remove: "移除",
+    bot_policy: "防机器人策略", save: "保存", pause: "暂停", resume: "恢复", queue_all: "全部排队", apply: "应用",
+    confirm_pause: "暂停房间 {0} 的放行？恢复之前不会再放人进入。",
+    confirm_queue_all: "让房间 {0} 的所有人排队？恢复之前不会再放人进入。",
+    mode: "模式", queued: "排队中", serving: "已放行序号", issued: "已加入", active: "活跃会话", budget: "会话预算",
+    release: "放行速率 设定 / 实测（每秒）", p99: "核心 P99 边缘 / 核心 / 目标（毫秒）", errors: "错误比例",
+    util: "利用率", available: "剩余库存", sold_out: "已售罄", leader: "本节点为主", yes: "是", no: "否",
+    chart_queue: "队列", chart_release: "放行速率（每秒）", chart_p99: "核心 P99（毫秒）", chart_sessions: "会话",
+    decisions: "控制器决策", rate: "速率", min: "下限", max: "上限", auto: "自动", fixed: "固定",
+    requests: "请求/秒", rejects: "拒绝/秒（按原因）", bad_token: "令牌错误", signed_out: "已退出",
+    stream_lost: "实时数据中断，正在重连…", saved: "已保存", none: "（空）",
+  },
+};
+
+let lang = localStorage.getItem("wicket-console-lang") || (navigator.language.startsWith("zh") ? "zh-CN" : "en");
+let csrf = null;
+let stream = null;
+const rooms = new Map();
+
+const $ = (id) => document.getElementById(id);
+const t = (key, ...args) => (TEXT[lang][key] || TEXT.en[key] || key).replace(/\{(\d)\}/g, (_, i) => args[i]);
+
+function el(tag, props = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function translate() {
+  document.documentElement.lang = lang;
+  for (const e of document.querySelectorAll("[data-i18n]")) e.textContent = t(e.dataset.i18n);
+  $("lang").value = lang;
+}
+
+function say(target, text, ok) {
+  target.textContent = text;
+  target.className = "msg " + (ok ? "ok" : "err");
+}
+
+// One call of the admin API: JSON in and out; the server's {error, message} becomes the thrown text.
+async function api(method, path, body) {
+  const headers = { "content-type": "application/json" };
+  if (csrf && method !== "GET") headers["x-csrf-token"] = csrf;
+  const r = await fetch(path, { method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await r.text();
+  let v = null;
+  try { v = text ? JSON.parse(text) : null; } catch (_) { v = text; }
+  if (!r.ok) {
+    const msg = v && v.message ? `${r.status} ${v.error}: ${v.message}` : `${r.status}`;
+    throw new Error(msg);
+  }
+  return v;
+}
+
+async function signIn(ev) {
+  ev.preventDefault();
+  try {
+    const v = await api("POST", "/admin/session", { token: $("token").value });
+    $("token").value = "";
+    csrf = v.csrf;
+    start();
+  } catch (e) {
+    say($("signin-msg"), `${t("bad_token")} (${e.message})`, false);
+  }
+}
+
+async function signOut() {
+  try { await api("DELETE", "/admin/session"); } catch (_) { /* signed out either way */ }
+  csrf = null;
+  if (stream) stream.close();
+  location.reload();
+}
+
+function fmt(v, digits = 1) {
+  if (v === null || v === undefined) return "—";
+  if (typeof v === "number") return Number.isInteger(v) ? v.toLocaleString() : v.toFixed(digits);
+  return String(v);
+}
+
+function chart(title, series, target) {
+  const opts = {
+    title, width: Math.max(380, target.clientWidth || 420), height: 200,
+    scales: { x: { time: true } },
+    series: [{}, ...series.map(([label, stroke, dash]) => ({ label, stroke, width: 2, dash }))],
+    axes: [{}, { size: 60 }],
+  };
+  const data = [[], ...series.map(() => [])];
+  const u = new uPlot(opts, data, target);
+  return { u, data };
+}
+
+function push(c, x, values) {
+  c.data[0].push(x);
+  values.forEach((v, i) => c.data[i + 1].push(v === undefined ? null : v));
+  if (c.data[0].length > KEEP) c.data.forEach((s) => s.shift());
+  c.u.setData(c.data);
+}
+
+function roomCard(id) {
+  const figures = el("div", { class: "grid" });
+  const charts = el("div", { class: "charts" });
+  const timeline = el("ol", { class: "timeline" });
+  const msg = el("p", { class: "msg", role: "status" });
+  const mode = el("select", {}, el("option", { value: "auto" }, t("auto")), el("option", { value: "fixed" }, t("fixed")));
+  const rate = el("input", { type: "number", step: "any", min: "0", placeholder: t("rate") });
+  const min = el("input", { type: "number", step: "any", min: "0", placeholder: t("min") });
+  const max = el("input", { type: "number", step: "any", min: "0", placeholder: t("max") });
+  const act = async (what, body) => {
+    try {
+      await api(what === "release" ? "PUT" : "POST", `/admin/rooms/${encodeURIComponent(id)}/${what}`, body);
+      say(msg, `${what}: ok`, true);
+    } catch (e) { say(msg, `${what}: ${e.message}`, false); }
+  };
+  const controls = el("div", { class: "row" },
+    el("button", { onclick: () => confirm(t("confirm_pause", id)) && act("pause") }, t("pause")),
+    el("button", { onclick: () => act("resume") }, t("resume")),
+    el("button", { onclick: () => confirm(t("confirm_queue_all", id)) && act("queue-all") }, t("queue_all")),
+    mode, rate, min, max,
+    el("button", {
+      onclick: () => {
+        const body = { mode: mode.value };
+        for (const [k, input] of [["rate", rate], ["min", min], ["max", max]]) if (input.value !== "") body[k] = Number(input.value);
+        act("release", body);
+      },
+    }, t("apply")));
+  const card = el("section", { class: "card" }, el("h2", {}, id), figures, controls, msg, charts, el("h3", {}, t("decisions")), timeline);
+  $("rooms").append(card);
+  const slot = () => { const d = el("div"); charts.append(d); return d; };
+  const room = {
+    figures, timeline, lastReason: null,
+    queue: chart(t("chart_queue"), [[t("queued"), "#1565c0"], [t("serving"), "#2e7d32"], [t("issued"), "#8a93a6", [4, 4]]], slot()),
+    release: chart(t("chart_release"), [["set", "#6a1b9a"], ["measured", "#ef6c00"]], slot()),
+    p99: chart(t("chart_p99"), [["edge", "#c62828"], ["core", "#ad1457"], ["target", "#5b6479", [6, 4]]], slot()),
+    sessions: chart(t("chart_sessions"), [[t("active"), "#00838f"], [t("budget"), "#5b6479", [6, 4]]], slot()),
+  };
+  rooms.set(id, room);
+  return room;
+}
+
+function updateRoom(s, at) {
+  const room = rooms.get(s.room) || roomCard(s.room);
+  const core = s.core || {};
+  const x = at / 1000;
+  const figure = (label, value, warn) => el("div", { class: "fig" }, el("b", warn ? { class: "warn" } : {}, value), el("span", {}, label));
+  const overTarget = core.p99_ms_edge !== null && core.p99_ms_edge !== undefined && core.p99_target_ms && core.p99_ms_edge > core.p99_target_ms;
+  room.figures.replaceChildren(
+    figure(t("mode"), s.mode),
+    figure(t("queued"), fmt(s.queued)),
+    figure(t("serving"), fmt(s.serving)),
+    figure(`${t("active")} / ${t("budget")}`, `${fmt(s.active)} / ${fmt(s.budget)}`),
+    figure(t("release"), `${fmt(s.release_per_second)} / ${fmt(s.measured_release_per_second)}`),
+    figure(t("p99"), `${fmt(core.p99_ms_edge)} / ${fmt(core.p99_ms_core)} / ${fmt(core.p99_target_ms)}`, overTarget),
+    figure(t("errors"), fmt(core.error_fraction, 3), core.error_fraction > 0.01),
+    figure(t("util"), fmt(core.utilisation, 2)),
+    figure(t("available"), fmt(s.available)),
+    figure(t("sold_out"), s.sold_out ? t("yes") : t("no"), s.sold_out),
+    figure(t("leader"), s.leader ? t("yes") : t("no")),
+  );
+  push(room.queue, x, [s.queued, s.serving, s.issued]);
+  push(room.release, x, [s.release_per_second, s.measured_release_per_second]);
+  push(room.p99, x, [core.p99_ms_edge, core.p99_ms_core, core.p99_target_ms]);
+  push(room.sessions, x, [s.active, s.budget]);
+  const reason = s.decision && s.decision.reason;
+  if (reason && reason !== room.lastReason) {
+    room.lastReason = reason;
+    const when = new Date(at).toLocaleTimeString();
+    room.timeline.prepend(el("li", {}, `${when} ${reason} → ${fmt(s.decision.rate)}/s, ${t("budget")} ${fmt(s.decision.budget)}`));
+    while (room.timeline.children.length > 50) room.timeline.lastChild.remove();
+  }
+}
+
+function openStream() {
+  stream = new EventSource("/admin/stream");
+  stream.onmessage = (e) => {
+    const frame = JSON.parse(e.data);
+    for (const s of frame.rooms || []) updateRoom(s, frame.at_ms);
+  };
+  stream.onerror = () => say($("block-msg"), t("stream_lost"), false);
+}
+
+// Edge-wide figures from /metrics: requests/s by outcome and refusals/s by reason, every 2 s.
+let lastMetrics = null;
+async function pollMetrics() {
+  try {
+    const r = await fetch("/metrics", { credentials: "same-origin" });
+    const text = await r.text();
+    const now = Date.now();
+    const sums = {};
+    for (const line of text.split("\n")) {
+      const m = line.match(/^(wicket_edge_requests_total|wicket_edge_rejects_total)\{([^}]*)\} (\d+(?:\.\d+)?)/);
+      if (!m) continue;
+      const label = m[1] === "wicket_edge_requests_total" ? (m[2].match(/outcome="([^"]+)"/) || [])[1] : "refused " + (m[2].match(/reason="([^"]+)"/) || [])[1];
+      sums[label] = (sums[label] || 0) + Number(m[3]);
+    }
+    if (lastMetrics) {
+      const dt = (now - lastMetrics.at) / 1000;
+      const figs = Object.entries(sums).map(([k, v]) => {
+        const rate = Math.max(0, (v - (lastMetrics.sums[k] || 0)) / dt);
+        return el("div", { class: "fig" }, el("b", {}, rate.toFixed(1)), el("span", {}, `${k} /s`));
+      });
+      $("edge-figures").replaceChildren(...figs);
+    }
+    lastMetrics = { at: now, sums };
+  } catch (_) { /* next time */ }
+}
+
+async function loadBlocklist() {
+  try {
+    const v = await api("GET", "/admin/blocklist");
+    const items = [];
+    for (const kind of ["ips", "users", "devices"]) {
+      for (const value of v[kind] || []) {
+        items.push(el("li", {}, `${kind}: ${value} `, el("button", {
+          onclick: async () => {
+            try { await api("DELETE", "/admin/blocklist", { [kind]: [value] }); loadBlocklist(); }
+            catch (e) { say($("block-msg"), e.message, false); }
+          },
+        }, t("remove"))));
+      }
+    }
+    $("block-list").replaceChildren(...(items.length ? items : [el("li", {}, t("none"))]));
+  } catch (e) { say($("block-msg"), e.message, false); }
+}
+
+async function addBlock(ev) {
+  ev.preventDefault();
+  const kind = $("block-kind").value;
+  try {
+    await api("POST", "/admin/blocklist", { [kind]: [$("block-value").value.trim()] });
+    $("block-value").value = "";
+    say($("block-msg"), t("saved"), true);
+    loadBlocklist();
+  } catch (e) { say($("block-msg"), e.message, false); }
+}
+
+async function loadBotPolicy() {
+  try { $("bot-json").value = JSON.stringify(await api("GET", "/admin/bot-policy"), null, 2); }
+  catch (e) { say($("bot-msg"), e.message, false); }
+}
+
+async function saveBotPolicy() {
+  let body;
+  try { body = JSON.parse($("bot-json").value); } catch (e) { say($("bot-msg"), e.message, false); return; }
+  try {
+    $("bot-json").value = JSON.stringify(await api("PUT", "/admin/bot-policy", body), null, 2);
+    say($("bot-msg"), t("saved"), true);
+  } catch (e) { say($("bot-msg"), e.message, false); }
+}
+
+async function start() {
+  document.title = t("title");
+  $("signin").hidden = true;
+  $("app").hidden = false;
+  $("signout").hidden = false;
+  try {
+    const h = await api("GET", "/admin/health");
+    $("edge").textContent = `${h.status} · ${Math.round(h.uptime_seconds / 60)} min`;
+  } catch (_) { /* shown by the stream */ }
+  openStream();
+  loadBlocklist();
+  loadBotPolicy();
+  pollMetrics();
+  setInterval(pollMetrics, 2000);
+}
+
+async function boot() {
+  translate();
+  $("lang").addEventListener("change", () => { lang = $("lang").value; localStorage.setItem("wicket-console-lang", lang); location.reload(); });
+  $("signin").addEventListener("submit", signIn);
+  $("signout").addEventListener("click", signOut);
+  $("block-form").addEventListener("submit", addBlock);
+  $("bot-save").addEventListener("click", saveBotPolicy);
+  try {
+    csrf = (await api("GET", "/admin/session")).csrf;
+    start();
+  } catch (_) {
+    $("signin").hidden = false;
+    document.title = `${t("signin_title")} · ${t("title")}`;
+  }
+}
+
+boot();
