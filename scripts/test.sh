@@ -45,6 +45,10 @@ echo "surge --quick: $(grep -E '"(sold|oversold|double_sold|fifo_tau)"' target/s
 # anything is oversold, or the sale sold out before the drop ended (the drop was not tested).
 target/debug/wicket-bench surge capacity-drop --quick --dry-run --check > target/surge-drop-quick.json
 echo "surge capacity-drop --quick: $(grep -E '"(sold|oversold|sellout_seconds|drop_while_selling|drop_window_client_p99_ok)"' target/surge-drop-quick.json | tr -d ' \n')"
+# The whole sale through crashes: two edges sharing a queue in Redis (AOF), the core on it; the leader edge,
+# the core and Redis are each SIGKILLed mid-sale and restarted (no paid order or place lost, still sells out).
+target/debug/wicket-bench surge crashes --quick --dry-run --check > target/surge-crashes-quick.json
+echo "surge crashes --quick: $(grep -E '"(sold|oversold|double_sold|fifo_tau|paid_lost|holds_lost|places_changed|places_shared)"' target/surge-crashes-quick.json | tr -d ' \n')"
 # Every test of the workspace, last, so its summary closes the run. (The crates have no doc tests: their
 # code blocks are commands and sketches, marked `text`/`sh`/`ignore`.)
 cargo nextest run --workspace --no-fail-fast --profile ci "$@"

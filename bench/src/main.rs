@@ -70,7 +70,8 @@ enum Cmd {
         #[arg(long)]
         dry_run: bool,
     },
-    /// A flash sale end to end against the real edge and core: stararena | scenic | capacity-drop | bots | bots-nopow.
+    /// A flash sale end to end against the real edge and core: stararena | scenic | capacity-drop | bots | bots-nopow |
+    /// crashes (two edges and the core on Redis with AOF; the leader edge, the core and Redis SIGKILLed mid-sale).
     Surge {
         scenario: String,
         /// Small numbers, under a minute (what the test suite runs).
@@ -82,7 +83,8 @@ enum Cmd {
         /// Print only; don't write RESULTS.md / summary.json / plots.
         #[arg(long)]
         dry_run: bool,
-        /// Exit non-zero when oversold or double-sold is not 0.
+        /// Exit non-zero when oversold or double-sold is not 0 (crashes: also a paid order or a hold lost, a place
+        /// changed or shared, FIFO τ < 0.99, a sale that did not sell out, a kill that did not happen mid-sale).
         #[arg(long)]
         check: bool,
     },
@@ -183,6 +185,7 @@ async fn main() -> anyhow::Result<()> {
                 "paid_out_seconds": r.paid_out_seconds,
                 "bots_share_of_seats": r.bots_share_of_seats, "edge_rss_mb": r.edge_rss_mb,
                 "requests_per_second": r.requests_per_second, "endpoints": r.endpoints, "statuses": r.statuses, "examples": r.examples,
+                "crashes": r.crashes,
             }))?);
             if !dry_run {
                 let cmd = format!(
@@ -197,6 +200,33 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::ensure!(r.sold > 0, "nothing was sold");
                 if let (Some((from, to)), Some(false)) = (r.drop_window, r.drop_while_selling) {
                     anyhow::bail!("the sale sold out (at {:?} s) before the capacity drop {from}-{to} s ended: the drop was not tested", r.sellout_seconds);
+                }
+                if let Some(c) = &r.crashes {
+                    let mut bad = Vec::new();
+                    if c.paid_lost > 0 {
+                        bad.push(format!("{} paid orders lost (e.g. {:?})", c.paid_lost, c.paid_lost_examples));
+                    }
+                    if c.holds_lost > 0 {
+                        bad.push(format!("{} acknowledged holds lost", c.holds_lost));
+                    }
+                    if c.places_changed > 0 || c.places_shared > 0 {
+                        bad.push(format!("{} fans told another place, {} places given twice", c.places_changed, c.places_shared));
+                    }
+                    if r.fifo_tau.is_nan() || r.fifo_tau < 0.99 {
+                        bad.push(format!("FIFO tau {:.4} < 0.99", r.fifo_tau));
+                    }
+                    if r.paid_out_seconds.is_none() {
+                        bad.push("the sale did not sell out (every ticket paid)".into());
+                    }
+                    if !c.kills_while_selling {
+                        bad.push(format!("not every kill happened mid-sale: {:?}", c.kills.iter().map(|k| (&k.what, k.at_s)).collect::<Vec<_>>()));
+                    }
+                    for k in &c.kills {
+                        if let Some(e) = &k.restart_error {
+                            bad.push(format!("{} did not come back: {e}", k.what));
+                        }
+                    }
+                    anyhow::ensure!(bad.is_empty(), "crashes: {}", bad.join("; "));
                 }
             }
         }

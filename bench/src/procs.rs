@@ -1,11 +1,17 @@
 //! The processes of a surge run: the real `wicket-core` and `wicket` binaries (release builds next to this
 //! one), a stand-in origin, and an optional capacity shaper between the edge and the core (a reverse proxy
 //! with K concurrent slots and a fixed service time, so "half the core's capacity" is a real, known step).
+//!
+//! With `crashes` the stack is the production shape: a redis-server with AOF (`appendfsync always`) holding
+//! both the sale (the core's `store`) and the room state of two edges that share one queue, a stand-in
+//! payment provider whose status query the core asks after a restart, and every process restartable on its
+//! own ports and data ([`Stack::kill`], [`Stack::restart`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -54,15 +60,59 @@ pub struct StackOptions {
     pub hold_seconds: u32,
     pub shaper: bool,
     pub release_max: u32,
+    /// The crash test's stack: Redis (AOF always) for the sale and the room, two edges, a payment
+    /// provider with a status query.
+    pub crashes: bool,
+}
+
+/// A process of the stack that can be SIGKILLed and started again with the same command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proc {
+    Core,
+    Edge(usize),
+    Redis,
+}
+
+impl std::fmt::Display for Proc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Proc::Core => write!(f, "core"),
+            Proc::Edge(i) => write!(f, "edge {i}"),
+            Proc::Redis => write!(f, "redis-server"),
+        }
+    }
+}
+
+/// One edge: its ports and config file.
+pub struct EdgeProc {
+    pub base: String,
+    pub admin: String,
+    cfg: PathBuf,
+    child: parking_lot::Mutex<Option<Child>>,
+}
+
+/// The crash stack's redis-server: port and AOF folder.
+struct RedisProc {
+    port: u16,
+    dir: PathBuf,
+    child: parking_lot::Mutex<Option<Child>>,
+}
+
+/// The stand-in payment provider: what it took money for (order → txn, amount), answered to the
+/// core's status query (`GET /query?order_id=...`, API.md "Payment status query").
+#[derive(Default)]
+pub struct Provider {
+    pub paid: parking_lot::Mutex<HashMap<String, (String, u64)>>,
 }
 
 /// Running core, edge, origin (and shaper); everything is stopped on drop.
 pub struct Stack {
-    core: Child,
-    edge: Child,
+    core: parking_lot::Mutex<Option<Child>>,
+    core_cfg: PathBuf,
+    pub edges: Vec<EdgeProc>,
+    redis: Option<RedisProc>,
+    pub provider: Arc<Provider>,
     pub core_base: String,
-    pub edge_base: String,
-    pub admin_base: String,
     shaper: Option<Arc<Shaper>>,
     /// The room asks for a proof-of-work before a join.
     pow: bool,
@@ -71,9 +121,16 @@ pub struct Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        for c in [&mut self.edge, &mut self.core] {
-            let _ = c.kill();
-            let _ = c.wait();
+        let mut all: Vec<&parking_lot::Mutex<Option<Child>>> = self.edges.iter().map(|e| &e.child).collect();
+        all.push(&self.core);
+        if let Some(r) = &self.redis {
+            all.push(&r.child);
+        }
+        for c in all {
+            if let Some(mut c) = c.lock().take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
         }
     }
 }
@@ -105,12 +162,20 @@ fn rfc3339(t: time::OffsetDateTime) -> String {
 impl Stack {
     pub async fn start(o: StackOptions) -> anyhow::Result<Stack> {
         let dir = tempfile::tempdir()?;
-        let (core_port, edge_port, admin_port) = (free_port(), free_port(), free_port());
+        let core_port = free_port();
         let origin = start_origin().await?;
         let shaper = if o.shaper { Some(Shaper::start(core_port, 32, Duration::from_millis(10)).await?) } else { None };
         let core_url = match &shaper {
             Some(s) => format!("http://{}", s.addr),
             None => format!("http://127.0.0.1:{core_port}"),
+        };
+        let provider = Arc::new(Provider::default());
+        let redis = if o.crashes {
+            let r = RedisProc { port: free_port(), dir: dir.path().join("redis"), child: parking_lot::Mutex::new(None) };
+            std::fs::create_dir_all(&r.dir)?;
+            Some(r)
+        } else {
+            None
         };
         let now = time::OffsetDateTime::now_utc();
         let mut pools = vec![json!({"id": "main", "capacity": o.seats})];
@@ -132,16 +197,25 @@ impl Stack {
             "limits": [{"dimension": "user", "max": 2}],
         });
         std::fs::write(dir.path().join(format!("{EVENT}.json")), event.to_string())?;
-        let config = format!(
-            r#"listen = "127.0.0.1:{core_port}"
+        // The crash stack: sale and room state in one Redis (AOF always), the provider's status query.
+        let (store, payment_query) = match &redis {
+            Some(r) => {
+                let q = start_provider(provider.clone()).await?;
+                (format!("redis://127.0.0.1:{}/0", r.port), format!("query-url = \"http://{q}/query\"\n"))
+            }
+            None => ("embedded".to_string(), String::new()),
+        };
+        let data_dir = if redis.is_some() { "" } else { "data-dir = \"core-data\"\n" };
+        let config = |edge_port: u16, admin_port: u16| {
+            format!(
+                r#"listen = "127.0.0.1:{core_port}"
 admin-token = "{ADMIN}"
-store = "embedded"
-data-dir = "core-data"
-event-files = ["{EVENT}.json"]
+store = "{store}"
+{data_dir}event-files = ["{EVENT}.json"]
 
 [payment]
 callback-secret = "{CALLBACK}"
-
+{payment_query}
 [core]
 sweeper-period-ms = 500
 max-inflight = 256
@@ -193,37 +267,133 @@ min = 20
 max = {max}
 p99-target-ms = {p99}
 "#,
-            method = if o.random { "random" } else { "fifo" },
-            bot = if o.pow { "pow" } else { "off" },
-            pre = rfc3339(now - time::Duration::seconds(5)),
-            opens = rfc3339(now + time::Duration::seconds(3)),
-            closes = rfc3339(now + time::Duration::hours(2)),
-            max = o.release_max,
-            difficulty = POW_DIFFICULTY,
-            p99 = o.p99_target_ms,
-        );
-        let cfg = dir.path().join("wicket.toml");
-        std::fs::write(&cfg, config)?;
-        let core = Command::new(binary("wicket-core")?)
-            .args(["serve", "--config"])
-            .arg(&cfg)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let core_base = format!("http://127.0.0.1:{core_port}");
-        wait_http(&format!("{core_base}/healthz")).await?;
-        let edge = Command::new(binary("wicket")?)
-            .args(["serve", "--config"])
-            .arg(&cfg)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let edge_base = format!("http://127.0.0.1:{edge_port}");
-        let admin_base = format!("http://127.0.0.1:{admin_port}");
-        wait_http(&format!("{admin_base}/admin/health")).await?;
-        Ok(Stack { core, edge, core_base, edge_base, admin_base, shaper, pow: o.pow, _dir: dir })
+                method = if o.random { "random" } else { "fifo" },
+                bot = if o.pow { "pow" } else { "off" },
+                pre = rfc3339(now - time::Duration::seconds(5)),
+                opens = rfc3339(now + time::Duration::seconds(3)),
+                closes = rfc3339(now + time::Duration::hours(2)),
+                max = o.release_max,
+                difficulty = POW_DIFFICULTY,
+                p99 = o.p99_target_ms,
+            )
+        };
+        let n_edges = if o.crashes { 2 } else { 1 };
+        let mut edges = Vec::new();
+        for i in 0..n_edges {
+            let (edge_port, admin_port) = (free_port(), free_port());
+            let cfg = dir.path().join(format!("wicket-{i}.toml"));
+            std::fs::write(&cfg, config(edge_port, admin_port))?;
+            edges.push(EdgeProc {
+                base: format!("http://127.0.0.1:{edge_port}"),
+                admin: format!("http://127.0.0.1:{admin_port}"),
+                cfg,
+                child: parking_lot::Mutex::new(None),
+            });
+        }
+        let stack = Stack {
+            core: parking_lot::Mutex::new(None),
+            core_cfg: edges[0].cfg.clone(),
+            edges,
+            redis,
+            provider,
+            core_base: format!("http://127.0.0.1:{core_port}"),
+            shaper,
+            pow: o.pow,
+            _dir: dir,
+        };
+        if stack.redis.is_some() {
+            stack.restart(Proc::Redis).await?;
+        }
+        stack.restart(Proc::Core).await?;
+        for i in 0..stack.edges.len() {
+            stack.restart(Proc::Edge(i)).await?;
+        }
+        Ok(stack)
+    }
+
+    /// SIGKILL (no goodbye: leases, connections and sockets are left as they are).
+    pub fn kill(&self, p: Proc) {
+        let slot = match p {
+            Proc::Core => &self.core,
+            Proc::Edge(i) => &self.edges[i].child,
+            Proc::Redis => match &self.redis {
+                Some(r) => &r.child,
+                None => return,
+            },
+        };
+        if let Some(mut c) = slot.lock().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts `p` (again) with its command, ports and data, and waits until it answers.
+    pub async fn restart(&self, p: Proc) -> anyhow::Result<()> {
+        match p {
+            Proc::Redis => {
+                let Some(r) = &self.redis else { return Ok(()) };
+                let child = Command::new("redis-server")
+                    .args(["--port", &r.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+                    .args(["--appendonly", "yes", "--appendfsync", "always"])
+                    .arg("--dir")
+                    .arg(&r.dir)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(|e| anyhow::anyhow!("cannot run redis-server ({e}); install redis-server"))?;
+                *r.child.lock() = Some(child);
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    // Answers PING (not LOADING): the AOF is read back.
+                    if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{}/0", r.port))
+                        && let Ok(mut c) = client.get_multiplexed_async_connection().await
+                        && redis::cmd("PING").query_async::<String>(&mut c).await.is_ok()
+                    {
+                        break;
+                    }
+                    anyhow::ensure!(Instant::now() < deadline, "redis-server did not start");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            Proc::Core => {
+                let child = Command::new(binary("wicket-core")?)
+                    .args(["serve", "--config"])
+                    .arg(&self.core_cfg)
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::inherit())
+                    .spawn()?;
+                *self.core.lock() = Some(child);
+                wait_http(&format!("{}/healthz", self.core_base)).await?;
+            }
+            Proc::Edge(i) => {
+                let e = &self.edges[i];
+                let child = Command::new(binary("wicket")?)
+                    .args(["serve", "--config"])
+                    .arg(&e.cfg)
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::inherit())
+                    .spawn()?;
+                *e.child.lock() = Some(child);
+                wait_http(&format!("{}/admin/health", e.admin)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The edge that holds the room's leader lease now (its admin stats say `leader`).
+    pub async fn leader_edge(&self, http: &reqwest::Client) -> Option<usize> {
+        for (i, e) in self.edges.iter().enumerate() {
+            let r = http.get(format!("{}/admin/rooms/{ROOM}/stats", e.admin)).bearer_auth(ADMIN).timeout(Duration::from_secs(2)).send().await;
+            if let Ok(r) = r
+                && let Ok(v) = r.json::<Value>().await
+                && v["leader"] == true
+            {
+                return Some(i);
+            }
+        }
+        None
     }
 
     /// The headers a visitor's browser (or script) sends with every request: who, from where, and cookies.
@@ -235,9 +405,9 @@ p99-target-ms = {p99}
         if cookies.is_empty() { rb } else { rb.header("Cookie", cookies) }
     }
 
-    pub async fn join(&self, http: &reqwest::Client, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
+    pub async fn join(&self, http: &reqwest::Client, edge: usize, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
         let rb = Self::visitor(
-            http.post(format!("{}/queue/{ROOM}/join", self.edge_base)).header("Accept", "application/json"),
+            http.post(format!("{}/queue/{ROOM}/join", self.edges[edge].base)).header("Accept", "application/json"),
             user,
             ip,
             bot,
@@ -245,7 +415,7 @@ p99-target-ms = {p99}
         );
         let body = if self.pow {
             // Ask for a challenge, solve it, join with the proof (as static/queue.js does).
-            let c: Value = Self::visitor(http.get(format!("{}/queue/{ROOM}/challenge", self.edge_base)), user, ip, bot, cookies)
+            let c: Value = Self::visitor(http.get(format!("{}/queue/{ROOM}/challenge", self.edges[edge].base)), user, ip, bot, cookies)
                 .send()
                 .await?
                 .json()
@@ -267,9 +437,9 @@ p99-target-ms = {p99}
         Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
     }
 
-    pub async fn status(&self, http: &reqwest::Client, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
+    pub async fn status(&self, http: &reqwest::Client, edge: usize, user: &str, ip: &str, bot: bool, cookies: &str) -> anyhow::Result<(u16, reqwest::header::HeaderMap, Value)> {
         let rb = Self::visitor(
-            http.get(format!("{}/queue/{ROOM}/status", self.edge_base)).header("Accept", "application/json"),
+            http.get(format!("{}/queue/{ROOM}/status", self.edges[edge].base)).header("Accept", "application/json"),
             user,
             ip,
             bot,
@@ -281,9 +451,9 @@ p99-target-ms = {p99}
         Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
     }
 
-    pub async fn hold(&self, http: &reqwest::Client, token: &str, sku: &str, qty: u32, user: &str, ip: &str, cookies: &str) -> anyhow::Result<(u16, Value)> {
+    pub async fn hold(&self, http: &reqwest::Client, edge: usize, token: &str, sku: &str, qty: u32, user: &str, ip: &str, cookies: &str) -> anyhow::Result<(u16, Value)> {
         let mut rb = http
-            .post(format!("{}/v1/events/{EVENT}/holds", self.edge_base))
+            .post(format!("{}/v1/events/{EVENT}/holds", self.edges[edge].base))
             .bearer_auth(token)
             .header("X-User-Id", user)
             .header("X-Forwarded-For", ip);
@@ -299,9 +469,9 @@ p99-target-ms = {p99}
     }
 
     /// The visitor leaves through the site's "done" page, which ends the session (frees a slot).
-    pub async fn leave(&self, http: &reqwest::Client, user: &str, ip: &str, cookies: &str) -> anyhow::Result<u16> {
+    pub async fn leave(&self, http: &reqwest::Client, edge: usize, user: &str, ip: &str, cookies: &str) -> anyhow::Result<u16> {
         let mut rb = http
-            .get(format!("{}/buy/{EVENT}/done", self.edge_base))
+            .get(format!("{}/buy/{EVENT}/done", self.edges[edge].base))
             .header("X-User-Id", user)
             .header("X-Forwarded-For", ip)
             .header("Accept", "text/html");
@@ -329,8 +499,21 @@ p99-target-ms = {p99}
         Ok(r.status().as_u16())
     }
 
+    /// The room's stats from the first edge that answers (the leader's when one leads).
     pub async fn room_stats(&self, http: &reqwest::Client) -> anyhow::Result<Value> {
-        Ok(http.get(format!("{}/admin/rooms/{ROOM}/stats", self.admin_base)).bearer_auth(ADMIN).send().await?.json().await?)
+        let mut first = None;
+        for e in &self.edges {
+            let r = http.get(format!("{}/admin/rooms/{ROOM}/stats", e.admin)).bearer_auth(ADMIN).timeout(Duration::from_secs(2)).send().await;
+            if let Ok(r) = r
+                && let Ok(v) = r.json::<Value>().await
+            {
+                if v["leader"] == true || self.edges.len() == 1 {
+                    return Ok(v);
+                }
+                first.get_or_insert(v);
+            }
+        }
+        first.ok_or_else(|| anyhow::anyhow!("no edge answered"))
     }
 
     /// The core's Prometheus text.
@@ -383,7 +566,8 @@ p99-target-ms = {p99}
 
     /// Peak resident set of the edge process (VmHWM), MB.
     pub fn edge_peak_rss_mb(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.edge.id())).unwrap_or_default();
+        let Some(pid) = self.edges[0].child.lock().as_ref().map(Child::id) else { return 0.0 };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         status
             .lines()
             .find(|l| l.starts_with("VmHWM:"))
@@ -392,6 +576,41 @@ p99-target-ms = {p99}
             .map(|kb| kb / 1024.0)
             .unwrap_or(0.0)
     }
+}
+
+/// The provider's status query: `SUCCESS` with the txn and amount for an order it took money for,
+/// `NOTPAY` otherwise.
+async fn start_provider(provider: Arc<Provider>) -> anyhow::Result<SocketAddr> {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = l.accept().await else { continue };
+            let provider = provider.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let provider = provider.clone();
+                    async move {
+                        // The id is percent-encoded in the query.
+                        let order = reqwest::Url::parse(&format!("http://provider{}", req.uri()))
+                            .ok()
+                            .and_then(|u| u.query_pairs().find(|(k, _)| k == "order_id").map(|(_, v)| v.into_owned()))
+                            .unwrap_or_default();
+                        let paid = provider.paid.lock().get(&order).cloned();
+                        let v = match paid {
+                            Some((txn, amount)) => json!({"order_id": order, "status": "SUCCESS", "txn_id": txn, "amount_cents": amount}),
+                            None => json!({"order_id": order, "status": "NOTPAY"}),
+                        };
+                        let mut out = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(v.to_string())));
+                        out.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+                        Ok::<_, std::convert::Infallible>(out)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await;
+            });
+        }
+    });
+    Ok(addr)
 }
 
 /// A stand-in for the existing site: answers every path with a small page; `/done` pages (the end of a

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::procs::{Stack, StackOptions};
+use crate::procs::{Proc, Stack, StackOptions};
 use crate::stats::{Recorder, kendall_tau};
 
 /// One scenario's knobs.
@@ -41,6 +41,9 @@ pub struct Scenario {
     /// Halve the core's capacity between these seconds of the run.
     pub capacity_drop: Option<(u64, u64)>,
     pub release_max: u32,
+    /// The crash test: Redis (AOF) under the core and two edges sharing the queue; the leader edge, the
+    /// core and Redis are SIGKILLed and restarted once each mid-sale, and fans retry as browsers do.
+    pub crashes: bool,
 }
 
 impl Scenario {
@@ -62,6 +65,7 @@ impl Scenario {
             connections: 256,
             capacity_drop: None,
             release_max: 2000,
+            crashes: false,
         };
         let mut s = match name {
             "stararena" => base,
@@ -87,7 +91,9 @@ impl Scenario {
             },
             "bots" => Scenario { name: "bots", users: 50_000, seats: 2000, bots_fraction: 0.10, pow: true, ..base },
             "bots-nopow" => Scenario { name: "bots-nopow", users: 50_000, seats: 2000, bots_fraction: 0.10, pow: false, ..base },
-            other => anyhow::bail!("unknown scenario {other}: stararena | scenic | capacity-drop | bots | bots-nopow"),
+            // Slow enough (at most 80 admissions/s) that the sale is still selling at the third kill.
+            "crashes" => Scenario { name: "crashes", users: 20_000, seats: 6000, release_max: 80, max_seconds: 300, crashes: true, ..base },
+            other => anyhow::bail!("unknown scenario {other}: stararena | scenic | capacity-drop | bots | bots-nopow | crashes"),
         };
         if quick {
             s.users = (s.users / 200).max(2000);
@@ -104,6 +110,12 @@ impl Scenario {
                 s.seats = 2000;
                 // At most 100 admissions/s: 2,000 seats cannot sell out before the drop ends.
                 s.release_max = 100;
+            }
+            if s.crashes {
+                s.users = 2000;
+                s.seats = 600;
+                s.release_max = 25;
+                s.max_seconds = 100;
             }
         }
         Ok(s)
@@ -144,6 +156,19 @@ struct User {
     qty: u32,
     sku: &'static str,
     polls: u32,
+    /// Which edge the fan's requests go to (crashes: the other one after a failed connection).
+    edge: usize,
+    /// Failed tries in a row (crashes: the backoff grows with it).
+    fails: u32,
+    /// Since when the fan has seen only failures (crashes), ms.
+    stall_since: Option<u64>,
+    /// The place of the first answered join; a later answer naming another place is a lost place.
+    first_position: u64,
+    place_changed: bool,
+    /// Refusals of a hold or of the "done" page (crashes: retried a few times).
+    refusals: u32,
+    /// The provider took this fan's money (the fan saw "paid").
+    paid_at_provider: bool,
 }
 
 /// Everything a run measured.
@@ -195,6 +220,59 @@ pub struct SurgeReport {
     pub release_rate: Vec<(f64, f64)>,
     pub queue_length: Vec<(f64, f64)>,
     pub hold_p99: Vec<(f64, f64)>,
+    /// The crash test's figures (scenario `crashes`).
+    pub crashes: Option<CrashFigures>,
+}
+
+/// What the crash test measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CrashFigures {
+    pub kills: Vec<KillFigures>,
+    /// Orders the provider took money for (the fan saw "paid").
+    pub paid_at_provider: u64,
+    /// Of those, orders not PAID (or USED) in the core at the end.
+    pub paid_lost: u64,
+    pub paid_lost_examples: Vec<String>,
+    /// Holds acknowledged to fans (201, or 200 for a replay).
+    pub holds_acknowledged: u64,
+    /// Of those, orders the core does not know at the end.
+    pub holds_lost: u64,
+    /// Fans told a place other than the one their first join gave them.
+    pub places_changed: u64,
+    /// Places given to more than one fan.
+    pub places_shared: u64,
+    /// Every kill happened while the sale was still selling (tickets left to sell).
+    pub kills_while_selling: bool,
+    pub odd: BTreeMap<String, u64>,
+    /// The core's stock and each edge's room stats at the end.
+    pub final_stock: Value,
+    pub final_rooms: Vec<Value>,
+}
+
+/// One kill as the fans saw it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KillFigures {
+    pub what: String,
+    pub at_s: f64,
+    /// From the SIGKILL until the restarted process answered its health check (1 s restart delay included).
+    pub restarted_after_s: Option<f64>,
+    pub restart_error: Option<String>,
+    pub sold_at_kill: u64,
+    pub held_at_kill: u64,
+    /// Fans who met a failure (no connection, a timeout, 502/503/504, a paused hold) from this kill on.
+    pub fans_hit: u64,
+    /// How long those fans waited for their next answer: median and longest, s.
+    pub fan_wait_p50_s: f64,
+    pub fan_wait_max_s: f64,
+    /// From the kill until the last fan it hit got an answer again, s.
+    pub fans_all_back_after_s: f64,
+    /// The longest pause in acknowledged holds spanning the kill, s.
+    pub hold_gap_s: f64,
+    /// The longest pause in admissions (fans seeing "admitted") spanning the kill, s.
+    pub admission_gap_s: f64,
+    /// How long the queue stood still around the kill: from the last advance of `serving` before it to
+    /// the first after it (room stats sampled once a second, so ±1 s).
+    pub queue_stall_s: Option<f64>,
 }
 
 struct Shared {
@@ -215,6 +293,31 @@ struct Shared {
     sold_out_seen: AtomicBool,
     /// Every ticket sold and paid (nothing available, nothing held): nothing can come back.
     paid_out_seen: AtomicBool,
+    /// The main pool at the last stock sample: (sold, held, capacity).
+    last_stock: Mutex<(u64, u64, u64)>,
+    /// Crashes: what was killed when, and when it answered again.
+    kills: Mutex<Vec<Kill>>,
+    /// Crashes: (first failure, next answer) of every run of failures a fan saw, ms.
+    stalls: Mutex<Vec<(u64, u64)>>,
+    /// Crashes: when each acknowledged hold (201, or 200 for a replay) came back, ms.
+    holds_ok: Mutex<Vec<u64>>,
+    /// Crashes: odd answers counted (a refused ticket, a refused hold token, a refused "done" page,
+    /// callback retries of the provider).
+    odd: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// One SIGKILL of the crash test.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Kill {
+    pub what: String,
+    pub at_ms: u64,
+    /// When the restarted process answered (its health check), ms.
+    pub back_ms: Option<u64>,
+    pub restart_error: Option<String>,
+    /// The main pool at the last sample before the kill.
+    pub sold: u64,
+    pub held: u64,
+    pub capacity: u64,
 }
 
 impl Shared {
@@ -266,8 +369,10 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         hold_seconds: s.hold_seconds,
         shaper: s.capacity_drop.is_some(),
         release_max: s.release_max,
+        crashes: s.crashes,
     })
     .await?;
+    let stack_edges = stack.edges.len();
     let bots = (s.users as f64 * s.bots_fraction) as usize;
     let users: Vec<Mutex<User>> = (0..s.users)
         .map(|i| {
@@ -290,6 +395,13 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 qty,
                 sku,
                 polls: 0,
+                edge: i % stack_edges,
+                fails: 0,
+                stall_since: None,
+                first_position: 0,
+                place_changed: false,
+                refusals: 0,
+                paid_at_provider: false,
             })
         })
         .collect();
@@ -311,6 +423,11 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         stop: AtomicBool::new(false),
         sold_out_seen: AtomicBool::new(false),
         paid_out_seen: AtomicBool::new(false),
+        last_stock: Mutex::new((0, 0, 0)),
+        kills: Mutex::new(Vec::new()),
+        stalls: Mutex::new(Vec::new()),
+        holds_ok: Mutex::new(Vec::new()),
+        odd: Mutex::new(BTreeMap::new()),
     });
     // Arrivals spread over the ramp, in a shuffled order so bots are not all first.
     for i in 0..s.users {
@@ -337,6 +454,10 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 }
                 if paid_out(&stock) {
                     sh.paid_out_seen.store(true, Ordering::Relaxed);
+                }
+                let main = &stock["pools"]["main"];
+                if let (Some(sold), Some(held), Some(cap)) = (main["sold"].as_u64(), main["held"].as_u64(), main["capacity"].as_u64()) {
+                    *sh.last_stock.lock() = (sold, held, cap);
                 }
                 if progress {
                     let done = sh.done.load(Ordering::Relaxed);
@@ -370,6 +491,10 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
             sh2.stack.set_core_capacity(1.0);
         });
     }
+    let killer = s.crashes.then(|| {
+        let sh = sh.clone();
+        tokio::spawn(async move { crash_plan(&sh).await })
+    });
     let sale_conns = (s.connections / 4).max(8);
     let sems = [
         Arc::new(tokio::sync::Semaphore::new(s.connections)),
@@ -422,6 +547,10 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
     let _ = sems[0].acquire_many(s.connections as u32).await;
     let _ = sems[1].acquire_many(sale_conns as u32).await;
     let _ = sampler.await;
+    if let Some(k) = killer {
+        // It stops waiting once the run stops; a kill under way finishes its restart first.
+        let _ = k.await;
+    }
     if progress {
         eprintln!();
     }
@@ -431,58 +560,208 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
     report(&sh, &samples.lock(), &core_windows, seconds, bots).await
 }
 
+/// Seconds between a process's restart and the next kill (the sale settles in between).
+const KILL_SPACING_S: u64 = 8;
+/// How long a killed process stays down before it is started again (a supervisor's restart delay).
+const RESTART_DELAY_MS: u64 = 1000;
+
+/// The crash test's plan: SIGKILL the leader edge, then the core, then Redis, each once, each when the
+/// sale has taken the given share of its seats (sold + held) and at least [`KILL_SPACING_S`] after the
+/// previous restart; each is started again after [`RESTART_DELAY_MS`] with the same ports, config and data.
+async fn crash_plan(sh: &Shared) {
+    let spacing = if sh.s.max_seconds <= 100 { 5 } else { KILL_SPACING_S };
+    let mut ready_at = Instant::now();
+    for (target, share) in [(None, 0.20), (Some(Proc::Core), 0.45), (Some(Proc::Redis), 0.70)] {
+        loop {
+            if sh.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let (sold, held, cap) = *sh.last_stock.lock();
+            if cap > 0 && (sold + held) as f64 >= share * cap as f64 && ready_at.elapsed() >= Duration::from_secs(spacing) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The edge that leads the room now: the one whose loss stops the queue until another takes the lease.
+        let p = match target {
+            Some(p) => p,
+            None => {
+                let mut leader = None;
+                for _ in 0..100 {
+                    leader = sh.stack.leader_edge(&sh.http).await;
+                    if leader.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Proc::Edge(leader.unwrap_or(0))
+            }
+        };
+        let (sold, held, capacity) = *sh.last_stock.lock();
+        let at_ms = sh.now_ms();
+        sh.stack.kill(p);
+        if std::env::var_os("WICKET_BENCH_VERBOSE").is_some() {
+            eprintln!("\n[{:.1}s] SIGKILL {p} (sold {sold} held {held} of {capacity})", at_ms as f64 / 1000.0);
+        }
+        tokio::time::sleep(Duration::from_millis(RESTART_DELAY_MS)).await;
+        let res = sh.stack.restart(p).await;
+        let back_ms = res.is_ok().then(|| sh.now_ms());
+        sh.kills.lock().push(Kill {
+            what: match p {
+                Proc::Edge(i) => format!("leader edge (edge {i})"),
+                other => other.to_string(),
+            },
+            at_ms,
+            back_ms,
+            restart_error: res.err().map(|e| format!("{e:#}")),
+            sold,
+            held,
+            capacity,
+        });
+        ready_at = Instant::now();
+    }
+}
+
+/// Crashes: a try failed the way a crash fails it (no connection, a timeout, a 502/503/504, the core's
+/// re-check pause). The fan keeps everything (cookies, token, idempotency key) and tries again with
+/// backoff (0.5, 1, 2, 4 s...), on the other edge when the connection itself failed (what a load
+/// balancer's health check does for a browser).
+fn retry_later(sh: &Shared, u: u32, other_edge: bool, jitter: u64) {
+    let now = sh.now_ms();
+    let mut g = sh.users[u as usize].lock();
+    g.fails += 1;
+    g.stall_since.get_or_insert(now);
+    if other_edge {
+        g.edge = (g.edge + 1) % sh.stack.edges.len();
+    }
+    let backoff = (250u64 << g.fails.min(4)).min(4000);
+    drop(g);
+    sh.schedule(u, now + backoff + jitter % 250);
+}
+
+/// Crashes: an answer came back; a run of failures ends here.
+fn answered(sh: &Shared, u: u32) {
+    if !sh.s.crashes {
+        return;
+    }
+    let mut g = sh.users[u as usize].lock();
+    g.fails = 0;
+    if let Some(t) = g.stall_since.take() {
+        drop(g);
+        sh.stalls.lock().push((t, sh.now_ms()));
+    }
+}
+
+fn odd(sh: &Shared, what: &'static str) {
+    *sh.odd.lock().entry(what).or_default() += 1;
+}
+
+/// The place an answer names: the first one is the fan's; another one later is a lost place.
+fn note_position(g: &mut User, body: &Value) {
+    if let Some(p) = body["position"].as_u64().filter(|p| *p > 0) {
+        if g.first_position == 0 {
+            g.first_position = p;
+        } else if p != g.first_position {
+            g.place_changed = true;
+        }
+    }
+}
+
 async fn step(sh: &Shared, u: u32) {
-    let (phase, bot, cookies, token, order, sku, qty) = {
+    let (phase, bot, cookies, token, order, sku, qty, edge) = {
         let g = sh.users[u as usize].lock();
-        (g.phase, g.bot, g.cookies.clone(), g.token.clone(), g.order.clone(), g.sku, g.qty)
+        (g.phase, g.bot, g.cookies.clone(), g.token.clone(), g.order.clone(), g.sku, g.qty, g.edge)
     };
+    let crashes = sh.s.crashes;
     let user_id = format!("u{u}");
     // Each person has an address of their own; bots come from a handful.
     let ip = if bot { format!("10.255.0.{}", u % 4) } else { format!("10.{}.{}.{}", (u >> 16) & 255, (u >> 8) & 255, u & 255) };
     let t0 = Instant::now();
     let second = sh.start.elapsed().as_secs() as u32;
     let jitter = mix(u as u64 ^ sh.now_ms());
+    let gateway = |status: u16| crashes && matches!(status, 502..=504);
     match phase {
         Phase::Join => {
             let seq = sh.join_seq.fetch_add(1, Ordering::Relaxed);
-            let r = sh.stack.join(&sh.http, &user_id, &ip, bot, if bot { "" } else { &cookies }).await;
+            let r = sh.stack.join(&sh.http, edge, &user_id, &ip, bot, if bot { "" } else { &cookies }).await;
             let Ok((status, headers, body)) = r else {
+                if crashes {
+                    return retry_later(sh, u, true, jitter);
+                }
                 return finish(sh, u, Outcome::Error);
             };
             sh.rec.record("join", second, status, t0.elapsed().as_micros() as u32);
             sh.rec.example("join", status, &body);
+            if gateway(status) {
+                return retry_later(sh, u, false, jitter);
+            }
+            answered(sh, u);
             let mut g = sh.users[u as usize].lock();
             if !bot {
                 merge_cookies(&mut g.cookies, &headers);
             }
             g.join_seq = seq;
             g.position = body["position"].as_u64().unwrap_or(0);
+            note_position(&mut g, &body);
             drop(g);
             after_status(sh, u, status, &headers, &body, bot, jitter);
         }
         Phase::Poll => {
-            let r = sh.stack.status(&sh.http, &user_id, &ip, bot, if bot { "" } else { &cookies }).await;
+            let r = sh.stack.status(&sh.http, edge, &user_id, &ip, bot, if bot { "" } else { &cookies }).await;
             let Ok((status, headers, body)) = r else {
+                if crashes {
+                    return retry_later(sh, u, true, jitter);
+                }
                 sh.schedule(u, sh.now_ms() + 1000);
                 return;
             };
             sh.rec.record("status", second, status, t0.elapsed().as_micros() as u32);
-            if !bot {
-                merge_cookies(&mut sh.users[u as usize].lock().cookies, &headers);
+            if gateway(status) {
+                return retry_later(sh, u, false, jitter);
             }
+            answered(sh, u);
+            if crashes && status == 401 {
+                // The edge refused the fan's own ticket: they must join again (a place at risk).
+                odd(sh, "status_ticket_refused");
+                sh.rec.example("status", status, &body);
+            }
+            let mut g = sh.users[u as usize].lock();
+            if !bot {
+                merge_cookies(&mut g.cookies, &headers);
+            }
+            note_position(&mut g, &body);
+            drop(g);
             after_status(sh, u, status, &headers, &body, bot, jitter);
         }
         Phase::Hold => {
             let Some(token) = token else { return finish(sh, u, Outcome::Error) };
-            let r = sh.stack.hold(&sh.http, &token, sku, qty, &user_id, &ip, if bot { "" } else { &cookies }).await;
-            let Ok((status, body)) = r else { return finish(sh, u, Outcome::Error) };
+            let r = sh.stack.hold(&sh.http, edge, &token, sku, qty, &user_id, &ip, if bot { "" } else { &cookies }).await;
+            let Ok((status, body)) = r else {
+                // The hold may have been made: the retry carries the same key, token and body.
+                if crashes {
+                    return retry_later(sh, u, true, jitter);
+                }
+                return finish(sh, u, Outcome::Error);
+            };
             sh.rec.record("hold", second, status, t0.elapsed().as_micros() as u32);
             sh.rec.example("hold", status, &body);
+            if gateway(status) {
+                return retry_later(sh, u, false, jitter);
+            }
+            if crashes && status == 403 && body["error"] == "event_paused" {
+                // The core re-checks CREATED orders after a restart: holds wait.
+                return retry_later(sh, u, false, jitter);
+            }
+            answered(sh, u);
             match status {
-                201 => {
+                // 200: a replay answered from the order it made.
+                201 | 200 => {
                     let id = body["order_id"].as_str().unwrap_or_default().to_string();
                     let amount = body["amount_cents"].as_u64().unwrap_or(0);
                     let pays = unit(u as u64 ^ 0x5EED) < sh.s.pay_probability;
+                    if crashes {
+                        sh.holds_ok.lock().push(sh.now_ms());
+                    }
                     let mut g = sh.users[u as usize].lock();
                     g.order = Some((id, amount));
                     if pays {
@@ -496,23 +775,87 @@ async fn step(sh: &Shared, u: u32) {
                 }
                 409 if body["error"] == "sold_out" => leave(sh, u, Outcome::SoldOut),
                 429 | 503 => sh.schedule(u, sh.now_ms() + 500 + jitter % 1000),
+                401 | 403 if crashes => {
+                    // The token was refused: back to the queue page for a fresh one (the place is kept).
+                    odd(sh, "hold_token_refused");
+                    let mut g = sh.users[u as usize].lock();
+                    g.refusals += 1;
+                    if g.refusals > 5 {
+                        drop(g);
+                        return finish(sh, u, Outcome::Refused);
+                    }
+                    g.phase = Phase::Poll;
+                    drop(g);
+                    sh.schedule(u, sh.now_ms() + 500 + jitter % 500);
+                }
                 _ => finish(sh, u, Outcome::Refused),
             }
         }
         Phase::Pay => {
             let Some((order, amount)) = order else { return finish(sh, u, Outcome::Error) };
+            if crashes {
+                // The provider takes the money (the fan sees "paid"), then calls the core back until the
+                // callback lands; the core also asks the provider after a restart and before closing a
+                // hold whose deadline passed.
+                let first = {
+                    let mut g = sh.users[u as usize].lock();
+                    !std::mem::replace(&mut g.paid_at_provider, true)
+                };
+                if first {
+                    sh.stack.provider.paid.lock().insert(order.clone(), (format!("txn-{order}"), amount));
+                    let mut g = sh.users[u as usize].lock();
+                    g.outcome = Outcome::Paid;
+                }
+            }
             match sh.stack.pay(&sh.http, &order, amount).await {
+                Ok(status) if crashes && (status >= 500 || status == 429) => {
+                    sh.rec.record("pay", second, status, t0.elapsed().as_micros() as u32);
+                    odd(sh, "callback_retries");
+                    sh.schedule(u, sh.now_ms() + 1000 + jitter % 1000);
+                }
                 Ok(status) => {
                     sh.rec.record("pay", second, status, t0.elapsed().as_micros() as u32);
-                    leave(sh, u, if status == 200 { Outcome::Paid } else { Outcome::Error });
+                    if crashes && status != 200 {
+                        odd(sh, "callback_refused");
+                    }
+                    // Crashes: the fan saw "paid" at the provider, whatever the callback met.
+                    leave(sh, u, if status == 200 || crashes { Outcome::Paid } else { Outcome::Error });
                 }
-                Err(_) => sh.schedule(u, sh.now_ms() + 1000),
+                Err(_) => {
+                    if crashes {
+                        odd(sh, "callback_retries");
+                    }
+                    sh.schedule(u, sh.now_ms() + 1000)
+                }
             }
         }
         Phase::Leave => {
-            let r = sh.stack.leave(&sh.http, &user_id, &ip, if bot { "" } else { &cookies }).await;
+            let r = sh.stack.leave(&sh.http, edge, &user_id, &ip, if bot { "" } else { &cookies }).await;
             if let Ok(status) = r {
                 sh.rec.record("leave", second, status, t0.elapsed().as_micros() as u32);
+            }
+            if crashes {
+                // The "done" page is retried a few times: a failed connection or a gateway error as
+                // above; a 401 (the edge could not confirm the session) a few times too.
+                let tries = sh.users[u as usize].lock().refusals;
+                match r {
+                    Err(_) if tries < 8 => {
+                        sh.users[u as usize].lock().refusals += 1;
+                        return retry_later(sh, u, true, jitter);
+                    }
+                    Ok(status) if (gateway(status) || status == 401) && tries < 8 => {
+                        if status == 401 {
+                            odd(sh, "done_page_refused");
+                        }
+                        sh.users[u as usize].lock().refusals += 1;
+                        return retry_later(sh, u, false, jitter);
+                    }
+                    Ok(status) if status < 400 => answered(sh, u),
+                    _ => {
+                        odd(sh, "done_page_given_up");
+                        answered(sh, u);
+                    }
+                }
             }
             let outcome = sh.users[u as usize].lock().outcome;
             finish(sh, u, outcome);
@@ -766,12 +1109,149 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         release_rate,
         queue_length,
         hold_p99: windows.iter().map(|w| (w.0 as f64, w.1)).collect(),
+        crashes: if sh.s.crashes { Some(crash_figures(sh, &stock, samples, paid_out).await?) } else { None },
     })
+}
+
+/// The gap in a sorted list of event times (ms) that spans `t`: next event at or after `t` minus the
+/// last one before it (to the end of the run when nothing came after).
+fn gap_spanning(times: &[u64], t: u64, end: u64) -> f64 {
+    let i = times.partition_point(|x| *x < t);
+    let before = if i == 0 { t } else { times[i - 1] };
+    let after = times.get(i).copied().unwrap_or(end);
+    after.saturating_sub(before) as f64 / 1000.0
+}
+
+/// From the last advance of `serving` before `t` to the first after it, s (`None`: it never moved again).
+fn queue_stall(serving: &[(f64, u64)], t: f64) -> Option<f64> {
+    let i = serving.partition_point(|(at, _)| *at < t);
+    let at_kill = serving.get(i.checked_sub(1)?)?.1;
+    let last_move = serving[..i].iter().rev().take_while(|(_, s)| *s == at_kill).last().map_or(t, |(at, _)| *at);
+    let resumed = serving[i..].iter().find(|(_, s)| *s > at_kill)?.0;
+    Some(((resumed - last_move) * 10.0).round() / 10.0)
+}
+
+async fn crash_figures(sh: &Shared, stock: &Value, samples: &[(f64, Value, Value)], paid_out_s: Option<f64>) -> anyhow::Result<CrashFigures> {
+    let serving: Vec<(f64, u64)> = samples.iter().filter_map(|(t, st, _)| st["serving"].as_u64().map(|s| (*t, s))).collect();
+    let mut final_rooms = Vec::new();
+    for e in &sh.stack.edges {
+        let r = sh.http.get(format!("{}/admin/rooms/{}/stats", e.admin, crate::procs::ROOM)).bearer_auth(crate::procs::ADMIN).send().await;
+        final_rooms.push(match r {
+            Ok(r) => r.json::<Value>().await.unwrap_or(Value::Null),
+            Err(e) => json!(e.to_string()),
+        });
+    }
+    let end = sh.now_ms();
+    let kills = sh.kills.lock().clone();
+    // Every order the provider took money for must be PAID (or USED) in the core; every acknowledged
+    // hold must be an order the core knows.
+    let paid: Vec<String> = sh.stack.provider.paid.lock().keys().cloned().collect();
+    let acked: Vec<String> = sh.users.iter().filter_map(|u| u.lock().order.as_ref().map(|o| o.0.clone())).collect();
+    let states = order_states(sh, paid.iter().chain(acked.iter()).cloned().collect()).await?;
+    let lost: Vec<String> = paid.iter().filter(|o| !matches!(states.get(*o).and_then(|s| s.as_deref()), Some("PAID" | "USED"))).cloned().collect();
+    let holds_lost = acked.iter().filter(|o| states.get(*o).is_none_or(|s| s.is_none())).count() as u64;
+    let mut places: HashMap<u64, u32> = HashMap::new();
+    let mut places_changed = 0;
+    let mut admits = Vec::new();
+    for u in &sh.users {
+        let g = u.lock();
+        if g.bot {
+            continue;
+        }
+        if g.place_changed {
+            places_changed += 1;
+        }
+        if g.first_position > 0 {
+            *places.entry(g.first_position).or_default() += 1;
+        }
+        if let Some(t) = g.admitted_ms {
+            admits.push(t);
+        }
+    }
+    admits.sort_unstable();
+    let mut holds = sh.holds_ok.lock().clone();
+    holds.sort_unstable();
+    let stalls = sh.stalls.lock().clone();
+    let mut figures = Vec::new();
+    for (i, k) in kills.iter().enumerate() {
+        let next = kills.get(i + 1).map_or(u64::MAX, |n| n.at_ms);
+        let mut waits: Vec<u64> = stalls.iter().filter(|(a, _)| *a >= k.at_ms && *a < next).map(|(a, b)| b - a).collect();
+        let last_back = stalls.iter().filter(|(a, _)| *a >= k.at_ms && *a < next).map(|(_, b)| *b).max().unwrap_or(k.at_ms);
+        waits.sort_unstable();
+        figures.push(KillFigures {
+            what: k.what.clone(),
+            at_s: k.at_ms as f64 / 1000.0,
+            restarted_after_s: k.back_ms.map(|b| (b - k.at_ms) as f64 / 1000.0),
+            restart_error: k.restart_error.clone(),
+            sold_at_kill: k.sold,
+            held_at_kill: k.held,
+            fans_hit: waits.len() as u64,
+            fan_wait_p50_s: waits.get(waits.len() / 2).map_or(0.0, |w| *w as f64 / 1000.0),
+            fan_wait_max_s: waits.last().map_or(0.0, |w| *w as f64 / 1000.0),
+            fans_all_back_after_s: (last_back - k.at_ms) as f64 / 1000.0,
+            hold_gap_s: gap_spanning(&holds, k.at_ms, end),
+            admission_gap_s: gap_spanning(&admits, k.at_ms, end),
+            queue_stall_s: queue_stall(&serving, k.at_ms as f64 / 1000.0),
+        });
+    }
+    let selling = kills.len() == 3
+        && kills.iter().all(|k| k.sold < k.capacity && paid_out_s.is_none_or(|p| p * 1000.0 > k.at_ms as f64));
+    Ok(CrashFigures {
+        kills: figures,
+        paid_at_provider: paid.len() as u64,
+        paid_lost: lost.len() as u64,
+        paid_lost_examples: lost.into_iter().take(5).collect(),
+        holds_acknowledged: acked.len() as u64,
+        holds_lost,
+        places_changed,
+        places_shared: places.values().filter(|n| **n > 1).count() as u64,
+        kills_while_selling: selling,
+        odd: sh.odd.lock().iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        final_stock: stock.clone(),
+        final_rooms,
+    })
+}
+
+/// Each order's state in the core (`None`: unknown to it), read 32 at a time.
+async fn order_states(sh: &Shared, ids: Vec<String>) -> anyhow::Result<HashMap<String, Option<String>>> {
+    let mut out = HashMap::new();
+    for chunk in ids.chunks(32) {
+        let mut set = tokio::task::JoinSet::new();
+        for id in chunk {
+            let (http, id) = (sh.http.clone(), id.clone());
+            let base = sh.stack.core_base.clone();
+            set.spawn(async move {
+                let mut last = None;
+                for _ in 0..5 {
+                    let r = http.get(format!("{base}/v1/orders/{id}")).bearer_auth(crate::procs::ADMIN).send().await;
+                    match r {
+                        Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => return Ok((id, None)),
+                        Ok(r) if r.status().is_success() => {
+                            let v: Value = r.json().await.unwrap_or(Value::Null);
+                            return Ok((id, Some(v["state"].as_str().unwrap_or("?").to_string())));
+                        }
+                        Ok(r) => last = Some(format!("status {}", r.status())),
+                        Err(e) => last = Some(e.to_string()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(anyhow::anyhow!("GET /v1/orders/{id}: {}", last.unwrap_or_default()))
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            let (id, state) = r??;
+            out.insert(id, state);
+        }
+    }
+    Ok(out)
 }
 
 /// Writes the report's figures to summary.json and RESULTS.md, and its plots to bench/results/.
 pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
     use crate::svg::{Series, line_chart};
+    if let Some(c) = &r.crashes {
+        return publish_crashes(r, c, command);
+    }
     let key = r.scenario.replace('-', "_");
     crate::report::merge_summary(
         &key,
@@ -857,6 +1337,110 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
         rps = r.requests_per_second,
     );
     crate::report::write_section(&format!("surge-{}", r.scenario), &body)
+}
+
+/// The crash test's keys (`crashes_*`; `crashes_quick_*` for `--quick`) and RESULTS.md section.
+fn publish_crashes(r: &SurgeReport, c: &CrashFigures, command: &str) -> anyhow::Result<()> {
+    let quick = command.contains("--quick");
+    let key = if quick { "crashes_quick" } else { "crashes" };
+    let tau = if r.fifo_tau.is_nan() { Value::Null } else { json!((r.fifo_tau * 10_000.0).round() / 10_000.0) };
+    let round = |x: f64| (x * 10.0).round() / 10.0;
+    let flat = [
+        ("oversold", json!(r.oversold)),
+        ("double_sold", json!(r.double_sold)),
+        ("paid_lost", json!(c.paid_lost)),
+        ("holds_lost", json!(c.holds_lost)),
+        ("places_changed", json!(c.places_changed)),
+        ("places_shared", json!(c.places_shared)),
+        ("fifo_tau", tau),
+        ("sellout_seconds", json!(r.sellout_seconds.map(round))),
+        ("paid_out_seconds", json!(r.paid_out_seconds.map(round))),
+        ("kills_while_selling", json!(c.kills_while_selling)),
+    ];
+    for (k, v) in &flat {
+        crate::report::merge_summary(&format!("{key}_{k}"), v.clone())?;
+    }
+    crate::report::merge_summary(
+        key,
+        json!({
+            "command": command, "users": r.users, "seats": r.seats, "seconds": round(r.seconds), "admitted": r.admitted,
+            "sold": r.sold, "paid_orders": r.paid_orders, "abandoned": r.abandoned, "still_waiting": r.still_waiting,
+            "over_limit_users": r.over_limit_users, "paid_at_provider": c.paid_at_provider,
+            "holds_acknowledged": c.holds_acknowledged, "kills": c.kills, "odd": c.odd,
+        }),
+    )?;
+    let mut rows = String::new();
+    for k in &c.kills {
+        rows.push_str(&format!(
+            "| {} | {:.1} s | {} / {} | {} | {} | {:.1} s / {:.1} s | {:.1} s | {:.1} s | {:.1} s | {} |\n",
+            k.what,
+            k.at_s,
+            k.sold_at_kill,
+            k.held_at_kill,
+            k.restarted_after_s.map(|s| format!("{s:.1} s")).or_else(|| k.restart_error.clone()).unwrap_or_default(),
+            k.fans_hit,
+            k.fan_wait_p50_s,
+            k.fan_wait_max_s,
+            k.fans_all_back_after_s,
+            k.hold_gap_s,
+            k.admission_gap_s,
+            k.queue_stall_s.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "never moved again".into()),
+        ));
+    }
+    let odd: Vec<String> = c.odd.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let body = format!(
+        "## Surge: crashes{quick_title}\n\nCommand: `{command}`\n\nMachine: {machine}; 2 shared cores: the bench, two edges, the core and \
+         redis-server all run on them.\n\n\
+         The whole sale through crashes: one redis-server with AOF (`appendonly yes`, `appendfsync always`) holds the sale \
+         (the core's `store`) and the room state of two edges sharing one queue (top-level `store = \"redis://...\"`, one \
+         `edge.secret`); a stand-in payment provider answers the core's status query (`payment.query-url`). Fans are \
+         spread over both edges. Mid-sale, each when the sale has taken 20% / 45% / 70% of its seats (sold + held) and at least \
+         a few seconds after the previous restart: SIGKILL of the edge holding the room's leader lease (its admin stats say \
+         `leader`), then of the core, then of redis-server; each is started again 1 s later with the same ports, config and \
+         data. Fans act as browsers do: a failed connection, a timeout, a 502/503/504 or the core's re-check pause \
+         (`403 event_paused`) is retried with backoff (0.5, 1, 2, 4 s) keeping every cookie (ticket, device, admission), the \
+         token and the idempotency key; a failed connection sends the next try to the other edge (a load balancer's health \
+         check). Paying: the provider takes the money (the fan sees \"paid\"), then calls the core back until the callback \
+         lands; the core asks the provider about CREATED orders after a restart and before closing an expired hold.\n\n\
+         | figure | value |\n|---|---|\n\
+         | fans / seats | {users} / {seats} |\n| run time | {secs:.1} s |\n| admitted | {admitted} |\n\
+         | tickets sold (paid) | {sold} |\n| abandoned holds (resold) | {abandoned} |\n\
+         | time to sell out (first / every ticket paid) | {sellout} / {paid_out} |\n\
+         | oversold | {oversold} |\n| double-sold | {double} |\n| users over their limit | {overlimit} |\n\
+         | paid at the provider / **paid orders lost** (not PAID in the core at the end) | {paid} / **{lost}** |\n\
+         | holds acknowledged / lost | {acked} / {hlost} |\n\
+         | fans told another place than their first / places given twice | {changed} / {shared} |\n\
+         | FIFO Kendall τ (join order vs place, admitted fans, whole sale) | {tau} |\n\
+         | every kill while the sale was selling | {selling} |\n| other answers counted | {odd} |\n\n\
+         Each kill as the fans saw it (a fan's wait: from their first failed try to their next answer; a gap: the pause \
+         in acknowledged holds or in admissions that spans the kill; the queue standing still: `serving` not advancing, \
+         which for the leader edge is the lease's 3 s running out before the other edge takes it):\n\n\
+         | kill | at | sold / held then | answering again after | fans hit | fan wait P50 / max | last fan back after | hold gap | admission gap | queue stood still (±1 s) |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n{rows}",
+        quick_title = if quick { " (quick)" } else { "" },
+        machine = crate::report::machine(),
+        users = r.users,
+        seats = r.seats,
+        secs = r.seconds,
+        admitted = r.admitted,
+        sold = r.sold,
+        abandoned = r.abandoned,
+        sellout = r.sellout_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "not sold out".into()),
+        paid_out = r.paid_out_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "not paid out".into()),
+        oversold = r.oversold,
+        double = r.double_sold,
+        overlimit = r.over_limit_users,
+        paid = c.paid_at_provider,
+        lost = c.paid_lost,
+        acked = c.holds_acknowledged,
+        hlost = c.holds_lost,
+        changed = c.places_changed,
+        shared = c.places_shared,
+        tau = if r.fifo_tau.is_nan() { "n/a".to_string() } else { format!("{:.4}", r.fifo_tau) },
+        selling = c.kills_while_selling,
+        odd = if odd.is_empty() { "none".to_string() } else { odd.join(", ") },
+    );
+    crate::report::write_section(if quick { "surge-crashes-quick" } else { "surge-crashes" }, &body)
 }
 
 #[cfg(test)]
