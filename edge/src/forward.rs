@@ -84,7 +84,8 @@ pub async fn decide<'h>(st: &EdgeState, peer: IpAddr, headers: &'h [httparse::He
         route = Route::Protected;
         let token = cookie(headers, &p.cookie).or_else(|| bearer(headers))?;
         let claims = st.admission.as_ref()?.verify(token, &p.rule).ok()?;
-        if !st.rooms.session_ok(&p.rule.room, &claims.sub, id.user, Some(id.device.id())).await {
+        // Not alive, or the state unreadable: the proxy answers (403, or 503 to retry).
+        if !matches!(st.rooms.session_ok(&p.rule.room, &claims.sub, id.user, Some(id.device.id())).await, Ok(true)) {
             return None;
         }
         admitted = Some((p.rule.room.clone(), claims));

@@ -666,8 +666,13 @@ impl ProxyHttp for EdgeProxy {
             let verdict = match verdict {
                 Some(c) => {
                     let device = ctx.device.as_ref().map(|d| d.id().to_owned());
-                    let ok = st.rooms.session_ok(&p.rule.room, &c.sub, ctx.user.as_deref(), device.as_deref()).await;
-                    ok.then_some(c)
+                    match st.rooms.session_ok(&p.rule.room, &c.sub, ctx.user.as_deref(), device.as_deref()).await {
+                        Ok(ok) => ok.then_some(c),
+                        Err(e) => {
+                            tracing::warn!(room = %p.rule.room, "admission check: {e}");
+                            return self.reject(session, ctx, Reject::RoomStateUnavailable).await;
+                        }
+                    }
                 }
                 None => None,
             };

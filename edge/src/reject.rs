@@ -54,6 +54,9 @@ pub enum Reject {
     GatewayTimeout,
     /// No upstream configured for this path.
     NoUpstream,
+    /// The waiting room's shared state could not be read (Redis down): retry shortly. Never
+    /// "not admitted" for an admitted fan because a store blinked.
+    RoomStateUnavailable,
 }
 
 impl Reject {
@@ -62,7 +65,7 @@ impl Reject {
         match self {
             Reject::RateLimited { .. } => 429,
             Reject::Blocked | Reject::BotCheckRequired | Reject::BotCheckFailed(_) | Reject::NotAdmitted { .. } => 403,
-            Reject::BotCheckUnavailable => 503,
+            Reject::BotCheckUnavailable | Reject::RoomStateUnavailable => 503,
             Reject::BadRequest(_) => 400,
             Reject::PayloadTooLarge => 413,
             Reject::RequestTimeout => 408,
@@ -83,9 +86,11 @@ impl Reject {
             Reject::BadRequest(_) | Reject::HeadersTooLarge | Reject::RequestTimeout => "bad_request",
             Reject::PayloadTooLarge => "payload_too_large",
             Reject::NotFound => "not_found",
-            Reject::BotCheckUnavailable | Reject::BadGateway | Reject::GatewayTimeout | Reject::NoUpstream => {
-                "unavailable"
-            }
+            Reject::BotCheckUnavailable
+            | Reject::BadGateway
+            | Reject::GatewayTimeout
+            | Reject::NoUpstream
+            | Reject::RoomStateUnavailable => "unavailable",
         }
     }
 
@@ -106,6 +111,7 @@ impl Reject {
             Reject::BadGateway => "bad_gateway",
             Reject::GatewayTimeout => "gateway_timeout",
             Reject::NoUpstream => "no_upstream",
+            Reject::RoomStateUnavailable => "room_state_unavailable",
         }
     }
 
@@ -128,6 +134,7 @@ impl Reject {
             Reject::BadGateway => "the upstream failed".into(),
             Reject::GatewayTimeout => "the upstream timed out".into(),
             Reject::NoUpstream => "no upstream for this path".into(),
+            Reject::RoomStateUnavailable => "the waiting room cannot check your admission right now; retry in a few seconds".into(),
         }
     }
 
@@ -161,6 +168,9 @@ impl Reject {
         let _ = h.insert_header(http::header::CACHE_CONTROL, "no-store");
         if let Reject::RateLimited { retry_after } = self {
             let _ = h.insert_header(http::header::RETRY_AFTER, retry_secs(*retry_after));
+        }
+        if let Reject::RoomStateUnavailable = self {
+            let _ = h.insert_header(http::header::RETRY_AFTER, "2");
         }
         (h, body)
     }

@@ -76,9 +76,9 @@ async fn two_edges_one_queue_one_serving_counter_and_leader_failover() {
     // Admission and sessions are shared: admitted through one edge, revoked through the other.
     let s = status(follower.status(froom, &tickets[0], "u0").await.unwrap());
     assert_eq!(s.state, Phase::Admitted);
-    assert!(leader.session_ok("r1", "u0", Some("u0"), None).await);
+    assert!(leader.session_ok("r1", "u0", Some("u0"), None).await.unwrap());
     leader.revoke("r1", "u0").await;
-    assert!(!follower.session_ok("r1", "u0", Some("u0"), None).await);
+    assert!(!follower.session_ok("r1", "u0", Some("u0"), None).await.unwrap());
     assert!(matches!(follower.status(froom, &tickets[0], "u0").await.unwrap(), StatusOutcome::Rejoin));
     assert_eq!(follower.join(froom, "u0", "dev").await.unwrap().position, 201, "a spent place queues at the back");
     // Someone past serving is not admitted on either edge.
@@ -223,4 +223,47 @@ async fn idle_sessions_leave_the_budget_and_come_back_when_seen_on_redis() {
     let redis = RedisServer::start();
     let rooms = RedisRooms::new(&redis.url()).unwrap();
     wicket_edge::room::state::check_idle_sessions(&rooms.room("idle"), 1_000_000).await;
+}
+
+/// An admitted fan whose room state cannot be read (Redis down) is told to retry (503 with
+/// `Retry-After`), never "not admitted" (403) because a store blinked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_fan_gets_503_to_retry_while_redis_is_down_not_403() {
+    use common::*;
+    let redis = RedisServer::start();
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start_full(
+        &format!("store = \"{}\"", redis.url()),
+        &format!(
+            "origin = \"{}\"\n[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n\
+             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 1000.0 }}\n",
+            origin.url()
+        ),
+        &[],
+        &[],
+    );
+    let mut jar: std::collections::HashMap<String, String> = Default::default();
+    let send = |jar: &std::collections::HashMap<String, String>, path: &str| {
+        let cookies: Vec<String> = jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let (url, cookie) = (edge.url(path), cookies.join("; "));
+        async move { get(&url, &[("cookie", &cookie), ("accept", "application/json"), ("user-agent", "t"), ("accept-language", "en")]).await }
+    };
+    let r = send(&jar, "/queue/r1").await;
+    jar.extend(r.cookies());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = send(&jar, "/queue/r1/status").await;
+        jar.extend(r.cookies());
+        if r.json()["state"] == "admitted" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", r.text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(send(&jar, "/buy").await.status, 200);
+    drop(redis);
+    let r = send(&jar, "/buy").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("2"));
+    assert_eq!(r.json()["error"], "unavailable");
 }

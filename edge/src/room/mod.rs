@@ -897,17 +897,18 @@ impl Rooms {
 
     /// A verified token's session still runs, and the token belongs to this visitor (its `sub`
     /// is the visitor's user id or device id). Unknown rooms (edge-only protected rules) pass.
-    pub async fn session_ok(&self, room: &str, sub: &str, user: Option<&str>, device: Option<&str>) -> bool {
-        let Some(r) = self.get(room) else { return true };
+    /// `Err` when the room state could not be read (the caller answers 503, not "not admitted").
+    pub async fn session_ok(&self, room: &str, sub: &str, user: Option<&str>, device: Option<&str>) -> Result<bool, StateError> {
+        let Some(r) = self.get(room) else { return Ok(true) };
         if user != Some(sub) && device != Some(sub) {
-            return false;
+            return Ok(false);
         }
         let (who, now) = (self.who(room, sub), unix_ms());
-        let alive = r.state.session_alive(who, now).await.unwrap_or(false);
+        let alive = r.state.session_alive(who, now).await?;
         if alive {
             self.touch(&r, who, now).await;
         }
-        alive
+        Ok(alive)
     }
 
     /// A session was seen (admission, a protected page, a core request with its token): it counts

@@ -137,14 +137,14 @@ async fn sessions_cap_revoke_and_spent_places() {
     let s = phase(rooms.status(&room, &a, "alice").await.unwrap());
     assert_eq!(s.state, Phase::Admitted);
     assert!(s.token.is_some() && s.redirect.as_deref() == Some("/buy"));
-    assert!(rooms.session_ok("r1", "alice", Some("alice"), Some("da")).await);
-    assert!(!rooms.session_ok("r1", "alice", Some("mallory"), Some("dm")).await, "a token is bound to its sub");
+    assert!(matches!(rooms.session_ok("r1", "alice", Some("alice"), Some("da")).await, Ok(true)));
+    assert!(matches!(rooms.session_ok("r1", "alice", Some("mallory"), Some("dm")).await, Ok(false)), "a token is bound to its sub");
     // Bob's turn came, but the cap is full: first in line, not admitted.
     let s = phase(rooms.status(&room, &b, "bob").await.unwrap());
     assert_eq!((s.state, s.ahead), (Phase::Waiting, Some(0)));
     // The origin revokes Alice: her slot frees, her place is spent, Bob gets in.
     rooms.revoke("r1", "alice").await;
-    assert!(!rooms.session_ok("r1", "alice", Some("alice"), Some("da")).await);
+    assert!(matches!(rooms.session_ok("r1", "alice", Some("alice"), Some("da")).await, Ok(false)));
     assert!(matches!(rooms.status(&room, &a, "alice").await.unwrap(), StatusOutcome::Rejoin));
     assert_eq!(phase(rooms.status(&room, &b, "bob").await.unwrap()).state, Phase::Admitted);
     // Alice queues again, at the back.
