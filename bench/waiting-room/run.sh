@@ -65,9 +65,10 @@ for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$EDGE_PORT/" &
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$EDGE_PID/status"; }
 
 # A queued visitor's cookies (device + ticket) → the wrk header for its status polls.
-visitor() { # user → "Cookie: ..." header
+visitor() { # name → "Cookie: ..." header. Anonymous: the place belongs to the device (a ticket names its
+  # owner, and wrk's polls carry only the cookies).
   local jar="$WORK/jar-$1"
-  curl -s -c "$jar" -H "x-user-id: $1" -H 'accept: application/json' "http://127.0.0.1:$EDGE_PORT/queue/r1" > "$WORK/join-$1.json"
+  curl -s -c "$jar" -H 'accept: application/json' "http://127.0.0.1:$EDGE_PORT/queue/r1" > "$WORK/join-$1.json"
   echo "Cookie: $(awk '$6 ~ /^wicket_/ {printf "%s=%s; ", $6, $7}' "$jar")"
 }
 
@@ -95,6 +96,10 @@ done
 JOIN_END=$(date +%s.%N)
 BACK="$(visitor back)"
 python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); print("front:", v["position"], v["state"]); v=json.load(open(sys.argv[2])); print("back:", v["position"], v["state"])' "$WORK/join-front.json" "$WORK/join-back.json"
+for who in "$FRONT" "$BACK"; do
+  code="$(curl -s -o /dev/null -w '%{http_code}' -H "$who" "http://127.0.0.1:$EDGE_PORT/queue/r1/status")"
+  [ "$code" = 200 ] || { echo "a queued visitor's status poll answered $code" >&2; exit 1; }
+done
 sleep 2
 FULL_KB="$(rss_kb)"
 STATS="$(curl -s -H 'authorization: Bearer bench-admin-token-0123456789' "http://127.0.0.1:$ADMIN_PORT/admin/rooms/r1/stats")"

@@ -4,10 +4,11 @@
 //! cargo run --release -p wicket-controller --example sim -- summary        # one line per scenario (SEEDS=1,2,3; NO_UTILISATION=1)
 //! cargo run --release -p wicket-controller --example sim -- comparison     # controller vs fixed vs oracle (SEEDS)
 //! cargo run --release -p wicket-controller --example sim -- other-plants   # plants the defaults were not tuned on
-//! cargo run --release -p wicket-controller --example sim -- trace          # per tick, SCN=0|1|2 (cold start, −50%, +50%), SEED
+//! cargo run --release -p wicket-controller --example sim -- outage         # a 1.5 s core outage at steady state: recovery (SEEDS)
+//! cargo run --release -p wicket-controller --example sim -- trace          # per tick, SCN=0|1|2|3 (cold start, −50%, +50%, outage), SEED
 //! ```
 
-use wicket_controller::sim::{ControllerPolicy, comparison_table, other_plants_table, run, standard_scenarios, summary_table_with};
+use wicket_controller::sim::{ControllerPolicy, comparison_table, other_plants_table, outage_table, run, short_outage, standard_scenarios, summary_table_with};
 
 fn seeds(default: Vec<u64>) -> Vec<u64> {
     std::env::var("SEEDS")
@@ -29,8 +30,13 @@ fn main() {
         }
         "comparison" => println!("{}", comparison_table(&seeds(vec![42, 7, 1234]))),
         "other-plants" => println!("{}", other_plants_table(&[1, 2, 3])),
+        "outage" => println!("{}", outage_table(&seeds((1..=10).collect()))),
         "trace" => {
-            let (scn, _, _) = standard_scenarios(env_num("SEED", 42)).swap_remove(env_num("SCN", 0usize));
+            let seed = env_num("SEED", 42);
+            let scn = match env_num("SCN", 0usize) {
+                3 => short_outage(seed),
+                i => standard_scenarios(seed).swap_remove(i).0,
+            };
             let r = run(&scn, &mut ControllerPolicy::new(scn.controller_config()));
             for t in &r.ticks {
                 let w = &r.windows[t.t_s as usize];
@@ -55,7 +61,7 @@ fn main() {
             }
         }
         other => {
-            eprintln!("unknown report {other:?}: summary | comparison | other-plants | trace");
+            eprintln!("unknown report {other:?}: summary | comparison | other-plants | outage | trace");
             std::process::exit(2);
         }
     }

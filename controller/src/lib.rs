@@ -32,6 +32,29 @@
 //! start). Without this bound a loop that grows a few % per second overshoots the knee by the whole
 //! delay's growth before the first bad P99 arrives, and the overshoot then takes a session length to
 //! drain. Tuning and the figures behind the defaults: bench/controller/README-notes.
+//!
+//! # Errors alone are an outage, not congestion
+//! Errors cut the budget like latency does (a core that fails is not to be fed), and the cut sets the
+//! slow-start threshold. When the latency and the utilisation stayed under target, though, the errors
+//! were most likely an outage — the core restarting, a network blip — and say nothing about the core's
+//! capacity: kept, that cut held a sale for minutes at half its level after a one-second restart
+//! (the `surge crashes` bench: light load may never grow past ssthresh, so the release sat at the
+//! room's minimum to the end of the sale). So a cut made for errors alone remembers where the loop
+//! was (the level it cut from, ssthresh before it), and once the core has been healthy for
+//! `error_recovery_ticks` consecutive ticks (default 5: fresh metrics, some requests, errors under a
+//! fifth of the threshold, pressure ≤ 1) the cut is undone ([`Reason::ErrorsCleared`]): ssthresh back to
+//! its old value, the cool-down over, and the budget back to the old level but no higher than the
+//! occupancy the healthy metrics reflect (one actuation delay ago) — the core has just been seen to
+//! carry that much, and the occupancy drains slowly, so after a short outage it is most of the way.
+//! Slow start, with its usual lead bound and exit pressure, finds the rest.
+//!
+//! It stays cautious where the errors are load: a cut with the latency or the utilisation over target
+//! is never undone, nor is an error cut once any tick since has been over on pressure; errors that keep
+//! coming back keep the healthy streak short, so the cuts stand (the first cut of an episode is the
+//! level remembered, never a later, higher one). Undoing rather than regrowing was chosen because
+//! regrowing (faster growth above ssthresh at low pressure) would apply to every cut, latency ones
+//! included, and would still wait out the cool-down (up to 30 s while the occupancy drains to the cut
+//! budget); the undo touches only the error-only case and needs no new growth rule.
 
 pub mod sim;
 
@@ -272,6 +295,11 @@ pub struct ControllerConfig {
     pub far_cut: f64,
     /// Error fraction that counts as "over" (default 0.01); five times it counts as far over.
     pub error_threshold: f64,
+    /// Consecutive healthy ticks (errors under a fifth of `error_threshold`, pressure ≤ 1, fresh
+    /// metrics) after which a cut made for errors alone is undone (default 5, one actuation delay: with
+    /// a 3 s window, the last few seconds of requests all came from the healthy core). See
+    /// [`Reason::ErrorsCleared`].
+    pub error_recovery_ticks: u32,
     /// Growth only when occ ≥ this × L, for the occupancy now *and* the occupancy one actuation delay
     /// ago — the one whose load the metrics show. A budget the occupancy does not fill says nothing about
     /// the core, and growing past what has been measured is how a delayed loop overshoots: this bounds
@@ -331,6 +359,7 @@ impl Default for ControllerConfig {
             mild_cut: 0.7,
             far_cut: 0.5,
             error_threshold: 0.01,
+            error_recovery_ticks: 5,
             near_fraction: 0.95,
             max_lead: 1.15,
             max_lead_slow_start: 1.3,
@@ -449,6 +478,12 @@ pub enum Reason {
     Grow,
     /// Under 0.9 × the level of the last cut: the budget grows back faster.
     Recover,
+    /// The last cuts were for errors alone (latency and utilisation never over) and the core has been
+    /// healthy for `error_recovery_ticks` ticks since: the cuts are undone — the budget goes back to
+    /// the level before them, at most the occupancy the healthy metrics reflect, the slow-start
+    /// threshold to its value before them, the cool-down ends. An outage (core restart, network blip)
+    /// says nothing about the core's capacity.
+    ErrorsCleared,
     /// Near the setpoint: the budget is held.
     Hold,
 }
@@ -474,6 +509,7 @@ impl Reason {
             Reason::SlowStartExit => "slow_start_exit",
             Reason::Grow => "grow",
             Reason::Recover => "recover",
+            Reason::ErrorsCleared => "errors_cleared",
             Reason::Hold => "hold",
         }
     }
@@ -520,6 +556,9 @@ pub enum ControlEventKind {
         pressure: Option<f64>,
         error_fraction: f64,
     },
+    /// Cuts made for errors alone were undone: the core was healthy again (see
+    /// [`Reason::ErrorsCleared`]). `ssthresh` is the restored threshold (`null` when infinite).
+    ErrorCutUndone { from: f64, to: f64, ssthresh: f64 },
     /// Slow start ended at this budget.
     SlowStartEnded { budget: f64, pressure: f64 },
     /// Metrics went stale (true) or came back (false).
@@ -546,6 +585,12 @@ pub struct ReleaseController {
     cut_from: f64,
     /// Consecutive ticks over target.
     over_streak: u32,
+    /// Set by a cut made for errors alone: (the level it started from, ssthresh before it), kept over
+    /// the further error-only cuts of the same episode; cleared by a latency/utilisation over, by the
+    /// undo and by an override.
+    error_cut: Option<(f64, f64)>,
+    /// Consecutive healthy ticks: fresh metrics, errors under a fifth of the threshold, pressure ≤ 1.
+    healthy_streak: u32,
     /// When the last cut happened: cuts are off until it has shown (cool-down).
     last_cut_ms: Option<u64>,
     /// Rate of the previous tick, for the slew limiter.
@@ -575,6 +620,8 @@ impl ReleaseController {
             ssthresh: f64::INFINITY,
             cut_from: 0.0,
             over_streak: 0,
+            error_cut: None,
+            healthy_streak: 0,
             last_cut_ms: None,
             prev_rate,
             history: [(0, 0.0); HISTORY],
@@ -772,6 +819,8 @@ impl ReleaseController {
                 .max(self.config.initial_budget)
                 .max(self.config.min_budget);
             self.last_cut_ms = None;
+            self.error_cut = None;
+            self.healthy_streak = 0;
         }
 
         let cfg = &self.config;
@@ -781,6 +830,42 @@ impl ReleaseController {
         let over = !stale && (over_latency || over_errors);
         let far = pressure.is_some_and(|x| x >= cfg.far_pressure)
             || (enough && err >= 5.0 * cfg.error_threshold);
+
+        // Undoing error-only cuts. Errors with the latency and the utilisation under target are an
+        // outage (a core restart, a network blip), not load: once the core has been healthy for a few
+        // ticks, go back to where the loop was before. Any over-target pressure since the cut means the
+        // core is loaded after all, and the cut stands.
+        let healthy = !stale
+            && input.samples > 0
+            && err <= 0.2 * cfg.error_threshold
+            && pressure.is_some_and(|x| x <= 1.0);
+        self.healthy_streak = if healthy {
+            self.healthy_streak.saturating_add(1)
+        } else {
+            0
+        };
+        if over_latency && !stale {
+            self.error_cut = None;
+        }
+        let mut undone = false;
+        if let Some((level, ssthresh)) = self.error_cut {
+            if self.healthy_streak >= cfg.error_recovery_ticks {
+                // Back to the level before the cuts, but no further than the occupancy the healthy
+                // metrics reflect (one actuation delay ago; now, before there is one): that much the
+                // core has just been seen to carry. Slow start, bounded as ever by the lead over the
+                // measured occupancy and by its exit pressure, finds the rest.
+                let from = self.budget;
+                let carried = measured_occ.unwrap_or(occ);
+                self.budget = self.budget.max(level.min(carried));
+                self.ssthresh = self.ssthresh.max(ssthresh);
+                self.last_cut_ms = None;
+                self.error_cut = None;
+                undone = true;
+                let (to, ssthresh) = (self.budget, self.ssthresh);
+                self.push_event(now, ControlEventKind::ErrorCutUndone { from, to, ssthresh });
+            }
+        }
+        let cfg = &self.config;
         // A cut shows in the metrics once the occupancy they reflect (one actuation delay ago) is down
         // to the budget; cutting again before that is windup.
         let shown =
@@ -795,7 +880,9 @@ impl ReleaseController {
         } else {
             0
         };
-        let reason = if over {
+        let reason = if undone {
+            Reason::ErrorsCleared
+        } else if over {
             if in_cooldown {
                 Reason::CoolDown
             } else if !far && self.over_streak < cfg.confirm_ticks {
@@ -804,6 +891,12 @@ impl ReleaseController {
                 let base = self.budget.min(occ);
                 let factor = if far { cfg.far_cut } else { cfg.mild_cut };
                 let from = self.budget;
+                // Errors alone (latency and utilisation under target): remember where the loop was,
+                // to undo the cut once the core is healthy again. The first cut of an outage is the
+                // one that counts.
+                if !over_latency && self.error_cut.is_none() {
+                    self.error_cut = Some((base, self.ssthresh));
+                }
                 // After a mild cut the old level was nearly right: get back near it fast. After a far
                 // cut the core itself changed; the old level means nothing.
                 self.cut_from = if far { 0.0 } else { base };
@@ -1121,6 +1214,115 @@ mod tests {
         let mut t = calm(0, 400.0);
         t.error_fraction = 0.2;
         assert_eq!(c.tick(&t).reason, Reason::CutFar);
+    }
+
+    /// The `surge crashes` bench: a light sale (few core requests, all fast) at 220 sessions, the core
+    /// killed for a second. The errors cut the budget to 110 and set ssthresh there; before errors could
+    /// be undone, light-load growth stopped at that ssthresh for the rest of the sale.
+    #[test]
+    fn a_short_outage_is_undone_once_the_core_is_healthy() {
+        let cfg = ControllerConfig::for_room(100.0, 11.0, Bounds { min_rate: 20.0, max_rate: 80.0, total_active_max: None });
+        let mut c = ReleaseController::new(cfg);
+        let light = |now_ms: u64, occupancy: f64| TickInput { samples: 120, p99_ms: Some(5.0), utilisation: None, exits_per_s: 20.0, ..calm(now_ms, occupancy) };
+        let mut now = 0;
+        for occ in [110.0, 110.0, 110.0, 220.0, 220.0, 220.0, 220.0, 220.0, 220.0] {
+            c.tick(&light(now, occ));
+            now += 1000;
+        }
+        assert!(c.budget() >= 220.0, "{}", c.budget());
+        // The outage: every forwarded request fails (a few fast successes from before the kill).
+        let mut down = light(now, 220.0);
+        down.samples = 400;
+        down.error_fraction = 0.6;
+        let d = c.tick(&down);
+        assert_eq!(d.reason, Reason::CutFar);
+        assert_eq!((d.budget, d.ssthresh), (110.0, 110.0));
+        now += 1000;
+        // The errors leave the 3 s window: a few requests, some still failing: thin, held.
+        for _ in 0..3 {
+            let mut t = light(now, 215.0);
+            t.error_fraction = 0.2;
+            assert_eq!(c.tick(&t).reason, Reason::ThinMetrics);
+            now += 1000;
+        }
+        // Healthy again: after five healthy ticks the cut is undone...
+        let mut reasons = Vec::new();
+        for _ in 0..5 {
+            let d = c.tick(&light(now, 215.0));
+            reasons.push(d.reason);
+            now += 1000;
+        }
+        assert_eq!(reasons[..4], [Reason::CoolDown; 4], "{reasons:?}");
+        assert_eq!(reasons[4], Reason::ErrorsCleared);
+        // ...to the level before it, at most the occupancy the healthy metrics reflect.
+        assert_eq!(c.budget(), 215.0);
+        assert_eq!(c.ssthresh(), f64::INFINITY, "ssthresh as before the cut");
+        assert!(c.drain_events().iter().any(|e| matches!(e.kind, ControlEventKind::ErrorCutUndone { from, to, .. } if from == 110.0 && to == 215.0)));
+        // Light load grows past the level of the sessions out there before the outage again, and the
+        // release is not stuck at the minimum.
+        let d = c.tick(&light(now, 215.0));
+        assert_eq!(d.reason, Reason::LightLoad, "{d:?}");
+        assert!(d.budget > 220.0, "{d:?}");
+        assert!(d.rate > 20.0, "{d:?}");
+    }
+
+    #[test]
+    fn latency_cuts_and_persistent_errors_are_not_undone() {
+        // A latency cut stands however calm the core is afterwards.
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let mut hot = calm(0, 400.0);
+        hot.p99_ms = Some(90.0);
+        c.tick(&hot);
+        hot.now_ms = 1000;
+        assert_eq!(c.tick(&hot).reason, Reason::CutMild);
+        for s in 2..40 {
+            let d = c.tick(&calm(s * 1000, 280.0));
+            assert_ne!(d.reason, Reason::ErrorsCleared, "second {s}");
+            assert!(d.ssthresh <= 280.0 + 1e-9);
+        }
+        // Errors with the latency over too: a loaded core, not an outage.
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let mut t = calm(0, 400.0);
+        t.error_fraction = 0.2;
+        t.p99_ms = Some(150.0);
+        assert_eq!(c.tick(&t).reason, Reason::CutFar);
+        for s in 1..40 {
+            assert_ne!(c.tick(&calm(s * 1000, 200.0)).reason, Reason::ErrorsCleared, "second {s}");
+        }
+        // Errors alone, then the latency over while the cut is cooling down: the cut stands.
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let mut t = calm(0, 400.0);
+        t.error_fraction = 0.2;
+        assert_eq!(c.tick(&t).reason, Reason::CutFar);
+        let mut hot = calm(1000, 400.0);
+        hot.p99_ms = Some(90.0);
+        assert_eq!(c.tick(&hot).reason, Reason::CoolDown);
+        for s in 2..40 {
+            assert_ne!(c.tick(&calm(s * 1000, 200.0)).reason, Reason::ErrorsCleared, "second {s}");
+        }
+        // Errors that keep coming back before the core has been healthy for five ticks: cut after cut,
+        // never undone; once they stop, undone to the level before the first cut.
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let mut budgets = Vec::new();
+        for s in 0..60u64 {
+            let mut t = calm(s * 1000, 400.0);
+            if s % 4 == 0 {
+                t.error_fraction = 0.2;
+            }
+            let d = c.tick(&t);
+            assert_ne!(d.reason, Reason::ErrorsCleared, "second {s}");
+            budgets.push(d.budget);
+        }
+        assert!(c.budget() < 200.0, "{budgets:?}");
+        let mut undone = None;
+        for s in 60..70u64 {
+            let d = c.tick(&calm(s * 1000, 400.0));
+            if d.reason == Reason::ErrorsCleared {
+                undone = Some((s, d.budget));
+            }
+        }
+        // The last errors at 56 s: healthy from 57 s, undone at the fifth healthy tick.
+        assert_eq!(undone, Some((61, 400.0)));
     }
 
     #[test]

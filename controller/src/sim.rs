@@ -101,6 +101,9 @@ pub struct CoreModel {
     pub timeout_ms: f64,
     /// (at second, workers from then on), in time order.
     pub steps: Vec<(f64, usize)>,
+    /// Seconds [from, to) during which the core is down (killed, restarting): every request arriving
+    /// then fails at once, as a refused connection does (a 502 at the edge, an error in the window).
+    pub outages: Vec<(f64, f64)>,
 }
 
 impl Default for CoreModel {
@@ -111,6 +114,7 @@ impl Default for CoreModel {
             limit_per_server: 16,
             timeout_ms: 1000.0,
             steps: Vec::new(),
+            outages: Vec::new(),
         }
     }
 }
@@ -157,6 +161,8 @@ struct Core {
     service_us: f64,
     limit_per_server: usize,
     timeout_us: u64,
+    /// [from, to) in µs: the core is down.
+    outages: Vec<(u64, u64)>,
 }
 
 impl Core {
@@ -169,6 +175,11 @@ impl Core {
             service_us: model.service_ms * 1000.0,
             limit_per_server: model.limit_per_server,
             timeout_us: (model.timeout_ms * 1000.0) as u64,
+            outages: model
+                .outages
+                .iter()
+                .map(|&(a, b)| ((a * US as f64) as u64, (b * US as f64) as u64))
+                .collect(),
         };
         core.set_servers(model.servers, 0);
         core
@@ -206,6 +217,9 @@ impl Core {
 
     /// Serves a request arriving at `at` (arrivals in time order): its outcome and when the edge sees it.
     fn serve(&mut self, at: u64, rng: &mut Rng) -> (Outcome, u64) {
+        if self.outages.iter().any(|&(a, b)| at >= a && at < b) {
+            return (Outcome::Failed, at + 500);
+        }
         if self.in_flight(at) >= self.limit() {
             return (Outcome::Failed, at + 500);
         }
@@ -713,6 +727,7 @@ fn open_loop_over(
     let model = CoreModel {
         servers: workers,
         steps: Vec::new(),
+        outages: Vec::new(),
         ..core.clone()
     };
     let mut c = Core::new(&model);
@@ -790,6 +805,7 @@ pub fn oracle_load(scn: &Scenario, workers: usize) -> f64 {
     flat.core = CoreModel {
         servers: workers,
         steps: Vec::new(),
+        outages: Vec::new(),
         ..scn.core.clone()
     };
     flat.p99_target_ms = scn.p99_target_ms;
@@ -1119,6 +1135,135 @@ pub fn other_plants_table(seeds: &[u64]) -> String {
     out
 }
 
+/// The short outage of [`short_outage`]: the core is down over [from, to) seconds.
+pub const OUTAGE_S: (f64, f64) = (100.0, 101.5);
+
+/// The core killed and restarted at steady state: down (every request fails at once, a 502 at the edge)
+/// for 1.5 s at 100 s, then as healthy as before. Steady seconds before it: 60–100.
+pub fn short_outage(seed: u64) -> Scenario {
+    let mut s = Scenario::base("short_outage", 220, seed);
+    s.core.outages = vec![OUTAGE_S];
+    s
+}
+
+/// How the release came back after [`short_outage`]'s outage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutageRecovery {
+    /// Mean admissions/s over the 40 s before the outage.
+    pub before: f64,
+    /// Seconds from the end of the outage to the start of the first 5 s whose mean admissions/s are
+    /// back to 80% of `before`; `None` if never within the run.
+    pub back_after_s: Option<u64>,
+    /// Mean admissions/s over the 60 s after the outage.
+    pub after_60s: f64,
+    /// Mean occupancy (tokens + sessions) over the 40 s before the outage.
+    pub occ_before: f64,
+    /// Seconds from the end of the outage until the occupancy, past its lowest point in the 20 s
+    /// after the outage, is back to 90% of `occ_before` (0: it never fell under); `None`: not within
+    /// that minute.
+    pub occ_back_after_s: Option<u64>,
+    /// Lowest occupancy in the 20 s after the outage / `occ_before`.
+    pub occ_dip: f64,
+    /// Whether the controller undid an error-only cut (reason `errors_cleared`) after the outage.
+    pub undone: bool,
+    /// Goodput (successful requests/s) over 20–80 s after the outage / over the 40 s before it.
+    pub goodput_ratio: f64,
+    /// Scored windows over target from 2 s after the outage to the end of the run.
+    pub over_after: (usize, usize),
+}
+
+/// [`OutageRecovery`] of a run of [`short_outage`].
+pub fn outage_recovery(r: &SimResult) -> OutageRecovery {
+    let end = OUTAGE_S.1.ceil() as u64;
+    let from = OUTAGE_S.0 as u64;
+    let admitted = |a: u64, b: u64| -> f64 {
+        let n: u64 = r.ticks.iter().filter(|t| t.t_s >= a && t.t_s < b).map(|t| t.admitted).sum();
+        n as f64 / b.saturating_sub(a).max(1) as f64
+    };
+    let before = admitted(from - 40, from);
+    let last = r.ticks.last().map_or(0, |t| t.t_s);
+    let back_after_s = (end..last.saturating_sub(5))
+        .find(|&t| admitted(t, t + 5) >= 0.8 * before)
+        .map(|t| t - end);
+    let pre: Vec<f64> = r
+        .ticks
+        .iter()
+        .filter(|t| t.t_s >= from - 40 && t.t_s < from)
+        .map(|t| t.input.occupancy)
+        .collect();
+    let occ_before = pre.iter().sum::<f64>() / pre.len().max(1) as f64;
+    let minute: Vec<&TickRecord> = r.ticks.iter().filter(|t| t.t_s >= end && t.t_s < end + 60).collect();
+    let low = minute
+        .iter()
+        .take(20)
+        .enumerate()
+        .min_by(|a, b| a.1.input.occupancy.total_cmp(&b.1.input.occupancy))
+        .map_or(0, |(i, _)| i);
+    let occ_dip = minute.get(low).map_or(1.0, |t| t.input.occupancy / occ_before.max(1e-9));
+    let occ_back_after_s = if occ_dip >= 0.9 {
+        Some(0)
+    } else {
+        minute[low..]
+            .iter()
+            .find(|t| t.input.occupancy >= 0.9 * occ_before)
+            .map(|t| t.t_s - end)
+    };
+    let undone = r.ticks.iter().any(|t| {
+        t.t_s >= from && t.decision.is_some_and(|d| d.reason == crate::Reason::ErrorsCleared)
+    });
+    OutageRecovery {
+        before,
+        back_after_s,
+        occ_before,
+        occ_back_after_s,
+        occ_dip,
+        undone,
+        after_60s: admitted(end, end + 60),
+        goodput_ratio: r.goodput(&[(end + 20, end + 80)]) / r.goodput(&[(from - 40, from)]).max(1e-9),
+        over_after: r.over(&[(end + 2, last + 1)]),
+    }
+}
+
+/// [`short_outage`] for each seed: one line per seed, the controller's recovery.
+pub fn outage_table(seeds: &[u64]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<6} {:>12} {:>12} {:>10} {:>8} {:>12} {:>16} {:>16} {:>12} {:>7}",
+        "seed",
+        "before adm/s",
+        "adm back s",
+        "occ before",
+        "occ dip",
+        "occ back s",
+        "60 s after adm/s",
+        "goodput 20-80 s",
+        "over after",
+        "undone"
+    );
+    for &seed in seeds {
+        let scn = short_outage(seed);
+        let r = run(&scn, &mut ControllerPolicy::new(scn.controller_config()));
+        let o = outage_recovery(&r);
+        let _ = writeln!(
+            out,
+            "{:<6} {:>12.1} {:>12} {:>10.0} {:>8.2} {:>12} {:>16.1} {:>16.3} {:>12} {:>7}",
+            seed,
+            o.before,
+            o.back_after_s.map_or("never".to_string(), |s| s.to_string()),
+            o.occ_before,
+            o.occ_dip,
+            o.occ_back_after_s.map_or("never".to_string(), |s| s.to_string()),
+            o.after_60s,
+            o.goodput_ratio,
+            format!("{}/{}", o.over_after.0, o.over_after.1),
+            o.undone,
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1259,6 +1404,122 @@ mod tests {
                 fixed < 0.75,
                 "seed {seed}: the fixed rate should leave the new capacity unused: {fixed:.3}"
             );
+        }
+    }
+
+    /// A 1.5 s outage at steady state (a core killed and restarted): every request fails, the loop
+    /// cuts for the errors, and once the core has answered well for a few ticks the cut is undone. The
+    /// release and the sessions get back to their level before the outage within 15 s of healthy
+    /// ticks (the window holds errors for 3 s after the outage), with no window over target.
+    #[test]
+    fn short_outage_recovers() {
+        const OUTAGE_SEEDS: [u64; 3] = [2, 7, 1234];
+        let end = OUTAGE_S.1.ceil() as u64;
+        for seed in OUTAGE_SEEDS {
+            let scn = short_outage(seed);
+            let r = run(&scn, &mut ControllerPolicy::new(scn.controller_config()));
+            let reasons: Vec<(u64, Reason)> = r
+                .ticks
+                .iter()
+                .filter_map(|t| t.decision.map(|d| (t.t_s, d.reason)))
+                .filter(|(t, _)| *t >= OUTAGE_S.0 as u64)
+                .collect();
+            // The outage is seen and cut for (errors), not ignored...
+            let cut = reasons
+                .iter()
+                .find(|(_, r)| matches!(r, Reason::CutFar | Reason::CutMild))
+                .map(|(t, _)| *t);
+            assert!(
+                cut.is_some_and(|t| t <= end + 1),
+                "seed {seed}: no cut for the outage: {cut:?}"
+            );
+            // ...and undone within 15 healthy ticks (the first starts when the 3 s window is clean).
+            let undone = reasons
+                .iter()
+                .find(|(_, r)| *r == Reason::ErrorsCleared)
+                .map(|(t, _)| *t);
+            assert!(
+                undone.is_some_and(|t| t <= end + scn.window_s as u64 + 15),
+                "seed {seed}: the error cut was not undone in time: {undone:?}"
+            );
+            assert!(r.events.iter().any(|e| matches!(
+                e.kind,
+                crate::ControlEventKind::ErrorCutUndone { .. }
+            )));
+            let o = outage_recovery(&r);
+            // The release: a 5 s mean back to 80% of the rate before the outage within 15 s...
+            assert!(
+                o.back_after_s.is_some_and(|s| s <= 15),
+                "seed {seed}: release back after {:?} s ({o:?})",
+                o.back_after_s
+            );
+            // ...the sessions it feeds back to 90% of their level within 3 s (the window) + 15 s...
+            assert!(
+                o.occ_back_after_s.is_some_and(|s| s <= 3 + 15),
+                "seed {seed}: occupancy back after {:?} s ({o:?})",
+                o.occ_back_after_s
+            );
+            // ...the core as busy as before over the next minute, and never over target for it.
+            assert!(o.goodput_ratio >= 0.9, "seed {seed}: {o:?}");
+            assert_eq!(o.over_after.0, 0, "seed {seed}: {o:?}");
+            // Nothing above the level before the outage: the undo does not overshoot.
+            let budget_before = r
+                .ticks
+                .iter()
+                .filter(|t| t.t_s < OUTAGE_S.0 as u64)
+                .filter_map(|t| t.decision)
+                .map(|d| d.budget)
+                .next_back()
+                .unwrap();
+            let at_undo = r
+                .ticks
+                .iter()
+                .filter(|t| Some(t.t_s) == undone)
+                .find_map(|t| t.decision)
+                .unwrap();
+            assert!(
+                at_undo.budget <= budget_before * 1.001,
+                "seed {seed}: {at_undo:?} vs {budget_before}"
+            );
+        }
+    }
+
+    /// A genuine loss of capacity is not an outage: the cuts after the −50% step are driven by
+    /// latency and utilisation and stand, with and without the core reporting its utilisation.
+    #[test]
+    fn step_down_cuts_are_not_undone() {
+        for report_utilisation in [true, false] {
+            for seed in SEEDS {
+                let (mut scn, _, step) = standard_scenarios(seed).swap_remove(1);
+                scn.report_utilisation = report_utilisation;
+                let step = step.unwrap();
+                let r = run(&scn, &mut ControllerPolicy::new(scn.controller_config()));
+                let undone: Vec<u64> = r
+                    .ticks
+                    .iter()
+                    .filter(|t| t.t_s >= step)
+                    .filter(|t| t.decision.is_some_and(|d| d.reason == Reason::ErrorsCleared))
+                    .map(|t| t.t_s)
+                    .collect();
+                assert!(
+                    undone.is_empty(),
+                    "seed {seed} (utilisation {report_utilisation}): undone at {undone:?}"
+                );
+                // The budget after the step stays well under its level before it.
+                let budget_at = |a: u64, b: u64| {
+                    r.ticks
+                        .iter()
+                        .filter(|t| (a..b).contains(&t.t_s))
+                        .filter_map(|t| t.decision)
+                        .map(|d| d.budget)
+                        .fold(0.0f64, f64::max)
+                };
+                let (before, after) = (budget_at(100, step), budget_at(step + 30, scn.duration_s));
+                assert!(
+                    after < 0.8 * before,
+                    "seed {seed} (utilisation {report_utilisation}): budget {before:.0} before the step, up to {after:.0} after"
+                );
+            }
         }
     }
 
