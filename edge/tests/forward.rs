@@ -299,7 +299,7 @@ async fn forwarded_answers_equal_the_full_paths_for_every_framing() {
     assert_eq!(a.body.len(), 3 * 1024 * 1024 + 7);
     let a = p.same(&mut c, &get("/chunked", "")).await;
     assert_eq!(a.body, b"helloabcdefghijklmnopqrstuvwxyz");
-    let a = p.same(&mut c, &format!("HEAD /events/1 HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+    let a = p.same(&mut c, "HEAD /events/1 HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert!(a.body.is_empty());
     p.same(&mut c, "HEAD /chunked HTTP/1.1\r\nHost: x\r\n\r\n").await;
     // Close-delimited bodies are re-framed as chunks, and the connection lives on.
@@ -327,7 +327,7 @@ async fn identity_headers_are_set_and_forged_ones_dropped_alike() {
     let last = p.log.lock().last().cloned().unwrap();
     let (_, h) = seen(&last);
     assert_eq!(h.get("wicket-user"), Some(&vec!["alice".to_owned()]));
-    assert!(h.get("wicket-room").is_none() && h.get("wicket-position").is_none(), "{last}");
+    assert!(!h.contains_key("wicket-room") && !h.contains_key("wicket-position"), "{last}");
     assert_eq!(h.get("x-forwarded-for"), Some(&vec!["127.0.0.1".to_owned()]));
     // A device cookie from the first answer is a device on both edges (each signs with the same secret).
     let device = {
@@ -360,7 +360,7 @@ async fn protected_paths_need_admission_and_the_origin_never_sees_the_token() {
     let last = p.log.lock().last().cloned().unwrap();
     let (_, h) = seen(&last);
     assert_eq!(h.get("cookie"), Some(&vec!["a=1; b=2".to_owned()]), "{last}");
-    assert!(h.get("authorization").is_none(), "{last}");
+    assert!(!h.contains_key("authorization"), "{last}");
     assert_eq!(h.get("wicket-user"), Some(&vec!["alice".to_owned()]));
     assert_eq!(h.get("wicket-room"), Some(&vec!["ev-42".to_owned()]));
     // The origin revokes the admission (an order paid): the cookie is cleared on both paths.

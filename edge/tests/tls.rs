@@ -173,7 +173,7 @@ async fn certificates_reload_and_a_broken_file_keeps_the_old_ones() {
     let pki = Pki::new();
     let a = pki.leaf("a", &["a.test"], 30);
     let port = free_port();
-    let edge = TestEdge::start(&tls_config(port, &[a.clone()], ""));
+    let edge = TestEdge::start(&tls_config(port, std::slice::from_ref(&a), ""));
     let ca = pki.path("ca.pem");
     let rs = resolve("a.test", port);
     let url = format!("https://a.test:{port}/");
