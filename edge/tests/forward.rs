@@ -380,6 +380,14 @@ async fn limits_and_blocks_refuse_alike_on_the_fast_path() {
         statuses.push(a.status_line.split(' ').nth(1).unwrap().to_owned());
     }
     assert_eq!(statuses, ["200", "429", "429", "429"], "2r/m with no burst: one a 30 s");
+    // A request the fast path hands to the proxy (not admitted) is counted once, not twice: the
+    // first gets 403 (under the limit), the next 429, on both.
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        let a = p.same(&mut c, &get("/buy/x", "X-User-Id: erin\r\n")).await;
+        statuses.push(a.status_line.split(' ').nth(1).unwrap().to_owned());
+    }
+    assert_eq!(statuses, ["403", "429"]);
     // Blocked by the admin: refused with 403 on both.
     for edge in [&p.fast, &p.full] {
         let r = edge.admin("POST", "/admin/blocklist", r#"{"users":["dave"]}"#).await;
