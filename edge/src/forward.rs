@@ -7,10 +7,10 @@
 //! hands a request here only when it is simple (HTTP/1.1 `GET`/`HEAD`, no body, no `Upgrade`,
 //! `Expect` or `Transfer-Encoding`, canonically spelled, not an edge, room or core path, no bot
 //! check on the route, no trusted proxies, an origin configured, `fast-forward` on). Then
-//! [`decide`] runs the proxy's checks in the proxy's order with the same functions (identity,
-//! user/device blocklist and device-users rule, limits, admission with its session), and hands
-//! anything it would refuse back to the proxy, which refuses it and renders the answer
-//! (a refused limit check consumes nothing, so the proxy's own check refuses it again).
+//! [`decide`] runs the proxy's checks with the same functions (identity, user/device blocklist
+//! and device-users rule, admission with its session, then limits), and hands anything it would
+//! refuse back to the proxy, which refuses it and renders the answer. Limits come last so a
+//! request handed over is counted once, by the proxy (a refused limit check consumes nothing).
 //!
 //! [`forward`] then writes the request head as the proxy would send it (`Wicket-*` identity
 //! headers and `X-Forwarded-For` set, incoming copies and hop-by-hop headers removed, the
@@ -73,10 +73,6 @@ pub async fn decide<'h>(st: &EdgeState, peer: IpAddr, headers: &'h [httparse::He
     if st.identity_refused(id.user, &id.device) {
         return None;
     }
-    let paced = st.check_limits(path, ip, id.user, Some(id.device.id())).ok()?;
-    for (i, subject) in paced {
-        st.limits.rules[i].pace(&subject).await;
-    }
     let mut route = Route::Origin;
     let mut admitted = None;
     let protected = st.rooms.protection().find(path).cloned();
@@ -89,6 +85,12 @@ pub async fn decide<'h>(st: &EdgeState, peer: IpAddr, headers: &'h [httparse::He
             return None;
         }
         admitted = Some((p.rule.room.clone(), claims));
+    }
+    // Limits last: anything refused before them goes to the proxy uncounted, so the proxy's own
+    // check counts it once (a limit check that refuses consumes nothing).
+    let paced = st.check_limits(path, ip, id.user, Some(id.device.id())).ok()?;
+    for (i, subject) in paced {
+        st.limits.rules[i].pace(&subject).await;
     }
     Some(Forwarding { route, ip, user: id.user, device: id.device, cookies: id.cookie.into_iter().collect(), admitted })
 }
