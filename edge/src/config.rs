@@ -160,6 +160,12 @@ pub struct EdgeConfig {
     pub user_cookie: Option<String>,
     /// Peers (IPs or CIDRs) whose `X-Forwarded-For` is believed. Default: none.
     pub trusted_proxies: Vec<String>,
+    /// Seconds nginx may cache a pass of the `auth_request` endpoint (`/wicket/auth`, see
+    /// nginx-compat/): a 204 that set no cookie, for a path no limit rule covers, whose admission
+    /// token (if any) outlives it, carries `X-Accel-Expires` and a `Vary` naming every header the
+    /// decision read. 0 (the default): never cached, every request is judged. A revocation, a new
+    /// block or a pause reaches a cached pass within this many seconds. At most 60.
+    pub auth_cache_seconds: u64,
     /// Secret signing the `wicket_d` device cookie, the PoW challenges and bot passes.
     /// Default: random per process (devices are forgotten on restart).
     pub secret: Option<String>,
@@ -217,6 +223,7 @@ impl Default for EdgeConfig {
             user_header: None,
             user_cookie: None,
             trusted_proxies: Vec::new(),
+            auth_cache_seconds: 0,
             secret: None,
             secret_env: None,
             secure_cookies: None,
@@ -640,6 +647,9 @@ impl WicketConfig {
                 out.push(issue(format!("edge.trusted-proxies[{i}]"), format!("not an IP or CIDR: {p:?}")));
             }
         }
+        if e.auth_cache_seconds > 60 {
+            out.push(issue("edge.auth-cache-seconds", "must be between 0 and 60"));
+        }
         if let Some(var) = &e.secret_env
             && std::env::var(var).map(|v| v.is_empty()).unwrap_or(true)
         {
@@ -977,6 +987,7 @@ mod tests {
             [edge]
             listen = "nope"
             origin = "https://example.invalid"
+            auth-cache-seconds = 61
             [[edge.limits]]
             path = "/"
             key = "ip"
@@ -989,7 +1000,7 @@ mod tests {
         )
         .unwrap();
         let paths: Vec<_> = cfg.validate().into_iter().map(|i| i.path).collect();
-        for want in ["edge.listen", "edge.origin", "edge.limits[0].rate", "edge.limits[1].path", "edge.limits[1].key"]
+        for want in ["edge.listen", "edge.origin", "edge.auth-cache-seconds", "edge.limits[0].rate", "edge.limits[1].path", "edge.limits[1].key"]
         {
             assert!(paths.iter().any(|p| p == want), "missing {want} in {paths:?}");
         }

@@ -122,12 +122,46 @@ impl EdgeProxy {
         if let Some(d) = &ctx.device {
             h.insert_header("wicket-device", d.id())?;
         }
-        h.insert_header(header::CACHE_CONTROL, "no-store")?;
+        match self.auth_cache_seconds(session.req_header(), ctx) {
+            Some(ttl) => {
+                h.insert_header("x-accel-expires", ttl.to_string())?;
+                h.insert_header(header::VARY, self.auth_vary())?;
+            }
+            None => h.insert_header(header::CACHE_CONTROL, "no-store")?,
+        }
         for c in ctx.cookies.drain(..) {
             h.append_header(header::SET_COOKIE, c)?;
         }
         session.write_response_header(Box::new(h), true).await?;
         Ok(true)
+    }
+
+    /// How long nginx may cache this pass (`auth-cache-seconds`), or `None`: never when it sets a
+    /// cookie, when a limit rule covers the path (each request must be counted), or when the
+    /// admission token expires within the cache time.
+    fn auth_cache_seconds(&self, req: &RequestHeader, ctx: &RequestCtx) -> Option<u64> {
+        let ttl = self.state.config.edge.auth_cache_seconds;
+        if ttl == 0 || !ctx.cookies.is_empty() || self.state.limits_cover(req.uri.path()) {
+            return None;
+        }
+        if let Some((_, claims)) = &ctx.admitted
+            && claims.exp < crate::bot::unix_now().saturating_add(ttl + 1)
+        {
+            return None;
+        }
+        Some(ttl)
+    }
+
+    /// `Vary` of a cacheable auth pass: every request header the decision read beyond the
+    /// method, original URI and client address (which the shipped cache key holds), so a cache
+    /// keyed more loosely still never hands one client's pass to another.
+    fn auth_vary(&self) -> http::HeaderValue {
+        let mut v = String::from("Cookie, Authorization, X-Forwarded-For");
+        if let Some(h) = &self.state.config.edge.user_header {
+            v.push_str(", ");
+            v.push_str(h);
+        }
+        http::HeaderValue::from_str(&v).unwrap_or(http::HeaderValue::from_static("*"))
     }
 
     /// Turns an `auth_request` subrequest into the request it asks about (method and canonical

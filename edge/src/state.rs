@@ -300,6 +300,12 @@ impl EdgeState {
         Ok(paced)
     }
 
+    /// Whether any limit rule applies to `path` (an nginx auth pass for it is never cached:
+    /// every request must be counted).
+    pub fn limits_cover(&self, path: &str) -> bool {
+        self.limits.rules.iter().any(|r| r.applies(path, QUEUE_PREFIX))
+    }
+
     /// Whether a limit keyed by user or device applies to `path` (the identity is needed first).
     pub fn limits_need_identity(&self, path: &str) -> bool {
         self.limits.rules.iter().any(|r| r.rule.key != crate::config::LimitKey::Ip && r.applies(path, QUEUE_PREFIX))

@@ -101,12 +101,13 @@ impl Client {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fan_queues_is_admitted_and_reaches_the_origin_through_nginx_auth_request() {
+/// The edge (with `edge_extra` in `[edge]`), an origin that echoes what it received, and a real
+/// nginx in front with the shipped snippets: `/buy/ev-1` is room r1's protected path.
+async fn compat_site(edge_extra: &str) -> (TestUpstream, TestEdge, NginxWith) {
     let origin = TestUpstream::start("origin").await;
     let k = keys_dir();
     let edge = TestEdge::start(&format!(
-        "user-header = \"x-user-id\"\ntrusted-proxies = [\"127.0.0.1\"]\n\
+        "user-header = \"x-user-id\"\ntrusted-proxies = [\"127.0.0.1\"]\n{edge_extra}\n\
          [[edge.limits]]\npath = \"/limited/\"\nkey = \"ip\"\nrate = \"1r/m\"\n\
          [tokens]\nissuer = \"wicket\"\nsigning-kid = \"ed-1\"\n\
          [[tokens.keys]]\nkid = \"ed-1\"\nalg = \"EdDSA\"\nprivate-key-file = \"{k}/demo-ed25519.pem\"\npublic-key-file = \"{k}/demo-ed25519.pub.pem\"\n\
@@ -115,10 +116,12 @@ async fn a_fan_queues_is_admitted_and_reaches_the_origin_through_nginx_auth_requ
     ));
     let compat = compat_dir().canonicalize().unwrap();
     let port = free_port();
+    // The cache zone wicket-http.conf declares, in the test's own folder (relative to nginx's -p).
     let nginx = start_nginx(
         port,
         &format!(
             " upstream wicket_edge {{ server {}; keepalive 8; }}\n\
+             proxy_cache_path wicket-auth keys_zone=wicket_auth:1m inactive=60s use_temp_path=off;\n\
              server {{\n  listen 127.0.0.1:{port};\n  include {c}/wicket.conf;\n\
              location / {{\n   include {c}/wicket-protect.conf;\n   proxy_pass http://{};\n  }}\n }}",
             edge.addr,
@@ -126,6 +129,27 @@ async fn a_fan_queues_is_admitted_and_reaches_the_origin_through_nginx_auth_requ
             c = compat.display()
         ),
     );
+    (origin, edge, nginx)
+}
+
+/// Joins room r1 through nginx and polls until admitted.
+async fn admit(fan: &mut Client, url: &dyn Fn(&str) -> String) {
+    let r = fan.send(&url("/queue/r1"), &[("accept", "text/html")]).await;
+    assert_eq!(r.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let v: Value = fan.send(&url("/queue/r1/status"), &[("accept", "application/json")]).await.json();
+        if v["state"] == "admitted" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never admitted: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_queues_is_admitted_and_reaches_the_origin_through_nginx_auth_request() {
+    let (_origin, edge, nginx) = compat_site("").await;
     let url = |p: &str| format!("http://{}{p}", nginx.addr);
     // Not admitted: a browser is sent to the queue, an app gets the edge's JSON naming it.
     let mut fan = Client { user: "alice".into(), ..Client::default() };
@@ -140,15 +164,7 @@ async fn a_fan_queues_is_admitted_and_reaches_the_origin_through_nginx_auth_requ
     assert!(r.text().contains("/static/queue.js"));
     assert!(fan.jar.contains_key("wicket_q_r1"), "{:?}", fan.jar);
     assert_eq!(fan.send(&url("/static/queue.js"), &[]).await.status, 200);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let v: Value = fan.send(&url("/queue/r1/status"), &[("accept", "application/json")]).await.json();
-        if v["state"] == "admitted" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never admitted: {v}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    admit(&mut fan, &url).await;
     // Admitted: the origin page, with the verified identity; a client's own copies are dropped.
     let r = fan
         .send(&url("/buy/ev-1/seat"), &[("wicket-room", "forged"), ("wicket-position", "0"), ("wicket-user", "mallory")])
@@ -301,7 +317,7 @@ fn nginx_accepts_the_shipped_snippets_and_example() {
     let dir = tempfile::tempdir().unwrap();
     let wicket = dir.path().join("wicket");
     std::fs::create_dir_all(&wicket).unwrap();
-    for f in ["wicket.conf", "wicket-protect.conf"] {
+    for f in ["wicket.conf", "wicket-protect.conf", "wicket-http.conf"] {
         std::fs::copy(compat_dir().join(f), wicket.join(f)).unwrap();
     }
     std::fs::copy(compat_dir().join("example-site.conf"), dir.path().join("example-site.conf")).unwrap();
@@ -352,4 +368,62 @@ async fn the_auth_endpoint_judges_the_original_as_the_edge_would() {
     let r = raw(edge.addr, &ask("/open?x=1".into(), "")).await.unwrap();
     assert_eq!(r.status, 204, "{r:?}");
     assert!(r.head.contains("wicket-device: "), "{}", r.head);
+}
+
+/// `auth-cache-seconds`: nginx keeps the edge's passes for that long — never a refusal, never a
+/// pass that set a cookie or that a limit must count, never one client's pass for another (the
+/// same cookies with another user id are judged afresh) — and a new block reaches a cached pass
+/// within the cache time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_auth_passes_stay_per_client_and_expire_within_the_cache_time() {
+    let (_origin, edge, nginx) = compat_site("auth-cache-seconds = 2").await;
+    let url = |p: &str| format!("http://{}{p}", nginx.addr);
+    let mut fan = Client { user: "alice".into(), ..Client::default() };
+    admit(&mut fan, &url).await;
+    // The edge marks a pass cacheable, and says which headers it read.
+    let cookie = fan.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    let ask = |uri: &str, cookie: &str| {
+        format!(
+            "GET /wicket/auth HTTP/1.1\r\nHost: x\r\nX-Original-URI: {uri}\r\nX-User-Id: alice\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    let r = raw(edge.addr, &ask("/buy/ev-1/seat", &cookie)).await.unwrap();
+    assert_eq!(r.status, 204, "{r:?}");
+    assert!(r.head.contains("x-accel-expires: 2\r\n"), "{}", r.head);
+    assert!(r.head.contains("vary: cookie, authorization, x-forwarded-for, x-user-id\r\n"), "{}", r.head);
+    assert!(!r.head.contains("cache-control"), "{}", r.head);
+    // A pass that sets a cookie (a first visit gets its device cookie) is not cacheable.
+    let r = raw(edge.addr, &ask("/about", "")).await.unwrap();
+    assert_eq!(r.status, 204, "{r:?}");
+    assert!(r.head.contains("set-cookie: ") && r.head.contains("cache-control: no-store") && !r.head.contains("x-accel"), "{}", r.head);
+    // Nor a path a limit counts, nor a refusal.
+    let r = raw(edge.addr, &ask("/limited/x", &format!("{cookie}\r\nX-Forwarded-For: 10.9.9.9"))).await.unwrap();
+    assert_eq!(r.status, 204, "{r:?}");
+    assert!(r.head.contains("cache-control: no-store") && !r.head.contains("x-accel"), "{}", r.head);
+    let r = raw(edge.addr, &ask("/buy/ev-1/seat", "")).await.unwrap();
+    assert_eq!(r.status, 401, "{r:?}");
+    assert!(!r.head.contains("x-accel"), "{}", r.head);
+
+    // Through nginx: the admitted fan's page, twice (the second is answered from nginx's cache).
+    for _ in 0..2 {
+        let r = fan.send(&url("/buy/ev-1/seat"), &[]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["headers"]["wicket-user"], "alice");
+    }
+    let cached_at = Instant::now();
+    // Her cookies with another user id: judged by the edge, not handed her cached pass.
+    let mut bob = Client { jar: fan.jar.clone(), user: "bob".into() };
+    assert_eq!(bob.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await.status, 403);
+    // Limited paths are counted on every request, cache or not.
+    assert_eq!(fan.send(&url("/limited/x"), &[]).await.status, 200);
+    assert_eq!(fan.send(&url("/limited/x"), &[("accept", "application/json")]).await.status, 429);
+    // A block reaches her within the cache time: at once on the edge, after ≤ 2 s through nginx.
+    assert_eq!(edge.admin("POST", "/admin/blocklist", "{\"users\": [\"alice\"]}").await.status, 200);
+    let r = fan.send(&url("/buy/ev-1/seat"), &[]).await;
+    assert!(cached_at.elapsed() < Duration::from_secs(2), "the machine was too slow to see the cached pass");
+    assert_eq!(r.status, 200, "a cached pass: {}", r.text());
+    tokio::time::sleep(Duration::from_millis(2600).saturating_sub(cached_at.elapsed())).await;
+    let r = fan.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await;
+    assert_eq!(r.status, 403, "the block after the cache time: {}", r.text());
 }
