@@ -252,7 +252,8 @@ the median of the per-round ratios. Load average at the end: {os.environ["LOAD"]
 nginx's `auth_request` machinery alone — a subrequest proxied over a kept-alive upstream connection to an
 authoriser that answers 204 for free — already runs at {ceiling:.2f}× plain nginx when both share one core, so no
 authoriser judging every request can reach 0.5 in this setup; Wicket reaches {of_ceiling:.2f} of that ceiling.
-The cache trades freshness for it: a revocation, block or pause reaches a cached pass within 1 s, and a
+wrk repeats one admitted fan's request, so nearly every cached-run request is a hit; with many fans, nginx
+asks the edge once per fan, page and second, and the figure lies between the two. The cache trades freshness for it: a revocation, block or pause reaches a cached pass within 1 s, and a
 path an edge limit covers is never cached (nginx-compat/README.md "Caching the auth answer").
 
 | round | server | requests/s | P99 |
