@@ -29,6 +29,7 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod payment;
+pub mod problems;
 pub mod recheck;
 pub mod reconciler;
 pub mod serve;

@@ -1,0 +1,317 @@
+//! Every shape problem of a document at once, each with its path, where serde stops at the first.
+//!
+//! A config file or an event body with three mistakes should cost its author one round, not three. Serde's
+//! derived `Deserialize` gives up at the first wrong type, unknown key or missing field, so [`collect`] reads
+//! the document again and again: each time it notes the problem serde found (with its path, from
+//! `serde_path_to_error` or the reader's own path), takes the offending key out, and tries once more, until the
+//! rest reads cleanly. A "missing field" that only follows from a key it took out is not reported twice. The
+//! TOML readers add the line and column of each problem ([`locate`]) and turn "unknown field ..., expected one
+//! of ..." into the nearest valid key ([`nearest`]).
+
+use serde::de::DeserializeOwned;
+
+/// One problem: where (`edge.limits[0].rate`; empty for the document itself) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+/// One step of a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// `a.b[0].c`.
+pub fn display(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for s in path {
+        match s {
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// Parses `a.b[0].c` back into steps (keys never contain `.` or `[` in our documents).
+pub fn parse_path(path: &str) -> Vec<Seg> {
+    let mut out = Vec::new();
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        let (key, rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+        if !key.is_empty() {
+            out.push(Seg::Key(key.to_owned()));
+        }
+        for idx in rest.split('[') {
+            if let Ok(i) = idx.trim_end_matches(']').parse() {
+                out.push(Seg::Index(i));
+            }
+        }
+    }
+    out
+}
+
+/// A document tree a problem's key can be taken out of.
+pub trait Tree: Clone {
+    /// Removes the value at `path` (its last step a key); false when there is none.
+    fn remove(&mut self, path: &[Seg]) -> bool;
+}
+
+impl Tree for toml::Value {
+    fn remove(&mut self, path: &[Seg]) -> bool {
+        let Some((Seg::Key(last), parent)) = path.split_last() else { return false };
+        let mut cur = self;
+        for s in parent {
+            cur = match (s, cur) {
+                (Seg::Key(k), toml::Value::Table(t)) => match t.get_mut(k) {
+                    Some(v) => v,
+                    None => return false,
+                },
+                (Seg::Index(i), toml::Value::Array(a)) => match a.get_mut(*i) {
+                    Some(v) => v,
+                    None => return false,
+                },
+                _ => return false,
+            };
+        }
+        match cur {
+            toml::Value::Table(t) => t.remove(last).is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// Reads `T` from `doc` with `read`, which answers the path and message of the first problem; collects every
+/// problem by taking each offending key out and reading again (at most 64 rounds).
+pub fn collect<D: Tree, T>(doc: &D, read: impl Fn(D) -> Result<T, (Vec<Seg>, String)>) -> Result<T, Vec<Problem>> {
+    let mut doc = doc.clone();
+    let mut problems = Vec::new();
+    let mut removed: Vec<Vec<Seg>> = Vec::new();
+    for _ in 0..64 {
+        let (path, message) = match read(doc.clone()) {
+            Ok(t) if problems.is_empty() => return Ok(t),
+            Ok(_) => return Err(problems),
+            Err(e) => e,
+        };
+        let missing = missing_field(&message).map(|f| {
+            let mut p = path.clone();
+            p.push(Seg::Key(f.to_owned()));
+            p
+        });
+        // A field missing only because a problem of its own was taken out: reported already.
+        if !missing.as_ref().is_some_and(|m| removed.contains(m)) {
+            problems.push(Problem { path: display(&path), message });
+        }
+        // Take out the innermost key at or above the problem: a wrong value, an unknown key, or the
+        // table a required key is missing from. Array elements stay (later indices keep their numbers).
+        let Some(cut) = path.iter().rposition(|s| matches!(s, Seg::Key(_))) else { break };
+        let target = path[..=cut].to_vec();
+        if !doc.remove(&target) {
+            break;
+        }
+        removed.push(target);
+    }
+    Err(problems)
+}
+
+/// The field name of serde's "missing field `x`".
+fn missing_field(message: &str) -> Option<&str> {
+    message.strip_prefix("missing field `")?.split('`').next()
+}
+
+/// Reads `T` from a TOML value (a section of a file), every problem with its path under `base`.
+pub fn from_toml<T: DeserializeOwned>(value: &toml::Value, base: &[Seg]) -> Result<T, Vec<Problem>> {
+    collect(value, |v: toml::Value| {
+        serde_path_to_error::deserialize::<_, T>(v).map_err(|e| {
+            let mut path = base.to_vec();
+            path.extend(parse_path(&e.path().to_string()));
+            (path, e.into_inner().message().trim().to_owned())
+        })
+    })
+    .map_err(|ps| ps.into_iter().map(|p| Problem { message: nearest(&p.message), ..p }).collect())
+}
+
+/// "unknown field `lissen`, expected one of `listen`, ..." → "unknown key `lissen`; did you mean `listen`?"
+/// (the whole list only when no key is close). Other messages are returned as they are.
+pub fn nearest(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else { return message.to_owned() };
+    let Some((unknown, rest)) = rest.split_once('`') else { return message.to_owned() };
+    let valid: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    let best = valid.iter().map(|v| (edit_distance(unknown, v), *v)).min();
+    match best {
+        Some((d, v)) if d <= unknown.len().max(3) / 3 + 1 => format!("unknown key `{unknown}`; did you mean `{v}`?"),
+        _ if valid.is_empty() => format!("unknown key `{unknown}`: this table takes no keys"),
+        _ => format!("unknown key `{unknown}` (valid keys: {})", valid.join(", ")),
+    }
+}
+
+/// Levenshtein distance over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb { prev } else { 1 + prev.min(cur).min(row[j]) };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Line and column (1-based) of the value at `path` in a TOML text: the key's own position when the path
+/// ends in a key, the element's when it ends in an index; for a path the text does not hold (a missing
+/// key), the deepest part that it does. `None` when not even the first step is there.
+pub fn locate(text: &str, path: &[Seg]) -> Option<(usize, usize)> {
+    use toml_edit::{Item, Value};
+    enum At<'a> {
+        Item(&'a Item),
+        Table(&'a toml_edit::Table),
+        Value(&'a Value),
+    }
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut at = At::Table(doc.as_table());
+    let mut span = None;
+    for s in path {
+        let table = match at {
+            At::Table(t) | At::Item(Item::Table(t)) => Some(t),
+            _ => None,
+        };
+        let inline = match at {
+            At::Item(Item::Value(Value::InlineTable(t))) | At::Value(Value::InlineTable(t)) => Some(t),
+            _ => None,
+        };
+        let next = match s {
+            Seg::Key(k) => table
+                .and_then(|t| t.get_key_value(k))
+                .or_else(|| inline.and_then(|t| t.get_key_value(k)))
+                .map(|(key, it)| (At::Item(it), key.span())),
+            Seg::Index(i) => match at {
+                At::Item(Item::ArrayOfTables(a)) => a.get(*i).map(|t| (At::Table(t), t.span())),
+                At::Item(Item::Value(Value::Array(a))) | At::Value(Value::Array(a)) => {
+                    a.get(*i).map(|v| (At::Value(v), v.span()))
+                }
+                _ => None,
+            },
+        };
+        let Some((next, sp)) = next else { break };
+        at = next;
+        span = sp.or(span);
+    }
+    let start = span?.start.min(text.len());
+    let before = &text[..start];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    Some((line, col))
+}
+
+/// Adds " (line L, column C)" to each problem the text can place, and puts them in the text's order.
+pub fn with_lines(text: &str, problems: Vec<Problem>) -> Vec<Problem> {
+    let mut placed: Vec<(Option<(usize, usize)>, Problem)> = problems
+        .into_iter()
+        .map(|p| {
+            let at = locate(text, &parse_path(&p.path));
+            match at {
+                Some((l, c)) => (at, Problem { message: format!("{} (line {l}, column {c})", p.message), ..p }),
+                None => (None, p),
+            }
+        })
+        .collect();
+    placed.sort_by_key(|(at, _)| at.unwrap_or((usize::MAX, 0)));
+    placed.into_iter().map(|(_, p)| p).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    #[allow(dead_code)]
+    struct Cfg {
+        #[serde(default)]
+        threads: usize,
+        #[serde(default)]
+        keepalive_seconds: u64,
+        name: String,
+        #[serde(default)]
+        limits: Vec<Limit>,
+        #[serde(default)]
+        inner: Option<Inner>,
+    }
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Limit {
+        rate: u32,
+        #[serde(default)]
+        burst: u32,
+    }
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        a: u8,
+    }
+
+    const TEXT: &str = "threads = \"four\"\nkeepalive-secondz = 5\nname = \"x\"\n\n[[limits]]\nrate = 1\n\n[[limits]]\nrate = -1\nburst = \"b\"\n\n[inner]\na = 300\n";
+
+    fn problems(text: &str) -> Vec<Problem> {
+        let v: toml::Value = toml::from_str(text).unwrap();
+        with_lines(text, from_toml::<Cfg>(&v, &[]).unwrap_err())
+    }
+
+    #[test]
+    fn every_problem_comes_with_its_path_line_and_the_nearest_key() {
+        let ps = problems(TEXT);
+        let got: Vec<(&str, &str)> = ps.iter().map(|p| (p.path.as_str(), p.message.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("threads", "invalid type: string \"four\", expected usize (line 1, column 1)"),
+                ("keepalive-secondz", "unknown key `keepalive-secondz`; did you mean `keepalive-seconds`? (line 2, column 1)"),
+                ("limits[1].rate", "invalid value: integer `-1`, expected u32 (line 9, column 1)"),
+                ("limits[1].burst", "invalid type: string \"b\", expected u32 (line 10, column 1)"),
+                ("inner.a", "invalid value: integer `300`, expected u8 (line 13, column 1)"),
+            ],
+            "{ps:#?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_field_is_reported_once_and_the_rest_still_read() {
+        let ps = problems("threads = 1\n[inner]\n");
+        assert_eq!(ps.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["inner", ""], "{ps:#?}");
+        assert!(ps[1].message.starts_with("missing field `name`"), "{ps:#?}");
+        assert!(ps[0].message.starts_with("missing field `a`") && ps[0].message.contains("line 2"), "{ps:#?}");
+        // A wrong required value is one problem, not also "missing".
+        let ps = problems("name = 5\n");
+        assert_eq!(ps.len(), 1, "{ps:#?}");
+        assert_eq!(ps[0].path, "name");
+    }
+
+    #[test]
+    fn a_far_key_lists_the_valid_ones() {
+        let m = nearest("unknown field `zzzzzzzz`, expected one of `listen`, `threads`");
+        assert_eq!(m, "unknown key `zzzzzzzz` (valid keys: listen, threads)");
+        assert_eq!(nearest("unknown field `lissen`, expected `listen`"), "unknown key `lissen`; did you mean `listen`?");
+        assert_eq!(nearest("invalid type"), "invalid type");
+    }
+
+    #[test]
+    fn paths_round_trip() {
+        for p in ["a", "a.b[0].c", "limits[12]", "x[1][2].y"] {
+            assert_eq!(display(&parse_path(p)), p);
+        }
+    }
+}
