@@ -14,6 +14,9 @@ pub struct CoreMetrics {
     pub sweeper: IntCounterVec,
     pub reconcile_ok: IntGaugeVec,
     pub reconcile_failures: IntCounterVec,
+    /// 1 while the event is paused (by an operator, or by the reconciler after a mismatch), as the
+    /// reconciler last saw it.
+    pub event_paused: IntGaugeVec,
     pub latency: HistogramVec,
     pub responses: IntCounterVec,
     pub inflight: IntGauge,
@@ -84,6 +87,15 @@ impl CoreMetrics {
         )
         .expect("valid metric");
         registry.register(Box::new(reconcile_ok.clone())).expect("unique metric");
+        let event_paused = IntGaugeVec::new(
+            Opts::new(
+                "wicket_core_event_paused",
+                "1 while the event is paused (no holds): by an operator or after a failed reconciliation",
+            ),
+            &["event"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(event_paused.clone())).expect("unique metric");
         let latency = HistogramVec::new(
             HistogramOpts::new("wicket_core_request_duration_seconds", "Request latency by route").buckets(BUCKETS.to_vec()),
             &["route"],
@@ -105,6 +117,7 @@ impl CoreMetrics {
             sweeper,
             reconcile_ok,
             reconcile_failures,
+            event_paused,
             latency,
             responses,
             inflight,
