@@ -274,9 +274,12 @@ async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, Bytes)> {
     Some((status, body))
 }
 
-/// One room gauge: its name, its help, and how a tick reads it (`None`: not known yet, the
-/// room's series is left out rather than shown as 0).
-type RoomGauge = (&'static str, &'static str, fn(&Rooms, &Room) -> Option<f64>);
+/// How a tick reads one room gauge (`None`: not known yet, the room's series is left out rather
+/// than shown as 0).
+type ReadGauge = fn(&Rooms, &Room) -> Option<f64>;
+
+/// One room gauge: its name, its help, and how it is read.
+type RoomGauge = (&'static str, &'static str, ReadGauge);
 
 /// Reads an atomic that holds `u64::MAX` until its first value.
 fn known(v: &std::sync::atomic::AtomicU64) -> Option<f64> {
@@ -326,7 +329,7 @@ const ROOM_GAUGES: &[RoomGauge] = &[
 
 /// The rooms' Prometheus gauges (DESIGN §8), updated every tick.
 struct RoomGauges {
-    gauges: Vec<(prometheus::GaugeVec, fn(&Rooms, &Room) -> Option<f64>)>,
+    gauges: Vec<(prometheus::GaugeVec, ReadGauge)>,
 }
 
 impl RoomGauges {
