@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of Wicket on a fresh Debian machine: installs what is missing (cmake for Pingora's
-# zlib-ng, redis-server and redis-cli, nginx, wrk), then the whole workspace's tests with cargo-nextest.
+# zlib-ng, redis-server and redis-cli, nginx, wrk, promtool), then the whole workspace's tests with cargo-nextest.
 # Tests start their own servers on free loopback ports; nothing here starts a shared one.
 #
 #   bash scripts/test.sh            # everything
@@ -24,13 +24,20 @@ command -v taskset >/dev/null || need+=(util-linux)
 # The queue page's browser test: Debian's Chromium, and CJK fonts so the zh-CN page renders.
 command -v chromium >/dev/null || need+=(chromium)
 dpkg -s fonts-noto-cjk >/dev/null 2>&1 || need+=(fonts-noto-cjk)
+# promtool (Debian's prometheus package) checks the metric names, the alert rules and their unit tests.
+command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-# Debian starts a redis-server on 6379 when it installs one; the tests never use it.
+# Debian starts a redis-server on 6379 when it installs one, and a prometheus on 9090; the tests use
+# neither, and 9090 is the demo's admin port: stop prometheus if the install started it.
+if [[ " ${need[*]} " == *" prometheus "* ]]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO service prometheus stop >/dev/null 2>&1 || true
+fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi

@@ -226,7 +226,11 @@ pub struct CoreTuning {
     /// Default 10000.
     #[serde(default = "default_header_timeout_ms")]
     pub header_timeout_ms: u64,
-    /// Log as JSON lines. Default false.
+    /// Log format of `wicket-core serve` and `wicket core`: `"text"` or `"json"` (JSON lines). Default
+    /// `"text"`. (`wicket serve` with an embedded core logs as `edge.log-format` says.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<String>,
+    /// Older spelling of `log-format = "json"`. Default false.
     #[serde(default)]
     pub json_logs: bool,
 }
@@ -255,12 +259,22 @@ impl Default for CoreTuning {
             pause_on_mismatch: true,
             max_inflight: default_inflight(),
             header_timeout_ms: default_header_timeout_ms(),
+            log_format: None,
             json_logs: false,
         }
     }
 }
 
 impl CoreTuning {
+    /// The log format (`log-format`, or `json-logs = true`); text when neither says otherwise.
+    pub fn log_format(&self) -> crate::logging::LogFormat {
+        match self.log_format.as_deref().and_then(crate::logging::LogFormat::parse) {
+            Some(f) => f,
+            None if self.json_logs => crate::logging::LogFormat::Json,
+            None => crate::logging::LogFormat::Text,
+        }
+    }
+
     /// The deadline of a request head (and of an idle kept-alive connection).
     pub fn header_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.header_timeout_ms)
@@ -466,6 +480,13 @@ impl CoreConfig {
         if !(100..=600_000).contains(&self.core.header_timeout_ms) {
             err("core.header-timeout-ms", "must be 100..=600000".into());
         }
+        match self.core.log_format.as_deref().map(|f| (f, crate::logging::LogFormat::parse(f))) {
+            Some((f, None)) => err("core.log-format", format!("must be {}, not {f:?}", crate::logging::LogFormat::EXPECTED)),
+            Some((_, Some(crate::logging::LogFormat::Text))) if self.core.json_logs => {
+                err("core.json-logs", "says JSON but core.log-format says text: keep only log-format".into())
+            }
+            _ => {}
+        }
         for (i, f) in self.event_files.iter().enumerate() {
             let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
             if !crate::model::valid_event_id(stem) {
@@ -631,6 +652,29 @@ mod tests {
             let text = format!("{base}[core]\nheader-timeout-ms = {bad}\n");
             let Err(ConfigError::Invalid(errs)) = CoreConfig::from_toml_str(&text) else { panic!("{bad} should be invalid") };
             assert_eq!(errs.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["core.header-timeout-ms"], "{bad}");
+        }
+    }
+
+    #[test]
+    fn log_format_is_text_or_json_and_json_logs_still_means_json() {
+        use crate::logging::LogFormat;
+        let base = r#"
+            admin-token = "0123456789abcdef"
+            [payment]
+            callback-secret = "0123456789abcdef"
+            [[tokens.keys]]
+            kid = "k"
+            alg = "HS256"
+            secret = "0123456789abcdef0123456789abcdef"
+        "#;
+        let format = |core: &str| CoreConfig::from_toml_str(&format!("{base}[core]\n{core}\n")).map(|c| c.core.log_format());
+        assert_eq!(format("").unwrap(), LogFormat::Text);
+        assert_eq!(format("log-format = \"json\"").unwrap(), LogFormat::Json);
+        assert_eq!(format("log-format = \"text\"").unwrap(), LogFormat::Text);
+        assert_eq!(format("json-logs = true").unwrap(), LogFormat::Json);
+        for (bad, path) in [("log-format = \"xml\"", "core.log-format"), ("log-format = \"text\"\njson-logs = true", "core.json-logs")] {
+            let Err(ConfigError::Invalid(errs)) = format(bad) else { panic!("{bad} should be invalid") };
+            assert_eq!(errs.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), [path], "{bad}");
         }
     }
 

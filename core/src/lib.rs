@@ -16,6 +16,8 @@
 //!   order is re-checked with the provider (the sweeper's query), then reopen. The durable embedded store
 //!   gets the same pass once at start, after its state is rebuilt from disk.
 //! - [`metrics`]: Prometheus text at `/metrics`. [`clock`]: time source, manual in tests.
+//! - [`logging`]: `log-format` (text or JSON lines, colour only on a terminal), for this crate's binary and
+//!   the edge's.
 //!
 //! A hold travels: `POST /v1/events/{event}/holds` → [`serve`] (head within the deadline) → [`http`] (body
 //! ≤ 64 KiB, strict JSON by [`strict_json`], token verified by [`token`]; a replay is answered from its order
@@ -26,6 +28,7 @@
 pub mod clock;
 pub mod config;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod payment;
@@ -242,7 +245,7 @@ pub async fn run(
     let core = Arc::new(Core::new(&config, store).await?);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     core.spawn_background(stop_rx);
-    tracing::info!(addr = %listener.local_addr()?, store = %describe_store(&config), "wicket core listening");
+    tracing::info!(store = %describe_store(&config), "listening on {} (core API and /metrics)", listener.local_addr()?);
     let result = serve::serve(listener, core.router(), config.core.header_timeout(), shutdown).await;
     let _ = stop_tx.send(true);
     result.context("serving the core")

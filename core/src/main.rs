@@ -86,7 +86,7 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            init_logs(cfg.core.json_logs);
+            wicket_core::logging::init(cfg.core.log_format(), "info");
             let rt = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -109,15 +109,6 @@ fn main() -> ExitCode {
                 }
             }
         }
-    }
-}
-
-fn init_logs(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    if json {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
     }
 }
 

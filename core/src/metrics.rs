@@ -14,6 +14,9 @@ pub struct CoreMetrics {
     pub sweeper: IntCounterVec,
     pub reconcile_ok: IntGaugeVec,
     pub reconcile_failures: IntCounterVec,
+    /// 1 while the event is paused (by an operator, or by the reconciler after a mismatch), as the
+    /// reconciler last saw it.
+    pub event_paused: IntGaugeVec,
     pub latency: HistogramVec,
     pub responses: IntCounterVec,
     pub inflight: IntGauge,
@@ -24,6 +27,10 @@ pub struct CoreMetrics {
     pub recheck_orders: IntCounterVec,
     pub recheck_runs: IntCounterVec,
     pub rechecking: IntGauge,
+    /// This process's resident memory, read from /proc at each scrape (`process_resident_memory_bytes`,
+    /// the name Prometheus' own client libraries use; an edge with an embedded core reports the same
+    /// process on both ports).
+    resident_memory: IntGauge,
 }
 
 /// Latency buckets, seconds: fine below 100 ms, where P99 targets live.
@@ -80,6 +87,15 @@ impl CoreMetrics {
         )
         .expect("valid metric");
         registry.register(Box::new(reconcile_ok.clone())).expect("unique metric");
+        let event_paused = IntGaugeVec::new(
+            Opts::new(
+                "wicket_core_event_paused",
+                "1 while the event is paused (no holds): by an operator or after a failed reconciliation",
+            ),
+            &["event"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(event_paused.clone())).expect("unique metric");
         let latency = HistogramVec::new(
             HistogramOpts::new("wicket_core_request_duration_seconds", "Request latency by route").buckets(BUCKETS.to_vec()),
             &["route"],
@@ -91,6 +107,8 @@ impl CoreMetrics {
         let concurrency_limit =
             IntGauge::new("wicket_core_concurrency_limit", "Requests served at once before quick 503s").expect("valid metric");
         registry.register(Box::new(concurrency_limit.clone())).expect("unique metric");
+        let resident_memory = resident_memory_gauge();
+        registry.register(Box::new(resident_memory.clone())).expect("unique metric");
         CoreMetrics {
             registry,
             holds,
@@ -99,6 +117,7 @@ impl CoreMetrics {
             sweeper,
             reconcile_ok,
             reconcile_failures,
+            event_paused,
             latency,
             responses,
             inflight,
@@ -109,15 +128,31 @@ impl CoreMetrics {
             recheck_orders,
             recheck_runs,
             rechecking,
+            resident_memory,
         }
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        if let Some(bytes) = resident_memory_bytes() {
+            self.resident_memory.set(bytes);
+        }
         let mut buf = Vec::new();
         let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
+}
+
+/// The `process_resident_memory_bytes` gauge (the edge registers one too).
+pub fn resident_memory_gauge() -> IntGauge {
+    IntGauge::new("process_resident_memory_bytes", "Resident memory size in bytes").expect("valid metric")
+}
+
+/// This process's resident set size (`VmRSS` of /proc/self/status); `None` off Linux.
+pub fn resident_memory_bytes() -> Option<i64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: i64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kb * 1024)
 }
 
 impl Default for CoreMetrics {

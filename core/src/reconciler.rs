@@ -1,6 +1,7 @@
 //! The reconciler: per pool, capacity = available + held + sold, and the pool counters agree with the orders
 //! (deducted ≥ orders ≥ paid). A mismatch raises `wicket_core_reconcile_ok{event} 0`, counts a failure and,
-//! unless configured otherwise, pauses the event so no more stock moves until an operator looks.
+//! unless configured otherwise, pauses the event so no more stock moves until an operator looks. Each pass
+//! also sets `wicket_core_event_paused{event}` from the event's record (operator pauses included).
 
 use crate::Core;
 use crate::model::ReconcileReport;
@@ -31,6 +32,11 @@ impl Core {
                         Err(e) => tracing::error!(event, error = %e, "could not pause the event"),
                     }
                 }
+            }
+            if let Ok(Some(record)) = store.get_event(&event).await {
+                self.state.metrics.event_paused.with_label_values(&[event.as_str()]).set(i64::from(record.paused));
+            }
+            if !rep.ok {
                 failed.push((event, rep));
             }
         }

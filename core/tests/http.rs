@@ -504,7 +504,7 @@ async fn sweeper_pays_what_the_provider_says_is_paid() {
     assert_eq!(c.pay(&ids[2], "late", 100).await.1["result"], "refund_required");
 }
 
-/// A reconciliation mismatch pauses the event and raises the metric.
+/// A reconciliation mismatch pauses the event and raises the metrics (the failure, and the pause).
 #[tokio::test]
 async fn reconciler_pauses_on_mismatch() {
     let store = Arc::new(EmbeddedStore::new());
@@ -512,6 +512,8 @@ async fn reconciler_pauses_on_mismatch() {
     assert_eq!(c.put_event("ev", &event_body(10, 5, 4, json!([]))).await, 201);
     assert_eq!(c.hold("ev", "a", &hold_body("park", 1, "k")).await.0, 201);
     assert!(c.core.reconcile_once().await.is_empty());
+    let text = c.http.get(c.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("wicket_core_event_paused{event=\"ev\"} 0"), "{text}");
     store.tamper_available("ev", "park", 1);
     let failed = c.core.reconcile_once().await;
     assert_eq!(failed.len(), 1);
@@ -519,6 +521,7 @@ async fn reconciler_pauses_on_mismatch() {
     let text = c.http.get(c.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(text.contains("wicket_core_reconcile_ok{event=\"ev\"} 0"), "{text}");
     assert!(text.contains("wicket_core_reconcile_failures_total{event=\"ev\"} 1"));
+    assert!(text.contains("wicket_core_event_paused{event=\"ev\"} 1"), "{text}");
 }
 
 #[test]

@@ -178,6 +178,9 @@ pub struct EdgeConfig {
     pub shutdown_grace_seconds: u64,
     /// Seconds between prunes of limiter keys, anomaly windows and expired blocks. Default 10.
     pub prune_seconds: u64,
+    /// Log format of `wicket serve` (an embedded core's lines included): `"text"` or `"json"` (JSON
+    /// lines), on stderr, coloured only on a terminal. Default `"text"`.
+    pub log_format: String,
     /// Rate limits, nginx `limit_req` semantics.
     pub limits: Vec<LimitRule>,
     /// Blocked IPs/CIDRs, users and devices at start.
@@ -229,6 +232,7 @@ impl Default for EdgeConfig {
             secure_cookies: None,
             shutdown_grace_seconds: 5,
             prune_seconds: 10,
+            log_format: "text".into(),
             limits: Vec::new(),
             blocklist: BlocklistConfig::default(),
             anomaly: AnomalyConfig::default(),
@@ -548,6 +552,11 @@ impl WicketConfig {
         if issues.is_empty() { Ok(cfg) } else { Err(ConfigErrors(issues)) }
     }
 
+    /// `edge.log-format` (text when it is not a valid one: `validate` names it).
+    pub fn log_format(&self) -> wicket_core::logging::LogFormat {
+        wicket_core::logging::LogFormat::parse(&self.edge.log_format).unwrap_or_default()
+    }
+
     /// Resolves a path from the config against the config file's folder.
     pub fn resolve(&self, p: &str) -> PathBuf {
         let p = Path::new(p);
@@ -566,6 +575,12 @@ impl WicketConfig {
         }
         if e.threads == Some(0) {
             out.push(issue("edge.threads", "must be at least 1"));
+        }
+        if wicket_core::logging::LogFormat::parse(&e.log_format).is_none() {
+            out.push(issue(
+                "edge.log-format",
+                format!("must be {}, not {:?}", wicket_core::logging::LogFormat::EXPECTED, e.log_format),
+            ));
         }
         if let Some(ca) = &e.origin_ca_file
             && let Err(m) = crate::tls::load_cas(&self.resolve(ca))

@@ -9,7 +9,8 @@
 //! - [`config`]: the TOML file (`[edge]`, `[tokens]`, `[[rooms]]`), defaults, `validate()`.
 //! - [`state`]: everything the services share, built once from a validated config.
 //! - [`server`]: the Pingora server (public, admin and upkeep services), graceful stop, the
-//!   embedded core.
+//!   embedded core; one `listening on` log line per listener (the log format is
+//!   `wicket_core::logging`'s, chosen by `edge.log-format`).
 //! - [`proxy`]: the public service's `ProxyHttp` phases (the phase chart lives there).
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
 //! - [`replay`]: bytes put back in front of a (TLS) stream, for handing a request to the proxy.
@@ -30,7 +31,8 @@
 //! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token).
 //! - [`console`]: the operator console: its page and files (static/console/), browser sessions.
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
-//! - [`metrics`]: Prometheus metrics.
+//! - [`metrics`]: Prometheus metrics of the edge (the rooms' `wicket_room_*` gauges are the release
+//!   loop's, in `room::release`); deploy/ (alert rules, Grafana dashboard) is built on both.
 //! - [`nginx_import`]: `wicket nginx-import`, nginx `limit_req` zones as `[[edge.limits]]`.
 //!
 //! # The path of a request

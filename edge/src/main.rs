@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use wicket_core::logging::LogFormat;
 use wicket_edge::config::WicketConfig;
+
+/// Log levels when `RUST_LOG` is unset: the edge's and an embedded core's own lines at info.
+const LOG_FILTER: &str = "warn,wicket_edge=info,wicket_core=info";
 
 // Pingora allocates per request (header maps, boxed phase futures); mimalloc's thread-local
 // free lists serve that pattern better than glibc's malloc.
@@ -72,15 +76,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,wicket_edge=info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // Commands without a config log as text; `serve` and `core` as their config's `log-format` says.
+    let text_logs = || wicket_core::logging::init(LogFormat::Text, LOG_FILTER);
     match cli.command {
         Command::NginxImport { file, config } => {
+            text_logs();
             let (header, cookie) = match &config {
                 Some(c) => match load(c) {
                     Ok(cfg) => (cfg.edge.user_header.clone(), cfg.edge.user_cookie.clone()),
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::CheckConfig { file } => match load(&file) {
+        Command::CheckConfig { file } => match load(&file).inspect(|_| text_logs()) {
             Ok(_) => {
                 println!("{}: ok", file.display());
                 ExitCode::SUCCESS
@@ -123,6 +123,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            wicket_core::logging::init(cfg.log_format(), LOG_FILTER);
             match wicket_edge::run(cfg, Box::new(wicket_edge::server::SignalShutdown)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -131,22 +132,34 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Core { config } => match wicket_edge::server::run_core(&config) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("wicket: {e:#}");
-                ExitCode::FAILURE
+        Command::Core { config } => {
+            let cfg = match wicket_core::config::CoreConfig::from_file(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("wicket: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            wicket_core::logging::init(cfg.core.log_format(), LOG_FILTER);
+            match wicket_edge::server::run_core(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("wicket: {e:#}");
+                    ExitCode::FAILURE
+                }
             }
-        },
-        Command::Demo { edge_port, admin_port, core_port, origin_port } => match wicket_edge::demo::run(
-            wicket_edge::demo::DemoPorts { edge: edge_port, admin: admin_port, core: core_port, origin: origin_port },
-        ) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("wicket: {e:#}");
-                ExitCode::FAILURE
+        }
+        Command::Demo { edge_port, admin_port, core_port, origin_port } => {
+            text_logs();
+            let ports = wicket_edge::demo::DemoPorts { edge: edge_port, admin: admin_port, core: core_port, origin: origin_port };
+            match wicket_edge::demo::run(ports) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("wicket: {e:#}");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
     }
 }
 

@@ -104,6 +104,8 @@ pub struct Metrics {
     pub captcha: IntCounterVec,
     /// PoW verifications by outcome.
     pub pow: IntCounterVec,
+    /// `process_resident_memory_bytes`, read at each scrape.
+    resident_memory: prometheus::IntGauge,
 }
 
 impl Metrics {
@@ -144,7 +146,9 @@ impl Metrics {
             "outcome",
         ])
         .expect("valid metric");
+        let resident_memory = wicket_core::metrics::resident_memory_gauge();
         for c in [
+            Box::new(resident_memory.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(requests_vec) as Box<dyn prometheus::core::Collector>,
             Box::new(rejects.clone()),
             Box::new(upstream_seconds.clone()),
@@ -169,6 +173,7 @@ impl Metrics {
             limiter_keys,
             captcha,
             pow,
+            resident_memory,
         }
     }
 
@@ -201,6 +206,9 @@ impl Metrics {
     /// Prometheus text format.
     pub fn encode(&self) -> Vec<u8> {
         self.flush_requests();
+        if let Some(bytes) = wicket_core::metrics::resident_memory_bytes() {
+            self.resident_memory.set(bytes);
+        }
         let mut buf = Vec::new();
         let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         buf

@@ -191,6 +191,12 @@ pub fn run(cfg: WicketConfig, shutdown: Box<dyn ShutdownSignalWatch>) -> anyhow:
     };
     let state = Arc::new(EdgeState::build_with_core(cfg, embedded.as_ref().map(|c| c.addr))?);
     check_ports(&state.config)?;
+    let e = &state.config.edge;
+    tracing::info!("listening on {} (public HTTP)", e.listen);
+    if let Some(tls) = &e.tls {
+        tracing::info!("listening on {} (public HTTPS)", tls.listen);
+    }
+    tracing::info!("listening on {} (admin: console, admin API, /metrics)", e.admin_listen);
     let server = build(state);
     server.run(RunArgs { shutdown_signal: shutdown });
     if let Some(core) = embedded {
@@ -235,8 +241,7 @@ impl EmbeddedCore {
 }
 
 /// `wicket core`: the sale core alone, until SIGTERM/SIGINT.
-pub fn run_core(path: &std::path::Path) -> anyhow::Result<()> {
-    let cfg = wicket_core::config::CoreConfig::from_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+pub fn run_core(cfg: wicket_core::config::CoreConfig) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let listen = cfg.listen;

@@ -250,3 +250,71 @@ fn with_short_callback_secret(text: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Starts `wicket <command> --config <cfg>`, waits until every port in `ports` answers, stops it
+/// with SIGTERM and returns what it wrote on stderr (a pipe: not a terminal).
+fn stderr_of_a_run(command: &str, cfg: &Path, ports: &[u16]) -> String {
+    let mut child = wicket().arg(command).arg("--config").arg(cfg).env_remove("RUST_LOG").stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ports.iter().any(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_err()) {
+        assert!(Instant::now() < deadline, "wicket {command} did not start");
+        assert!(child.try_wait().unwrap().is_none(), "wicket {command} exited early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(child.id(), "TERM");
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn log_format_json_writes_json_lines_text_has_no_colour_codes_and_every_listener_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = wicket_edge::demo::DemoPorts { edge: free_port(), admin: free_port(), core: free_port(), origin: free_port() };
+    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48) };
+    let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
+    let demo = std::fs::read_to_string(&cfg).unwrap();
+    let with = |edge_format: &str, core_format: &str| {
+        let text = demo.replacen("[edge]\n", &format!("[edge]\nlog-format = \"{edge_format}\"\n"), 1);
+        std::fs::write(&cfg, format!("{text}\n[core]\nlog-format = \"{core_format}\"\n")).unwrap();
+    };
+    let listening = |what: &str, port: u16| format!("listening on 127.0.0.1:{port} ({what}");
+
+    // The edge with its embedded core, as JSON lines: every line is one object; one line per listener.
+    with("json", "text");
+    let err = stderr_of_a_run("serve", &cfg, &[ports.edge, ports.admin, ports.core]);
+    let mut messages = Vec::new();
+    for line in err.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}\n{err}"));
+        assert!(v["level"].is_string() && v["timestamp"].is_string(), "{line}");
+        messages.push(v["fields"]["message"].as_str().unwrap_or_default().to_owned());
+    }
+    for (what, port) in [("public HTTP", ports.edge), ("admin", ports.admin), ("core API", ports.core)] {
+        let want = listening(what, port);
+        assert_eq!(messages.iter().filter(|m| m.starts_with(&want)).count(), 1, "{want}: {err}");
+    }
+
+    // Text on a pipe: no colour codes, the same lines.
+    with("text", "json");
+    let err = stderr_of_a_run("serve", &cfg, &[ports.edge, ports.admin, ports.core]);
+    assert!(!err.contains("\x1b["), "colour codes on a pipe: {err:?}");
+    for (what, port) in [("public HTTP", ports.edge), ("admin", ports.admin), ("core API", ports.core)] {
+        assert_eq!(err.lines().filter(|l| l.contains(&listening(what, port))).count(), 1, "{what}: {err}");
+    }
+
+    // `wicket core` logs as the core's own `core.log-format` says.
+    let err = stderr_of_a_run("core", &cfg, &[ports.core]);
+    assert!(!err.trim().is_empty());
+    for line in err.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}\n{err}"));
+    }
+    assert!(err.contains(&listening("core API", ports.core)), "{err}");
+
+    // Anything else is a config error naming the key.
+    for (edge_format, core_format, path) in [("xml", "text", "edge.log-format"), ("text", "JSON", "core.log-format")] {
+        with(edge_format, core_format);
+        let out = wicket().arg("check-config").arg(&cfg).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(path) && err.contains("\"text\" or \"json\""), "{err}");
+    }
+}

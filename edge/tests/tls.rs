@@ -331,7 +331,17 @@ async fn sighup_reloads_the_certificates_of_a_running_edge() {
             let _ = self.0.wait();
         }
     }
-    let child = Killed(Command::new(env!("CARGO_BIN_EXE_wicket")).arg("serve").arg("--config").arg(&cfg).spawn().unwrap());
+    let log = dir.path().join("stderr.log");
+    let child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_wicket"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&cfg)
+            .env_remove("RUST_LOG")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let admin_url = format!("http://127.0.0.1:{admin}/admin/tls");
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -354,4 +364,9 @@ async fn sighup_reloads_the_certificates_of_a_running_edge() {
     let ca = pki.path("ca.pem");
     assert_eq!(curl(&ca, &format!("https://a.test:{tls_port}/healthz-missing"), &["--resolve", &resolve("a.test", tls_port)]).unwrap().0, 502);
     drop(child);
+    // Each listener was named at start, the HTTPS one too.
+    let log = std::fs::read_to_string(&log).unwrap();
+    for line in [format!("listening on 127.0.0.1:{port} (public HTTP)"), format!("listening on 127.0.0.1:{tls_port} (public HTTPS)")] {
+        assert_eq!(log.matches(&line).count(), 1, "{line}: {log}");
+    }
 }

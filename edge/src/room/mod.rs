@@ -80,6 +80,10 @@ pub struct Room {
     /// Most units any of the event's SKUs can still sell (the core's last stock answer;
     /// `u64::MAX` before the first): a tick never releases more people than that.
     pub available: AtomicU64,
+    /// Tickets in unpaid holds and tickets sold, over every pool of the event (the core's last
+    /// stock answer; `u64::MAX` before the first), for the `wicket_room_stock_*` gauges.
+    pub held: AtomicU64,
+    pub sold: AtomicU64,
     /// Current release rate, admissions/s × 1000 (the controller's last decision).
     rate_milli: AtomicU64,
     /// Measured release rate (serving advance per second, smoothed) × 1000: the ETA's base.
@@ -119,6 +123,8 @@ impl Room {
             core_closes_at: AtomicI64::new(i64::MIN),
             restock_possible: AtomicBool::new(false),
             available: AtomicU64::new(u64::MAX),
+            held: AtomicU64::new(u64::MAX),
+            sold: AtomicU64::new(u64::MAX),
             rate_milli: AtomicU64::new(0),
             measured_milli: AtomicU64::new(0),
             active: AtomicU64::new(0),

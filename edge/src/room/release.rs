@@ -166,6 +166,8 @@ impl Rooms {
                 && let Some(stock) = Stock::read(&v)
             {
                 room.available.store(stock.available, Ordering::Relaxed);
+                room.held.store(stock.held, Ordering::Relaxed);
+                room.sold.store(stock.sold, Ordering::Relaxed);
                 room.restock_possible.store(stock.sold_out && stock.held > 0, Ordering::Relaxed);
                 if room.sold_out.swap(stock.sold_out, Ordering::Relaxed) != stock.sold_out {
                     tracing::info!(room = %room.id, sold_out = stock.sold_out, held = stock.held, "core stock");
@@ -200,6 +202,8 @@ pub struct Stock {
     pub available: u64,
     /// Tickets in unpaid holds, over every pool: they return to sale if their orders time out.
     pub held: u64,
+    /// Tickets sold, over every pool.
+    pub sold: u64,
 }
 
 impl Stock {
@@ -208,11 +212,9 @@ impl Stock {
         let skus = v.get("skus")?.as_object().filter(|s| !s.is_empty())?;
         let sold_out = skus.values().all(|s| s.get("sold_out").and_then(serde_json::Value::as_bool) == Some(true));
         let available = skus.values().filter_map(|s| s.get("available")?.as_u64()).max().unwrap_or(0);
-        let held = v
-            .get("pools")
-            .and_then(|p| p.as_object())
-            .map_or(0, |pools| pools.values().filter_map(|p| p.get("held")?.as_u64()).sum());
-        Some(Stock { sold_out, available, held })
+        let pools = v.get("pools").and_then(|p| p.as_object());
+        let total = |key: &str| pools.map_or(0, |pools| pools.values().filter_map(|p| p.get(key)?.as_u64()).sum());
+        Some(Stock { sold_out, available, held: total("held"), sold: total("sold") })
     }
 }
 
@@ -272,30 +274,72 @@ async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, Bytes)> {
     Some((status, body))
 }
 
+/// How a tick reads one room gauge (`None`: not known yet, the room's series is left out rather
+/// than shown as 0).
+type ReadGauge = fn(&Rooms, &Room) -> Option<f64>;
+
+/// One room gauge: its name, its help, and how it is read.
+type RoomGauge = (&'static str, &'static str, ReadGauge);
+
+/// Reads an atomic that holds `u64::MAX` until its first value.
+fn known(v: &std::sync::atomic::AtomicU64) -> Option<f64> {
+    Some(v.load(Ordering::Relaxed)).filter(|v| *v != u64::MAX).map(|v| v as f64)
+}
+
+/// Every `wicket_room_*` gauge (label `room`), in base units: `promtool check metrics` runs on them
+/// in tests/prometheus.rs, and deploy/ (alerts, the Grafana dashboard) charts them as the console does.
+const ROOM_GAUGES: &[RoomGauge] = &[
+    ("wicket_room_issued", "Last queue position handed out", |_, r| Some(r.state.counters().issued as f64)),
+    ("wicket_room_serving", "Positions up to here may enter", |_, r| Some(r.state.counters().serving as f64)),
+    ("wicket_room_queued", "People waiting (issued - serving)", |_, r| {
+        let c = r.state.counters();
+        Some(c.issued.saturating_sub(c.serving) as f64)
+    }),
+    ("wicket_room_active", "Admitted sessions running", |_, r| Some(r.active.load(Ordering::Relaxed) as f64)),
+    ("wicket_room_release_rate", "Admissions per second the release runs at (set)", |_, r| Some(r.release_rate())),
+    ("wicket_room_measured_release_rate", "Positions released per second, measured (smoothed)", |_, r| {
+        Some(r.measured_rate())
+    }),
+    ("wicket_room_budget", "The controller's session budget", |_, r| Some(r.last_decision.lock().map_or(0.0, |d| d.budget))),
+    ("wicket_room_core_p99_seconds", "Core P99 measured on the requests this edge forwards, seconds", |rooms, _| {
+        Some(rooms.latency.snapshot(unix_ms()).p99_ms.unwrap_or(0.0) / 1000.0)
+    }),
+    ("wicket_room_core_p99_target_seconds", "The room's core P99 target (release.p99-target-ms), seconds", |_, r| {
+        Some(r.spec().config.release.p99_target_ms / 1000.0)
+    }),
+    ("wicket_room_core_error_ratio", "Failed or timed-out fraction of the core requests the controller saw", |_, r| {
+        r.last_input.lock().map(|i| i.error_fraction)
+    }),
+    ("wicket_room_core_utilisation_ratio", "Core in-flight requests / its concurrency limit, as the controller saw it", |_, r| {
+        r.last_input.lock().and_then(|i| i.utilisation)
+    }),
+    ("wicket_room_leader", "1 when this edge advances the room's serving counter", |_, r| {
+        Some(f64::from(u8::from(r.leader.load(Ordering::Relaxed))))
+    }),
+    ("wicket_room_paused", "1 while the operator has paused the room's releases", |_, r| Some(f64::from(u8::from(r.is_paused())))),
+    ("wicket_room_sold_out", "1 when the core says the event is sold out", |_, r| {
+        Some(f64::from(u8::from(r.sold_out.load(Ordering::Relaxed))))
+    }),
+    ("wicket_room_stock_available", "Most units any SKU of the event can still sell (the core's stock)", |_, r| {
+        known(&r.available)
+    }),
+    ("wicket_room_stock_held", "Tickets in unpaid holds over the event's pools (the core's stock)", |_, r| known(&r.held)),
+    ("wicket_room_stock_sold", "Tickets sold over the event's pools (the core's stock)", |_, r| known(&r.sold)),
+];
+
 /// The rooms' Prometheus gauges (DESIGN §8), updated every tick.
 struct RoomGauges {
-    gauges: Vec<(&'static str, prometheus::GaugeVec)>,
+    gauges: Vec<(prometheus::GaugeVec, ReadGauge)>,
 }
 
 impl RoomGauges {
     fn register(registry: &prometheus::Registry) -> Self {
-        let specs = [
-            ("wicket_room_issued", "Last queue position handed out"),
-            ("wicket_room_serving", "Positions up to here may enter"),
-            ("wicket_room_queued", "People waiting (issued - serving)"),
-            ("wicket_room_active", "Admitted sessions running"),
-            ("wicket_room_release_rate", "Admissions per second the release runs at"),
-            ("wicket_room_budget", "The controller's session budget"),
-            ("wicket_room_core_p99_ms", "Core P99 the controller saw, ms"),
-            ("wicket_room_leader", "1 when this edge advances the room's serving counter"),
-            ("wicket_room_sold_out", "1 when the core says the event is sold out"),
-        ];
-        let gauges = specs
-            .into_iter()
-            .filter_map(|(name, help)| {
+        let gauges = ROOM_GAUGES
+            .iter()
+            .filter_map(|&(name, help, read)| {
                 let g = prometheus::GaugeVec::new(prometheus::Opts::new(name, help), &["room"]).ok()?;
                 registry.register(Box::new(g.clone())).ok()?;
-                Some((name, g))
+                Some((g, read))
             })
             .collect();
         RoomGauges { gauges }
@@ -303,21 +347,13 @@ impl RoomGauges {
 
     fn update(&self, rooms: &Rooms) {
         for room in rooms.all() {
-            let c = room.state.counters();
-            let d = *room.last_decision.lock();
-            for (name, g) in &self.gauges {
-                let v = match *name {
-                    "wicket_room_issued" => c.issued as f64,
-                    "wicket_room_serving" => c.serving as f64,
-                    "wicket_room_queued" => c.issued.saturating_sub(c.serving) as f64,
-                    "wicket_room_active" => room.active.load(Ordering::Relaxed) as f64,
-                    "wicket_room_release_rate" => room.release_rate(),
-                    "wicket_room_budget" => d.map_or(0.0, |d| d.budget),
-                    "wicket_room_core_p99_ms" => rooms.latency.snapshot(super::unix_ms()).p99_ms.unwrap_or(0.0),
-                    "wicket_room_leader" => f64::from(u8::from(room.leader.load(Ordering::Relaxed))),
-                    _ => f64::from(u8::from(room.sold_out.load(Ordering::Relaxed))),
-                };
-                g.with_label_values(&[room.id.as_str()]).set(v);
+            for (g, read) in &self.gauges {
+                match read(rooms, &room) {
+                    Some(v) => g.with_label_values(&[room.id.as_str()]).set(v),
+                    None => {
+                        let _ = g.remove_label_values(&[room.id.as_str()]);
+                    }
+                }
             }
         }
     }
@@ -395,9 +431,9 @@ mod tests {
             "pools": {"main": {"capacity": 10, "available": 0, "held": 3, "sold": 7}, "combo": {"capacity": 5, "available": 2, "held": 1, "sold": 2}},
             "skus": {"adult": {"available": 0, "sold_out": true}, "combo": {"available": 0, "sold_out": true}}
         });
-        assert_eq!(Stock::read(&v), Some(Stock { sold_out: true, available: 0, held: 4 }));
+        assert_eq!(Stock::read(&v), Some(Stock { sold_out: true, available: 0, held: 4, sold: 9 }));
         let v = serde_json::json!({"pools": {}, "skus": {"a": {"available": 4, "sold_out": false}, "b": {"available": 9, "sold_out": false}}});
-        assert_eq!(Stock::read(&v), Some(Stock { sold_out: false, available: 9, held: 0 }));
+        assert_eq!(Stock::read(&v), Some(Stock { sold_out: false, available: 9, held: 0, sold: 0 }));
         assert_eq!(Stock::read(&serde_json::json!({"skus": {}})), None);
         assert_eq!(Stock::read(&serde_json::json!({"error": "not_found"})), None);
     }
