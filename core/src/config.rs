@@ -167,7 +167,7 @@ impl PaymentConfig {
 }
 
 /// Admission-token keys (API.md "Admission token").
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TokensConfig {
     /// Expected `iss`. Default `wicket`.
@@ -183,8 +183,24 @@ pub struct TokensConfig {
     pub keys: Vec<KeyConfig>,
 }
 
+/// Adds the line and column of each error's key in `text`, where the text holds it.
+fn located(text: &str, errs: Vec<FieldError>) -> Vec<FieldError> {
+    let ps = errs.into_iter().map(|e| crate::problems::Problem { path: e.path, message: e.message }).collect();
+    crate::problems::with_lines(text, ps).into_iter().map(|p| FieldError { path: p.path, message: p.message }).collect()
+}
+
+impl Default for TokensConfig {
+    /// A file without `[tokens]` has the same defaults as one with an empty `[tokens]`.
+    fn default() -> Self {
+        TokensConfig { issuer: default_issuer(), signing_kid: None, leeway_seconds: None, keys: Vec::new() }
+    }
+}
+
+/// `tokens.issuer` when the file gives none (the edge uses the same).
+pub const DEFAULT_ISSUER: &str = "wicket";
+
 fn default_issuer() -> String {
-    "wicket".into()
+    DEFAULT_ISSUER.into()
 }
 
 /// One verification (and maybe signing) key, chosen by `kid`.
@@ -295,7 +311,7 @@ pub enum ConfigError {
 impl CoreConfig {
     /// Parses and validates a TOML text.
     pub fn from_toml_str(text: &str) -> Result<CoreConfig, ConfigError> {
-        let cfg: CoreConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let cfg = Self::parse(text, Path::new("."))?;
         let errs = cfg.validate();
         if errs.is_empty() { Ok(cfg) } else { Err(ConfigError::Invalid(errs)) }
     }
@@ -304,11 +320,39 @@ impl CoreConfig {
     pub fn from_file(path: &Path) -> Result<CoreConfig, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Io { path: path.display().to_string(), source })?;
-        let mut cfg: CoreConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse(format!("{}: {e}", path.display())))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        let mut cfg = Self::parse(&text, base).map_err(|e| match e {
+            ConfigError::Parse(m) => ConfigError::Parse(format!("{}: {m}", path.display())),
+            other => other,
+        })?;
         cfg.rebase(base);
-        let errs = cfg.validate();
+        let errs = located(&text, cfg.validate());
         if errs.is_empty() { Ok(cfg) } else { Err(ConfigError::Invalid(errs)) }
+    }
+
+    /// TOML text → config: a syntax error as TOML reports it (with its line), then every wrong type, unknown
+    /// key and missing key at once, each with its path, line and (for an unknown key) the nearest valid one.
+    /// When a key is wrong, the rest is still checked (`validate()` on the file without the wrong keys, relative
+    /// paths against `base`), so every problem comes in one answer.
+    fn parse(text: &str, base: &Path) -> Result<CoreConfig, ConfigError> {
+        let value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let (cfg, ps) = crate::problems::read_toml::<CoreConfig>(&value, &[]);
+        match cfg {
+            Some(cfg) if ps.is_empty() => Ok(cfg),
+            cfg => {
+                let mut errs: Vec<FieldError> = crate::problems::with_lines(text, ps)
+                    .into_iter()
+                    .map(|p| FieldError { path: if p.path.is_empty() { "(file)".into() } else { p.path }, message: p.message })
+                    .collect();
+                if let Some(mut cfg) = cfg {
+                    cfg.rebase(base);
+                    let more: Vec<FieldError> =
+                        cfg.validate().into_iter().filter(|e| !errs.iter().any(|s| s.path == e.path)).collect();
+                    errs.extend(located(text, more));
+                }
+                Err(ConfigError::Invalid(errs))
+            }
+        }
     }
 
     /// Makes relative file paths relative to `base`.

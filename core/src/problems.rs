@@ -89,15 +89,16 @@ impl Tree for toml::Value {
 }
 
 /// Reads `T` from `doc` with `read`, which answers the path and message of the first problem; collects every
-/// problem by taking each offending key out and reading again (at most 64 rounds).
-pub fn collect<D: Tree, T>(doc: &D, read: impl Fn(D) -> Result<T, (Vec<Seg>, String)>) -> Result<T, Vec<Problem>> {
+/// problem by taking each offending key out and reading again (at most 64 rounds). Also answers what the
+/// document reads as without those keys (their defaults in their place), when it reads at all, so that the
+/// caller can check the rest too.
+pub fn collect<D: Tree, T>(doc: &D, read: impl Fn(D) -> Result<T, (Vec<Seg>, String)>) -> (Option<T>, Vec<Problem>) {
     let mut doc = doc.clone();
     let mut problems = Vec::new();
     let mut removed: Vec<Vec<Seg>> = Vec::new();
     for _ in 0..64 {
         let (path, message) = match read(doc.clone()) {
-            Ok(t) if problems.is_empty() => return Ok(t),
-            Ok(_) => return Err(problems),
+            Ok(t) => return (Some(t), problems),
             Err(e) => e,
         };
         let missing = missing_field(&message).map(|f| {
@@ -118,7 +119,7 @@ pub fn collect<D: Tree, T>(doc: &D, read: impl Fn(D) -> Result<T, (Vec<Seg>, Str
         }
         removed.push(target);
     }
-    Err(problems)
+    (None, problems)
 }
 
 /// The field name of serde's "missing field `x`".
@@ -128,14 +129,28 @@ fn missing_field(message: &str) -> Option<&str> {
 
 /// Reads `T` from a TOML value (a section of a file), every problem with its path under `base`.
 pub fn from_toml<T: DeserializeOwned>(value: &toml::Value, base: &[Seg]) -> Result<T, Vec<Problem>> {
-    collect(value, |v: toml::Value| {
-        serde_path_to_error::deserialize::<_, T>(v).map_err(|e| {
+    match read_toml(value, base) {
+        (Some(t), ps) if ps.is_empty() => Ok(t),
+        (_, ps) => Err(ps),
+    }
+}
+
+/// [`from_toml`], also answering what the value reads as without the offending keys ([`collect`]).
+pub fn read_toml<T: DeserializeOwned>(value: &toml::Value, base: &[Seg]) -> (Option<T>, Vec<Problem>) {
+    let read = |v: toml::Value| {
+        serde_path_to_error::deserialize::<_, T>(v)
+            .map_err(|e| (parse_path(&e.path().to_string()), e.into_inner().message().trim().to_owned()))
+    };
+    let (t, ps) = collect(value, read);
+    let ps = ps
+        .into_iter()
+        .map(|p| {
             let mut path = base.to_vec();
-            path.extend(parse_path(&e.path().to_string()));
-            (path, e.into_inner().message().trim().to_owned())
+            path.extend(parse_path(&p.path));
+            Problem { path: display(&path), message: nearest(&p.message) }
         })
-    })
-    .map_err(|ps| ps.into_iter().map(|p| Problem { message: nearest(&p.message), ..p }).collect())
+        .collect();
+    (t, ps)
 }
 
 /// "unknown field `lissen`, expected one of `listen`, ..." → "unknown key `lissen`; did you mean `listen`?"

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
+use wicket_core::problems::{self, Seg};
 
 use crate::limit::NginxRate;
 
@@ -440,11 +441,12 @@ pub struct ProtectedRule {
     pub event: Option<String>,
 }
 
-/// `[tokens]` (shared with the core; unknown keys are left to it).
+/// `[tokens]` (shared with the core: the same keys and defaults, unknown keys refused by both).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TokensConfig {
-    /// Required `iss`.
+    /// Expected `iss`. Default `wicket`, as in the core.
+    #[serde(default = "default_issuer")]
     pub issuer: String,
     /// Key new tokens are signed with.
     #[serde(default)]
@@ -461,9 +463,13 @@ fn default_leeway() -> u64 {
     5
 }
 
+fn default_issuer() -> String {
+    wicket_core::config::DEFAULT_ISSUER.into()
+}
+
 /// One `[[tokens.keys]]`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TokenKey {
     /// Key id, matched against the JWT header's `kid`.
     pub kid: String,
@@ -488,14 +494,53 @@ impl WicketConfig {
     pub fn from_file(path: &Path) -> Result<Self, ConfigErrors> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigErrors(vec![issue(path.display().to_string(), format!("cannot read: {e}"))]))?;
-        let mut cfg = Self::from_toml_str(&text)?;
+        let (mut cfg, issues) = Self::parse(&text)?;
         cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         cfg.source = Some(path.to_path_buf());
-        Ok(cfg)
+        cfg.with_the_rest(issues, &text)
+    }
+
+    /// Every problem of a file, each with its path (and line where the file holds the key): what
+    /// reading it finds and what `validate()` finds in the rest; with the config as read (wrong
+    /// keys at their defaults) unless it is not TOML at all.
+    pub fn check_file(path: &Path) -> (Option<Self>, Vec<ConfigIssue>) {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) => return (None, vec![issue(path.display().to_string(), format!("cannot read: {e}"))]),
+        };
+        let (mut cfg, mut issues) = match Self::parse(&text) {
+            Ok(x) => x,
+            Err(e) => return (None, e.0),
+        };
+        cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        cfg.source = Some(path.to_path_buf());
+        let more: Vec<ConfigIssue> =
+            cfg.validate().into_iter().filter(|i| !issues.iter().any(|s| s.path == i.path)).collect();
+        issues.extend(with_lines(&text, more));
+        (Some(cfg), issues)
     }
 
     /// Parses TOML text: the whole file as a table, then `[edge]` strictly.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigErrors> {
+        let (cfg, issues) = Self::parse(text)?;
+        cfg.with_the_rest(issues, text)
+    }
+
+    /// `Ok` when the file read cleanly; else its problems and, so that one answer lists every problem,
+    /// what `validate()` finds in the rest (the file read without its wrong keys).
+    fn with_the_rest(self, mut issues: Vec<ConfigIssue>, text: &str) -> Result<Self, ConfigErrors> {
+        if issues.is_empty() {
+            return Ok(self);
+        }
+        let more: Vec<ConfigIssue> =
+            self.validate().into_iter().filter(|i| !issues.iter().any(|s| s.path == i.path)).collect();
+        issues.extend(with_lines(text, more));
+        Err(ConfigErrors(issues))
+    }
+
+    /// The file's config with every wrong key left at its default, and the problems found reading it; `Err`
+    /// only when it is not TOML at all.
+    fn parse(text: &str) -> Result<(Self, Vec<ConfigIssue>), ConfigErrors> {
         let root: toml::Value =
             toml::from_str(text).map_err(|e| ConfigErrors(vec![issue("(file)", e.to_string())]))?;
         let Some(table) = root.as_table() else {
@@ -503,18 +548,20 @@ impl WicketConfig {
         };
         let mut issues = Vec::new();
         let mut cfg = WicketConfig::default();
+        // Every wrong type, unknown key and missing key of a section at once, each with its path
+        // and line ([`wicket_core::problems`]).
+        let mut shape = Vec::new();
         if let Some(edge) = table.get("edge") {
-            match EdgeConfig::deserialize(edge.clone()) {
-                Ok(e) => cfg.edge = e,
-                Err(e) => issues.push(issue("edge", e.to_string())),
-            }
+            let (e, ps) = problems::read_toml::<EdgeConfig>(edge, &[Seg::Key("edge".into())]);
+            cfg.edge = e.unwrap_or_default();
+            shape.extend(ps);
         }
         if let Some(tokens) = table.get("tokens") {
-            match TokensConfig::deserialize(tokens.clone()) {
-                Ok(t) => cfg.tokens = Some(t),
-                Err(e) => issues.push(issue("tokens", e.to_string())),
-            }
+            let (t, ps) = problems::read_toml::<TokensConfig>(tokens, &[Seg::Key("tokens".into())]);
+            cfg.tokens = t;
+            shape.extend(ps);
         }
+        issues.extend(with_lines(text, shape.into_iter().map(|p| issue(p.path, p.message)).collect()));
         match table.get("rooms") {
             None => {}
             Some(toml::Value::Array(rooms)) => cfg.rooms = rooms.clone(),
@@ -549,7 +596,7 @@ impl WicketConfig {
                 format!("must be \"embedded\", \"memory\", a redis:// URL or {{ cluster = [\"redis://...\"] }}: {other}"),
             )),
         }
-        if issues.is_empty() { Ok(cfg) } else { Err(ConfigErrors(issues)) }
+        Ok((cfg, issues))
     }
 
     /// `edge.log-format` (text when it is not a valid one: `validate` names it).
@@ -901,6 +948,12 @@ pub fn embedded_core_issues(path: &std::path::Path) -> Vec<ConfigIssue> {
         Err(ConfigError::Invalid(errs)) => errs.into_iter().map(|e| ConfigIssue { path: e.path, message: e.message }).collect(),
         Err(e) => vec![ConfigIssue { path: "(core)".into(), message: e.to_string() }],
     }
+}
+
+/// Adds the line and column of each issue's key in `text`, where the text holds it.
+pub fn with_lines(text: &str, issues: Vec<ConfigIssue>) -> Vec<ConfigIssue> {
+    let ps = issues.into_iter().map(|i| problems::Problem { path: i.path, message: i.message }).collect();
+    problems::with_lines(text, ps).into_iter().map(|p| ConfigIssue { path: p.path, message: p.message }).collect()
 }
 
 fn check_prefix(out: &mut Vec<ConfigIssue>, path: &str, p: &str) {

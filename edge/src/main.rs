@@ -165,12 +165,19 @@ fn main() -> ExitCode {
 
 /// Parses and validates, reporting every problem with its path.
 fn load(path: &std::path::Path) -> Result<WicketConfig, wicket_edge::config::ConfigErrors> {
-    let cfg = WicketConfig::from_file(path)?;
-    let mut issues = cfg.validate();
-    if cfg.edge.core == "embedded" {
-        // The same file runs the core in this process: its part is checked here too, so
-        // `check-config` never says ok to a file `serve` would refuse.
-        issues.extend(wicket_edge::config::embedded_core_issues(path));
+    let (cfg, mut issues) = WicketConfig::check_file(path);
+    // The same file runs the core in this process: its part is checked here too (even when the
+    // edge's part has problems), so `check-config` never says ok to a file `serve` would refuse
+    // and lists every problem in one answer. Both read `[tokens]`: a path is reported once.
+    if cfg.as_ref().is_some_and(|c| c.edge.core == "embedded") {
+        let core: Vec<_> = wicket_edge::config::embedded_core_issues(path)
+            .into_iter()
+            .filter(|c| !issues.iter().any(|i| i.path == c.path))
+            .collect();
+        issues.extend(core);
     }
-    if issues.is_empty() { Ok(cfg) } else { Err(wicket_edge::config::ConfigErrors(issues)) }
+    match cfg {
+        Some(cfg) if issues.is_empty() => Ok(cfg),
+        _ => Err(wicket_edge::config::ConfigErrors(issues)),
+    }
 }

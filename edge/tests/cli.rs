@@ -70,6 +70,53 @@ fn a_bad_config_lists_every_problem_with_its_path_and_exits_non_zero() {
     assert_eq!(wicket().arg("check-config").arg(&f).output().unwrap().status.code(), Some(2));
 }
 
+/// Wrong types, unknown keys and out-of-range values of the edge's part, `[tokens]` and the embedded
+/// core's part come in one answer, each with its path and line, an unknown key with the nearest valid
+/// one; the same file with them fixed is ok, with `tokens.issuer` defaulted alike by both parts.
+#[test]
+fn check_config_reports_every_problem_of_a_combined_file_at_once_with_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("combined.toml");
+    let keys = format!("{}/../core/examples/keys", env!("CARGO_MANIFEST_DIR"));
+    let good_tail = format!(
+        "[tokens]\nsigning-kid = \"ed-1\"\n[[tokens.keys]]\nkid = \"ed-1\"\nalg = \"EdDSA\"\n\
+         private-key-file = \"{keys}/demo-ed25519.pem\"\npublic-key-file = \"{keys}/demo-ed25519.pub.pem\"\n"
+    );
+    let bad = format!(
+        "store = \"memory\"\nadmin-token = \"0123456789abcdef-admin\"\n\
+         [edge]\ncore = \"embedded\"\nthreads = \"four\"\nkeepalive-secondz = 5\nprune-seconds = 0\n\
+         [payment]\ncallback-secret = \"abc\"\nquery-timeout-ms = \"soon\"\n{good_tail}leeway-secs = 2\n"
+    );
+    std::fs::write(&f, &bad).unwrap();
+    let out = wicket().arg("check-config").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "edge.threads: invalid type: string \"four\", expected usize (line 5, column 1)",
+        "edge.keepalive-secondz: unknown key `keepalive-secondz`; did you mean `keepalive-seconds`? (line 6, column 1)",
+        "edge.prune-seconds: must be between 1 and 3600 (line 7, column 1)",
+        "payment.callback-secret: must be at least 16 characters (line 9, column 1)",
+        "payment.query-timeout-ms: invalid type: string \"soon\", expected u64 (line 10, column 1)",
+        "tokens.keys[0].leeway-secs: unknown key `leeway-secs`",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    // Each path once, although the edge and the core both read `[tokens]`.
+    let lines: Vec<&str> = err.lines().skip(1).collect();
+    let mut paths: Vec<&str> = lines.iter().filter_map(|l| l.split(':').next()).collect();
+    let n = paths.len();
+    paths.dedup();
+    assert_eq!(paths.len(), n, "{err}");
+    // Fixed, it is ok — no `tokens.issuer` needed by either part.
+    let good = format!(
+        "store = \"memory\"\nadmin-token = \"0123456789abcdef-admin\"\n[edge]\ncore = \"embedded\"\n\
+         [payment]\ncallback-secret = \"0123456789abcdef-callback\"\n{good_tail}"
+    );
+    std::fs::write(&f, &good).unwrap();
+    let out = wicket().arg("check-config").arg(&f).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 fn signal(pid: u32, sig: &str) {
     let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap().success();
     assert!(ok);
