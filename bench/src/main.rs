@@ -20,7 +20,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "wicket-bench", about = "Wicket's benchmarks")]
+#[command(name = "wicket-bench", version, about = "Wicket's benchmarks")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -24,21 +24,30 @@ struct Cli {
 enum Cmd {
     /// Serve the core API.
     Serve {
-        #[arg(long)]
+        /// Config file (TOML; a combined file with `[edge]` works too).
+        #[arg(long, short)]
         config: PathBuf,
     },
     /// Validate a config file and print every problem.
-    CheckConfig { file: PathBuf },
+    CheckConfig {
+        /// Config file to check.
+        file: PathBuf,
+    },
     /// Print an admission token signed with the config's signing key (for trying the API by hand).
     MintToken {
-        #[arg(long)]
+        /// Config file with `[tokens]` and its signing key.
+        #[arg(long, short)]
         config: PathBuf,
+        /// Event the token admits to (its `event` claim).
         #[arg(long)]
         event: String,
+        /// Who it admits (its `sub` claim: the user id the holds will be counted against).
         #[arg(long)]
         sub: String,
+        /// Most tickets one hold with it may take (`max_qty`).
         #[arg(long, default_value_t = 4)]
         max_qty: u32,
+        /// Seconds until it expires.
         #[arg(long, default_value_t = 300)]
         lifetime: i64,
     },
