@@ -26,7 +26,11 @@
 //!   loop, room admin API; room state embedded or in Redis.
 //! - [`controller`]: the release controller (session budget from core P99, errors, utilisation),
 //!   re-exported from the `wicket-controller` crate.
-//! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer.
+//! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer (pages in the fan's
+//!   language).
+//! - [`i18n`]: the message catalogues (static/i18n/, zh-CN, zh-TW, en, ja, ko) and the choice of
+//!   language (`?lang=`, the `wicket_lang` cookie, `Accept-Language`), shared by the server-rendered
+//!   pages and queue.js.
 //! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token).
 //! - [`console`]: the operator console: its page and files (static/console/), browser sessions.
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
@@ -60,6 +64,7 @@ pub use wicket_controller as controller;
 pub mod demo;
 pub mod fast;
 pub mod forward;
+pub mod i18n;
 pub mod identity;
 pub mod limit;
 pub mod metrics;
