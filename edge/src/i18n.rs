@@ -92,6 +92,28 @@ impl Lang {
     }
 }
 
+/// Where text comes from: the built-in catalogue of a language ([`Lang`]), or that catalogue with
+/// an operator's overrides (the queue page's).
+pub trait Words {
+    /// The language.
+    fn lang(&self) -> Lang;
+    /// The text for `key`.
+    fn text(&self, key: &str) -> &str;
+    /// The text for `key` with its `{name}` placeholders filled in.
+    fn fill(&self, key: &str, args: &[(&str, &str)]) -> String {
+        fill(self.text(key), args)
+    }
+}
+
+impl Words for Lang {
+    fn lang(&self) -> Lang {
+        *self
+    }
+    fn text(&self, key: &str) -> &str {
+        Lang::text(*self, key)
+    }
+}
+
 /// The compiled-in catalogues, by language.
 pub const CATALOGUE_SOURCES: [(Lang, &str); 5] = [
     (Lang::En, include_str!("../../static/i18n/en.json")),
@@ -180,12 +202,12 @@ pub fn query_lang(query: Option<&str>) -> Option<&str> {
 
 /// How fast people are let in, in words a fan believes: below one a second it says "one person
 /// every N seconds" (never "about 0 people a second"). Empty when nobody is let in.
-pub fn rate_text(lang: Lang, per_second: f64) -> String {
+pub fn rate_text(lang: &impl Words, per_second: f64) -> String {
     if !per_second.is_finite() || per_second <= 0.0 {
         return String::new();
     }
     if per_second >= 1.5 {
-        return lang.fill("rate_many", &[("n", &lang.number(per_second.round() as u64))]);
+        return lang.fill("rate_many", &[("n", &lang.lang().number(per_second.round() as u64))]);
     }
     if per_second >= 0.75 {
         return lang.text("rate_one").to_owned();
@@ -201,7 +223,7 @@ pub fn rate_text(lang: Lang, per_second: f64) -> String {
 }
 
 /// The wait as a band in minutes or hours, from the status's `eta_seconds` (low, high).
-pub fn eta_text(lang: Lang, eta: Option<(u64, u64)>) -> String {
+pub fn eta_text(lang: &impl Words, eta: Option<(u64, u64)>) -> String {
     let Some((lo, hi)) = eta else { return lang.text("eta_unknown").to_owned() };
     let hi = hi.max(lo);
     if hi < 60 {
@@ -222,7 +244,7 @@ pub fn eta_text(lang: Lang, eta: Option<(u64, u64)>) -> String {
 }
 
 /// Time left until opening as `[N d ]HH:MM:SS` (the same as queue.js counts down).
-pub fn countdown_text(lang: Lang, seconds: u64) -> String {
+pub fn countdown_text(lang: &impl Words, seconds: u64) -> String {
     let (d, rest) = (seconds / 86_400, seconds % 86_400);
     let time = format!("{:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60);
     if d == 0 { time } else { lang.fill("countdown_days", &[("d", &d.to_string()), ("time", &time)]) }
@@ -284,16 +306,16 @@ mod tests {
 
     #[test]
     fn slow_rates_are_said_honestly() {
-        assert_eq!(rate_text(Lang::En, 0.2), "Letting in about one person every 5 seconds");
-        assert_eq!(rate_text(Lang::En, 0.05), "Letting in about one person every 20 seconds");
-        assert_eq!(rate_text(Lang::En, 0.005), "Letting in about one person every 3 minutes");
-        assert_eq!(rate_text(Lang::En, 0.9), "Letting in about one person a second");
-        assert_eq!(rate_text(Lang::En, 1234.4), "Letting in about 1,234 people a second");
-        assert_eq!(rate_text(Lang::ZhCn, 0.2), "当前约每 5 秒放行 1 人");
-        assert_eq!(rate_text(Lang::En, 0.0), "");
+        assert_eq!(rate_text(&Lang::En, 0.2), "Letting in about one person every 5 seconds");
+        assert_eq!(rate_text(&Lang::En, 0.05), "Letting in about one person every 20 seconds");
+        assert_eq!(rate_text(&Lang::En, 0.005), "Letting in about one person every 3 minutes");
+        assert_eq!(rate_text(&Lang::En, 0.9), "Letting in about one person a second");
+        assert_eq!(rate_text(&Lang::En, 1234.4), "Letting in about 1,234 people a second");
+        assert_eq!(rate_text(&Lang::ZhCn, 0.2), "当前约每 5 秒放行 1 人");
+        assert_eq!(rate_text(&Lang::En, 0.0), "");
         for r in [0.01, 0.1, 0.2, 0.5, 0.7, 1.0, 1.4, 2.0] {
             for l in Lang::ALL {
-                let t = rate_text(l, r);
+                let t = rate_text(&l, r);
                 assert!(!t.contains(" 0 ") && !t.contains('{'), "{r} {}: {t}", l.tag());
             }
         }
@@ -301,15 +323,53 @@ mod tests {
 
     #[test]
     fn eta_bands_and_countdown() {
-        assert_eq!(eta_text(Lang::En, None), "estimating…");
-        assert_eq!(eta_text(Lang::En, Some((10, 40))), "less than a minute");
-        assert_eq!(eta_text(Lang::En, Some((50, 70))), "about 1–2 minutes");
-        assert_eq!(eta_text(Lang::En, Some((60, 60))), "about 1 minute");
-        assert_eq!(eta_text(Lang::En, Some((7200, 10_000))), "about 2–3 hours");
-        assert_eq!(eta_text(Lang::Ja, Some((300, 300))), "約5分");
-        assert_eq!(countdown_text(Lang::En, 3725), "01:02:05");
-        assert_eq!(countdown_text(Lang::ZhCn, 86_400 + 5), "1 天 00:00:05");
+        assert_eq!(eta_text(&Lang::En, None), "estimating…");
+        assert_eq!(eta_text(&Lang::En, Some((10, 40))), "less than a minute");
+        assert_eq!(eta_text(&Lang::En, Some((50, 70))), "about 1–2 minutes");
+        assert_eq!(eta_text(&Lang::En, Some((60, 60))), "about 1 minute");
+        assert_eq!(eta_text(&Lang::En, Some((7200, 10_000))), "about 2–3 hours");
+        assert_eq!(eta_text(&Lang::Ja, Some((300, 300))), "約5分");
+        assert_eq!(countdown_text(&Lang::En, 3725), "01:02:05");
+        assert_eq!(countdown_text(&Lang::ZhCn, 86_400 + 5), "1 天 00:00:05");
         assert_eq!(Lang::En.number(1_234_567), "1,234,567");
         assert_eq!(Lang::En.number(12), "12");
+    }
+
+    /// static/queue.js words the figures as the server does (run with node when it is installed).
+    #[test]
+    fn queue_js_words_figures_as_the_server_does() {
+        let Ok(out) = std::process::Command::new("node").arg("--version").output() else {
+            eprintln!("node not installed: skipped");
+            return;
+        };
+        assert!(out.status.success());
+        let rates = [0.004, 0.02, 0.05, 0.2, 0.3, 0.5, 0.8, 1.0, 1.6, 2.4, 1234.4];
+        let etas = [(10, 40), (50, 70), (60, 60), (300, 300), (400, 900), (5000, 6000), (7200, 10_000)];
+        let countdowns = [0, 59, 3725, 86_400 + 5, 3 * 86_400 + 7200];
+        let script = format!(
+            "const q = require({js:?}); const out = {{}};\n\
+             for (const tag of {tags:?}) {{\n\
+               const T = JSON.parse(require('fs').readFileSync({dir:?} + '/' + tag + '.json', 'utf8'));\n\
+               out[tag] = [{rates:?}.map(r => q.rateText(T, r)), {etas_js:?}.map(([a, b]) => q.etaText(T, {{low: a, high: b}})),\n\
+                           {countdowns:?}.map(s => q.countdownText(T, s)), [q.etaText(T, null)]];\n\
+             }}\n\
+             process.stdout.write(JSON.stringify(out));",
+            js = concat!(env!("CARGO_MANIFEST_DIR"), "/../static/queue.js"),
+            dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../static/i18n"),
+            tags = Lang::ALL.map(Lang::tag),
+            etas_js = etas.map(|(a, b)| [a, b]),
+        );
+        let out = std::process::Command::new("node").arg("-e").arg(script).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let js: BTreeMap<String, Vec<Vec<String>>> = serde_json::from_slice(&out.stdout).unwrap();
+        for lang in Lang::ALL {
+            let rust = vec![
+                rates.iter().map(|r| rate_text(&lang, *r)).collect::<Vec<_>>(),
+                etas.iter().map(|e| eta_text(&lang, Some(*e))).collect(),
+                countdowns.iter().map(|s| countdown_text(&lang, *s)).collect(),
+                vec![eta_text(&lang, None)],
+            ];
+            assert_eq!(js[lang.tag()], rust, "{}", lang.tag());
+        }
     }
 }
