@@ -1041,6 +1041,21 @@ mod tests {
     }
 
     #[test]
+    fn queue_page_problems_are_config_errors_with_their_paths() {
+        let cfg = WicketConfig::from_toml_str(
+            "[edge.queue-page]\ntemplate = \"no-such-template.html\"\n[edge.queue-page.colours]\naccent = \"blue\"\n\
+             [edge.queue-page.text.en]\nrate_many = \"{x}\"\n",
+        )
+        .unwrap();
+        let paths: Vec<_> = cfg.validate().into_iter().map(|i| i.path).collect();
+        for want in ["edge.queue-page.template", "edge.queue-page.colours.accent", "edge.queue-page.text.en.rate_many"] {
+            assert!(paths.iter().any(|p| p == want), "missing {want} in {paths:?}");
+        }
+        let err = WicketConfig::from_toml_str("[edge.queue-page.colours]\nacent = \"#fff\"\n").unwrap_err();
+        assert!(err.to_string().contains("acent"), "{err}");
+    }
+
+    #[test]
     fn unknown_edge_keys_are_errors() {
         let err = WicketConfig::from_toml_str("[edge]\nlisten = \"0.0.0.0:1\"\nlissen = 1\n").unwrap_err();
         assert!(err.to_string().contains("lissen"), "{err}");
