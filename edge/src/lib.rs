@@ -23,7 +23,8 @@
 //! - [`bot`]: proof-of-work, CAPTCHA siteverify, bot passes, run-time policy.
 //! - [`admission`]: the protected-path hook (admission-token JWT check).
 //! - [`room`]: the waiting room: queue tickets, status, admission tokens, sessions, the release
-//!   loop, room admin API; room state embedded or in Redis.
+//!   loop, room admin API, the server-rendered queue page (`room::page`, `[edge.queue-page]`);
+//!   room state embedded or in Redis.
 //! - [`controller`]: the release controller (session budget from core P99, errors, utilisation),
 //!   re-exported from the `wicket-controller` crate.
 //! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer (pages in the fan's
@@ -33,7 +34,8 @@
 //!   pages and queue.js.
 //! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token).
 //! - [`console`]: the operator console: its page and files (static/console/), browser sessions.
-//! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
+//! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in site with a buy page and a stand-in
+//!   payment provider; its secrets in a private temp folder removed on exit).
 //! - [`metrics`]: Prometheus metrics.
 //! - [`nginx_import`]: `wicket nginx-import`, nginx `limit_req` zones as `[[edge.limits]]`.
 //!

@@ -375,3 +375,22 @@ async fn chromium_not_open_counts_down_to_the_opening() {
     }
     assert_ne!(countdown(&doms[0]), countdown(&doms[1]), "the countdown ticks");
 }
+
+/// A room with a proof-of-work check: the page solves it with static/pow.js (the one solver the
+/// queue page and the edge's check page share), joins and shows a live status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_queue_page_solves_the_rooms_proof_of_work_with_pow_js() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[edge.bot.pow]\ndifficulty = 10\n[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\n\
+         alg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\n\
+         protected = [\"/buy/ev-1\"]\nbot-check = \"pow\"\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n",
+        origin.url()
+    ));
+    let url = edge.url("/queue/r1");
+    // Without a solved check the page asks for it (the server cannot give a place yet).
+    let page = get(&url, &[("accept", "text/html")]).await;
+    assert!(page.text().contains("<meta name=\"wicket-bot-check\" content=\"pow\">") && page.text().contains("/wicket/pow.js"));
+    let (_, title) = chromium_until(&url, "en-US", |_, t| t == "You are in line · Waiting room").await;
+    assert_eq!(title, "You are in line · Waiting room");
+}
