@@ -617,7 +617,8 @@ async fn fail(st: &EdgeState, client: &mut Stream, headers: &[httparse::Header<'
         let accept_language = header_bytes(headers, "accept-language").and_then(|v| std::str::from_utf8(v).ok());
         crate::reject::page_lang(None, crate::identity::cookie(headers, crate::i18n::LANG_COOKIE), accept_language)
     });
-    let answer = crate::reject::wire(&reject, lang, true);
+    let words = lang.map(|l| st.queue_page.words(l));
+    let answer = crate::reject::wire(&reject, words.as_ref().map(|w| w as &dyn crate::i18n::Words), true);
     match write_client(client, &answer, st.timeouts.client_write).await {
         Ok(()) => Forwarded::Done,
         Err(_) => Forwarded::Close,

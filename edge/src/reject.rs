@@ -13,7 +13,7 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde_json::json;
 
-use crate::i18n::{LANG_COOKIE, Lang, html_escape};
+use crate::i18n::{LANG_COOKIE, Lang, Words, html_escape};
 
 /// Largest request head (target and headers) the edge accepts; nginx's default buffers allow
 /// about as much.
@@ -143,6 +143,12 @@ impl Reject {
     /// Status, headers and body for a client that wants a page (in `page`'s language) or JSON
     /// (`None`).
     pub fn render(&self, page: Option<Lang>) -> (ResponseHeader, Bytes) {
+        self.render_with(page.as_ref().map(|l| l as &dyn Words))
+    }
+
+    /// [`Reject::render`] with the page's words from `page` (the edge passes the queue page's
+    /// catalogue, so an operator's `[edge.queue-page.text.<lang>]` overrides reach these pages too).
+    pub fn render_with(&self, page: Option<&dyn Words>) -> (ResponseHeader, Bytes) {
         if let (Some(_), Reject::NotAdmitted { room }) = (page, self) {
             let mut h = ResponseHeader::build(302, Some(4)).expect("static status");
             let _ = h.insert_header(http::header::LOCATION, format!("/queue/{room}"));
@@ -150,8 +156,8 @@ impl Reject {
             let _ = h.insert_header(http::header::CONTENT_LENGTH, "0");
             return (h, Bytes::new());
         }
-        let (ct, body) = if let Some(lang) = page {
-            ("text/html; charset=utf-8", Bytes::from(self.page(lang)))
+        let (ct, body) = if let Some(words) = page {
+            ("text/html; charset=utf-8", Bytes::from(self.page(words)))
         } else {
             let mut v = json!({"error": self.code(), "message": self.message()});
             match self {
@@ -220,7 +226,7 @@ impl Reject {
 
     /// The fan-facing page, in `lang` from the message catalogue (the JSON answer keeps the
     /// English `message` for programs).
-    pub fn page(&self, lang: Lang) -> String {
+    pub fn page(&self, lang: &dyn Words) -> String {
         let (title_key, text_key) = self.page_keys();
         let title = html_escape(lang.text(title_key));
         let (text, extra) = match self {
@@ -251,7 +257,7 @@ impl Reject {
             "<!doctype html><html lang={}><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
              <title>{title}</title><body style=\"font:16px system-ui;max-width:36em;margin:4em auto;padding:0 1em\">\
              <h1>{title}</h1><p id=pow-status>{text}</p>{extra}</body></html>",
-            lang.tag()
+            lang.lang().tag()
         )
     }
 }
@@ -263,8 +269,8 @@ fn retry_secs(d: Duration) -> u64 {
 
 /// A refusal as bytes on the wire (status line, the rendered headers, `Date`, `Connection`,
 /// body), for paths that answer without Pingora's session ([`crate::forward`]).
-pub fn wire(reject: &Reject, page: Option<Lang>, keep_alive: bool) -> Vec<u8> {
-    let (h, body) = reject.render(page);
+pub fn wire(reject: &Reject, page: Option<&dyn Words>, keep_alive: bool) -> Vec<u8> {
+    let (h, body) = reject.render_with(page);
     let mut out = Vec::with_capacity(256 + body.len());
     out.extend_from_slice(format!("HTTP/1.1 {} {}\r\n", h.status.as_u16(), h.status.canonical_reason().unwrap_or("")).as_bytes());
     for (name, value) in h.headers.iter() {
@@ -358,17 +364,17 @@ mod tests {
         assert!(page.contains("<html lang=zh-CN>") && page.contains("访问繁忙") && page.contains("<b id=s>3</b>"), "{page}");
         assert!(!page.contains("Busy"), "{page}");
         for (lang, word) in [(Lang::ZhTw, "繁忙"), (Lang::Ja, "混み合って"), (Lang::Ko, "접속이"), (Lang::En, "Busy")] {
-            assert!(busy.page(lang).contains(word), "{}", lang.tag());
+            assert!(busy.page(&lang).contains(word), "{}", lang.tag());
         }
         for r in [Reject::Blocked, Reject::NotFound, Reject::BadGateway, Reject::RoomStateUnavailable, Reject::BotCheckRequired] {
-            let en = r.page(Lang::En);
+            let en = r.page(&Lang::En);
             for lang in Lang::ALL {
-                let page = r.page(lang);
+                let page = r.page(&lang);
                 assert!(page.contains(&format!("<html lang={}>", lang.tag())), "{page}");
                 assert!(lang == Lang::En || page != en, "{r:?} is not translated into {}", lang.tag());
             }
         }
-        assert!(Reject::NotFound.page(Lang::Ko).contains("페이지를 찾을 수 없습니다"));
-        assert!(Reject::BotCheckRequired.page(Lang::Ja).contains("data-failed="));
+        assert!(Reject::NotFound.page(&Lang::Ko).contains("페이지를 찾을 수 없습니다"));
+        assert!(Reject::BotCheckRequired.page(&Lang::Ja).contains("data-failed="));
     }
 }

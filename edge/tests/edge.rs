@@ -141,7 +141,8 @@ async fn origin_down_is_a_502_page_and_a_slow_origin_a_504() {
 async fn ip_limit_refuses_over_burst_with_retry_after_in_json_or_html() {
     let origin = TestUpstream::start("origin").await;
     let edge = TestEdge::start(&format!(
-        "origin = \"{}\"\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true",
+        "origin = \"{}\"\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true\n\
+         [edge.queue-page.text.ja]\nerr_busy_title = \"ただいま大変混雑しています\"\n",
         origin.url()
     ));
     for _ in 0..3 {
@@ -163,6 +164,9 @@ async fn ip_limit_refuses_over_burst_with_retry_after_in_json_or_html() {
     assert!(r.text().contains("<html lang=zh-CN>") && r.text().contains("访问繁忙") && !r.text().contains("Busy"), "{}", r.text());
     let r = get(&edge.url("/other"), &[("accept", "text/html"), ("accept-language", "en"), ("cookie", "wicket_lang=ko")]).await;
     assert!(r.text().contains("<html lang=ko>") && r.text().contains("접속이 많습니다"), "{}", r.text());
+    // An operator's text override reaches the edge's pages too.
+    let r = get(&edge.url("/other"), &[("accept", "text/html"), ("accept-language", "ja-JP")]).await;
+    assert!(r.text().contains("<title>ただいま大変混雑しています</title>"), "{}", r.text());
     // Queue polls have their own budget.
     let r = get(&edge.url("/queue/ev/status"), &[]).await;
     assert_eq!(r.status, 200);
