@@ -394,3 +394,18 @@ async fn chromium_queue_page_solves_the_rooms_proof_of_work_with_pow_js() {
     let (_, title) = chromium_until(&url, "en-US", |_, t| t == "You are in line · Waiting room").await;
     assert_eq!(title, "You are in line · Waiting room");
 }
+
+/// The "busy" page (429) in the browser's language: zh-CN for a zh-CN browser (it was English only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_busy_page_speaks_the_browsers_language() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 0\nnodelay = true\n",
+        origin.url()
+    ));
+    get(&edge.url("/"), &[]).await;
+    for (lang, title) in [("zh-CN", "访问繁忙，请稍候"), ("ja", "混み合っています"), ("en-US", "Busy — please wait")] {
+        let (_, seen) = chromium_until(&edge.url("/event"), lang, |_, t| !t.is_empty() && !t.starts_with("127.0.0.1")).await;
+        assert_eq!(seen, title, "{lang}");
+    }
+}
