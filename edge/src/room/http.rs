@@ -2,7 +2,7 @@
 //!
 //! | method, path | does |
 //! |---|---|
-//! | `GET /queue/<room>` | joins when needed; the queue page, a 302 to the target once admitted (no-JS), or the status JSON for `Accept: application/json` |
+//! | `GET /queue/<room>` | joins when needed; the queue page rendered with the status in the fan's language ([`super::page`]; `?lang=` sets the `wicket_lang` cookie), a 302 to the target once admitted (no-JS), or the status JSON for `Accept: application/json` |
 //! | `POST /queue/<room>/join` | `{"pow":{"challenge","nonce"}}` / `{"captcha":"..."}` when the room asks; the status JSON |
 //! | `GET /queue/<room>/status` | the status JSON; 401 without a valid ticket |
 //! | `GET /queue/<room>/events` | the status JSON as server-sent events until admitted (then `redirect` is `/queue/<room>`, which sets the admission cookie) |
