@@ -1,269 +1,93 @@
 /*
  * Wicket queue page. Plain script, no build step.
  *
- * Flow: room from the path /queue/<room> → (bot check if the room asks: proof-of-work or CAPTCHA, then
- * POST join) → status by server-sent events on /queue/<room>/events, or by polling /queue/<room>/status
- * at the server's poll_after_ms when SSE is unavailable → on "admitted", go to `redirect`.
+ * The edge renders the page with the visitor's figures already in it (edge/src/room/page.rs), in the
+ * language it chose (?lang=, the wicket_lang cookie, Accept-Language), and puts that language's message
+ * catalogue (static/i18n/<lang>.json, with the operator's overrides) in <script id="wicket-text">. This
+ * script keeps the page current with the same catalogue and the same wording rules as the server.
  *
- * The pure parts (language choice, ETA text, leading-zero count, SHA-256, proof-of-work) are exported
- * for node when `module` exists, so they can be tested without a browser.
+ * Flow: room from the path /queue/<room> → (bot check if the room asks: proof-of-work by static/pow.js, or
+ * CAPTCHA, then POST join) → status by server-sent events on /queue/<room>/events, or by polling
+ * /queue/<room>/status at the server's poll_after_ms when SSE is unavailable → on "admitted", go to
+ * `redirect`. Before opening, a countdown to the status's `opens_at` runs on the server's clock.
+ *
+ * The pure parts (wording, room from the path, redirect check) are exported for node when `module`
+ * exists, so they can be tested without a browser.
  */
 (function (root) {
   'use strict';
 
   // ------------------------------------------------------------------------------------------------
-  // Text
+  // Text: the catalogue the page carries; the same rules as edge/src/i18n.rs.
   // ------------------------------------------------------------------------------------------------
 
-  var TEXT = {
-    'zh-CN': {
-      brand: '排队中',
-      doc_title: '排队中',
-      title_waiting: '您正在排队',
-      detail_waiting: '请勿刷新或关闭本页，轮到您时会自动进入。',
-      title_not_open: '尚未开始',
-      detail_not_open: '活动尚未开始，您已进入排队，开始后按顺序放行。',
-      title_paused: '排队暂停中',
-      detail_paused: '放行暂时暂停，您的位置会保留。',
-      title_admitted: '轮到您了！',
-      detail_admitted: '正在为您跳转…',
-      detail_admitted_link: '请点击下方按钮进入。',
-      title_sold_out: '已售罄',
-      detail_sold_out: '很抱歉，本场已全部售出。',
-      title_sold_out_for_now: '暂时售罄',
-      detail_sold_out_for_now: '还有订单未付款，超时未付的票会重新放出。请保持本页打开，您的位置会保留。',
-      title_closed: '已结束',
-      detail_closed: '本场活动已结束。',
-      title_error: '连接中断',
-      detail_error: '正在重新连接，您的位置会保留。',
-      position: '您的位置',
-      ahead: '前面还有',
-      eta: '预计等待',
-      progress: '排队进度',
-      people: function (n) { return fmt(n, 'zh-CN') + ' 人'; },
-      eta_soon: '不到 1 分钟',
-      eta_minutes: function (a, b) { return a === b ? '约 ' + a + ' 分钟' : '约 ' + a + '–' + b + ' 分钟'; },
-      eta_hours: function (a, b) { return a === b ? '约 ' + a + ' 小时' : '约 ' + a + '–' + b + ' 小时'; },
-      eta_unknown: '正在估算…',
-      rate: function (r) { return '当前每秒放行约 ' + fmt(r, 'zh-CN') + ' 人'; },
-      check_title: '安全验证',
-      pow_running: '正在验证您的浏览器，通常只需几秒…',
-      pow_progress: function (n) { return '正在验证您的浏览器… 已计算 ' + fmt(n, 'zh-CN') + ' 次'; },
-      pow_failed: '验证失败，正在重试…',
-      captcha_prompt: '请完成下方验证后加入排队。',
-      captcha_missing: '需要人机验证，但验证组件未能加载。请稍后刷新本页。',
-      go_now: '立即进入',
-      conn_sse: '实时更新',
-      conn_poll: '定时刷新',
-      announce_position: function (ahead, eta) { return '前面还有 ' + fmt(ahead, 'zh-CN') + ' 人，' + eta; }
-    },
-    en: {
-      brand: 'Waiting room',
-      doc_title: 'Waiting room',
-      title_waiting: 'You are in line',
-      detail_waiting: 'Keep this page open. When it is your turn you will be let in automatically.',
-      title_not_open: 'Not open yet',
-      detail_not_open: 'The sale has not started. You are in line and will be let in in order once it opens.',
-      title_paused: 'The line is paused',
-      detail_paused: 'Letting people in is paused for a moment. You keep your place.',
-      title_admitted: 'It is your turn!',
-      detail_admitted: 'Taking you there…',
-      detail_admitted_link: 'Use the button below to continue.',
-      title_sold_out: 'Sold out',
-      detail_sold_out: 'Sorry, everything has been sold.',
-      title_sold_out_for_now: 'Sold out for now',
-      detail_sold_out_for_now: 'Some orders are not paid yet; their tickets return to sale if the payment times out. Keep this page open: your place is kept.',
-      title_closed: 'The sale has ended',
-      detail_closed: 'This sale is over.',
-      title_error: 'Connection lost',
-      detail_error: 'Reconnecting. You keep your place.',
-      position: 'Your place',
-      ahead: 'People ahead',
-      eta: 'Estimated wait',
-      progress: 'Progress',
-      people: function (n) { return fmt(n, 'en'); },
-      eta_soon: 'less than a minute',
-      eta_minutes: function (a, b) { return a === b ? 'about ' + a + (a === 1 ? ' minute' : ' minutes') : 'about ' + a + '–' + b + ' minutes'; },
-      eta_hours: function (a, b) { return a === b ? 'about ' + a + (a === 1 ? ' hour' : ' hours') : 'about ' + a + '–' + b + ' hours'; },
-      eta_unknown: 'estimating…',
-      rate: function (r) { return 'Letting in about ' + fmt(r, 'en') + ' people a second'; },
-      check_title: 'Security check',
-      pow_running: 'Checking your browser; this usually takes a few seconds…',
-      pow_progress: function (n) { return 'Checking your browser… ' + fmt(n, 'en') + ' tries'; },
-      pow_failed: 'The check failed; trying again…',
-      captcha_prompt: 'Please complete the check below to join the line.',
-      captcha_missing: 'A human check is required but could not be loaded. Please reload this page later.',
-      go_now: 'Continue',
-      conn_sse: 'live',
-      conn_poll: 'refreshing',
-      announce_position: function (ahead, eta) { return fmt(ahead, 'en') + ' people ahead of you, ' + eta; }
-    }
-  };
-  var LANGS = ['zh-CN', 'en'];
-
-  function fmt(n, lang) {
-    try { return Number(n).toLocaleString(lang, { maximumFractionDigits: 0 }); } catch (e) { return String(Math.round(n)); }
-  }
-
-  /** The page language: a saved choice, else the first of the browser's languages we have, else English. */
-  function pickLanguage(saved, browserLangs) {
-    if (saved && LANGS.indexOf(saved) >= 0) return saved;
-    var list = browserLangs || [];
-    for (var i = 0; i < list.length; i++) {
-      var l = String(list[i] || '').toLowerCase();
-      if (l.indexOf('zh') === 0) return 'zh-CN';
-      if (l.indexOf('en') === 0) return 'en';
-    }
-    return 'en';
-  }
-
-  /** ETA band text from {"low","high"} seconds. */
-  function etaText(t, eta) {
-    if (!eta || typeof eta.low !== 'number' || typeof eta.high !== 'number' || eta.high < 0) return t.eta_unknown;
-    var lo = Math.max(0, eta.low), hi = Math.max(lo, eta.high);
-    if (hi < 60) return t.eta_soon;
-    if (hi < 90 * 60) {
-      var a = Math.max(1, Math.floor(lo / 60)), b = Math.max(a, Math.ceil(hi / 60));
-      return t.eta_minutes(a, b);
-    }
-    var h1 = Math.max(1, Math.floor(lo / 3600)), h2 = Math.max(h1, Math.ceil(hi / 3600));
-    return t.eta_hours(h1, h2);
-  }
-
-  // ------------------------------------------------------------------------------------------------
-  // Proof-of-work: find a nonce so that sha256(challenge + nonce) starts with `difficulty` zero bits.
-  // WebCrypto when the page is a secure context; a small pure-JS SHA-256 otherwise (plain http on a LAN).
-  // ------------------------------------------------------------------------------------------------
-
-  // What goes between challenge and nonce in the hashed string: nothing, as the edge verifies it
-  // (edge/src/bot.rs `ProofOfWork::verify`, shared by the room join and static/pow.js).
-  var POW_SEPARATOR = '';
-
-  function leadingZeroBits(bytes) {
-    var n = 0;
-    for (var i = 0; i < bytes.length; i++) {
-      var b = bytes[i];
-      if (b === 0) { n += 8; continue; }
-      for (var m = 0x80; m && !(b & m); m >>= 1) n++;
-      break;
-    }
-    return n;
-  }
-
-  var K = [
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2
-  ];
-
-  function utf8(s) {
-    if (typeof TextEncoder !== 'undefined') return new TextEncoder().encode(s);
-    var out = [], e = unescape(encodeURIComponent(s));
-    for (var i = 0; i < e.length; i++) out.push(e.charCodeAt(i));
-    return new Uint8Array(out);
-  }
-
-  /** SHA-256 of bytes, pure JS (FIPS 180-4). */
-  function sha256(msg) {
-    var len = msg.length, withPad = ((len + 9 + 63) >> 6) << 6;
-    var buf = new Uint8Array(withPad);
-    buf.set(msg);
-    buf[len] = 0x80;
-    var bits = len * 8;
-    buf[withPad - 4] = (bits >>> 24) & 0xff;
-    buf[withPad - 3] = (bits >>> 16) & 0xff;
-    buf[withPad - 2] = (bits >>> 8) & 0xff;
-    buf[withPad - 1] = bits & 0xff;
-    buf[withPad - 5] = Math.floor(len / 0x20000000) & 0xff;
-    var h0 = 0x6a09e667, h1 = 0xbb67ae85, h2 = 0x3c6ef372, h3 = 0xa54ff53a,
-        h4 = 0x510e527f, h5 = 0x9b05688c, h6 = 0x1f83d9ab, h7 = 0x5be0cd19;
-    var w = new Int32Array(64);
-    for (var off = 0; off < withPad; off += 64) {
-      for (var i = 0; i < 16; i++) {
-        var j = off + i * 4;
-        w[i] = (buf[j] << 24) | (buf[j + 1] << 16) | (buf[j + 2] << 8) | buf[j + 3];
-      }
-      for (i = 16; i < 64; i++) {
-        var x = w[i - 15], y = w[i - 2];
-        var s0 = ((x >>> 7) | (x << 25)) ^ ((x >>> 18) | (x << 14)) ^ (x >>> 3);
-        var s1 = ((y >>> 17) | (y << 15)) ^ ((y >>> 19) | (y << 13)) ^ (y >>> 10);
-        w[i] = (w[i - 16] + s0 + w[i - 7] + s1) | 0;
-      }
-      var a = h0, b = h1, c = h2, d = h3, e = h4, f = h5, g = h6, h = h7;
-      for (i = 0; i < 64; i++) {
-        var S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
-        var ch = (e & f) ^ (~e & g);
-        var t1 = (h + S1 + ch + K[i] + w[i]) | 0;
-        var S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
-        var maj = (a & b) ^ (a & c) ^ (b & c);
-        var t2 = (S0 + maj) | 0;
-        h = g; g = f; f = e; e = (d + t1) | 0; d = c; c = b; b = a; a = (t1 + t2) | 0;
-      }
-      h0 = (h0 + a) | 0; h1 = (h1 + b) | 0; h2 = (h2 + c) | 0; h3 = (h3 + d) | 0;
-      h4 = (h4 + e) | 0; h5 = (h5 + f) | 0; h6 = (h6 + g) | 0; h7 = (h7 + h) | 0;
-    }
-    var out = new Uint8Array(32), hs = [h0, h1, h2, h3, h4, h5, h6, h7];
-    for (i = 0; i < 8; i++) {
-      out[i * 4] = (hs[i] >>> 24) & 0xff; out[i * 4 + 1] = (hs[i] >>> 16) & 0xff;
-      out[i * 4 + 2] = (hs[i] >>> 8) & 0xff; out[i * 4 + 3] = hs[i] & 0xff;
-    }
+  function fill(text, args) {
+    var out = String(text == null ? '' : text);
+    for (var k in args) if (Object.prototype.hasOwnProperty.call(args, k)) out = out.split('{' + k + '}').join(String(args[k]));
     return out;
   }
 
-  function subtleCrypto() {
-    var c = root.crypto;
-    return c && c.subtle && typeof c.subtle.digest === 'function' ? c.subtle : null;
+  /** A whole number with thousands separators (every page language groups by three with ","). */
+  function number(n) {
+    return String(Math.max(0, Math.round(Number(n) || 0))).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
   }
 
-  /**
-   * Solves the challenge. Resolves to the nonce (a decimal string). `onProgress(tries)` is called between
-   * batches; `shouldStop()` aborts (resolves null). WebCrypto digests run in batches of 256 in parallel
-   * so the per-call overhead does not dominate; the page stays responsive between batches.
-   */
-  function solvePow(challenge, difficulty, onProgress, shouldStop) {
-    var prefix = String(challenge) + POW_SEPARATOR;
-    var bits = Math.max(0, Math.min(64, difficulty | 0));
-    var subtle = subtleCrypto();
-    var nonce = 0, BATCH = 256;
-    return new Promise(function (resolve, reject) {
-      function step() {
-        if (shouldStop && shouldStop()) return resolve(null);
-        if (!subtle) {
-          var until = nonce + 4096;
-          for (; nonce < until; nonce++) {
-            if (leadingZeroBits(sha256(utf8(prefix + nonce))) >= bits) return resolve(String(nonce));
-          }
-          if (onProgress) onProgress(nonce);
-          return setTimeout(step, 0);
-        }
-        var start = nonce, jobs = [];
-        for (var i = 0; i < BATCH; i++) jobs.push(subtle.digest('SHA-256', utf8(prefix + (start + i))));
-        nonce += BATCH;
-        Promise.all(jobs).then(function (digests) {
-          for (var i = 0; i < digests.length; i++) {
-            if (leadingZeroBits(new Uint8Array(digests[i])) >= bits) return resolve(String(start + i));
-          }
-          if (onProgress) onProgress(nonce);
-          setTimeout(step, 0);
-        }, function () {
-          subtle = null; // WebCrypto refused (odd browser): fall back to the JS hash.
-          nonce = start;
-          setTimeout(step, 0);
-        }).catch(reject);
-      }
-      step();
-    });
+  /** How fast people are let in; below one a second "one person every N seconds". Empty when none. */
+  function rateText(T, r) {
+    if (typeof r !== 'number' || !isFinite(r) || r <= 0) return '';
+    if (r >= 1.5) return fill(T.rate_many, { n: number(Math.round(r)) });
+    if (r >= 0.75) return T.rate_one;
+    var every = 1 / r;
+    if (every < 10) return fill(T.rate_every_seconds, { s: Math.max(2, Math.round(every)) });
+    if (every < 90) return fill(T.rate_every_seconds, { s: Math.round(every / 5) * 5 });
+    return fill(T.rate_every_minutes, { m: Math.max(2, Math.round(every / 60)) });
+  }
+
+  /** ETA band text from {"low","high"} seconds. */
+  function etaText(T, eta) {
+    if (!eta || typeof eta.low !== 'number' || typeof eta.high !== 'number') return T.eta_unknown;
+    var lo = Math.max(0, eta.low), hi = Math.max(lo, eta.high);
+    if (hi < 60) return T.eta_soon;
+    var keys, a, b;
+    if (hi < 90 * 60) {
+      keys = ['eta_minute', 'eta_minutes', 'eta_minutes_range'];
+      a = Math.max(1, Math.floor(lo / 60)); b = Math.max(a, Math.ceil(hi / 60));
+    } else {
+      keys = ['eta_hour', 'eta_hours', 'eta_hours_range'];
+      a = Math.max(1, Math.floor(lo / 3600)); b = Math.max(a, Math.ceil(hi / 3600));
+    }
+    if (a === 1 && b === 1) return T[keys[0]];
+    if (a === b) return fill(T[keys[1]], { a: a });
+    return fill(T[keys[2]], { a: a, b: b });
+  }
+
+  function pad2(n) { return (n < 10 ? '0' : '') + n; }
+
+  /** Time left until opening as [N d ]HH:MM:SS. */
+  function countdownText(T, seconds) {
+    var s = Math.max(0, Math.floor(seconds));
+    var d = Math.floor(s / 86400), rest = s % 86400;
+    var time = pad2(Math.floor(rest / 3600)) + ':' + pad2(Math.floor(rest % 3600 / 60)) + ':' + pad2(rest % 60);
+    return d === 0 ? time : fill(T.countdown_days, { d: d, time: time });
+  }
+
+  /** Catalogue keys of the headline and detail for a status. */
+  function headlineKeys(s) {
+    var forNow = s.state === 'sold_out' && s.restock_possible === true;
+    switch (s.state) {
+      case 'waiting': return ['title_waiting', 'detail_waiting'];
+      case 'not_open': return ['title_not_open', typeof s.ahead === 'number' ? 'detail_not_open' : 'detail_not_open_drawn'];
+      case 'paused': return ['title_paused', 'detail_paused'];
+      case 'sold_out': return forNow ? ['title_sold_out_for_now', 'detail_sold_out_for_now'] : ['title_sold_out', 'detail_sold_out'];
+      case 'closed': return ['title_closed', 'detail_closed'];
+      case 'admitted': return ['title_admitted', 'detail_admitted'];
+      default: return ['title_error', 'detail_error'];
+    }
   }
 
   var api = {
-    pickLanguage: pickLanguage, etaText: etaText, leadingZeroBits: leadingZeroBits, sha256: sha256,
-    utf8: utf8, solvePow: solvePow, TEXT: TEXT, roomFromPath: roomFromPath, safeRedirect: safeRedirect,
-    POW_SEPARATOR: POW_SEPARATOR
+    fill: fill, number: number, rateText: rateText, etaText: etaText, countdownText: countdownText,
+    headlineKeys: headlineKeys, roomFromPath: roomFromPath, safeRedirect: safeRedirect
   };
 
   /** The room id from /queue/<room>[/...]; null when the path is not a queue path. */
@@ -297,9 +121,11 @@
   var $ = function (id) { return document.getElementById(id); };
   var room = roomFromPath(location.pathname);
   var base = room ? '/queue/' + encodeURIComponent(room) : null;
-  var storage = (function () { try { return root.localStorage; } catch (e) { return null; } })();
   var session = (function () { try { return root.sessionStorage; } catch (e) { return null; } })();
-  var lang = pickLanguage(storage && storage.getItem('wicket_lang'), navigator.languages || [navigator.language]);
+  var lang = document.documentElement.lang || 'en';
+  var T = (function () {
+    try { return JSON.parse($('wicket-text').textContent) || {}; } catch (e) { return {}; }
+  })();
   var last = null;           // last status JSON
   var finished = false;      // admitted / sold out / closed: stop talking to the server
   var source = null;         // EventSource
@@ -307,27 +133,16 @@
   var failures = 0;
   var lastAnnounce = { at: 0, state: null };
   var checkRunning = false;
+  // The server's clock minus ours, so the countdown ends when the room opens, whatever the phone says.
+  var clockOffset = (function () {
+    var now = Number(meta('wicket-now'));
+    return isFinite(now) && now > 0 ? now * 1000 - Date.now() : 0;
+  })();
+  var countdownTimer = null;
 
   function meta(name) {
     var el = document.querySelector('meta[name="' + name + '"]');
     return el ? (el.getAttribute('content') || '').trim() : '';
-  }
-
-  function t() { return TEXT[lang]; }
-
-  function applyLanguage() {
-    document.documentElement.lang = lang;
-    var texts = t();
-    var nodes = document.querySelectorAll('[data-i18n]');
-    for (var i = 0; i < nodes.length; i++) {
-      var v = texts[nodes[i].getAttribute('data-i18n')];
-      if (typeof v === 'string') nodes[i].textContent = v;
-    }
-    var buttons = document.querySelectorAll('.lang button');
-    for (i = 0; i < buttons.length; i++) {
-      buttons[i].setAttribute('aria-pressed', buttons[i].getAttribute('data-lang') === lang ? 'true' : 'false');
-    }
-    if (last) render(last, true); else document.title = texts.doc_title;
   }
 
   function announce(text, urgent) {
@@ -338,10 +153,9 @@
   }
 
   function setHeadline(titleKey, detailKey) {
-    var texts = t();
-    $('headline').textContent = texts[titleKey];
-    $('detail').textContent = texts[detailKey];
-    document.title = texts[titleKey] + ' · ' + texts.doc_title;
+    $('headline').textContent = T[titleKey];
+    $('detail').textContent = T[detailKey];
+    document.title = T[titleKey] + ' · ' + (meta('wicket-brand') || T.brand);
   }
 
   function progressFraction(s) {
@@ -352,34 +166,60 @@
     return Math.max(0, Math.min(1, 1 - s.ahead / first));
   }
 
+  /** Counts down to `opensAt` (RFC 3339) on the server's clock; asks for a status when it is time. */
+  function runCountdown(opensAt) {
+    var at = Date.parse(opensAt);
+    if (countdownTimer) { clearInterval(countdownTimer); countdownTimer = null; }
+    if (!isFinite(at)) return;
+    var el = $('countdown');
+    var tick = function () {
+      var left = Math.ceil((at - (Date.now() + clockOffset)) / 1000);
+      el.textContent = countdownText(T, left);
+      if (left <= 0) {
+        clearInterval(countdownTimer);
+        countdownTimer = null;
+        // The stream sends the opening within a second; a poller asks now.
+        if (!source && !finished) poll(0);
+      }
+    };
+    tick();
+    countdownTimer = setInterval(tick, 1000);
+  }
+
   function render(s, quiet) {
     last = s;
-    var texts = t();
     var state = s.state;
     // Sold out for now (unpaid holds may still return): the place is kept and polling goes on.
     var forNow = state === 'sold_out' && s.restock_possible === true;
     var show = state === 'waiting' || state === 'not_open' || state === 'paused' || forNow;
+    var keys = headlineKeys(s);
+    setHeadline(keys[0], keys[1]);
     $('queue').hidden = !show;
-    if (state === 'waiting') setHeadline('title_waiting', 'detail_waiting');
-    else if (state === 'not_open') setHeadline('title_not_open', 'detail_not_open');
-    else if (state === 'paused') setHeadline('title_paused', 'detail_paused');
-    else if (forNow) setHeadline('title_sold_out_for_now', 'detail_sold_out_for_now');
-    else if (state === 'sold_out') setHeadline('title_sold_out', 'detail_sold_out');
-    else if (state === 'closed') setHeadline('title_closed', 'detail_closed');
-    else if (state === 'admitted') setHeadline('title_admitted', 'detail_admitted');
+    $('queue').setAttribute('data-state', state);
 
     if (show) {
-      $('position').textContent = typeof s.position === 'number' ? fmt(s.position, lang) : '—';
-      $('ahead').textContent = typeof s.ahead === 'number' ? texts.people(s.ahead) : '—';
-      var eta = state === 'paused' || forNow ? '—' : etaText(texts, s.eta_seconds);
+      var hasAhead = typeof s.ahead === 'number';
+      $('ahead-box').hidden = !hasAhead;
+      if (hasAhead) $('ahead').textContent = fill(T.people, { n: number(s.ahead) });
+      var eta = state === 'waiting' ? etaText(T, s.eta_seconds) : state === 'paused' ? T.eta_paused : '';
+      $('eta-box').hidden = !eta;
       $('eta').textContent = eta;
-      var p = state === 'not_open' ? 0 : progressFraction(s);
+      var notOpen = state === 'not_open';
+      $('opening').hidden = !notOpen;
+      if (notOpen && typeof s.opens_at === 'string') {
+        $('countdown').setAttribute('data-opens-at', s.opens_at);
+        if (!countdownTimer || $('countdown').getAttribute('data-running') !== s.opens_at) {
+          $('countdown').setAttribute('data-running', s.opens_at);
+          runCountdown(s.opens_at);
+        }
+      } else if (countdownTimer) { clearInterval(countdownTimer); countdownTimer = null; }
+      var p = notOpen ? null : progressFraction(s);
+      $('progress').hidden = p === null;
       var pct = p === null ? 0 : Math.round(p * 100);
       $('fill').style.width = pct + '%';
       $('bar').setAttribute('aria-valuenow', String(pct));
       $('percent').textContent = pct + '%';
-      $('rate').textContent = typeof s.release_per_second === 'number' && s.release_per_second > 0 && state === 'waiting'
-        ? texts.rate(s.release_per_second) : '';
+      $('rate').textContent = state === 'waiting' ? rateText(T, s.release_per_second) : '';
     }
 
     if (quiet) return;
@@ -387,11 +227,11 @@
     if (state !== lastAnnounce.state || forNow !== !!lastAnnounce.forNow) {
       var urgent = state === 'admitted';
       announce($('headline').textContent + (show && typeof s.ahead === 'number' && state === 'waiting'
-        ? '. ' + texts.announce_position(s.ahead, etaText(texts, s.eta_seconds)) : ''), urgent);
+        ? '. ' + fill(T.announce_position, { ahead: number(s.ahead), eta: etaText(T, s.eta_seconds) }) : ''), urgent);
       lastAnnounce = { at: now, state: state, forNow: forNow };
     } else if (state === 'waiting' && now - lastAnnounce.at > 60000 && typeof s.ahead === 'number') {
       // Position updates at most once a minute: a live region that talks every poll is unusable.
-      announce(texts.announce_position(s.ahead, etaText(texts, s.eta_seconds)), false);
+      announce(fill(T.announce_position, { ahead: number(s.ahead), eta: etaText(T, s.eta_seconds) }), false);
       lastAnnounce.at = now;
     }
 
@@ -410,7 +250,7 @@
     } else if (typeof s.redirect === 'string' && /^https?:\/\//i.test(s.redirect)) {
       link.href = s.redirect;
       $('go').hidden = false;
-      $('detail').textContent = t().detail_admitted_link;
+      $('detail').textContent = T.detail_admitted_link;
     }
   }
 
@@ -418,6 +258,7 @@
     finished = true;
     if (source) { source.close(); source = null; }
     if (pollTimer) { clearTimeout(pollTimer); pollTimer = null; }
+    if (countdownTimer) { clearInterval(countdownTimer); countdownTimer = null; }
     $('conn').textContent = '';
   }
 
@@ -485,7 +326,7 @@
     }
     if (!source) return poll(0);
     var opened = false;
-    $('conn').textContent = t().conn_sse;
+    $('conn').textContent = T.conn_sse;
     var onData = function (ev) {
       var data;
       try { data = JSON.parse(ev.data); } catch (e) { return; }
@@ -507,7 +348,7 @@
   function poll(delay) {
     if (finished) return;
     if (pollTimer) clearTimeout(pollTimer);
-    $('conn').textContent = t().conn_poll;
+    $('conn').textContent = T.conn_poll;
     pollTimer = setTimeout(function () {
       pollTimer = null;
       getJSON(base + '/status').then(function (a) {
@@ -581,13 +422,14 @@
   }
 
   function runPow(attempt) {
-    var texts = t();
-    $('check-text').textContent = attempt ? texts.pow_failed : texts.pow_running;
+    $('check-text').textContent = attempt ? T.pow_failed : T.pow_running;
     getJSON(base + '/challenge').then(function (a) {
       var c = a.body;
       if (!c || typeof c.challenge !== 'string' || typeof c.difficulty !== 'number') throw new Error('bad challenge');
-      return solvePow(c.challenge, c.difficulty, function (n) {
-        $('check-text').textContent = t().pow_progress(n);
+      // The one solver of static/pow.js, which the page loads first.
+      if (!root.WicketPow) throw new Error('pow.js did not load');
+      return root.WicketPow.solveAsync(c.challenge, c.difficulty, function (n) {
+        $('check-text').textContent = fill(T.pow_progress, { n: number(n) });
       }, function () { return finished; }).then(function (nonce) {
         if (nonce === null) return null;
         return postJSON(base + '/join', { pow: { challenge: c.challenge, nonce: nonce } });
@@ -609,7 +451,7 @@
   }
 
   function runCaptcha(hints) {
-    var texts = t();
+    var texts = T;
     var script = hints.captcha_script || meta('wicket-captcha-script');
     var sitekey = hints.captcha_sitekey || meta('wicket-captcha-sitekey');
     var cls = hints.captcha_class || meta('wicket-captcha-class') || 'cf-turnstile';
@@ -630,7 +472,7 @@
           if (root.grecaptcha && root.grecaptcha.reset) try { root.grecaptcha.reset(); } catch (e) { /* widget gone */ }
         }
       }, function () {
-        $('check-text').textContent = t().detail_error;
+        $('check-text').textContent = T.detail_error;
       });
     };
     if (!script || !sitekey) {
@@ -643,7 +485,7 @@
     widget.className = cls;
     widget.setAttribute('data-sitekey', sitekey);
     widget.setAttribute('data-callback', 'wicketCaptchaDone');
-    widget.setAttribute('data-language', lang === 'zh-CN' ? 'zh-cn' : 'en');
+    widget.setAttribute('data-language', lang.toLowerCase());
     slot.textContent = '';
     slot.appendChild(widget);
     var s = document.createElement('script');
@@ -656,18 +498,13 @@
   // --- start ---------------------------------------------------------------------------------------
 
   function start() {
-    var buttons = document.querySelectorAll('.lang button');
-    for (var i = 0; i < buttons.length; i++) {
-      buttons[i].addEventListener('click', function (ev) {
-        var l = ev.currentTarget.getAttribute('data-lang');
-        if (LANGS.indexOf(l) < 0) return;
-        lang = l;
-        if (storage) try { storage.setItem('wicket_lang', l); } catch (e) { /* private mode */ }
-        applyLanguage();
-      });
-    }
-    applyLanguage();
     if (!room) { setHeadline('title_error', 'detail_error'); return; }
+    // The page came with the opening time: count down at once, before the first status.
+    var opensAt = $('countdown') && $('countdown').getAttribute('data-opens-at');
+    if (opensAt && !$('opening').hidden) {
+      $('countdown').setAttribute('data-running', opensAt);
+      runCountdown(opensAt);
+    }
     // One status first: a visitor who already holds a ticket (reload, second tab) keeps the place and
     // does not solve a new check; one without gets joined (through the check) by handleAnswer.
     getJSON(base + '/status').then(function (a) {

@@ -194,6 +194,47 @@ pub struct EdgeConfig {
     pub protected: Vec<ProtectedRule>,
     /// HTTPS listener (`[edge.tls]`, [`crate::tls`]). Default: none.
     pub tls: Option<crate::tls::TlsConfig>,
+    /// The queue page's look and words (`[edge.queue-page]`). Default: the built-in page.
+    pub queue_page: QueuePageConfig,
+}
+
+/// `[edge.queue-page]`: what an operator may change on the queue page. Every field is optional;
+/// the built-in page (static/queue.html, the catalogues of static/i18n/) is the default.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct QueuePageConfig {
+    /// An HTML template file (relative to the config file) replacing static/queue.html. It must
+    /// hold `{{head}}` (inside `<head>`) and `{{queue}}` (the live part of the page); it may
+    /// hold `{{lang}}`, `{{title}}`, `{{brand}}`, `{{logo}}` and `{{languages}}`. Default: the
+    /// built-in template.
+    pub template: Option<String>,
+    /// The event's name, shown at the top of the page and in its title. Default: none (the
+    /// catalogue's "Waiting room").
+    pub event_name: Option<String>,
+    /// URL of a logo image (`https://...`, `http://...` or a path on this site). Default: none.
+    pub logo_url: Option<String>,
+    /// Colours (`#rgb` or `#rrggbb`). Default: the built-in light and dark palettes.
+    pub colours: QueuePageColours,
+    /// Text overrides per language and catalogue key, e.g. `[edge.queue-page.text.en]
+    /// title_waiting = "You are in the line for the Summer Tour"`. Keys and `{placeholders}` are
+    /// those of static/i18n/en.json. Default: none.
+    pub text: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// `[edge.queue-page.colours]`: each replaces the built-in colour in light and dark mode.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct QueuePageColours {
+    /// Buttons, the progress bar, the chosen language. Default `#d4380d` (dark: `#ff7a45`).
+    pub accent: Option<String>,
+    /// Text on the accent colour. Default `#ffffff`.
+    pub accent_text: Option<String>,
+    /// The page behind the card. Default `#f4f5f7` (dark: `#111418`).
+    pub background: Option<String>,
+    /// The card. Default `#ffffff` (dark: `#1b2027`).
+    pub card: Option<String>,
+    /// Text. Default `#1b1f24` (dark: `#eef1f4`).
+    pub text: Option<String>,
 }
 
 impl Default for EdgeConfig {
@@ -240,6 +281,7 @@ impl Default for EdgeConfig {
             bot: BotConfig::default(),
             protected: Vec::new(),
             tls: None,
+            queue_page: QueuePageConfig::default(),
         }
     }
 }
@@ -633,6 +675,9 @@ impl WicketConfig {
             && let Err(m) = crate::tls::load_cas(&self.resolve(ca))
         {
             out.push(issue("edge.origin-ca-file", m));
+        }
+        if let Err(issues) = crate::room::page::QueuePage::compile(&e.queue_page, &|p| self.resolve(p)) {
+            out.extend(issues);
         }
         if let Some(tls) = &e.tls {
             out.extend(tls.validate(&|p| self.resolve(p)));
@@ -1072,6 +1117,21 @@ mod tests {
         {
             assert!(paths.iter().any(|p| p == want), "missing {want} in {paths:?}");
         }
+    }
+
+    #[test]
+    fn queue_page_problems_are_config_errors_with_their_paths() {
+        let cfg = WicketConfig::from_toml_str(
+            "[edge.queue-page]\ntemplate = \"no-such-template.html\"\n[edge.queue-page.colours]\naccent = \"blue\"\n\
+             [edge.queue-page.text.en]\nrate_many = \"{x}\"\n",
+        )
+        .unwrap();
+        let paths: Vec<_> = cfg.validate().into_iter().map(|i| i.path).collect();
+        for want in ["edge.queue-page.template", "edge.queue-page.colours.accent", "edge.queue-page.text.en.rate_many"] {
+            assert!(paths.iter().any(|p| p == want), "missing {want} in {paths:?}");
+        }
+        let err = WicketConfig::from_toml_str("[edge.queue-page.colours]\nacent = \"#fff\"\n").unwrap_err();
+        assert!(err.to_string().contains("acent"), "{err}");
     }
 
     #[test]

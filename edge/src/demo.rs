@@ -1,13 +1,25 @@
 //! `wicket demo`: the edge, the core (embedded store) and a tiny stand-in for the existing site,
 //! in one process, with the example detail page and event. Nothing to install or configure.
 //!
+//! One story: the detail page counts down to the event's real opening (it reads the event's
+//! `opens_at` through the edge, `GET /v1/events/ev-42`); the waiting room opens with the event;
+//! an admitted browser lands on the stand-in buy page (`/buy/ev-42`, served by the stand-in
+//! site), holds a ticket through the edge (which turns the admission cookie into the core's
+//! bearer token), pays through a stand-in provider (`POST /buy/ev-42/pay`: a signed payment
+//! callback to the core) and ends on a done page whose `Wicket-Revoke: 1` ends the session.
+//!
+//! The generated config holds secrets: it lives in a private temp folder (0700, files 0600)
+//! removed when the demo stops.
+//!
 //! ```text
 //! wicket demo
 //! curl -i http://127.0.0.1:8080/
 //! ```
 
 use std::convert::Infallible;
+use std::io::Write;
 use std::net::SocketAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -17,6 +29,12 @@ use hyper_util::rt::TokioIo;
 
 /// The example detail page (static/site/index.html).
 pub const DETAIL_PAGE: &str = include_str!("../../static/site/index.html");
+
+/// The stand-in site's buy page (static/site/buy.html), where an admitted fan holds and pays.
+pub const BUY_PAGE: &str = include_str!("../../static/site/buy.html");
+
+/// Seconds from the start of a demo to the sale's opening, unless asked otherwise.
+pub const OPENS_IN_SECONDS: u64 = 60;
 
 /// Ports of the demo.
 #[derive(Debug, Clone, Copy)]
@@ -43,17 +61,66 @@ pub struct DemoSecrets {
     pub admin_token: String,
     /// HS256 admission-token secret.
     pub hs_secret: String,
+    /// Secret of the payment callbacks (the stand-in provider signs with it).
+    pub callback_secret: String,
+}
+
+impl DemoSecrets {
+    /// Fresh random secrets.
+    pub fn random() -> Self {
+        DemoSecrets { admin_token: random_hex(16), hs_secret: random_hex(24), callback_secret: random_hex(16) }
+    }
+}
+
+/// The demo's private folder (0700): the generated config with its secrets (0600), the page, the
+/// event, the journal. Removed when dropped, so a stopped demo leaves no secrets behind.
+pub struct DemoDir {
+    path: PathBuf,
+}
+
+impl DemoDir {
+    /// Creates a fresh folder under the system's temp folder.
+    pub fn create() -> std::io::Result<DemoDir> {
+        let path = std::env::temp_dir().join(format!("wicket-demo-{}-{}", std::process::id(), random_hex(4)));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(DemoDir { path })
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for DemoDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Writes `body` to `path`, readable by its owner only.
+fn write_private(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    // An existing file keeps its mode on open: set it again.
+    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    f.write_all(body)
 }
 
 fn random_hex(n: usize) -> String {
     (0..n).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
 }
 
-/// Writes the demo's config, page and event into `dir`; returns the config path.
+/// Writes the demo's config, page and event into `dir` (the sale opens in a minute); returns the
+/// config path.
 pub fn write_files(dir: &Path, ports: DemoPorts, secrets: &DemoSecrets) -> std::io::Result<PathBuf> {
-    std::fs::create_dir_all(dir.join("site"))?;
-    std::fs::write(dir.join("site/index.html"), DETAIL_PAGE)?;
-    let opens = time_plus(60);
+    write_files_opening(dir, ports, secrets, OPENS_IN_SECONDS)
+}
+
+/// [`write_files`] with the sale opening `opens_in` seconds from now. Every file is 0600.
+pub fn write_files_opening(dir: &Path, ports: DemoPorts, secrets: &DemoSecrets, opens_in: u64) -> std::io::Result<PathBuf> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir.join("site"))?;
+    write_private(&dir.join("site/index.html"), DETAIL_PAGE.as_bytes())?;
+    let opens = time_plus(opens_in);
     let closes = time_plus(12 * 3600);
     let event = serde_json::json!({
         "name": "Prehistoric park, 1-yuan day ticket",
@@ -62,7 +129,7 @@ pub fn write_files(dir: &Path, ports: DemoPorts, secrets: &DemoSecrets) -> std::
         "skus": [{"id": "park", "pools": ["park"], "price_cents": 100}],
         "limits": [{"dimension": "user", "max": 1}]
     });
-    std::fs::write(dir.join("ev-42.json"), serde_json::to_vec_pretty(&event).unwrap_or_default())?;
+    write_private(&dir.join("ev-42.json"), &serde_json::to_vec_pretty(&event).unwrap_or_default())?;
     let DemoPorts { edge, admin, core, origin } = ports;
     let config = format!(
         r#"# Generated by `wicket demo`.
@@ -116,12 +183,12 @@ alg = "HS256"
 secret = "{hs}"
 "#,
         admin_token = secrets.admin_token,
-        callback = random_hex(16),
+        callback = secrets.callback_secret,
         edge_secret = random_hex(16),
         hs = secrets.hs_secret,
     );
     let path = dir.join("wicket.toml");
-    std::fs::write(&path, config)?;
+    write_private(&path, config.as_bytes())?;
     Ok(path)
 }
 
@@ -142,8 +209,19 @@ fn time_plus(seconds: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
 }
 
-/// Serves a stand-in for the existing site on `addr` (on a thread of its own).
-pub fn start_origin(addr: SocketAddr) -> anyhow::Result<()> {
+/// What the stand-in site needs to play the payment provider.
+#[derive(Clone)]
+pub struct StandInProvider {
+    /// Where payment callbacks go: the edge's public address (as a real provider's would).
+    pub callback_to: SocketAddr,
+    /// The callbacks' HMAC secret (`[payment] callback-secret`).
+    pub callback_secret: String,
+}
+
+/// Serves a stand-in for the existing site on `addr` (on a thread of its own): the buy page
+/// (`GET /buy/ev-42`), the stand-in payment (`POST /buy/ev-42/pay`), the done page
+/// (`GET /buy/ev-42/done`, with `Wicket-Revoke: 1`), and a plain page for anything else.
+pub fn start_origin(addr: SocketAddr, provider: StandInProvider) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let listener = rt
         .block_on(tokio::net::TcpListener::bind(addr))
@@ -152,21 +230,11 @@ pub fn start_origin(addr: SocketAddr) -> anyhow::Result<()> {
         rt.block_on(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
+                let provider = provider.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(|req: http::Request<hyper::body::Incoming>| async move {
-                        let user = req.headers().get("wicket-user").and_then(|v| v.to_str().ok()).unwrap_or("-");
-                        let body = format!(
-                            "<!doctype html><title>Existing site</title><h1>The existing site</h1>\
-                             <p>You asked for <code>{}</code>; the edge forwarded it here (Wicket-User: {}).</p>",
-                            html_escape(req.uri().path()),
-                            html_escape(user)
-                        );
-                        Ok::<_, Infallible>(
-                            http::Response::builder()
-                                .header("content-type", "text/html; charset=utf-8")
-                                .body(Full::new(Bytes::from(body)))
-                                .unwrap_or_default(),
-                        )
+                    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let provider = provider.clone();
+                        async move { Ok::<_, Infallible>(origin_answer(req, &provider).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
@@ -176,35 +244,125 @@ pub fn start_origin(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn page(status: u16, ctype: &str, body: String, revoke: bool) -> http::Response<Full<Bytes>> {
+    let mut b = http::Response::builder().status(status).header("content-type", ctype).header("cache-control", "no-store");
+    if revoke {
+        b = b.header("wicket-revoke", "1");
+    }
+    b.body(Full::new(Bytes::from(body))).unwrap_or_default()
+}
+
+async fn origin_answer(req: http::Request<hyper::body::Incoming>, provider: &StandInProvider) -> http::Response<Full<Bytes>> {
+    use http_body_util::BodyExt;
+    let path = req.uri().path().trim_end_matches('/').to_owned();
+    let user = req.headers().get("wicket-user").and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned();
+    match (req.method().clone(), path.as_str()) {
+        (http::Method::GET, "/buy/ev-42") => page(200, "text/html; charset=utf-8", BUY_PAGE.to_owned(), false),
+        (http::Method::POST, "/buy/ev-42/pay") => {
+            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let (status, answer) = stand_in_payment(&body, provider).await;
+            page(status, "application/json", answer, false)
+        }
+        (http::Method::GET, "/buy/ev-42/done") => page(
+            200,
+            "text/html; charset=utf-8",
+            "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+             <title>You have a ticket</title><body style=\"font:16px system-ui;max-width:36em;margin:4em auto;padding:0 1em\">\
+             <h1>You have a ticket</h1><p>Paid through the stand-in provider. Your place in the waiting room is used up \
+             (this page said <code>Wicket-Revoke: 1</code>): the session has ended.</p><p><a href=\"/\">Back to the event</a></p>"
+                .to_owned(),
+            true,
+        ),
+        _ => page(
+            200,
+            "text/html; charset=utf-8",
+            format!(
+                "<!doctype html><title>Existing site</title><h1>The existing site</h1>\
+                 <p>You asked for <code>{}</code>; the edge forwarded it here (Wicket-User: {}).</p>",
+                html_escape(&path),
+                html_escape(&user)
+            ),
+            false,
+        ),
+    }
+}
+
+/// The stand-in provider: "the fan paid" for `{"order_id","amount_cents"}`, told to the core as a
+/// signed callback through the edge. Returns the core's status and answer.
+async fn stand_in_payment(body: &[u8], provider: &StandInProvider) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return (400, serde_json::json!({"error": "bad_request", "message": "body must be {\"order_id\",\"amount_cents\"}"}).to_string());
+    };
+    let (Some(order), Some(amount)) = (v["order_id"].as_str(), v["amount_cents"].as_u64()) else {
+        return (400, serde_json::json!({"error": "bad_request", "message": "order_id and amount_cents are required"}).to_string());
+    };
+    let callback = serde_json::json!({"order_id": order, "txn_id": format!("demo-{}", random_hex(8)), "amount_cents": amount, "status": "SUCCESS"})
+        .to_string();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let signature = wicket_core::payment::sign(callback.as_bytes(), provider.callback_secret.as_bytes(), now);
+    let request = format!(
+        "POST /v1/payments/callback HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nWicket-Signature: {signature}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{callback}",
+        provider.callback_to,
+        callback.len()
+    );
+    let unavailable = || (502, serde_json::json!({"error": "unavailable", "message": "the payment callback failed"}).to_string());
+    let Ok(Ok(mut conn)) = tokio::time::timeout(std::time::Duration::from_secs(5), tokio::net::TcpStream::connect(provider.callback_to)).await
+    else {
+        return unavailable();
+    };
+    let mut answer = Vec::new();
+    let done = async {
+        conn.write_all(request.as_bytes()).await?;
+        conn.read_to_end(&mut answer).await
+    };
+    if !matches!(tokio::time::timeout(std::time::Duration::from_secs(10), done).await, Ok(Ok(_))) {
+        return unavailable();
+    }
+    let text = String::from_utf8_lossy(&answer);
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(502);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
+}
+
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// Runs the demo until SIGTERM/SIGINT.
-pub fn run(ports: DemoPorts) -> anyhow::Result<()> {
-    let secrets = DemoSecrets { admin_token: random_hex(16), hs_secret: random_hex(24) };
-    let dir = std::env::temp_dir().join(format!("wicket-demo-{}", std::process::id()));
-    let path = write_files(&dir, ports, &secrets)?;
-    start_origin(SocketAddr::from(([127, 0, 0, 1], ports.origin)))?;
+/// Runs the demo until SIGTERM/SIGINT, the sale opening `opens_in` seconds after the start; its
+/// folder (and the secrets in it) is removed when it stops.
+pub fn run(ports: DemoPorts, opens_in: u64) -> anyhow::Result<()> {
+    let secrets = DemoSecrets::random();
+    let dir = DemoDir::create()?;
+    let path = write_files_opening(dir.path(), ports, &secrets, opens_in)?;
+    let provider =
+        StandInProvider { callback_to: SocketAddr::from(([127, 0, 0, 1], ports.edge)), callback_secret: secrets.callback_secret.clone() };
+    start_origin(SocketAddr::from(([127, 0, 0, 1], ports.origin)), provider)?;
     let cfg = crate::config::WicketConfig::from_file(&path)?;
     println!(
         "Wicket demo (config: {path})\n\
          \n  detail page (from memory)   http://127.0.0.1:{edge}/\n\
          \x20 sale API via the edge       http://127.0.0.1:{edge}/v1/events/ev-42\n\
          \x20 waiting room                http://127.0.0.1:{edge}/queue/ev-42\n\
-         \x20 protected path              http://127.0.0.1:{edge}/buy/ev-42   (302 to the queue without a token)\n\
+         \x20 buy page (stand-in site)    http://127.0.0.1:{edge}/buy/ev-42   (302 to the queue without a token)\n\
          \x20 existing site (stand-in)    http://127.0.0.1:{edge}/anything\n\
          \x20 admin API                   http://127.0.0.1:{admin}/admin/health\n\
          \n  admin token: {admin_token}\n\
          \x20 try:  curl -H 'Authorization: Bearer {admin_token}' http://127.0.0.1:{admin}/metrics\n\
          \x20       curl -i -H 'Accept: application/json' http://127.0.0.1:{edge}/queue/ev-42\n\
-         \nCtrl-C stops it.",
+         \nThe sale opens in {opens_in} s: the detail page counts down, the waiting room opens with it, and an\n\
+         admitted browser holds and pays (stand-in provider) on the buy page.\n\
+         Ctrl-C stops it (and removes {dir}).",
+        dir = dir.path().display(),
         path = path.display(),
         edge = ports.edge,
         admin = ports.admin,
         admin_token = secrets.admin_token,
     );
-    crate::server::run(cfg, Box::new(crate::server::SignalShutdown))
+    let result = crate::server::run(cfg, Box::new(crate::server::SignalShutdown));
+    drop(dir);
+    result
 }
 
 #[cfg(test)]
@@ -214,11 +372,25 @@ mod tests {
     #[test]
     fn the_generated_config_is_valid_for_edge_and_core() {
         let dir = tempfile::tempdir().unwrap();
-        let secrets = DemoSecrets { admin_token: random_hex(16), hs_secret: random_hex(24) };
-        let path = write_files(dir.path(), DemoPorts::default(), &secrets).unwrap();
+        let path = write_files(dir.path(), DemoPorts::default(), &DemoSecrets::random()).unwrap();
         let cfg = crate::config::WicketConfig::from_file(&path).unwrap();
         assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
         wicket_core::config::CoreConfig::from_file(&path).unwrap();
+    }
+
+    #[test]
+    fn secrets_are_private_and_gone_when_the_demo_folder_is_dropped() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = DemoDir::create().unwrap();
+        let path = write_files(dir.path(), DemoPorts::default(), &DemoSecrets::random()).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(dir.path()), 0o700);
+        for f in [path.clone(), dir.path().join("ev-42.json"), dir.path().join("site/index.html")] {
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
+        }
+        let kept = dir.path().to_owned();
+        drop(dir);
+        assert!(!kept.exists(), "{} is left behind", kept.display());
     }
 
     #[test]

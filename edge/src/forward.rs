@@ -612,7 +612,13 @@ async fn fail(st: &EdgeState, client: &mut Stream, headers: &[httparse::Header<'
     st.metrics.rejects.with_label_values(&[reject.reason()]).inc();
     st.metrics.request(fwd.route, Outcome::Error);
     let html = header_bytes(headers, "accept").is_some_and(|a| a.windows(9).any(|w| w == b"text/html"));
-    let answer = crate::reject::wire(&reject, html, true);
+    // As the proxy's `wants_html` (the `?lang=` of the target is the queue page's business).
+    let lang = html.then(|| {
+        let accept_language = header_bytes(headers, "accept-language").and_then(|v| std::str::from_utf8(v).ok());
+        crate::reject::page_lang(None, crate::identity::cookie(headers, crate::i18n::LANG_COOKIE), accept_language)
+    });
+    let words = lang.map(|l| st.queue_page.words(l));
+    let answer = crate::reject::wire(&reject, words.as_ref().map(|w| w as &dyn crate::i18n::Words), true);
     match write_client(client, &answer, st.timeouts.client_write).await {
         Ok(()) => Forwarded::Done,
         Err(_) => Forwarded::Close,

@@ -24,13 +24,19 @@
 //! - [`bot`]: proof-of-work, CAPTCHA siteverify, bot passes, run-time policy.
 //! - [`admission`]: the protected-path hook (admission-token JWT check).
 //! - [`room`]: the waiting room: queue tickets, status, admission tokens, sessions, the release
-//!   loop, room admin API; room state embedded or in Redis.
+//!   loop, room admin API, the server-rendered queue page (`room::page`, `[edge.queue-page]`);
+//!   room state embedded or in Redis.
 //! - [`controller`]: the release controller (session budget from core P99, errors, utilisation),
 //!   re-exported from the `wicket-controller` crate.
-//! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer.
+//! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer (pages in the fan's
+//!   language).
+//! - [`i18n`]: the message catalogues (static/i18n/, zh-CN, zh-TW, en, ja, ko) and the choice of
+//!   language (`?lang=`, the `wicket_lang` cookie, `Accept-Language`), shared by the server-rendered
+//!   pages and queue.js.
 //! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token).
 //! - [`console`]: the operator console: its page and files (static/console/), browser sessions.
-//! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
+//! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in site with a buy page and a stand-in
+//!   payment provider; its secrets in a private temp folder removed on exit).
 //! - [`metrics`]: Prometheus metrics of the edge (the rooms' `wicket_room_*` gauges are the release
 //!   loop's, in `room::release`); deploy/ (alert rules, Grafana dashboard) is built on both.
 //! - [`nginx_import`]: `wicket nginx-import`, nginx `limit_req` zones as `[[edge.limits]]`.
@@ -62,6 +68,7 @@ pub use wicket_controller as controller;
 pub mod demo;
 pub mod fast;
 pub mod forward;
+pub mod i18n;
 pub mod identity;
 pub mod limit;
 pub mod metrics;

@@ -56,6 +56,9 @@ enum Command {
         /// Port of the stand-in for the existing site.
         #[arg(long, default_value_t = 3000)]
         origin_port: u16,
+        /// Seconds from the start to the sale's opening.
+        #[arg(long, default_value_t = wicket_edge::demo::OPENS_IN_SECONDS)]
+        opens_in_seconds: u64,
     },
     /// Validate a config file and print every problem.
     CheckConfig {
@@ -149,10 +152,10 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Demo { edge_port, admin_port, core_port, origin_port } => {
+        Command::Demo { edge_port, admin_port, core_port, origin_port, opens_in_seconds } => {
             text_logs();
             let ports = wicket_edge::demo::DemoPorts { edge: edge_port, admin: admin_port, core: core_port, origin: origin_port };
-            match wicket_edge::demo::run(ports) {
+            match wicket_edge::demo::run(ports, opens_in_seconds) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("wicket: {e:#}");

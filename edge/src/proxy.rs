@@ -36,6 +36,7 @@ use crate::config::{BotCheckMode, BotProofKind};
 use crate::identity::{DEVICE_COOKIE, Device, cookie, header as header_str};
 use crate::limit::Subject;
 use crate::metrics::{Outcome, Route};
+use crate::i18n::Words;
 use crate::reject::{Reject, send, send_json, wants_html};
 use crate::state::{EdgeState, Upstream};
 use crate::statics::{Asset, Encoding, none_match};
@@ -100,7 +101,8 @@ impl EdgeProxy {
             send(session, h, Bytes::new()).await?;
             return Ok(true);
         }
-        let (mut h, body) = r.render(wants_html(session));
+        let words = wants_html(session).map(|l| st.queue_page.words(l));
+        let (mut h, body) = r.render_with(words.as_ref().map(|w| w as &dyn Words));
         for c in ctx.cookies.drain(..) {
             h.append_header(header::SET_COOKIE, c)?;
         }
@@ -891,7 +893,8 @@ impl ProxyHttp for EdgeProxy {
             self.state.rooms.record_core(None);
         }
         self.state.metrics.rejects.with_label_values(&[reject.reason()]).inc();
-        let (h, body) = reject.render(wants_html(session));
+        let words = wants_html(session).map(|l| self.state.queue_page.words(l));
+        let (h, body) = reject.render_with(words.as_ref().map(|w| w as &dyn Words));
         let _ = send(session, h, body).await;
         FailToProxy { error_code: code, can_reuse_downstream: false }
     }

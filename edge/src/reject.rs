@@ -13,6 +13,8 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde_json::json;
 
+use crate::i18n::{LANG_COOKIE, Lang, Words, html_escape};
+
 /// Largest request head (target and headers) the edge accepts; nginx's default buffers allow
 /// about as much.
 pub const MAX_REQUEST_HEAD: usize = 32 * 1024;
@@ -138,17 +140,24 @@ impl Reject {
         }
     }
 
-    /// Status, headers and body for a client that wants HTML (`html`) or JSON.
-    pub fn render(&self, html: bool) -> (ResponseHeader, Bytes) {
-        if let (true, Reject::NotAdmitted { room }) = (html, self) {
+    /// Status, headers and body for a client that wants a page (in `page`'s language) or JSON
+    /// (`None`).
+    pub fn render(&self, page: Option<Lang>) -> (ResponseHeader, Bytes) {
+        self.render_with(page.as_ref().map(|l| l as &dyn Words))
+    }
+
+    /// [`Reject::render`] with the page's words from `page` (the edge passes the queue page's
+    /// catalogue, so an operator's `[edge.queue-page.text.<lang>]` overrides reach these pages too).
+    pub fn render_with(&self, page: Option<&dyn Words>) -> (ResponseHeader, Bytes) {
+        if let (Some(_), Reject::NotAdmitted { room }) = (page, self) {
             let mut h = ResponseHeader::build(302, Some(4)).expect("static status");
             let _ = h.insert_header(http::header::LOCATION, format!("/queue/{room}"));
             let _ = h.insert_header(http::header::CACHE_CONTROL, "no-store");
             let _ = h.insert_header(http::header::CONTENT_LENGTH, "0");
             return (h, Bytes::new());
         }
-        let (ct, body) = if html {
-            ("text/html; charset=utf-8", Bytes::from(self.page()))
+        let (ct, body) = if let Some(words) = page {
+            ("text/html; charset=utf-8", Bytes::from(self.page(words)))
         } else {
             let mut v = json!({"error": self.code(), "message": self.message()});
             match self {
@@ -196,31 +205,59 @@ impl Reject {
         h
     }
 
-    fn page(&self) -> String {
-        let (title, extra) = match self {
-            Reject::RateLimited { retry_after } => (
-                "Busy — please wait",
-                format!(
-                    "<p>Too many requests. This page reloads in <b id=s>{s}</b> s.</p>\
-                     <script>let s={s};setInterval(()=>{{if(--s<=0)location.reload();document.getElementById('s').textContent=s}},1000)</script>",
-                    s = retry_secs(*retry_after)
-                ),
-            ),
+    /// The catalogue keys of this refusal's page title and text.
+    fn page_keys(&self) -> (&'static str, &'static str) {
+        match self {
+            Reject::RateLimited { .. } => ("err_busy_title", "err_busy_text"),
+            Reject::BotCheckRequired | Reject::BotCheckFailed(_) => ("err_check_title", "err_check_text"),
+            Reject::Blocked => ("err_blocked_title", "err_blocked_text"),
+            Reject::NotFound => ("err_not_found_title", "err_not_found_text"),
+            Reject::BadRequest(_) | Reject::PayloadTooLarge | Reject::RequestTimeout | Reject::HeadersTooLarge => {
+                ("err_bad_request_title", "err_bad_request_text")
+            }
+            Reject::NotAdmitted { .. }
+            | Reject::BotCheckUnavailable
+            | Reject::RoomStateUnavailable
+            | Reject::BadGateway
+            | Reject::GatewayTimeout
+            | Reject::NoUpstream => ("err_unavailable_title", "err_unavailable_text"),
+        }
+    }
+
+    /// The fan-facing page, in `lang` from the message catalogue (the JSON answer keeps the
+    /// English `message` for programs).
+    pub fn page(&self, lang: &dyn Words) -> String {
+        let (title_key, text_key) = self.page_keys();
+        let title = html_escape(lang.text(title_key));
+        let (text, extra) = match self {
+            Reject::RateLimited { retry_after } => {
+                let s = retry_secs(*retry_after);
+                (
+                    html_escape(&lang.fill(text_key, &[("s", &format!("\u{1}{s}\u{2}"))]))
+                        .replace('\u{1}', "<b id=s>")
+                        .replace('\u{2}', "</b>"),
+                    format!(
+                        "<noscript><meta http-equiv=refresh content={s}></noscript>\
+                         <script>let s={s};setInterval(()=>{{if(--s<=0)location.reload();document.getElementById('s').textContent=s}},1000)</script>"
+                    ),
+                )
+            }
             Reject::BotCheckRequired | Reject::BotCheckFailed(_) => (
-                "Checking your browser",
+                html_escape(lang.text(text_key)),
                 format!(
-                    "<p id=pow-status>Checking your browser, this takes a second…</p>\
-                     <script src=\"{}\" data-auto=\"reload\"></script>",
-                    crate::bot::POW_JS_PATH
+                    "<noscript><p>{}</p></noscript><script src=\"{}\" data-auto=\"reload\" data-failed=\"{}\"></script>",
+                    html_escape(lang.text("err_check_needs_js")),
+                    crate::bot::POW_JS_PATH,
+                    html_escape(lang.text("err_check_failed")),
                 ),
             ),
-            _ => ("Sorry", String::new()),
+            _ => (html_escape(lang.text(text_key)), String::new()),
         };
         format!(
-            "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+            "<!doctype html><html lang={}><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
              <title>{title}</title><body style=\"font:16px system-ui;max-width:36em;margin:4em auto;padding:0 1em\">\
-             <h1>{title}</h1><p>{}</p>{extra}</body></html>",
-            html_escape(&self.message())
+             <h1>{title}</h1><p id=pow-status>{text}</p>{extra}</body></html>",
+            lang.lang().tag()
         )
     }
 }
@@ -230,14 +267,10 @@ fn retry_secs(d: Duration) -> u64 {
     s.max(1)
 }
 
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
 /// A refusal as bytes on the wire (status line, the rendered headers, `Date`, `Connection`,
 /// body), for paths that answer without Pingora's session ([`crate::forward`]).
-pub fn wire(reject: &Reject, html: bool, keep_alive: bool) -> Vec<u8> {
-    let (h, body) = reject.render(html);
+pub fn wire(reject: &Reject, page: Option<&dyn Words>, keep_alive: bool) -> Vec<u8> {
+    let (h, body) = reject.render_with(page);
     let mut out = Vec::with_capacity(256 + body.len());
     out.extend_from_slice(format!("HTTP/1.1 {} {}\r\n", h.status.as_u16(), h.status.canonical_reason().unwrap_or("")).as_bytes());
     for (name, value) in h.headers.iter() {
@@ -253,14 +286,20 @@ pub fn wire(reject: &Reject, html: bool, keep_alive: bool) -> Vec<u8> {
     out
 }
 
-/// Whether the client wants a page rather than JSON.
-pub fn wants_html(session: &Session) -> bool {
-    session
-        .req_header()
-        .headers
-        .get(http::header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("text/html"))
+/// The language of the page the client wants, or `None` when it wants JSON (no `text/html` in
+/// `Accept`).
+pub fn wants_html(session: &Session) -> Option<Lang> {
+    let req = session.req_header();
+    let header = |name: http::HeaderName| req.headers.get(name).and_then(|v| v.to_str().ok());
+    if !header(http::header::ACCEPT).is_some_and(|a| a.contains("text/html")) {
+        return None;
+    }
+    Some(page_lang(req.uri.query(), crate::identity::cookie(req, LANG_COOKIE), header(http::header::ACCEPT_LANGUAGE)))
+}
+
+/// The language of a page for a request: `?lang=`, the `wicket_lang` cookie, `Accept-Language`.
+pub fn page_lang(query: Option<&str>, saved: Option<&str>, accept_language: Option<&str>) -> Lang {
+    crate::i18n::choose(crate::i18n::query_lang(query), saved, accept_language)
 }
 
 /// Writes a complete answer (header + body) to the client.
@@ -306,13 +345,36 @@ mod tests {
     #[test]
     fn not_admitted_is_a_redirect_for_browsers_and_403_json_otherwise() {
         let r = Reject::NotAdmitted { room: "ev-1".into() };
-        let (h, _) = r.render(true);
+        let (h, _) = r.render(Some(Lang::En));
         assert_eq!(h.status.as_u16(), 302);
         assert_eq!(h.headers.get("location").unwrap(), "/queue/ev-1");
-        let (h, body) = r.render(false);
+        let (h, body) = r.render(None);
         assert_eq!(h.status.as_u16(), 403);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["error"], "forbidden");
         assert_eq!(v["queue"], "/queue/ev-1");
+    }
+
+    #[test]
+    fn refusal_pages_speak_the_fans_language() {
+        let busy = Reject::RateLimited { retry_after: Duration::from_secs(3) };
+        let (h, body) = busy.render(Some(page_lang(None, None, Some("zh-CN,zh;q=0.9"))));
+        let page = String::from_utf8_lossy(&body);
+        assert_eq!(h.status.as_u16(), 429);
+        assert!(page.contains("<html lang=zh-CN>") && page.contains("访问繁忙") && page.contains("<b id=s>3</b>"), "{page}");
+        assert!(!page.contains("Busy"), "{page}");
+        for (lang, word) in [(Lang::ZhTw, "繁忙"), (Lang::Ja, "混み合って"), (Lang::Ko, "접속이"), (Lang::En, "Busy")] {
+            assert!(busy.page(&lang).contains(word), "{}", lang.tag());
+        }
+        for r in [Reject::Blocked, Reject::NotFound, Reject::BadGateway, Reject::RoomStateUnavailable, Reject::BotCheckRequired] {
+            let en = r.page(&Lang::En);
+            for lang in Lang::ALL {
+                let page = r.page(&lang);
+                assert!(page.contains(&format!("<html lang={}>", lang.tag())), "{page}");
+                assert!(lang == Lang::En || page != en, "{r:?} is not translated into {}", lang.tag());
+            }
+        }
+        assert!(Reject::NotFound.page(&Lang::Ko).contains("페이지를 찾을 수 없습니다"));
+        assert!(Reject::BotCheckRequired.page(&Lang::Ja).contains("data-failed="));
     }
 }

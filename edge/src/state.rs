@@ -104,6 +104,8 @@ pub struct EdgeState {
     pub started: Instant,
     /// The waiting rooms.
     pub rooms: Arc<crate::room::Rooms>,
+    /// The queue page (`[edge.queue-page]` or the built-in one).
+    pub queue_page: crate::room::page::QueuePage,
 }
 
 fn errs(v: Vec<ConfigIssue>) -> ConfigErrors {
@@ -196,6 +198,7 @@ impl EdgeState {
             None => None,
         };
         let limits = Limits::new(&e.limits).map_err(|m| one("edge.limits", m))?;
+        let queue_page = crate::room::page::QueuePage::compile(&e.queue_page, &|p| config.resolve(p)).map_err(errs)?;
         let trusted = e.trusted_proxies.iter().filter_map(|p| parse_net(p)).collect();
         let bot = BotChecks::new(&e.bot, signer.clone()).map_err(|m| one("edge.bot", m))?;
         let backend = match &config.room_store {
@@ -234,6 +237,7 @@ impl EdgeState {
             fast_forward: e.fast_forward,
             started: Instant::now(),
             rooms,
+            queue_page,
             config,
         })
     }

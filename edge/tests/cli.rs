@@ -173,37 +173,109 @@ async fn sigint_stops_serve_within_its_grace_after_in_flight_requests() {
     stops_gracefully_on("INT").await;
 }
 
+/// The demo tells one story: the detail page counts down to the event's real opening (read
+/// through the edge, not written in the page), the room opens with the event, an admitted fan
+/// holds on the stand-in buy page through the edge, pays through the stand-in provider and ends
+/// on a done page that ends the session. Its secrets are private files, gone when it stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn demo_serves_the_page_the_core_and_the_origin_then_stops_on_sigterm() {
+async fn demo_tells_one_story_from_countdown_to_paid_then_stops_on_sigterm_and_leaves_no_secrets() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
     let (edge, admin, core, origin) = (free_port(), free_port(), free_port(), free_port());
     let mut child = wicket()
         .arg("demo")
         .args(["--edge-port", &edge.to_string(), "--admin-port", &admin.to_string()])
         .args(["--core-port", &core.to_string(), "--origin-port", &origin.to_string()])
+        .args(["--opens-in-seconds", "3"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let config = PathBuf::from(first.split("config: ").nth(1).and_then(|r| r.strip_suffix(")\n")).unwrap_or_else(|| panic!("{first}")));
+    let dir = config.parent().unwrap().to_owned();
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", edge)).is_err() {
         assert!(Instant::now() < deadline, "demo did not start");
         assert!(child.try_wait().unwrap().is_none(), "demo exited early");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Secrets: a private folder, private files.
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    assert_eq!(mode(&config), 0o600, "{}", config.display());
+    assert!(std::fs::read_to_string(&config).unwrap().contains("callback-secret"));
+
     let base = format!("http://127.0.0.1:{edge}");
     let page = get(&format!("{base}/"), &[]).await;
     assert_eq!(page.status, 200);
     assert!(page.text().contains("Prehistoric Park"));
+    // The page counts down to the event's opening, which it reads through the edge.
+    assert!(page.text().contains("data-event=\"ev-42\"") && !page.text().contains("data-opens-at"), "{}", page.text());
     let ev = get(&format!("{base}/v1/events/ev-42"), &[]).await;
     assert_eq!(ev.status, 200, "{}", ev.text());
     assert_eq!(ev.json()["name"], "Prehistoric park, 1-yuan day ticket");
+    let opens = time::OffsetDateTime::parse(ev.json()["opens_at"].as_str().unwrap(), &time::format_description::well_known::Rfc3339).unwrap();
+    let left = (opens - time::OffsetDateTime::now_utc()).whole_seconds();
+    assert!((-10..=4).contains(&left), "opens in {left} s");
     let o = get(&format!("{base}/anything"), &[]).await;
     assert!(o.text().contains("existing site"));
     assert_eq!(get(&format!("{base}/buy/ev-42"), &[("accept", "text/html")]).await.status, 302);
-    // The demo's waiting room answers a join with its status.
-    let q = get(&format!("{base}/queue/ev-42"), &[("accept", "application/json")]).await;
-    assert_eq!(q.status, 200, "{}", q.text());
-    assert!(q.json()["position"].as_u64().is_some_and(|p| p >= 1), "{}", q.text());
+
+    // A fan (with a cookie jar) queues; the room opens with the event and lets them in.
+    let mut jar: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let cookie = |jar: &std::collections::HashMap<String, String>| jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut states = Vec::new();
+    loop {
+        let r = request("GET", &format!("{base}/queue/ev-42"), &[("accept", "application/json"), ("cookie", &cookie(&jar))], b"").await;
+        jar.extend(r.cookies());
+        assert_eq!(r.status, 200, "{}", r.text());
+        let state = r.json()["state"].as_str().unwrap_or_default().to_owned();
+        if states.last() != Some(&state) {
+            states.push(state.clone());
+        }
+        if state == "admitted" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not admitted within 30 s: {states:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(states.first().map(String::as_str), Some("not_open"), "the room opens with the event: {states:?}");
+    // The stand-in buy page, then a hold through the edge (admission cookie → the core's bearer).
+    let r = request("GET", &format!("{base}/buy/ev-42"), &[("accept", "text/html"), ("cookie", &cookie(&jar))], b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("Hold one ticket"), "{}", r.text());
+    let hold = br#"{"sku":"park","qty":1,"idempotency_key":"demo-test-1"}"#;
+    let r = request(
+        "POST",
+        &format!("{base}/v1/events/ev-42/holds"),
+        &[("content-type", "application/json"), ("accept", "application/json"), ("cookie", &cookie(&jar))],
+        hold,
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let order = r.json();
+    // Paid through the stand-in provider (a signed callback to the core).
+    let pay = serde_json::json!({"order_id": order["order_id"], "amount_cents": order["amount_cents"]}).to_string();
+    let r = request(
+        "POST",
+        &format!("{base}/buy/ev-42/pay"),
+        &[("content-type", "application/json"), ("cookie", &cookie(&jar))],
+        pay.as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["result"], "paid", "{}", r.text());
+    // The done page ends the session: the buy page sends the fan back to the queue.
+    let r = request("GET", &format!("{base}/buy/ev-42/done"), &[("accept", "text/html"), ("cookie", &cookie(&jar))], b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("You have a ticket") && r.header("wicket-revoke").is_none(), "{}", r.text());
+    let r = request("GET", &format!("{base}/buy/ev-42"), &[("accept", "text/html"), ("cookie", &cookie(&jar))], b"").await;
+    assert_eq!((r.status, r.header("location")), (302, Some("/queue/ev-42")), "the session ended");
+
     signal(child.id(), "TERM");
     let started = Instant::now();
     loop {
@@ -214,15 +286,16 @@ async fn demo_serves_the_page_the_core_and_the_origin_then_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut out = String::new();
-    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
     assert!(out.contains(&format!("http://127.0.0.1:{edge}/")), "{out}");
+    assert!(!dir.exists(), "the demo's folder (its secrets) is left behind: {}", dir.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_runs_the_sale_core_alone_from_the_shared_config() {
     let dir = tempfile::tempdir().unwrap();
     let ports = wicket_edge::demo::DemoPorts { edge: free_port(), admin: free_port(), core: free_port(), origin: free_port() };
-    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48) };
+    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48), callback_secret: "c".repeat(32) };
     let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
     let mut child = wicket().arg("core").arg("--config").arg(&cfg).stderr(Stdio::null()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -248,7 +321,7 @@ fn a_busy_port_is_named_with_the_key_that_sets_it() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = busy.local_addr().unwrap().port();
     let ports = wicket_edge::demo::DemoPorts { edge: free_port(), admin: free_port(), core: port, origin: free_port() };
-    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48) };
+    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48), callback_secret: "c".repeat(32) };
     let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
     let out = wicket().arg("core").arg("--config").arg(&cfg).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -268,7 +341,7 @@ fn a_busy_port_is_named_with_the_key_that_sets_it() {
 fn check_config_checks_the_embedded_cores_part_of_the_file_too() {
     let dir = tempfile::tempdir().unwrap();
     let ports = wicket_edge::demo::DemoPorts { edge: free_port(), admin: free_port(), core: free_port(), origin: free_port() };
-    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48) };
+    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48), callback_secret: "c".repeat(32) };
     let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
     let ok = wicket().arg("check-config").arg(&cfg).output().unwrap();
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));

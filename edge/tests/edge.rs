@@ -121,7 +121,11 @@ async fn origin_down_is_a_502_page_and_a_slow_origin_a_504() {
     assert_eq!(r.status, 502);
     assert!(r.header("content-type").unwrap().starts_with("text/html"));
     assert_eq!(r.header("content-length"), Some(r.body.len().to_string().as_str()));
-    assert!(r.text().contains("upstream"));
+    assert!(r.text().contains("Temporarily unavailable"), "{}", r.text());
+    // The page speaks the fan's language.
+    let r = get(&edge.url("/anything"), &[("accept", "text/html"), ("accept-language", "zh-TW,zh;q=0.9")]).await;
+    assert_eq!(r.status, 502);
+    assert!(r.text().contains("<html lang=zh-TW>") && r.text().contains("服務暫時無法使用"), "{}", r.text());
     // Static pages still work with the origin down.
     assert_eq!(get(&edge.url("/"), &[]).await.status, 200);
 
@@ -137,7 +141,8 @@ async fn origin_down_is_a_502_page_and_a_slow_origin_a_504() {
 async fn ip_limit_refuses_over_burst_with_retry_after_in_json_or_html() {
     let origin = TestUpstream::start("origin").await;
     let edge = TestEdge::start(&format!(
-        "origin = \"{}\"\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true",
+        "origin = \"{}\"\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true\n\
+         [edge.queue-page.text.ja]\nerr_busy_title = \"ただいま大変混雑しています\"\n",
         origin.url()
     ));
     for _ in 0..3 {
@@ -151,7 +156,17 @@ async fn ip_limit_refuses_over_burst_with_retry_after_in_json_or_html() {
     let r = get(&edge.url("/other"), &[("accept", "text/html")]).await;
     assert_eq!(r.status, 429);
     assert!(r.header("retry-after").is_some());
-    assert!(r.text().contains("<html"));
+    assert!(r.text().contains("<html lang=en>") && r.text().contains("Busy"), "{}", r.text());
+    // The "Busy" page in the fan's language (it was English only), from the saved choice or
+    // Accept-Language.
+    let r = get(&edge.url("/other"), &[("accept", "text/html"), ("accept-language", "zh-CN,zh;q=0.9,en;q=0.8")]).await;
+    assert_eq!(r.status, 429);
+    assert!(r.text().contains("<html lang=zh-CN>") && r.text().contains("访问繁忙") && !r.text().contains("Busy"), "{}", r.text());
+    let r = get(&edge.url("/other"), &[("accept", "text/html"), ("accept-language", "en"), ("cookie", "wicket_lang=ko")]).await;
+    assert!(r.text().contains("<html lang=ko>") && r.text().contains("접속이 많습니다"), "{}", r.text());
+    // An operator's text override reaches the edge's pages too.
+    let r = get(&edge.url("/other"), &[("accept", "text/html"), ("accept-language", "ja-JP")]).await;
+    assert!(r.text().contains("<title>ただいま大変混雑しています</title>"), "{}", r.text());
     // Queue polls have their own budget.
     let r = get(&edge.url("/queue/ev/status"), &[]).await;
     assert_eq!(r.status, 200);

@@ -2,7 +2,7 @@
 //!
 //! | method, path | does |
 //! |---|---|
-//! | `GET /queue/<room>` | joins when needed; the queue page, a 302 to the target once admitted (no-JS), or the status JSON for `Accept: application/json` |
+//! | `GET /queue/<room>` | joins when needed; the queue page rendered with the status in the fan's language ([`super::page`]; `?lang=` sets the `wicket_lang` cookie), a 302 to the target once admitted (no-JS), or the status JSON for `Accept: application/json` |
 //! | `POST /queue/<room>/join` | `{"pow":{"challenge","nonce"}}` / `{"captcha":"..."}` when the room asks; the status JSON |
 //! | `GET /queue/<room>/status` | the status JSON; 401 without a valid ticket |
 //! | `GET /queue/<room>/events` | the status JSON as server-sent events until admitted (then `redirect` is `/queue/<room>`, which sets the admission cookie) |
@@ -22,14 +22,14 @@ use pingora::proxy::Session;
 use serde_json::json;
 
 use super::config::RoomBotCheck;
+use super::page::PageView;
 use super::ticket::{QueueTicket, cookie_name};
 use super::{Phase, Room, RoomError, Status, StatusOutcome};
 use crate::bot::{CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, unix_now};
+use crate::i18n::{LANG_COOKIE, Lang};
 use crate::identity::{cookie, header as header_str};
 use crate::state::EdgeState;
 
-/// The queue page (static/queue.html), compiled in so every edge has it.
-pub const QUEUE_HTML: &str = include_str!("../../../static/queue.html");
 /// static/queue.js, served at `/static/queue.js` unless `static-dir` has its own.
 pub const QUEUE_JS: &str = include_str!("../../../static/queue.js");
 /// static/queue.css, served at `/static/queue.css` unless `static-dir` has its own.
@@ -215,14 +215,22 @@ async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
         extra.push((header::LOCATION, target.clone()));
         return answer(session, 302, "text/plain; charset=utf-8", Bytes::from_static(b"admitted\n"), &extra).await;
     }
-    let html = if status.is_none() {
-        QUEUE_HTML.replace(
-            "<meta name=\"wicket-bot-check\" content=\"\">",
-            &format!("<meta name=\"wicket-bot-check\" content=\"{}\">", bot_name(bot)),
-        )
-    } else {
-        QUEUE_HTML.to_owned()
-    };
+    let req = session.req_header();
+    let asked = crate::i18n::query_lang(req.uri.query()).and_then(Lang::from_tag);
+    let lang = crate::reject::page_lang(req.uri.query(), cookie(req, LANG_COOKIE), header_str(req, "accept-language"));
+    if let Some(l) = asked {
+        // A fan's explicit choice (the page's language links) sticks to later pages.
+        q.cookies.push(st.cookie(LANG_COOKIE, l.tag(), 365 * 86_400));
+    }
+    let now = unix_now() as i64;
+    let opens_in = status
+        .as_ref()
+        .filter(|s| s.state == Phase::NotOpen)
+        .and_then(|s| s.opens_at.as_deref())
+        .and_then(super::config::parse_time)
+        .map(|o| (o - now).max(0) as u64);
+    let view = PageView { lang, status: status.as_ref(), bot_check: if status.is_none() { bot_name(bot) } else { "" }, now, opens_in };
+    let html = st.queue_page.render(&view);
     let extra = cookie_headers(q);
     answer(session, 200, "text/html; charset=utf-8", Bytes::from(html), &extra).await
 }

@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod config;
 pub mod http;
+pub mod page;
 pub mod redis;
 pub mod release;
 pub mod shuffle;
