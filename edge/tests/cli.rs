@@ -390,7 +390,7 @@ fn stderr_of_a_run(command: &str, cfg: &Path, ports: &[u16]) -> String {
 fn log_format_json_writes_json_lines_text_has_no_colour_codes_and_every_listener_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let ports = wicket_edge::demo::DemoPorts { edge: free_port(), admin: free_port(), core: free_port(), origin: free_port() };
-    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48) };
+    let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48), callback_secret: "c".repeat(32) };
     let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
     let demo = std::fs::read_to_string(&cfg).unwrap();
     let with = |edge_format: &str, core_format: &str| {
