@@ -43,6 +43,10 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 export PATH="$PATH:/usr/sbin"
+# The README's run commands use these binaries as they are (cargo's default profile, each package's
+# own features): built here, `cargo run -p wicket-edge --bin wicket -- demo` compiles nothing.
+cargo build -p wicket-edge --bin wicket
+cargo build -p wicket-core --bin wicket-core
 cargo build --workspace --all-targets
 # The surge bench in quick mode against the real (debug) binaries, so the bench cannot rot:
 # fails when anything is oversold, double-sold or over a limit, or nothing sells.

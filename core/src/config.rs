@@ -542,8 +542,12 @@ impl CoreConfig {
                 let key = format!("event-files[{i}]");
                 match std::fs::read(f) {
                     Err(e) => err(&key, format!("{}: {e}", f.display())),
-                    Ok(bytes) => match crate::strict_json::object_from_slice::<crate::model::EventSpec>(&bytes) {
-                        Err(e) => err(&key, format!("{}: {e}", f.display())),
+                    Ok(bytes) => match crate::strict_json::object_from_slice_all::<crate::model::EventSpec>(&bytes) {
+                        Err(es) => {
+                            for e in es {
+                                err(&key, format!("{}: {e}", f.display()));
+                            }
+                        }
                         Ok(spec) => {
                             for e in spec.validate() {
                                 err(&key, format!("{}: {}: {}", f.display(), e.path, e.message));

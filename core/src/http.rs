@@ -23,6 +23,7 @@ use subtle::ConstantTimeEq;
 
 use crate::metrics::CoreMetrics;
 use crate::model::{
+    FieldError,
     CloseReason, EventRecord, EventSpec, HoldOutcome, HoldRequest, Identity, Order, PayOutcome, PaymentRequest,
     PutEventOutcome, TransitionOutcome, event_of_order, new_order_id, rfc3339_ms, valid_event_id, valid_id,
 };
@@ -358,13 +359,25 @@ async fn put_event(
         Some(other) => return Err(ApiError::bad_request(format!("force must be true or false, got {other:?}"))),
     };
     let bytes = read_body(body).await?;
-    let spec: EventSpec = parse_json(&bytes)?;
-    let errs = spec.validate();
-    if !errs.is_empty() {
-        return Ok(json_response(
+    // Every wrong type, unknown and missing field at once, each with its path; then every rule.
+    let bad = |errs: Vec<FieldError>| {
+        json_response(
             StatusCode::BAD_REQUEST,
             json!({"error": "bad_request", "message": errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), "errors": errs}),
-        ));
+        )
+    };
+    let spec: EventSpec = match strict_json::object_from_slice_all(&bytes) {
+        Ok(spec) => spec,
+        Err(es) => {
+            return Ok(bad(es
+                .into_iter()
+                .map(|e| FieldError { path: e.path().to_owned(), message: e.message().to_owned() })
+                .collect()));
+        }
+    };
+    let errs = spec.validate();
+    if !errs.is_empty() {
+        return Ok(bad(errs));
     }
     match st.store.put_event(&event, &spec, force).await? {
         PutEventOutcome::Created => {

@@ -58,35 +58,57 @@ pub fn parse_path(path: &str) -> Vec<Seg> {
     out
 }
 
-/// A document tree a problem's key can be taken out of.
+/// A document tree a problem's key can be taken out of (and a stand-in put back).
 pub trait Tree: Clone {
     /// Removes the value at `path` (its last step a key); false when there is none.
     fn remove(&mut self, path: &[Seg]) -> bool;
+    /// Sets the value at `path` (its last step a key, its parent a table); false when there is none.
+    fn insert(&mut self, path: &[Seg], value: Self) -> bool;
+    /// Stand-ins for a required key whose own value was wrong, tried in order until one reads, so that
+    /// reading goes on past it to the rest of the document.
+    fn stand_ins() -> Vec<Self>;
+}
+
+/// The table at `path` in a TOML value.
+fn toml_table_at<'a>(mut cur: &'a mut toml::Value, path: &[Seg]) -> Option<&'a mut toml::map::Map<String, toml::Value>> {
+    for s in path {
+        cur = match (s, cur) {
+            (Seg::Key(k), toml::Value::Table(t)) => t.get_mut(k)?,
+            (Seg::Index(i), toml::Value::Array(a)) => a.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    match cur {
+        toml::Value::Table(t) => Some(t),
+        _ => None,
+    }
 }
 
 impl Tree for toml::Value {
     fn remove(&mut self, path: &[Seg]) -> bool {
         let Some((Seg::Key(last), parent)) = path.split_last() else { return false };
-        let mut cur = self;
-        for s in parent {
-            cur = match (s, cur) {
-                (Seg::Key(k), toml::Value::Table(t)) => match t.get_mut(k) {
-                    Some(v) => v,
-                    None => return false,
-                },
-                (Seg::Index(i), toml::Value::Array(a)) => match a.get_mut(*i) {
-                    Some(v) => v,
-                    None => return false,
-                },
-                _ => return false,
-            };
-        }
-        match cur {
-            toml::Value::Table(t) => t.remove(last).is_some(),
-            _ => false,
-        }
+        toml_table_at(self, parent).is_some_and(|t| t.remove(last).is_some())
+    }
+
+    fn insert(&mut self, path: &[Seg], value: Self) -> bool {
+        let Some((Seg::Key(last), parent)) = path.split_last() else { return false };
+        toml_table_at(self, parent).map(|t| t.insert(last.clone(), value)).is_some()
+    }
+
+    fn stand_ins() -> Vec<Self> {
+        use toml::Value as V;
+        vec![
+            V::Integer(0),
+            V::String(STAND_IN_TIME.into()),
+            V::Boolean(false),
+            V::Array(Vec::new()),
+            V::Table(toml::map::Map::new()),
+        ]
     }
 }
+
+/// A string stand-in that also reads as a time (RFC 3339).
+pub const STAND_IN_TIME: &str = "1970-01-01T00:00:00Z";
 
 /// Reads `T` from `doc` with `read`, which answers the path and message of the first problem; collects every
 /// problem by taking each offending key out and reading again (at most 64 rounds). Also answers what the
@@ -106,9 +128,36 @@ pub fn collect<D: Tree, T>(doc: &D, read: impl Fn(D) -> Result<T, (Vec<Seg>, Str
             p.push(Seg::Key(f.to_owned()));
             p
         });
-        // A field missing only because a problem of its own was taken out: reported already.
-        if !missing.as_ref().is_some_and(|m| removed.contains(m)) {
-            problems.push(Problem { path: display(&path), message });
+        // A field missing only because a problem of its own was taken out: reported already; a
+        // stand-in takes its place so that reading goes on. A field missing from the start is
+        // reported at its own path.
+        match &missing {
+            Some(m) if removed.contains(m) => {
+                let mut next = None;
+                for v in D::stand_ins() {
+                    let mut d = doc.clone();
+                    if !d.insert(m, v) {
+                        break;
+                    }
+                    match read(d.clone()) {
+                        Ok(t) => return (Some(t), problems),
+                        Err((p, msg)) if p != *m && !(p == path && msg == message) => {
+                            next = Some(d);
+                            break;
+                        }
+                        Err(_) => {}
+                    }
+                }
+                match next {
+                    Some(d) => {
+                        doc = d;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            Some(m) => problems.push(Problem { path: display(m), message }),
+            None => problems.push(Problem { path: display(&path), message }),
         }
         // Take out the innermost key at or above the problem: a wrong value, an unknown key, or the
         // table a required key is missing from. Array elements stay (later indices keep their numbers).
@@ -306,13 +355,16 @@ mod tests {
     #[test]
     fn a_missing_field_is_reported_once_and_the_rest_still_read() {
         let ps = problems("threads = 1\n[inner]\n");
-        assert_eq!(ps.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["inner", ""], "{ps:#?}");
+        assert_eq!(ps.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["inner.a", "name"], "{ps:#?}");
         assert!(ps[1].message.starts_with("missing field `name`"), "{ps:#?}");
         assert!(ps[0].message.starts_with("missing field `a`") && ps[0].message.contains("line 2"), "{ps:#?}");
         // A wrong required value is one problem, not also "missing".
         let ps = problems("name = 5\n");
         assert_eq!(ps.len(), 1, "{ps:#?}");
         assert_eq!(ps[0].path, "name");
+        // ... and reading goes on past it (a stand-in takes its place) to the problems after it.
+        let ps = problems("name = 5\nthreads = \"x\"\n[inner]\na = -1\n");
+        assert_eq!(ps.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["name", "threads", "inner.a"], "{ps:#?}");
     }
 
     #[test]

@@ -30,6 +30,11 @@ impl JsonError {
         self.path.as_deref().unwrap_or("")
     }
 
+    /// What is wrong, without the path.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// Pins the error to `path` unless a deeper value already claimed it.
     fn at(mut self, path: &Path<'_>) -> JsonError {
         if self.path.is_none() {
@@ -67,6 +72,95 @@ pub fn object_from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, JsonErr
         return Err(e.at(&root));
     }
     T::deserialize(NodeDeserializer { node: &node, path: root })
+}
+
+/// [`object_from_slice`], reporting every shape problem of the body at once (each wrong type, unknown field
+/// and missing field with its path, [`crate::problems`]), not only the first. A syntax error is still one
+/// error (with serde_json's line and column): nothing after it can be read.
+pub fn object_from_slice_all<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Vec<JsonError>> {
+    let node: Node = serde_json::from_slice(bytes).map_err(|e| vec![JsonError { path: None, message: e.to_string() }])?;
+    if !matches!(node, Node::Object(_)) {
+        let e: JsonError = de::Error::invalid_type(node.unexpected(), &"a JSON object");
+        return Err(vec![e.at(&Path::Root)]);
+    }
+    let read = |n: Node| {
+        T::deserialize(NodeDeserializer { node: &n, path: Path::Root })
+            .map_err(|e| (crate::problems::parse_path(e.path()), e.message))
+    };
+    match crate::problems::collect(&node, read) {
+        (Some(t), ps) if ps.is_empty() => Ok(t),
+        (_, ps) => Err(ps
+            .into_iter()
+            .map(|p| JsonError { path: (!p.path.is_empty()).then_some(p.path), message: p.message })
+            .collect()),
+    }
+}
+
+impl crate::problems::Tree for Node {
+    fn remove(&mut self, path: &[crate::problems::Seg]) -> bool {
+        use crate::problems::Seg;
+        let Some((Seg::Key(last), parent)) = path.split_last() else { return false };
+        let mut cur = self;
+        for s in parent {
+            cur = match (s, cur) {
+                (Seg::Key(k), Node::Object(entries)) => match entries.iter_mut().find(|(key, _)| key == k) {
+                    Some((_, v)) => v,
+                    None => return false,
+                },
+                (Seg::Index(i), Node::Array(items)) => match items.get_mut(*i) {
+                    Some(v) => v,
+                    None => return false,
+                },
+                _ => return false,
+            };
+        }
+        match cur {
+            Node::Object(entries) => {
+                let before = entries.len();
+                entries.retain(|(k, _)| k != last);
+                entries.len() < before
+            }
+            _ => false,
+        }
+    }
+
+    fn insert(&mut self, path: &[crate::problems::Seg], value: Self) -> bool {
+        use crate::problems::Seg;
+        let Some((Seg::Key(last), parent)) = path.split_last() else { return false };
+        let mut cur = self;
+        for s in parent {
+            cur = match (s, cur) {
+                (Seg::Key(k), Node::Object(entries)) => match entries.iter_mut().find(|(key, _)| key == k) {
+                    Some((_, v)) => v,
+                    None => return false,
+                },
+                (Seg::Index(i), Node::Array(items)) => match items.get_mut(*i) {
+                    Some(v) => v,
+                    None => return false,
+                },
+                _ => return false,
+            };
+        }
+        match cur {
+            Node::Object(entries) => {
+                entries.retain(|(k, _)| k != last);
+                entries.push((last.clone(), value));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn stand_ins() -> Vec<Self> {
+        vec![
+            Node::Number(0.into()),
+            Node::String(crate::problems::STAND_IN_TIME.into()),
+            Node::Bool(false),
+            Node::Array(Vec::new()),
+            Node::Object(Vec::new()),
+            Node::Null,
+        ]
+    }
 }
 
 /// A parsed JSON value. Unlike `serde_json::Value`, an object keeps no duplicate keys silently: a duplicate

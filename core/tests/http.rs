@@ -365,6 +365,18 @@ async fn bad_input_is_refused_without_state_change() {
     let paths: Vec<&str> = v["errors"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
     assert_eq!(paths, ["name", "closes_at", "pools[0]", "skus[0].pools[0]"]);
     assert_eq!(c.get_json("/v1/events/bad", false).await.0, 404);
+    // Wrong types and a missing field: every one at once, each with its path (not one parser message).
+    let typed = json!({"name": "x", "opens_at": "tomorrow", "closes_at": "2026-01-02T00:00:00Z",
+        "pools": [{"id": "p", "capacity": -5}], "hold_seconds": "long"});
+    let r = c.http.put(c.url("/v1/events/bad")).bearer_auth(ADMIN).json(&typed).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"], "bad_request");
+    let mut paths: Vec<&str> = v["errors"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    paths.sort_unstable();
+    assert_eq!(paths, ["hold_seconds", "opens_at", "pools[0].capacity", "skus"], "{v}");
+    assert!(v["message"].as_str().unwrap().contains("skus: missing field `skus`"), "{v}");
+    assert_eq!(c.get_json("/v1/events/bad", false).await.0, 404);
     let unknown_field = json!({"name": "x", "opens_at": "2026-01-01T00:00:00Z", "closes_at": "2026-01-02T00:00:00Z", "pools": [], "skus": [], "colour": "red"});
     let r = c.http.put(c.url("/v1/events/bad")).bearer_auth(ADMIN).json(&unknown_field).send().await.unwrap();
     assert_eq!(r.status(), 400);
