@@ -113,7 +113,8 @@ async fn forged_cookies_wrong_tokens_and_foreign_sign_ins_are_refused_and_guessi
     let r = request("POST", &edge.admin_url("/admin/session"), &[("origin", "https://evil.example")], right.as_bytes()).await;
     assert_eq!(r.status, 403);
     assert!(r.header("set-cookie").is_none());
-    // Guessing: ten wrong tokens, then even the right one waits out the minute.
+    // Guessing: ten wrong tokens, then even the right one from the same address waits out the
+    // minute.
     for i in 0..10 {
         let r = request("POST", &edge.admin_url("/admin/session"), &[], format!("{{\"token\":\"guess-{i}\"}}").as_bytes()).await;
         assert_eq!(r.status, 401);
@@ -123,4 +124,30 @@ async fn forged_cookies_wrong_tokens_and_foreign_sign_ins_are_refused_and_guessi
     assert_eq!(r.status, 429, "{}", r.text());
     // The bearer token is not locked out (scripts keep working).
     assert_eq!(edge.admin("GET", "/admin/rooms", "").await.status, 200);
+}
+
+/// The lock-out is per client address (after trusted proxies): a guesser locks out only itself,
+/// and an operator elsewhere still signs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guesser_locks_out_only_its_own_address() {
+    let edge = TestEdge::start("trusted-proxies = [\"127.0.0.1/32\"]\n");
+    let sign_in_from = |ip: &'static str, token: String| {
+        let url = edge.admin_url("/admin/session");
+        async move { request("POST", &url, &[("x-forwarded-for", ip)], format!("{{\"token\":\"{token}\"}}").as_bytes()).await }
+    };
+    for i in 0..10 {
+        assert_eq!(sign_in_from("203.0.113.7", format!("guess-{i}")).await.status, 401);
+    }
+    let r = sign_in_from("203.0.113.7", ADMIN_TOKEN.into()).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"], "too_many_attempts");
+    // Another address (another operator) is not locked out, and its one mistake does not add up
+    // with the guesser's.
+    assert_eq!(sign_in_from("198.51.100.1", "typo".into()).await.status, 401);
+    let r = sign_in_from("198.51.100.1", ADMIN_TOKEN.into()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("set-cookie").is_some());
+    // An untrusted peer cannot pick its address: without the proxy hop it is 127.0.0.1 itself.
+    let r = request("POST", &edge.admin_url("/admin/session"), &[], format!("{{\"token\":\"{ADMIN_TOKEN}\"}}").as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
 }
