@@ -151,3 +151,73 @@ async fn a_guesser_locks_out_only_its_own_address() {
     let r = request("POST", &edge.admin_url("/admin/session"), &[], format!("{{\"token\":\"{ADMIN_TOKEN}\"}}").as_bytes()).await;
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// `PUT /admin/rooms/<room>/schedule`, the console's schedule control: a new opening is what fans
+/// see at once; anything malformed, inconsistent, oversized or unauthorised is refused with a
+/// JSON `{error, message}` and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_route_moves_the_opening_and_refuses_hostile_bodies() {
+    let edge = room_edge();
+    let base = format!("http://{}", edge.addr);
+    let url = edge.admin_url("/admin/rooms/r1/schedule");
+    let schedule = |v: &serde_json::Value| v["config"]["schedule"].clone();
+    // Later today's sale: fans queue and are told when it opens.
+    let body = r#"{"prequeue_at":"2020-01-01T00:00:00Z","opens_at":"2099-01-01T10:00:00Z","closes_at":"2099-01-01T22:00:00+08:00"}"#;
+    let r = edge.admin("PUT", "/admin/rooms/r1/schedule", body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(schedule(&r.json())["opens-at"], "2099-01-01T10:00:00Z");
+    let mut fan = Fan::default();
+    fan.join(&base, "r1").await;
+    let s = fan.status(&base, "r1").await;
+    assert_eq!((s["state"].as_str(), s["opens_at"].as_str()), (Some("not_open"), Some("2099-01-01T10:00:00Z")), "{s}");
+    let before = schedule(&edge.admin("GET", "/admin/rooms/r1", "").await.json());
+    // Hostile bodies: each refused with a JSON error, none changes the schedule.
+    for (bad, status) in [
+        ("", 400),
+        ("{", 400),
+        ("[]", 400),
+        (r#"["2099-01-01T10:00:00Z"]"#, 400),
+        ("null", 400),
+        (r#"{"opens_at":5}"#, 400),
+        (r#"{"opens_at":["2099-01-01T10:00:00Z"]}"#, 400),
+        (r#"{"open_at":"2099-01-01T10:00:00Z"}"#, 400),
+        (r#"{"opens_at":"tomorrow"}"#, 400),
+        (r#"{"opens_at":"2099-01-01 10:00"}"#, 400),
+        (r#"{"opens_at":"2099-01-01T10:00:00Z","closes_at":"2099-01-01T09:00:00Z"}"#, 400),
+        (r#"{"prequeue_at":"2099-01-02T00:00:00Z","opens_at":"2099-01-01T10:00:00Z"}"#, 400),
+    ] {
+        let r = edge.admin("PUT", "/admin/rooms/r1/schedule", bad).await;
+        assert_eq!(r.status, status, "{bad}: {}", r.text());
+        assert_eq!(r.json()["error"], "bad_request", "{bad}");
+        assert!(r.json()["message"].as_str().is_some_and(|m| !m.is_empty()), "{bad}");
+    }
+    let r = edge.admin("PUT", "/admin/rooms/r1/schedule", r#"{"opens_at":"2099-01-01T10:00:00Z","closes_at":"2099-01-01T09:00:00Z"}"#).await;
+    assert!(r.json()["message"].as_str().unwrap().contains("closes-at"), "{}", r.text());
+    let big = format!("{{\"opens_at\":\"{}\"}}", "9".repeat(wicket_edge::admin::MAX_ADMIN_BODY));
+    let r = edge.admin("PUT", "/admin/rooms/r1/schedule", &big).await;
+    assert_eq!((r.status, r.json()["error"].as_str()), (413, Some("payload_too_large")));
+    let r = edge.admin("PUT", "/admin/rooms/nope/schedule", "{}").await;
+    assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("not_found")));
+    assert_eq!(edge.admin("GET", "/admin/rooms/r1/schedule", "").await.status, 405);
+    // No credential, a wrong one, a console session without its CSRF token or from elsewhere.
+    let (cookie, csrf) = sign_in(&edge).await;
+    let own = format!("http://{}", edge.admin);
+    for headers in [
+        vec![],
+        vec![("authorization", "Bearer wrong")],
+        vec![("cookie", cookie.as_str())],
+        vec![("cookie", cookie.as_str()), ("x-csrf-token", "forged")],
+        vec![("cookie", cookie.as_str()), ("x-csrf-token", csrf.as_str()), ("origin", "http://evil.example")],
+    ] {
+        let r = request("PUT", &url, &headers, b"{}").await;
+        assert!(r.status == 401 || r.status == 403, "{headers:?}: {} {}", r.status, r.text());
+    }
+    assert_eq!(schedule(&edge.admin("GET", "/admin/rooms/r1", "").await.json()), before, "nothing changed");
+    // The console's own call: open now (an empty schedule), and the fan moves on.
+    let headers = [("cookie", cookie.as_str()), ("x-csrf-token", csrf.as_str()), ("origin", own.as_str()), ("content-type", "application/json")];
+    let r = request("PUT", &url, &headers, b"{\"opens_at\":null}").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(schedule(&r.json())["opens-at"], serde_json::Value::Null);
+    let s = fan.status(&base, "r1").await;
+    assert_ne!(s["state"], "not_open", "{s}");
+}

@@ -6,6 +6,7 @@
 //! | `GET`/`PUT`/`DELETE /admin/rooms/<room>` | one room; PUT creates (201) or updates (200) it from the API.md room body, DELETE removes it (200); its protected paths change with it at once |
 //! | `POST /admin/rooms/<room>/pause`, `/resume`, `/queue-all` | operator overrides of the release |
 //! | `PUT /admin/rooms/<room>/release` | `{"mode": "auto" \| "fixed", "rate"?, "min"?, "max"?}` |
+//! | `PUT /admin/rooms/<room>/schedule` | `{"prequeue_at"?, "opens_at"?, "closes_at"?}` (RFC 3339; absent or null: none): the room's schedule alone, validated like the room body |
 //! | `GET /admin/rooms/<room>/stats` | counters, rates, the controller's last decision |
 //! | `GET /admin/stream` | server-sent events: `{"at_ms", "rooms": [stats...]}` once a second |
 //!
@@ -24,7 +25,7 @@ use pingora::protocols::http::ServerSession;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::config::RoomConfig;
+use super::config::{RoomConfig, ScheduleConfig};
 use super::{Room, Rooms, unix_ms};
 use crate::admin::{error, json_response};
 use crate::controller::{Bounds, ReleaseMode};
@@ -141,7 +142,38 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             tracing::info!(room = %room.id, mode = %u.mode, "admin: release");
             json_response(200, &room.stats())
         }
-        (_, "" | "stats" | "pause" | "resume" | "queue-all" | "release") => error(405, "bad_request", "method not allowed here"),
+        (Method::PUT, "schedule") => {
+            // An object only: serde would also take `[]` (or `["..."]`) for the struct.
+            let schedule = match serde_json::from_slice::<serde_json::Value>(body) {
+                Ok(v) if v.is_object() => serde_json::from_value::<ScheduleConfig>(v),
+                Ok(_) => return error(400, "bad_request", "the schedule must be a JSON object"),
+                Err(e) => Err(e),
+            };
+            let schedule = match schedule {
+                Ok(s) => s,
+                Err(e) => return error(400, "bad_request", format!("invalid schedule: {e}")),
+            };
+            // The rest of the room stays as it is; the whole room is validated again (a random
+            // room needs `opens_at`, `closes_at` must follow it...).
+            let mut cfg = room.spec().config.clone();
+            cfg.schedule = schedule;
+            let spec = match cfg.compile(id, "room") {
+                Ok(spec) => spec,
+                Err(issues) => {
+                    let message = issues.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                    return json_response(400, &json!({"error": "bad_request", "message": message, "issues": issues}));
+                }
+            };
+            if let Err(e) = rooms.publish(id, Some(&spec.config)).await {
+                return error(503, "unavailable", format!("the room state store did not take the change: {e}"));
+            }
+            let room = rooms.insert(spec);
+            tracing::info!(room = %room.id, "admin: schedule");
+            json_response(200, &room_json(&room))
+        }
+        (_, "" | "stats" | "pause" | "resume" | "queue-all" | "release" | "schedule") => {
+            error(405, "bad_request", "method not allowed here")
+        }
         _ => error(404, "not_found", "no such room endpoint"),
     }
 }

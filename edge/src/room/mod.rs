@@ -152,13 +152,16 @@ impl Room {
         self.spec.read().clone()
     }
 
-    /// Replaces the spec (admin PUT); the controller keeps its state, takes the new bounds.
+    /// Replaces the spec (admin PUT); the controller keeps its state, takes the new bounds. A
+    /// configured fixed rate takes over (ending a pause) only when the release config changed:
+    /// a new schedule leaves the operator's pause alone.
     pub fn set_spec(&self, spec: RoomSpec) {
         let cfg = controller_config(&spec);
+        let release_changed = self.spec().config.release != spec.config.release;
         {
             let mut c = self.controller.lock();
             c.set_bounds(unix_ms(), cfg.bounds);
-            if spec.config.release.mode == ReleaseModeConfig::Fixed {
+            if release_changed && spec.config.release.mode == ReleaseModeConfig::Fixed {
                 c.set_mode(unix_ms(), ReleaseMode::Fixed(spec.config.release.rate.unwrap_or(0.0)));
                 self.hold.store(0, Ordering::Relaxed);
                 *self.before_hold.lock() = None;
@@ -330,6 +333,10 @@ impl Room {
             "active": self.active.load(Ordering::Relaxed),
             "release_per_second": self.release_rate(),
             "measured_release_per_second": self.measured_rate(),
+            "window": {
+                "opens_at": self.window(&spec).0.and_then(rfc3339),
+                "closes_at": self.window(&spec).1.and_then(rfc3339),
+            },
             "sold_out": self.sold_out.load(Ordering::Relaxed),
             "restock_possible": self.restock_possible.load(Ordering::Relaxed),
             "available": match self.available.load(Ordering::Relaxed) { u64::MAX => serde_json::Value::Null, n => n.into() },

@@ -82,6 +82,35 @@ pub async fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
     request("GET", url, headers, b"").await
 }
 
+/// A fan in a waiting room: a cookie jar (queue ticket, device) kept across requests to one
+/// public address (or several edges sharing the room: cookies are per host, not per port).
+#[derive(Default)]
+pub struct Fan {
+    pub jar: HashMap<String, String>,
+}
+
+impl Fan {
+    /// A JSON GET with the jar's cookies; keeps the cookies the answer sets.
+    pub async fn get(&mut self, url: &str) -> Resp {
+        let cookie = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+        let r = get(url, &[("cookie", &cookie), ("accept", "application/json"), ("user-agent", "fan"), ("accept-language", "en")]).await;
+        self.jar.extend(r.cookies());
+        r
+    }
+
+    /// Joins `room` through the edge at `base` (`http://host:port`); the join's answer.
+    pub async fn join(&mut self, base: &str, room: &str) -> Resp {
+        self.get(&format!("{base}/queue/{room}")).await
+    }
+
+    /// One status poll of `room` through the edge at `base`: the JSON.
+    pub async fn status(&mut self, base: &str, room: &str) -> serde_json::Value {
+        let r = self.get(&format!("{base}/queue/{room}/status")).await;
+        assert!(r.status == 200 || r.status == 503, "status poll: {} {}", r.status, r.text());
+        r.json()
+    }
+}
+
 /// What the test upstream saw of one request.
 #[derive(Debug, Clone)]
 pub struct Seen {
