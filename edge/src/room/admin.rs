@@ -13,8 +13,9 @@
 //! ```text
 //! curl -X POST -H "Authorization: Bearer $WICKET_ADMIN_TOKEN" http://127.0.0.1:9090/admin/rooms/ev-42/pause
 //! ```
-//! Overrides act on the edge they are sent to; with Redis state the leader's mode is the one that
-//! moves the shared queue (send them to every edge, or to the leader named in the stats).
+//! With Redis room state, a room made, changed or deleted here and an override (pause, resume,
+//! queue-all, release) are published, and the other edges sharing the room apply them within a
+//! tick (a second): any edge's admin port controls a shared room.
 
 use std::time::Duration;
 
@@ -103,17 +104,17 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
         (Method::POST, "pause") => {
             room.set_mode(now, ReleaseMode::Paused);
             tracing::info!(room = %room.id, "admin: pause");
-            json_response(200, &room.stats())
+            shared(rooms, &room).await
         }
         (Method::POST, "queue-all") => {
             room.set_mode(now, ReleaseMode::QueueAll);
             tracing::info!(room = %room.id, "admin: queue-all");
-            json_response(200, &room.stats())
+            shared(rooms, &room).await
         }
         (Method::POST, "resume") => {
             let mode = room.resume(now);
             tracing::info!(room = %room.id, mode = ?mode, "admin: resume");
-            json_response(200, &room.stats())
+            shared(rooms, &room).await
         }
         (Method::PUT, "release") => {
             let u: ReleaseUpdate = match serde_json::from_slice(body) {
@@ -130,17 +131,23 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
                 ("fixed", None) => return error(400, "bad_request", "mode \"fixed\" needs \"rate\""),
                 _ => return error(400, "bad_request", "mode must be \"auto\" or \"fixed\""),
             };
-            let mut c = room.controller.lock();
-            let old = c.config().bounds;
-            let bounds = Bounds { min_rate: u.min.unwrap_or(old.min_rate), max_rate: u.max.unwrap_or(old.max_rate), ..old };
-            if bounds.min_rate > bounds.max_rate {
+            // (A block, not drop(): the lock guard must not live across the publish's await.)
+            let bounds_ok = {
+                let mut c = room.controller.lock();
+                let old = c.config().bounds;
+                let bounds = Bounds { min_rate: u.min.unwrap_or(old.min_rate), max_rate: u.max.unwrap_or(old.max_rate), ..old };
+                let ok = bounds.min_rate <= bounds.max_rate;
+                if ok {
+                    c.set_bounds(now, bounds);
+                }
+                ok
+            };
+            if !bounds_ok {
                 return error(400, "bad_request", "min must not exceed max");
             }
-            c.set_bounds(now, bounds);
-            drop(c);
             room.set_mode(now, mode);
             tracing::info!(room = %room.id, mode = %u.mode, "admin: release");
-            json_response(200, &room.stats())
+            shared(rooms, &room).await
         }
         (Method::PUT, "schedule") => {
             // An object only: serde would also take `[]` (or `["..."]`) for the struct.
@@ -175,6 +182,15 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             error(405, "bad_request", "method not allowed here")
         }
         _ => error(404, "not_found", "no such room endpoint"),
+    }
+}
+
+/// The answer to an override made on this edge: published to the edges sharing the room first
+/// (503 when the room state store did not take it: then it holds on this edge only).
+async fn shared(rooms: &Rooms, room: &Room) -> Response<Vec<u8>> {
+    match rooms.publish_override(room).await {
+        Ok(()) => json_response(200, &room.stats()),
+        Err(e) => error(503, "unavailable", format!("done on this edge only, the room state store did not take it: {e}")),
     }
 }
 

@@ -316,6 +316,31 @@ impl TestEdge {
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
+
+    /// Signs in to the console on the admin port, as its page does.
+    pub async fn console(&self) -> ConsoleSession {
+        let r = request("POST", &self.admin_url("/admin/session"), &[("content-type", "application/json")], format!("{{\"token\":\"{ADMIN_TOKEN}\"}}").as_bytes()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let cookie = r.header("set-cookie").unwrap().split(';').next().unwrap().to_owned();
+        ConsoleSession { admin: self.admin, cookie, csrf: r.json()["csrf"].as_str().unwrap().to_owned() }
+    }
+}
+
+/// A signed-in console (cookie and CSRF token), calling the admin API as the page does.
+pub struct ConsoleSession {
+    pub admin: SocketAddr,
+    pub cookie: String,
+    pub csrf: String,
+}
+
+impl ConsoleSession {
+    /// A call from the console page: the cookie, and for changes the CSRF token and the page's origin.
+    pub async fn call(&self, method: &str, path: &str, body: &str) -> Resp {
+        let origin = format!("http://{}", self.admin);
+        let headers = [("cookie", self.cookie.as_str()), ("x-csrf-token", self.csrf.as_str()), ("origin", origin.as_str()), ("content-type", "application/json")];
+        let n = if method == "GET" { 1 } else { headers.len() };
+        request(method, &format!("http://{}{path}", self.admin), &headers[..n], body.as_bytes()).await
+    }
 }
 
 impl Drop for TestEdge {
