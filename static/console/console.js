@@ -162,7 +162,7 @@ function roomCard(id) {
     const label = t({ pause: "pause", resume: "resume", "queue-all": "queue_all", release: "apply" }[what]);
     try {
       const v = await api(what === "release" ? "PUT" : "POST", `/admin/rooms/${encodeURIComponent(id)}/${what}`, body);
-      say(msg, `${label}: ${t("mode")} ${fmtMode(v.mode)}, ${fmt(v.release_per_second)}/s`, true);
+      say(msg, `${label}: ${t("mode")} ${fmtMode(v.mode)}`, true);
     } catch (e) { say(msg, `${label}: ${e.message}`, false); }
   };
   // The schedule: local date-times in the inputs, RFC 3339 (UTC) on the wire; empty means none.
