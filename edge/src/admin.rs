@@ -184,7 +184,10 @@ impl AdminService {
             return json_response(200, &json!({"status": "ok"}));
         }
         if method == Method::GET
-            && let Some(page) = crate::console::serve_file(&path)
+            && let Some(page) = crate::console::serve_file(
+                &path,
+                crate::console::accepts_gzip(crate::identity::header(session.req_header(), "accept-encoding")),
+            )
         {
             return page;
         }

@@ -13,8 +13,9 @@
 //! addresses), every sign-in waits out the minute. The bearer token is never locked out.
 //!
 //! The page (`static/console/`) charts each room live from the stream (uPlot, vendored with its
-//! licence) and drives the admin API for pause, resume, queue-all, the release mode and bounds,
-//! the blocklist and the bot policy, in zh-CN and en.
+//! licence) and drives the admin API for pause, resume, queue-all (both confirmed first), the
+//! release mode and bounds, the schedule, the blocklist and the bot policy, in zh-CN and en. The
+//! files are served gzipped to browsers that take it (about 30 KB in all).
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,28 +150,63 @@ pub fn session_cookie(id: Option<&str>) -> String {
     }
 }
 
-/// The console's files: path → (content type, bytes).
-fn file(path: &str) -> Option<(&'static str, &'static [u8])> {
-    Some(match path {
-        "/" | "/console" | "/console/" => ("text/html; charset=utf-8", include_bytes!("../../static/console/index.html")),
-        "/console/console.js" => ("text/javascript; charset=utf-8", include_bytes!("../../static/console/console.js")),
-        "/console/console.css" => ("text/css; charset=utf-8", include_bytes!("../../static/console/console.css")),
-        "/console/vendor/uplot/uPlot.iife.min.js" => ("text/javascript; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/uPlot.iife.min.js")),
-        "/console/vendor/uplot/uPlot.min.css" => ("text/css; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/uPlot.min.css")),
-        "/console/vendor/uplot/LICENSE" => ("text/plain; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/LICENSE")),
-        _ => return None,
+/// The console's files: (name under /console/, content type, bytes).
+const FILES: [(&str, &str, &[u8]); 6] = [
+    ("index.html", "text/html; charset=utf-8", include_bytes!("../../static/console/index.html")),
+    ("console.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/console.js")),
+    ("console.css", "text/css; charset=utf-8", include_bytes!("../../static/console/console.css")),
+    ("vendor/uplot/uPlot.iife.min.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/uPlot.iife.min.js")),
+    ("vendor/uplot/uPlot.min.css", "text/css; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/uPlot.min.css")),
+    ("vendor/uplot/LICENSE", "text/plain; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/LICENSE")),
+];
+
+/// Each of [`FILES`] gzipped (level 9), made on first use: the page is about 30 KB on the wire
+/// instead of 73 KB (README "The console").
+static GZIPPED: std::sync::LazyLock<Vec<Vec<u8>>> = std::sync::LazyLock::new(|| {
+    use std::io::Write;
+    FILES
+        .iter()
+        .map(|(_, _, body)| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            let _ = gz.write_all(body);
+            gz.finish().unwrap_or_default()
+        })
+        .collect()
+});
+
+/// The index in [`FILES`] of a request path.
+fn file(path: &str) -> Option<usize> {
+    let name = match path {
+        "/" | "/console" | "/console/" => "index.html",
+        p => p.strip_prefix("/console/")?,
+    };
+    FILES.iter().position(|(n, _, _)| *n == name)
+}
+
+/// True when an `Accept-Encoding` value takes gzip (`gzip` or `*`, not with `q=0`).
+pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
+    accept_encoding.is_some_and(|v| {
+        v.split(',').any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q == 0.0)));
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        })
     })
 }
 
 /// The console page or one of its files (no credential needed: they hold no data), with a
-/// strict content security policy.
-pub fn serve_file(path: &str) -> Option<Response<Vec<u8>>> {
-    let (content_type, body) = file(path)?;
-    Response::builder()
+/// strict content security policy; gzipped when the browser takes it.
+pub fn serve_file(path: &str, gzip: bool) -> Option<Response<Vec<u8>>> {
+    let i = file(path)?;
+    let (_, content_type, plain) = FILES[i];
+    let body: &[u8] = if gzip && !GZIPPED[i].is_empty() { &GZIPPED[i] } else { plain };
+    let mut r = Response::builder()
         .status(200)
         .header(http::header::CONTENT_TYPE, content_type)
         .header(http::header::CONTENT_LENGTH, body.len())
         .header(http::header::CACHE_CONTROL, "no-cache")
+        .header(http::header::VARY, "Accept-Encoding")
         .header(
             "content-security-policy",
             "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; \
@@ -178,9 +214,11 @@ pub fn serve_file(path: &str) -> Option<Response<Vec<u8>>> {
         )
         .header("x-frame-options", "DENY")
         .header("x-content-type-options", "nosniff")
-        .header("referrer-policy", "no-referrer")
-        .body(body.to_vec())
-        .ok()
+        .header("referrer-policy", "no-referrer");
+    if body.len() != plain.len() {
+        r = r.header(http::header::CONTENT_ENCODING, "gzip");
+    }
+    r.body(body.to_vec()).ok()
 }
 
 #[cfg(test)]
@@ -230,5 +268,31 @@ mod tests {
             s.failed_at(IpAddr::from([10, 1, (i >> 8) as u8, i as u8]), 102 + i);
         }
         assert!(s.failures_by_ip.len() <= 2 * MAX_FAILURES_ALL as usize);
+    }
+
+    #[test]
+    fn files_are_gzipped_for_browsers_that_take_it() {
+        for (v, yes) in [
+            (Some("gzip, deflate, br, zstd"), true),
+            (Some("br;q=1.0, GZIP;q=0.5"), true),
+            (Some("*"), true),
+            (Some("gzip;q=0, br"), false),
+            (Some("identity"), false),
+            (Some("x-gzip-ish"), false),
+            (None, false),
+        ] {
+            assert_eq!(accepts_gzip(v), yes, "{v:?}");
+        }
+        for (name, _, plain) in FILES {
+            let path = format!("/console/{name}");
+            let r = serve_file(&path, true).unwrap();
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&r.body()[..]), &mut out).unwrap();
+            assert_eq!(out, plain, "{name}");
+            assert_eq!(r.headers()["content-encoding"], "gzip");
+            assert_eq!(serve_file(&path, false).unwrap().body(), plain);
+        }
+        assert!(serve_file("/console/../admin/rooms", true).is_none());
+        assert!(serve_file("/console/vendor/uplot/README", true).is_none());
     }
 }

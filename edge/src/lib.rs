@@ -24,12 +24,14 @@
 //! - [`bot`]: proof-of-work, CAPTCHA siteverify, bot passes, run-time policy.
 //! - [`admission`]: the protected-path hook (admission-token JWT check).
 //! - [`room`]: the waiting room: queue tickets, status, admission tokens, sessions, the release
-//!   loop, room admin API; room state embedded or in Redis.
+//!   loop, room admin API; room state embedded or in Redis (rooms and operator overrides made on
+//!   one edge are applied by every edge sharing it).
 //! - [`controller`]: the release controller (session budget from core P99, errors, utilisation),
 //!   re-exported from the `wicket-controller` crate.
 //! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer.
 //! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token).
-//! - [`console`]: the operator console: its page and files (static/console/), browser sessions.
+//! - [`console`]: the operator console: its page and files (static/console/, gzipped), browser
+//!   sessions, the sign-in lock-out per client address.
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in origin).
 //! - [`metrics`]: Prometheus metrics of the edge (the rooms' `wicket_room_*` gauges are the release
 //!   loop's, in `room::release`); deploy/ (alert rules, Grafana dashboard) is built on both.

@@ -40,6 +40,14 @@ async fn the_page_and_its_files_are_served_with_a_strict_policy_and_hold_no_data
     for f in ["/console/console.js", "/console/console.css", "/console/vendor/uplot/uPlot.iife.min.js", "/console/vendor/uplot/uPlot.min.css", "/console/vendor/uplot/LICENSE"] {
         assert_eq!(get(&edge.admin_url(f), &[]).await.status, 200, "{f}");
     }
+    // The page weight a browser downloads (gzip): what README "The console" reports.
+    let mut weight = 0;
+    for f in ["/", "/console/console.js", "/console/console.css", "/console/vendor/uplot/uPlot.iife.min.js", "/console/vendor/uplot/uPlot.min.css"] {
+        let r = get(&edge.admin_url(f), &[("accept-encoding", "gzip, deflate, br")]).await;
+        assert_eq!((r.status, r.header("content-encoding"), r.header("vary")), (200, Some("gzip"), Some("Accept-Encoding")), "{f}");
+        weight += r.body.len();
+    }
+    assert!(weight < 32 * 1024, "the console weighs {weight} bytes gzipped");
     // Anything else still needs a credential.
     assert_eq!(get(&edge.admin_url("/console/../admin/rooms"), &[]).await.status, 401);
     assert_eq!(get(&edge.admin_url("/admin/rooms"), &[]).await.status, 401);
