@@ -93,6 +93,15 @@ impl AdminService {
         presented.is_some_and(|p| token_matches(p.trim(), expected))
     }
 
+    /// The client's address (after the edge's trusted proxies), for the sign-in lock-out.
+    fn client_ip(&self, session: &ServerSession) -> std::net::IpAddr {
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+        self.state.client_ip.resolve(peer, session.req_header())
+    }
+
     /// `None` when the request may go on; else the refusal. A bearer token may do everything; a
     /// console session reads, and changes only with its CSRF token from the admin port's origin.
     fn authorize(&self, session: &ServerSession, method: &Method) -> Option<Response<Vec<u8>>> {
@@ -124,7 +133,8 @@ impl AdminService {
         let current = crate::identity::cookie(session.req_header(), SESSION_COOKIE).map(str::to_owned);
         match *method {
             Method::POST => {
-                if self.sessions.locked_out() {
+                let client = self.client_ip(session);
+                if self.sessions.locked_out(client) {
                     return error(429, "too_many_attempts", "too many wrong tokens: wait a minute");
                 }
                 let Some(expected) = self.state.admin_token.clone() else {
@@ -135,7 +145,7 @@ impl AdminService {
                     Err(r) => return r,
                 };
                 if !token_matches(token.trim(), &expected) {
-                    self.sessions.failed();
+                    self.sessions.failed(client);
                     return error(401, "unauthorized", "wrong admin token");
                 }
                 if !same_origin(session.req_header()) {
@@ -174,7 +184,10 @@ impl AdminService {
             return json_response(200, &json!({"status": "ok"}));
         }
         if method == Method::GET
-            && let Some(page) = crate::console::serve_file(&path)
+            && let Some(page) = crate::console::serve_file(
+                &path,
+                crate::console::accepts_gzip(crate::identity::header(session.req_header(), "accept-encoding")),
+            )
         {
             return page;
         }

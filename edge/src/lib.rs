@@ -25,7 +25,8 @@
 //! - [`admission`]: the protected-path hook (admission-token JWT check).
 //! - [`room`]: the waiting room: queue tickets, status, admission tokens, sessions, the release
 //!   loop, room admin API, the server-rendered queue page (`room::page`, `[edge.queue-page]`);
-//!   room state embedded or in Redis.
+//!   room state embedded or in Redis (rooms and operator overrides made on one edge are applied by
+//!   every edge sharing it).
 //! - [`controller`]: the release controller (session budget from core P99, errors, utilisation),
 //!   re-exported from the `wicket-controller` crate.
 //! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer (pages in the fan's
@@ -34,7 +35,8 @@
 //!   language (`?lang=`, the `wicket_lang` cookie, `Accept-Language`), shared by the server-rendered
 //!   pages and queue.js.
 //! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token).
-//! - [`console`]: the operator console: its page and files (static/console/), browser sessions.
+//! - [`console`]: the operator console: its page and files (static/console/, gzipped), browser
+//!   sessions, the sign-in lock-out per client address.
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in site with a buy page and a stand-in
 //!   payment provider; its secrets in a private temp folder removed on exit).
 //! - [`metrics`]: Prometheus metrics of the edge (the rooms' `wicket_room_*` gauges are the release

@@ -1,8 +1,9 @@
 //! A real headless Chromium (Debian's `chromium`) through a real edge: a protected URL sends the
 //! browser to the queue page, which renders in zh-CN, zh-TW, en, ja or ko from the browser's
 //! language (or `?lang=`), waits, and once admitted goes to the target by itself; with JavaScript
-//! off it shows the real figures the server rendered; before opening it counts down. Screenshots
-//! are kept in target/test-artifacts/queue-*.png.
+//! off it shows the real figures the server rendered; before opening it counts down. The operator
+//! console, driven through the DevTools protocol, signs in, charts a room and controls it.
+//! Screenshots are kept in target/test-artifacts/queue-*.png and console-*.png.
 //!
 //! Needs the Debian packages `chromium` and `fonts-noto-cjk` (the test command installs them);
 //! the binary is `chromium` from PATH, or `WICKET_CHROMIUM`.
@@ -407,5 +408,363 @@ async fn chromium_busy_page_speaks_the_browsers_language() {
     for (lang, title) in [("zh-CN", "访问繁忙，请稍候"), ("ja", "混み合っています"), ("en-US", "Busy — please wait")] {
         let (_, seen) = chromium_until(&edge.url("/event"), lang, |_, t| !t.is_empty() && !t.starts_with("127.0.0.1")).await;
         assert_eq!(seen, title, "{lang}");
+    }
+}
+
+/// A Chrome DevTools Protocol connection to one page (a minimal WebSocket client: text frames,
+/// masked as a client's must be; events kept until asked for).
+struct Cdp {
+    ws: tokio::io::BufReader<tokio::net::TcpStream>,
+    next_id: u64,
+    events: Vec<serde_json::Value>,
+    _chromium: tokio::process::Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Cdp {
+    /// Starts headless Chromium (a desktop-sized window) on about:blank and connects to its page.
+    async fn launch(lang: &str) -> Self {
+        let profile = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let chromium = tokio::process::Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+                "--window-size=1400,1100",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!("--lang={lang}"))
+            .arg(format!("--accept-lang={lang}"))
+            .arg(format!("--remote-debugging-port={port}"))
+            .arg("about:blank")
+            .env("LANGUAGE", lang)
+            .env("LANG", "C.UTF-8")
+            .kill_on_drop(true)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {} ({e}): install the Debian packages chromium and fonts-noto-cjk", chromium()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let ws_url = loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                let r = get(&format!("http://127.0.0.1:{port}/json/list"), &[]).await;
+                if r.status == 200
+                    && let Some(u) = r.json().as_array().and_then(|a| a.iter().find(|p| p["type"] == "page")).and_then(|p| p["webSocketDebuggerUrl"].as_str())
+                {
+                    break u.to_owned();
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "no DevTools page within 30 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let path = ws_url.split_once("/devtools/").map(|(_, p)| format!("/devtools/{p}")).unwrap();
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        stream
+            .write_all(
+                format!(
+                    "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                     Sec-WebSocket-Key: d2lja2V0LWNvbnNvbGUtdGVzdA==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        // The handshake's answer, byte by byte so no frame byte is read with it.
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            head.push(stream.read_u8().await.unwrap());
+        }
+        assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+        let mut cdp = Cdp { ws: tokio::io::BufReader::new(stream), next_id: 0, events: Vec::new(), _chromium: chromium, _profile: profile };
+        cdp.call("Page.enable", serde_json::json!({})).await;
+        cdp.call("Runtime.enable", serde_json::json!({})).await;
+        cdp
+    }
+
+    async fn send(&mut self, text: &str) {
+        use tokio::io::AsyncWriteExt;
+        let n = text.len();
+        let mut f = vec![0x81u8];
+        match n {
+            0..=125 => f.push(0x80 | n as u8),
+            126..=65535 => {
+                f.push(0x80 | 126);
+                f.extend((n as u16).to_be_bytes());
+            }
+            _ => {
+                f.push(0x80 | 127);
+                f.extend((n as u64).to_be_bytes());
+            }
+        }
+        let mask: [u8; 4] = rand::random();
+        f.extend(mask);
+        f.extend(text.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        self.ws.get_mut().write_all(&f).await.unwrap();
+    }
+
+    /// The next whole message (answering pings).
+    async fn message(&mut self) -> serde_json::Value {
+        use tokio::io::AsyncReadExt;
+        let mut msg = Vec::new();
+        loop {
+            let (b0, b1) = (self.ws.read_u8().await.unwrap(), self.ws.read_u8().await.unwrap());
+            let mut len = u64::from(b1 & 0x7f);
+            if len == 126 {
+                len = u64::from(self.ws.read_u16().await.unwrap());
+            } else if len == 127 {
+                len = self.ws.read_u64().await.unwrap();
+            }
+            let mask = if b1 & 0x80 != 0 { Some(self.ws.read_u32().await.unwrap().to_be_bytes()) } else { None };
+            let mut payload = vec![0u8; len as usize];
+            self.ws.read_exact(&mut payload).await.unwrap();
+            if let Some(m) = mask {
+                payload.iter_mut().enumerate().for_each(|(i, b)| *b ^= m[i % 4]);
+            }
+            match b0 & 0x0f {
+                0x8 => panic!("DevTools closed the connection"),
+                0x9 => {
+                    use tokio::io::AsyncWriteExt;
+                    let mask: [u8; 4] = rand::random();
+                    let mut f = vec![0x8a, 0x80 | payload.len() as u8];
+                    f.extend(mask);
+                    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+                    self.ws.get_mut().write_all(&f).await.unwrap();
+                }
+                0xa => {}
+                _ => {
+                    msg.extend_from_slice(&payload);
+                    if b0 & 0x80 != 0 {
+                        return serde_json::from_slice(&msg).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    /// One command; its result (events that come first are kept).
+    async fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&serde_json::json!({"id": id, "method": method, "params": params}).to_string()).await;
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(30), self.message()).await.unwrap_or_else(|_| panic!("{method}: no answer in 30 s"));
+            if m["id"] == id {
+                assert!(m.get("error").is_none(), "{method}: {m}");
+                return m["result"].clone();
+            }
+            self.events.push(m);
+        }
+    }
+
+    /// The value of a JavaScript expression in the page (promises awaited).
+    async fn eval(&mut self, expr: &str) -> serde_json::Value {
+        let r = self.call("Runtime.evaluate", serde_json::json!({"expression": expr, "awaitPromise": true, "returnByValue": true})).await;
+        assert!(r.get("exceptionDetails").is_none(), "{expr}: {r}");
+        r["result"]["value"].clone()
+    }
+
+    /// Waits (up to `secs`) until `expr` is truthy in the page; its value then.
+    async fn until(&mut self, expr: &str, secs: f64, what: &str) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(secs);
+        loop {
+            let v = self.eval(expr).await;
+            if !(v.is_null() || v == false || v == 0 || v == "") {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: not within {secs} s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits for the event `method` (up to 10 s) and takes it.
+    async fn event(&mut self, method: &str) -> serde_json::Value {
+        if let Some(i) = self.events.iter().position(|e| e["method"] == method) {
+            return self.events.remove(i);
+        }
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(10), self.message()).await.unwrap_or_else(|_| panic!("no {method} in 10 s"));
+            if m["method"] == method {
+                return m;
+            }
+            self.events.push(m);
+        }
+    }
+
+    async fn navigate(&mut self, url: &str) {
+        self.call("Page.navigate", serde_json::json!({"url": url})).await;
+        self.until("document.readyState === 'complete' && location.href !== 'about:blank'", 10.0, url).await;
+    }
+
+    /// Writes a PNG of the page to the test's output folder.
+    async fn screenshot(&mut self, name: &str) {
+        use base64::Engine;
+        let r = self.call("Page.captureScreenshot", serde_json::json!({"format": "png"})).await;
+        let png = base64::engine::general_purpose::STANDARD.decode(r["data"].as_str().unwrap()).unwrap();
+        assert!(png.len() > 1000, "{name}: {} bytes", png.len());
+        std::fs::write(artifacts().join(name), png).unwrap();
+    }
+}
+
+/// JavaScript: the room card's button labelled `label`.
+fn room_button(label: &str) -> String {
+    format!("[...document.querySelectorAll('[data-room=\"r1\"] button')].find(b => b.textContent === {label:?})")
+}
+
+/// The operator console in a real browser, end to end: a wrong token is refused; signed in, the
+/// four charts of the room fill within 3 s; cancelling the confirmation of queue-all or pause
+/// changes nothing, confirming a pause makes a fan's status say `paused`; a fixed rate set in the
+/// page is what the measured rate follows; the schedule control moves the opening; a cross-site
+/// POST with the session cookie is refused; an IP added to the blocklist is refused. Screenshots:
+/// target/test-artifacts/console-*.png.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_the_console_signs_in_charts_and_controls_a_room() {
+    let edge = TestEdge::start(&format!(
+        "[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 0.0 }}\n"
+    ));
+    let base = format!("http://{}", edge.addr);
+    // A queue to release: 200 fans; the last one is watched.
+    let mut fans = Vec::new();
+    for _ in 0..200 {
+        let mut fan = Fan::default();
+        assert_eq!(fan.join(&base, "r1").await.status, 200);
+        fans.push(fan);
+    }
+    let mut last = fans.pop().unwrap();
+    assert_eq!(last.status(&base, "r1").await["state"], "waiting");
+    let mode = || async { edge.admin("GET", "/admin/rooms/r1/stats", "").await.json()["mode"].clone() };
+
+    let mut page = Cdp::launch("en-US").await;
+    page.navigate(&edge.admin_url("/")).await;
+    page.until("!document.getElementById('signin').hidden", 5.0, "the sign-in form").await;
+    page.screenshot("console-sign-in.png").await;
+    // A wrong token: refused, said in place, no session.
+    page.eval("document.getElementById('token').value = 'not-the-token'; document.getElementById('signin').requestSubmit(); true").await;
+    let said = page.until("document.getElementById('signin-msg').textContent", 5.0, "the refusal").await;
+    assert!(said.as_str().unwrap().contains("Wrong token") && said.as_str().unwrap().contains("401"), "{said}");
+    assert_eq!(page.eval("document.getElementById('app').hidden").await, true);
+    page.screenshot("console-wrong-token.png").await;
+    // The right one: the room's four charts fill within 3 s.
+    page.eval(&format!("document.getElementById('token').value = {ADMIN_TOKEN:?}; document.getElementById('signin').requestSubmit(); true")).await;
+    let charts = "(() => { const c = [...document.querySelectorAll('[data-room=\"r1\"] [data-points]')]; \
+                  return c.length === 4 && c.every(e => Number(e.dataset.points) >= 2); })()";
+    page.until(charts, 3.0, "four charts with two points each").await;
+    assert_eq!(page.eval("getComputedStyle(document.getElementById('signin')).display").await, "none", "the sign-in form is gone");
+    assert_eq!(page.eval("document.querySelectorAll('[data-room=\"r1\"] canvas').length >= 4").await, true);
+    page.screenshot("console-signed-in.png").await;
+
+    // Queue-all and pause ask first; cancelling changes nothing.
+    for label in ["Queue all", "Pause"] {
+        page.eval(&format!("setTimeout(() => {}.click(), 0); true", room_button(label))).await;
+        let dialog = page.event("Page.javascriptDialogOpening").await;
+        assert_eq!(dialog["params"]["type"], "confirm", "{dialog}");
+        assert!(dialog["params"]["message"].as_str().unwrap().contains("r1"), "{dialog}");
+        page.call("Page.handleJavaScriptDialog", serde_json::json!({"accept": false})).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(mode().await, serde_json::json!({"fixed": 0.0}), "{label} cancelled");
+    }
+    // Confirmed: paused, the server's answer in place, and the fan is told.
+    page.eval(&format!("setTimeout(() => {}.click(), 0); true", room_button("Pause"))).await;
+    page.event("Page.javascriptDialogOpening").await;
+    page.call("Page.handleJavaScriptDialog", serde_json::json!({"accept": true})).await;
+    let said = page.until("document.querySelector('[data-room=\"r1\"] .msg.ok')?.textContent", 5.0, "the pause's answer").await;
+    assert!(said.as_str().unwrap().contains("paused"), "{said}");
+    assert_eq!(last.status(&base, "r1").await["state"], "paused");
+    page.until("document.querySelector('[data-room=\"r1\"] .fig b').textContent === 'paused'", 3.0, "the mode figure").await;
+    page.screenshot("console-paused.png").await;
+    // Resume (no question asked), then a fixed rate of 5/s: the measured rate follows.
+    page.eval(&format!("{}.click(); true", room_button("Resume"))).await;
+    page.until("document.querySelector('[data-room=\"r1\"] .msg.ok')?.textContent.startsWith('Resume')", 5.0, "the resume's answer").await;
+    assert_eq!(last.status(&base, "r1").await["state"], "waiting");
+    page.eval(
+        "(() => { const card = document.querySelector('[data-room=\"r1\"]'); card.querySelector('select').value = 'fixed'; \
+         card.querySelector('input[placeholder=\"rate\"]').value = '5'; return true; })()",
+    )
+    .await;
+    page.eval(&format!("{}.click(); true", room_button("Apply"))).await;
+    let said = page.until("document.querySelector('[data-room=\"r1\"] .msg.ok')?.textContent.startsWith('Apply') && document.querySelector('[data-room=\"r1\"] .msg.ok').textContent", 5.0, "the rate's answer").await;
+    assert!(said.as_str().unwrap().contains("fixed 5/s"), "{said}");
+    // The release figure reads "set / measured".
+    let figure = "(() => { const f = [...document.querySelectorAll('[data-room=\"r1\"] .fig')].find(f => f.querySelector('span').textContent.startsWith('release')); \
+                  const [set, measured] = f.querySelector('b').textContent.split(' / ').map(Number); \
+                  return set === 5 && measured >= 3.5 && measured <= 6.5 && f.querySelector('b').textContent; })()";
+    let seen = page.until(figure, 12.0, "the measured rate follows the fixed rate").await;
+    let serving = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json()["serving"].as_u64().unwrap();
+    assert!(serving > 0, "the queue moved: {seen}");
+    page.screenshot("console-fixed-rate.png").await;
+
+    // The schedule control: an opening in the future tells fans when; cleared, they wait again.
+    page.eval(
+        "(() => { const card = document.querySelector('[data-room=\"r1\"]'); \
+         card.querySelector('input[title=\"opens at\"]').value = '2099-01-01T10:00:00'; \
+         [...card.querySelectorAll('.schedule button')][0].click(); return true; })()",
+    )
+    .await;
+    let said = page.until("[...document.querySelectorAll('[data-room=\"r1\"] .msg')].map(m => m.textContent).find(t => t.startsWith('Schedule'))", 5.0, "the schedule's answer").await;
+    assert!(said.as_str().unwrap().contains("Saved"), "{said}");
+    let s = last.status(&base, "r1").await;
+    assert_eq!(s["state"], "not_open", "{s}");
+    assert!(s["opens_at"].as_str().unwrap().starts_with("2099-01-01T"), "{s}");
+    page.screenshot("console-schedule.png").await;
+    // A time the server refuses is said in place and changes nothing.
+    page.eval(
+        "(() => { const card = document.querySelector('[data-room=\"r1\"]'); \
+         card.querySelector('input[title=\"closes at\"]').value = '2098-01-01T10:00:00'; \
+         [...card.querySelectorAll('.schedule button')][0].click(); return true; })()",
+    )
+    .await;
+    let said = page.until("[...document.querySelectorAll('[data-room=\"r1\"] .msg.err')].map(m => m.textContent).find(t => t.startsWith('Schedule'))", 5.0, "the schedule's refusal").await;
+    assert!(said.as_str().unwrap().contains("400"), "{said}");
+    assert_eq!(last.status(&base, "r1").await["state"], "not_open");
+    page.eval(
+        "(() => { const card = document.querySelector('[data-room=\"r1\"]'); \
+         for (const i of card.querySelectorAll('.schedule input')) i.value = ''; \
+         [...card.querySelectorAll('.schedule button')][0].click(); return true; })()",
+    )
+    .await;
+    page.until("[...document.querySelectorAll('[data-room=\"r1\"] .msg.ok')].some(m => m.textContent.startsWith('Schedule'))", 5.0, "the cleared schedule").await;
+    assert_ne!(last.status(&base, "r1").await["state"], "not_open");
+
+    // A cross-site POST: a page on another origin (the public port) posts to the admin port with
+    // the browser's cookies, as a form and as a fetch. Refused; nothing changes.
+    let before = mode().await;
+    page.navigate(&format!("{base}/")).await;
+    let admin = edge.admin_url("/admin/rooms/r1/queue-all");
+    page.eval(&format!("fetch({admin:?}, {{method: 'POST', mode: 'no-cors', credentials: 'include', body: 'x'}}).then(() => 'sent', e => String(e))")).await;
+    page.eval(&format!(
+        "(() => {{ const f = document.createElement('form'); f.method = 'POST'; f.action = {:?}; document.body.append(f); f.submit(); return true; }})()",
+        edge.admin_url("/admin/rooms/r1/pause")
+    ))
+    .await;
+    let refused = page
+        .until("location.href.includes('/admin/rooms/r1/pause') && document.readyState === 'complete' && document.body.innerText", 10.0, "the form's answer")
+        .await;
+    // Another port of the same host is the same site, so the browser sends the cookie: it is the
+    // missing CSRF token (and the foreign origin) that the admin port refuses.
+    let refused = refused.as_str().unwrap();
+    assert!(refused.contains("\"forbidden\""), "{refused}");
+    page.screenshot("console-cross-site-refused.png").await;
+    assert_eq!(mode().await, before, "the cross-site POSTs changed nothing");
+
+    // Back to the console (still signed in): block this machine's IP; a fan from it is refused.
+    page.navigate(&edge.admin_url("/")).await;
+    page.until("!document.getElementById('app').hidden", 5.0, "the console, still signed in").await;
+    page.eval("document.getElementById('block-value').value = '127.0.0.1'; document.getElementById('block-form').requestSubmit(); true").await;
+    page.until("document.getElementById('block-msg').textContent === 'Saved' && document.getElementById('block-list').textContent.includes('ips: 127.0.0.1')", 5.0, "the blocklist").await;
+    let r = get(&edge.url("/queue/r1"), &[("accept", "application/json")]).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    page.screenshot("console-blocklist.png").await;
+    for f in ["sign-in", "wrong-token", "signed-in", "paused", "fixed-rate", "schedule", "cross-site-refused", "blocklist"] {
+        assert!(artifacts().join(format!("console-{f}.png")).exists(), "{f}");
     }
 }

@@ -40,6 +40,14 @@ async fn the_page_and_its_files_are_served_with_a_strict_policy_and_hold_no_data
     for f in ["/console/console.js", "/console/console.css", "/console/vendor/uplot/uPlot.iife.min.js", "/console/vendor/uplot/uPlot.min.css", "/console/vendor/uplot/LICENSE"] {
         assert_eq!(get(&edge.admin_url(f), &[]).await.status, 200, "{f}");
     }
+    // The page weight a browser downloads (gzip): what README "The console" reports.
+    let mut weight = 0;
+    for f in ["/", "/console/console.js", "/console/console.css", "/console/vendor/uplot/uPlot.iife.min.js", "/console/vendor/uplot/uPlot.min.css"] {
+        let r = get(&edge.admin_url(f), &[("accept-encoding", "gzip, deflate, br")]).await;
+        assert_eq!((r.status, r.header("content-encoding"), r.header("vary")), (200, Some("gzip"), Some("Accept-Encoding")), "{f}");
+        weight += r.body.len();
+    }
+    assert!(weight < 32 * 1024, "the console weighs {weight} bytes gzipped");
     // Anything else still needs a credential.
     assert_eq!(get(&edge.admin_url("/console/../admin/rooms"), &[]).await.status, 401);
     assert_eq!(get(&edge.admin_url("/admin/rooms"), &[]).await.status, 401);
@@ -113,7 +121,8 @@ async fn forged_cookies_wrong_tokens_and_foreign_sign_ins_are_refused_and_guessi
     let r = request("POST", &edge.admin_url("/admin/session"), &[("origin", "https://evil.example")], right.as_bytes()).await;
     assert_eq!(r.status, 403);
     assert!(r.header("set-cookie").is_none());
-    // Guessing: ten wrong tokens, then even the right one waits out the minute.
+    // Guessing: ten wrong tokens, then even the right one from the same address waits out the
+    // minute.
     for i in 0..10 {
         let r = request("POST", &edge.admin_url("/admin/session"), &[], format!("{{\"token\":\"guess-{i}\"}}").as_bytes()).await;
         assert_eq!(r.status, 401);
@@ -123,4 +132,100 @@ async fn forged_cookies_wrong_tokens_and_foreign_sign_ins_are_refused_and_guessi
     assert_eq!(r.status, 429, "{}", r.text());
     // The bearer token is not locked out (scripts keep working).
     assert_eq!(edge.admin("GET", "/admin/rooms", "").await.status, 200);
+}
+
+/// The lock-out is per client address (after trusted proxies): a guesser locks out only itself,
+/// and an operator elsewhere still signs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guesser_locks_out_only_its_own_address() {
+    let edge = TestEdge::start("trusted-proxies = [\"127.0.0.1/32\"]\n");
+    let sign_in_from = |ip: &'static str, token: String| {
+        let url = edge.admin_url("/admin/session");
+        async move { request("POST", &url, &[("x-forwarded-for", ip)], format!("{{\"token\":\"{token}\"}}").as_bytes()).await }
+    };
+    for i in 0..10 {
+        assert_eq!(sign_in_from("203.0.113.7", format!("guess-{i}")).await.status, 401);
+    }
+    let r = sign_in_from("203.0.113.7", ADMIN_TOKEN.into()).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"], "too_many_attempts");
+    // Another address (another operator) is not locked out, and its one mistake does not add up
+    // with the guesser's.
+    assert_eq!(sign_in_from("198.51.100.1", "typo".into()).await.status, 401);
+    let r = sign_in_from("198.51.100.1", ADMIN_TOKEN.into()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("set-cookie").is_some());
+    // An untrusted peer cannot pick its address: without the proxy hop it is 127.0.0.1 itself.
+    let r = request("POST", &edge.admin_url("/admin/session"), &[], format!("{{\"token\":\"{ADMIN_TOKEN}\"}}").as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// `PUT /admin/rooms/<room>/schedule`, the console's schedule control: a new opening is what fans
+/// see at once; anything malformed, inconsistent, oversized or unauthorised is refused with a
+/// JSON `{error, message}` and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_route_moves_the_opening_and_refuses_hostile_bodies() {
+    let edge = room_edge();
+    let base = format!("http://{}", edge.addr);
+    let url = edge.admin_url("/admin/rooms/r1/schedule");
+    let schedule = |v: &serde_json::Value| v["config"]["schedule"].clone();
+    // Later today's sale: fans queue and are told when it opens.
+    let body = r#"{"prequeue_at":"2020-01-01T00:00:00Z","opens_at":"2099-01-01T10:00:00Z","closes_at":"2099-01-01T22:00:00+08:00"}"#;
+    let r = edge.admin("PUT", "/admin/rooms/r1/schedule", body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(schedule(&r.json())["opens-at"], "2099-01-01T10:00:00Z");
+    let mut fan = Fan::default();
+    fan.join(&base, "r1").await;
+    let s = fan.status(&base, "r1").await;
+    assert_eq!((s["state"].as_str(), s["opens_at"].as_str()), (Some("not_open"), Some("2099-01-01T10:00:00Z")), "{s}");
+    let before = schedule(&edge.admin("GET", "/admin/rooms/r1", "").await.json());
+    // Hostile bodies: each refused with a JSON error, none changes the schedule.
+    for (bad, status) in [
+        ("", 400),
+        ("{", 400),
+        ("[]", 400),
+        (r#"["2099-01-01T10:00:00Z"]"#, 400),
+        ("null", 400),
+        (r#"{"opens_at":5}"#, 400),
+        (r#"{"opens_at":["2099-01-01T10:00:00Z"]}"#, 400),
+        (r#"{"open_at":"2099-01-01T10:00:00Z"}"#, 400),
+        (r#"{"opens_at":"tomorrow"}"#, 400),
+        (r#"{"opens_at":"2099-01-01 10:00"}"#, 400),
+        (r#"{"opens_at":"2099-01-01T10:00:00Z","closes_at":"2099-01-01T09:00:00Z"}"#, 400),
+        (r#"{"prequeue_at":"2099-01-02T00:00:00Z","opens_at":"2099-01-01T10:00:00Z"}"#, 400),
+    ] {
+        let r = edge.admin("PUT", "/admin/rooms/r1/schedule", bad).await;
+        assert_eq!(r.status, status, "{bad}: {}", r.text());
+        assert_eq!(r.json()["error"], "bad_request", "{bad}");
+        assert!(r.json()["message"].as_str().is_some_and(|m| !m.is_empty()), "{bad}");
+    }
+    let r = edge.admin("PUT", "/admin/rooms/r1/schedule", r#"{"opens_at":"2099-01-01T10:00:00Z","closes_at":"2099-01-01T09:00:00Z"}"#).await;
+    assert!(r.json()["message"].as_str().unwrap().contains("closes-at"), "{}", r.text());
+    let big = format!("{{\"opens_at\":\"{}\"}}", "9".repeat(wicket_edge::admin::MAX_ADMIN_BODY));
+    let r = edge.admin("PUT", "/admin/rooms/r1/schedule", &big).await;
+    assert_eq!((r.status, r.json()["error"].as_str()), (413, Some("payload_too_large")));
+    let r = edge.admin("PUT", "/admin/rooms/nope/schedule", "{}").await;
+    assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("not_found")));
+    assert_eq!(edge.admin("GET", "/admin/rooms/r1/schedule", "").await.status, 405);
+    // No credential, a wrong one, a console session without its CSRF token or from elsewhere.
+    let (cookie, csrf) = sign_in(&edge).await;
+    let own = format!("http://{}", edge.admin);
+    for headers in [
+        vec![],
+        vec![("authorization", "Bearer wrong")],
+        vec![("cookie", cookie.as_str())],
+        vec![("cookie", cookie.as_str()), ("x-csrf-token", "forged")],
+        vec![("cookie", cookie.as_str()), ("x-csrf-token", csrf.as_str()), ("origin", "http://evil.example")],
+    ] {
+        let r = request("PUT", &url, &headers, b"{}").await;
+        assert!(r.status == 401 || r.status == 403, "{headers:?}: {} {}", r.status, r.text());
+    }
+    assert_eq!(schedule(&edge.admin("GET", "/admin/rooms/r1", "").await.json()), before, "nothing changed");
+    // The console's own call: open now (an empty schedule), and the fan moves on.
+    let headers = [("cookie", cookie.as_str()), ("x-csrf-token", csrf.as_str()), ("origin", own.as_str()), ("content-type", "application/json")];
+    let r = request("PUT", &url, &headers, b"{\"opens_at\":null}").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(schedule(&r.json())["opens-at"], serde_json::Value::Null);
+    let s = fan.status(&base, "r1").await;
+    assert_ne!(s["state"], "not_open", "{s}");
 }

@@ -267,3 +267,84 @@ async fn an_admitted_fan_gets_503_to_retry_while_redis_is_down_not_403() {
     assert_eq!(r.header("retry-after"), Some("2"));
     assert_eq!(r.json()["error"], "unavailable");
 }
+
+/// Two real edges sharing rooms through one Redis: a room made on edge A shows in edge B's
+/// console (API and live stream), and what B's console does to it — pause, resume, a fixed rate —
+/// is what a fan polling A sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn either_edges_console_shows_and_controls_a_shared_room() {
+    use common::*;
+    let redis = RedisServer::start();
+    let tokens = format!(
+        "[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n"
+    );
+    let store = format!("store = \"{}\"", redis.url());
+    let a = TestEdge::start_full(&store, &tokens, &[], &[]);
+    let b = TestEdge::start_full(&store, &tokens, &[], &[]);
+    // Made on A, with nobody let in yet.
+    let room = r#"{"event":"ev-9","target":"/buy/ev-9","protected":["/buy/ev-9"],"release":{"mode":"fixed","rate":0}}"#;
+    assert_eq!(a.admin("PUT", "/admin/rooms/r9", room).await.status, 201);
+    let console = b.console().await;
+    let until = |what: &str, deadline_s: u64| (what.to_owned(), std::time::Instant::now() + Duration::from_secs(deadline_s));
+    let (what, deadline) = until("B's console lists the room made on A", 5);
+    loop {
+        let r = console.call("GET", "/admin/rooms", "").await;
+        assert_eq!(r.status, 200);
+        if r.json()["rooms"].as_array().unwrap().iter().any(|x| x["id"] == "r9") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {}", r.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A fan queues through A; B's live stream counts it (one shared queue).
+    let (base_a, base_b) = (format!("http://{}", a.addr), format!("http://{}", b.addr));
+    let mut fan = Fan::default();
+    assert_eq!(fan.join(&base_a, "r9").await.status, 200);
+    assert_eq!(fan.status(&base_a, "r9").await["state"], "waiting");
+    let mut stream = tokio::net::TcpStream::connect(b.admin).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(format!("GET /admin/stream HTTP/1.1\r\nHost: x\r\nCookie: {}\r\n\r\n", console.cookie).as_bytes()).await.unwrap();
+    let (mut seen, mut buf) = (String::new(), [0u8; 8192]);
+    let (what, deadline) = until("B's stream shows A's fan queued in r9", 6);
+    while !seen.split("data: ").filter_map(|f| serde_json::from_str::<serde_json::Value>(f.trim()).ok()).any(|f| {
+        f["rooms"].as_array().is_some_and(|rs| rs.iter().any(|r| r["room"] == "r9" && r["issued"] == 1))
+    }) {
+        let n = tokio::time::timeout_at(deadline.into(), stream.read(&mut buf)).await.unwrap_or_else(|_| panic!("{what}: {seen}")).unwrap();
+        assert!(n > 0, "{what}: stream ended: {seen}");
+        // Frames are one chunk each; cut the chunk-size lines away.
+        for line in String::from_utf8_lossy(&buf[..n]).lines() {
+            if line.starts_with("data: ") {
+                seen.push_str(line);
+                seen.push('\n');
+            }
+        }
+    }
+    drop(stream);
+    // Paused from B's console: the fan polling A is told so.
+    let r = console.call("POST", "/admin/rooms/r9/pause", "").await;
+    assert_eq!((r.status, r.json()["mode"].as_str()), (200, Some("paused")), "{}", r.text());
+    fan_sees(&mut fan, &base_a, "paused", "the fan on A sees the pause made on B").await;
+    assert_eq!(a.admin("GET", "/admin/rooms/r9/stats", "").await.json()["mode"], "paused");
+    // Resumed and given a rate from B's console: the fan on A gets in (whichever edge leads).
+    assert_eq!(console.call("POST", "/admin/rooms/r9/resume", "").await.status, 200);
+    let r = console.call("PUT", "/admin/rooms/r9/release", r#"{"mode":"fixed","rate":1000}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    fan_sees(&mut fan, &base_a, "admitted", "the fan on A is admitted at the rate set on B").await;
+    assert_eq!(a.admin("GET", "/admin/rooms/r9/stats", "").await.json()["mode"], serde_json::json!({"fixed": 1000.0}));
+    // The same fan through B: admitted there too once B reads the shared counter (a tick).
+    fan_sees(&mut fan, &base_b, "admitted", "the fan admitted on A is admitted on B").await;
+}
+
+/// Polls the fan's status in room r9 at `base` until it says `state` (within 6 s, the release
+/// loop ticking once a second on each edge).
+async fn fan_sees(fan: &mut common::Fan, base: &str, state: &str, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(6);
+    loop {
+        let s = fan.status(base, "r9").await;
+        if s["state"] == state {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {s}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

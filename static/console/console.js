@@ -18,6 +18,8 @@ const TEXT = {
     decisions: "Controller decisions", rate: "rate", min: "min", max: "max", auto: "auto", fixed: "fixed",
     requests: "requests/s", rejects: "refusals/s by reason", bad_token: "Wrong token", signed_out: "Signed out",
     stream_lost: "Live stream lost: reconnecting…", saved: "Saved", none: "(empty)",
+    schedule: "Schedule", prequeue_at: "pre-queue from", opens_at: "opens at", closes_at: "closes at",
+    window: "opens / closes", now: "now", never: "never",
   },
   "zh-CN": {
     title: "Wicket 控制台", signin_title: "登录", token: "管理令牌", signin: "登录", signout: "退出",
@@ -32,6 +34,8 @@ const TEXT = {
     decisions: "控制器决策", rate: "速率", min: "下限", max: "上限", auto: "自动", fixed: "固定",
     requests: "请求/秒", rejects: "拒绝/秒（按原因）", bad_token: "令牌错误", signed_out: "已退出",
     stream_lost: "实时数据中断，正在重连…", saved: "已保存", none: "（空）",
+    schedule: "时间安排", prequeue_at: "预排队开始", opens_at: "开放时间", closes_at: "关闭时间",
+    window: "开放 / 关闭", now: "立即", never: "不关闭",
   },
 };
 
@@ -105,6 +109,24 @@ function fmt(v, digits = 1) {
   return String(v);
 }
 
+function fmtMode(m) {
+  if (m && typeof m === "object" && "fixed" in m) return `${t("fixed")} ${fmt(m.fixed)}/s`;
+  return m === undefined ? "—" : String(m);
+}
+
+// "2026-12-01T02:00:00Z" -> "2026-12-01T10:00:00" in the browser's time zone (a datetime-local value).
+function toLocalInput(s) {
+  if (!s) return "";
+  const d = new Date(s);
+  if (isNaN(d)) return "";
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+}
+
+function fmtWindow(w) {
+  const at = (s, none) => (s ? new Date(s).toLocaleString() : t(none));
+  return w ? `${at(w.opens_at, "now")} / ${at(w.closes_at, "never")}` : "—";
+}
+
 function chart(title, series, target) {
   const opts = {
     title, width: Math.max(380, target.clientWidth || 420), height: 200,
@@ -114,7 +136,7 @@ function chart(title, series, target) {
   };
   const data = [[], ...series.map(() => [])];
   const u = new uPlot(opts, data, target);
-  return { u, data };
+  return { u, data, target };
 }
 
 function push(c, x, values) {
@@ -122,6 +144,8 @@ function push(c, x, values) {
   values.forEach((v, i) => c.data[i + 1].push(v === undefined ? null : v));
   if (c.data[0].length > KEEP) c.data.forEach((s) => s.shift());
   c.u.setData(c.data);
+  // How many points the chart holds (for anyone checking the page fills; the canvas says nothing).
+  c.target.dataset.points = c.data[0].length;
 }
 
 function roomCard(id) {
@@ -133,12 +157,37 @@ function roomCard(id) {
   const rate = el("input", { type: "number", step: "any", min: "0", placeholder: t("rate") });
   const min = el("input", { type: "number", step: "any", min: "0", placeholder: t("min") });
   const max = el("input", { type: "number", step: "any", min: "0", placeholder: t("max") });
+  // The server's answer (the room's mode and rate now) or its error, in place.
   const act = async (what, body) => {
+    const label = t({ pause: "pause", resume: "resume", "queue-all": "queue_all", release: "apply" }[what]);
     try {
-      await api(what === "release" ? "PUT" : "POST", `/admin/rooms/${encodeURIComponent(id)}/${what}`, body);
-      say(msg, `${what}: ok`, true);
-    } catch (e) { say(msg, `${what}: ${e.message}`, false); }
+      const v = await api(what === "release" ? "PUT" : "POST", `/admin/rooms/${encodeURIComponent(id)}/${what}`, body);
+      say(msg, `${label}: ${t("mode")} ${fmtMode(v.mode)}`, true);
+    } catch (e) { say(msg, `${label}: ${e.message}`, false); }
   };
+  // The schedule: local date-times in the inputs, RFC 3339 (UTC) on the wire; empty means none.
+  const when = {};
+  for (const k of ["prequeue_at", "opens_at", "closes_at"]) when[k] = el("input", { type: "datetime-local", step: "1", "aria-label": t(k), title: t(k) });
+  const schedMsg = el("p", { class: "msg", role: "status" });
+  const showSchedule = (cfg) => {
+    const sc = (cfg && cfg.schedule) || {};
+    for (const k of Object.keys(when)) when[k].value = toLocalInput(sc[k.replace(/_/g, "-")]);
+  };
+  api("GET", `/admin/rooms/${encodeURIComponent(id)}`).then((v) => showSchedule(v.config)).catch((e) => say(schedMsg, e.message, false));
+  const schedule = el("div", { class: "row schedule" },
+    el("b", {}, t("schedule")),
+    ...Object.entries(when).flatMap(([k, input]) => [el("label", {}, t(k)), input]),
+    el("button", {
+      onclick: async () => {
+        const body = {};
+        for (const [k, input] of Object.entries(when)) body[k] = input.value ? new Date(input.value).toISOString().replace(".000Z", "Z") : null;
+        try {
+          const v = await api("PUT", `/admin/rooms/${encodeURIComponent(id)}/schedule`, body);
+          showSchedule(v.config);
+          say(schedMsg, `${t("schedule")}: ${t("saved")} (${t("window")} ${fmtWindow(v.stats.window)})`, true);
+        } catch (e) { say(schedMsg, `${t("schedule")}: ${e.message}`, false); }
+      },
+    }, t("save")));
   const controls = el("div", { class: "row" },
     el("button", { onclick: () => confirm(t("confirm_pause", id)) && act("pause") }, t("pause")),
     el("button", { onclick: () => act("resume") }, t("resume")),
@@ -151,7 +200,7 @@ function roomCard(id) {
         act("release", body);
       },
     }, t("apply")));
-  const card = el("section", { class: "card" }, el("h2", {}, id), figures, controls, msg, charts, el("h3", {}, t("decisions")), timeline);
+  const card = el("section", { class: "card room", "data-room": id }, el("h2", {}, id), figures, controls, msg, schedule, schedMsg, charts, el("h3", {}, t("decisions")), timeline);
   $("rooms").append(card);
   const slot = () => { const d = el("div"); charts.append(d); return d; };
   const room = {
@@ -172,7 +221,7 @@ function updateRoom(s, at) {
   const figure = (label, value, warn) => el("div", { class: "fig" }, el("b", warn ? { class: "warn" } : {}, value), el("span", {}, label));
   const overTarget = core.p99_ms_edge !== null && core.p99_ms_edge !== undefined && core.p99_target_ms && core.p99_ms_edge > core.p99_target_ms;
   room.figures.replaceChildren(
-    figure(t("mode"), s.mode),
+    figure(t("mode"), fmtMode(s.mode)),
     figure(t("queued"), fmt(s.queued)),
     figure(t("serving"), fmt(s.serving)),
     figure(`${t("active")} / ${t("budget")}`, `${fmt(s.active)} / ${fmt(s.budget)}`),
@@ -183,6 +232,7 @@ function updateRoom(s, at) {
     figure(t("available"), fmt(s.available)),
     figure(t("sold_out"), s.sold_out ? t("yes") : t("no"), s.sold_out),
     figure(t("leader"), s.leader ? t("yes") : t("no")),
+    figure(t("window"), fmtWindow(s.window)),
   );
   push(room.queue, x, [s.queued, s.serving, s.issued]);
   push(room.release, x, [s.release_per_second, s.measured_release_per_second]);

@@ -6,14 +6,16 @@
 //! | `GET`/`PUT`/`DELETE /admin/rooms/<room>` | one room; PUT creates (201) or updates (200) it from the API.md room body, DELETE removes it (200); its protected paths change with it at once |
 //! | `POST /admin/rooms/<room>/pause`, `/resume`, `/queue-all` | operator overrides of the release |
 //! | `PUT /admin/rooms/<room>/release` | `{"mode": "auto" \| "fixed", "rate"?, "min"?, "max"?}` |
+//! | `PUT /admin/rooms/<room>/schedule` | `{"prequeue_at"?, "opens_at"?, "closes_at"?}` (RFC 3339; absent or null: none): the room's schedule alone, validated like the room body |
 //! | `GET /admin/rooms/<room>/stats` | counters, rates, the controller's last decision |
 //! | `GET /admin/stream` | server-sent events: `{"at_ms", "rooms": [stats...]}` once a second |
 //!
 //! ```text
 //! curl -X POST -H "Authorization: Bearer $WICKET_ADMIN_TOKEN" http://127.0.0.1:9090/admin/rooms/ev-42/pause
 //! ```
-//! Overrides act on the edge they are sent to; with Redis state the leader's mode is the one that
-//! moves the shared queue (send them to every edge, or to the leader named in the stats).
+//! With Redis room state, a room made, changed or deleted here and an override (pause, resume,
+//! queue-all, release) are published, and the other edges sharing the room apply them within a
+//! tick (a second): any edge's admin port controls a shared room.
 
 use std::time::Duration;
 
@@ -24,7 +26,7 @@ use pingora::protocols::http::ServerSession;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::config::RoomConfig;
+use super::config::{RoomConfig, ScheduleConfig};
 use super::{Room, Rooms, unix_ms};
 use crate::admin::{error, json_response};
 use crate::controller::{Bounds, ReleaseMode};
@@ -102,17 +104,17 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
         (Method::POST, "pause") => {
             room.set_mode(now, ReleaseMode::Paused);
             tracing::info!(room = %room.id, "admin: pause");
-            json_response(200, &room.stats())
+            shared(rooms, &room).await
         }
         (Method::POST, "queue-all") => {
             room.set_mode(now, ReleaseMode::QueueAll);
             tracing::info!(room = %room.id, "admin: queue-all");
-            json_response(200, &room.stats())
+            shared(rooms, &room).await
         }
         (Method::POST, "resume") => {
             let mode = room.resume(now);
             tracing::info!(room = %room.id, mode = ?mode, "admin: resume");
-            json_response(200, &room.stats())
+            shared(rooms, &room).await
         }
         (Method::PUT, "release") => {
             let u: ReleaseUpdate = match serde_json::from_slice(body) {
@@ -129,20 +131,66 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
                 ("fixed", None) => return error(400, "bad_request", "mode \"fixed\" needs \"rate\""),
                 _ => return error(400, "bad_request", "mode must be \"auto\" or \"fixed\""),
             };
-            let mut c = room.controller.lock();
-            let old = c.config().bounds;
-            let bounds = Bounds { min_rate: u.min.unwrap_or(old.min_rate), max_rate: u.max.unwrap_or(old.max_rate), ..old };
-            if bounds.min_rate > bounds.max_rate {
+            // (A block, not drop(): the lock guard must not live across the publish's await.)
+            let bounds_ok = {
+                let mut c = room.controller.lock();
+                let old = c.config().bounds;
+                let bounds = Bounds { min_rate: u.min.unwrap_or(old.min_rate), max_rate: u.max.unwrap_or(old.max_rate), ..old };
+                let ok = bounds.min_rate <= bounds.max_rate;
+                if ok {
+                    c.set_bounds(now, bounds);
+                }
+                ok
+            };
+            if !bounds_ok {
                 return error(400, "bad_request", "min must not exceed max");
             }
-            c.set_bounds(now, bounds);
-            drop(c);
             room.set_mode(now, mode);
             tracing::info!(room = %room.id, mode = %u.mode, "admin: release");
-            json_response(200, &room.stats())
+            shared(rooms, &room).await
         }
-        (_, "" | "stats" | "pause" | "resume" | "queue-all" | "release") => error(405, "bad_request", "method not allowed here"),
+        (Method::PUT, "schedule") => {
+            // An object only: serde would also take `[]` (or `["..."]`) for the struct.
+            let schedule = match serde_json::from_slice::<serde_json::Value>(body) {
+                Ok(v) if v.is_object() => serde_json::from_value::<ScheduleConfig>(v),
+                Ok(_) => return error(400, "bad_request", "the schedule must be a JSON object"),
+                Err(e) => Err(e),
+            };
+            let schedule = match schedule {
+                Ok(s) => s,
+                Err(e) => return error(400, "bad_request", format!("invalid schedule: {e}")),
+            };
+            // The rest of the room stays as it is; the whole room is validated again (a random
+            // room needs `opens_at`, `closes_at` must follow it...).
+            let mut cfg = room.spec().config.clone();
+            cfg.schedule = schedule;
+            let spec = match cfg.compile(id, "room") {
+                Ok(spec) => spec,
+                Err(issues) => {
+                    let message = issues.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                    return json_response(400, &json!({"error": "bad_request", "message": message, "issues": issues}));
+                }
+            };
+            if let Err(e) = rooms.publish(id, Some(&spec.config)).await {
+                return error(503, "unavailable", format!("the room state store did not take the change: {e}"));
+            }
+            let room = rooms.insert(spec);
+            tracing::info!(room = %room.id, "admin: schedule");
+            json_response(200, &room_json(&room))
+        }
+        (_, "" | "stats" | "pause" | "resume" | "queue-all" | "release" | "schedule") => {
+            error(405, "bad_request", "method not allowed here")
+        }
         _ => error(404, "not_found", "no such room endpoint"),
+    }
+}
+
+/// The answer to an override made on this edge: published to the edges sharing the room first
+/// (503 when the room state store did not take it: then it holds on this edge only).
+async fn shared(rooms: &Rooms, room: &Room) -> Response<Vec<u8>> {
+    match rooms.publish_override(room).await {
+        Ok(()) => json_response(200, &room.stats()),
+        Err(e) => error(503, "unavailable", format!("done on this edge only, the room state store did not take it: {e}")),
     }
 }
 

@@ -107,6 +107,27 @@ pub struct Room {
     pub admissions: AtomicU64,
     /// The release loop's bookkeeping between ticks.
     pub(crate) book: Mutex<release::ReleaseBook>,
+    /// The stamp of the operator override this edge made or applied last (0: none), so each
+    /// published override is applied once ([`Room::apply_override`]).
+    override_stamp: AtomicU64,
+}
+
+/// An operator's override of a room (pause, resume, queue-all, release mode and bounds) as
+/// published to the other edges sharing its state: the mode and bounds in force after the change.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorOverride {
+    /// New for each change: an edge applies a stamp once.
+    pub stamp: u64,
+    /// `auto`, `fixed`, `paused` or `queue_all`.
+    pub mode: String,
+    /// The admissions per second of `fixed`.
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// The controller's lower bound.
+    pub min: f64,
+    /// The controller's upper bound.
+    pub max: f64,
 }
 
 impl Room {
@@ -129,6 +150,7 @@ impl Room {
             rate_milli: AtomicU64::new(0),
             measured_milli: AtomicU64::new(0),
             active: AtomicU64::new(0),
+            override_stamp: AtomicU64::new(0),
             leader: AtomicBool::new(false),
             last_decision: Mutex::new(None),
             last_input: Mutex::new(None),
@@ -153,13 +175,16 @@ impl Room {
         self.spec.read().clone()
     }
 
-    /// Replaces the spec (admin PUT); the controller keeps its state, takes the new bounds.
+    /// Replaces the spec (admin PUT); the controller keeps its state, takes the new bounds. A
+    /// configured fixed rate takes over (ending a pause) only when the release config changed:
+    /// a new schedule leaves the operator's pause alone.
     pub fn set_spec(&self, spec: RoomSpec) {
         let cfg = controller_config(&spec);
+        let release_changed = self.spec().config.release != spec.config.release;
         {
             let mut c = self.controller.lock();
             c.set_bounds(unix_ms(), cfg.bounds);
-            if spec.config.release.mode == ReleaseModeConfig::Fixed {
+            if release_changed && spec.config.release.mode == ReleaseModeConfig::Fixed {
                 c.set_mode(unix_ms(), ReleaseMode::Fixed(spec.config.release.rate.unwrap_or(0.0)));
                 self.hold.store(0, Ordering::Relaxed);
                 *self.before_hold.lock() = None;
@@ -211,6 +236,48 @@ impl Room {
             _ => 0,
         };
         self.hold.store(flag, Ordering::Relaxed);
+    }
+
+    /// The mode and bounds in force now as an override to publish, under a new stamp (kept as
+    /// applied here).
+    pub fn operator_override(&self) -> OperatorOverride {
+        let stamp = rand::random::<u64>() | 1;
+        self.override_stamp.store(stamp, Ordering::Relaxed);
+        let c = self.controller.lock();
+        let (mode, rate) = match c.mode() {
+            ReleaseMode::Auto => ("auto", None),
+            ReleaseMode::Fixed(r) => ("fixed", Some(r)),
+            ReleaseMode::Paused => ("paused", None),
+            ReleaseMode::QueueAll => ("queue_all", None),
+        };
+        let b = c.config().bounds;
+        OperatorOverride { stamp, mode: mode.into(), rate, min: b.min_rate, max: b.max_rate }
+    }
+
+    /// Applies an override another edge published, once per stamp; false when already applied
+    /// or not understood.
+    pub fn apply_override(&self, now_ms: u64, o: &OperatorOverride) -> bool {
+        if self.override_stamp.load(Ordering::Relaxed) == o.stamp {
+            return false;
+        }
+        let mode = match (o.mode.as_str(), o.rate) {
+            ("auto", _) => ReleaseMode::Auto,
+            ("fixed", Some(r)) if r.is_finite() && r >= 0.0 => ReleaseMode::Fixed(r),
+            ("paused", _) => ReleaseMode::Paused,
+            ("queue_all", _) => ReleaseMode::QueueAll,
+            _ => return false,
+        };
+        if !(o.min.is_finite() && o.max.is_finite() && 0.0 <= o.min && o.min <= o.max) {
+            return false;
+        }
+        self.override_stamp.store(o.stamp, Ordering::Relaxed);
+        {
+            let mut c = self.controller.lock();
+            let bounds = Bounds { min_rate: o.min, max_rate: o.max, ..c.config().bounds };
+            c.set_bounds(now_ms, bounds);
+        }
+        self.set_mode(now_ms, mode);
+        true
     }
 
     /// Ends a pause or queue-all: back to the mode in force before it (a fixed rate set at run
@@ -331,6 +398,10 @@ impl Room {
             "active": self.active.load(Ordering::Relaxed),
             "release_per_second": self.release_rate(),
             "measured_release_per_second": self.measured_rate(),
+            "window": {
+                "opens_at": self.window(&spec).0.and_then(rfc3339),
+                "closes_at": self.window(&spec).1.and_then(rfc3339),
+            },
             "sold_out": self.sold_out.load(Ordering::Relaxed),
             "restock_possible": self.restock_possible.load(Ordering::Relaxed),
             "available": match self.available.load(Ordering::Relaxed) { u64::MAX => serde_json::Value::Null, n => n.into() },
@@ -626,17 +697,50 @@ impl Rooms {
     }
 
     /// Tells the other edges sharing this room state about an admin change of room `id` (its
-    /// new config, or `None` when deleted). Embedded state: nothing to tell.
+    /// new config, or `None` when deleted, which drops its operator override too). Embedded
+    /// state: nothing to tell.
     pub async fn publish(&self, id: &str, config: Option<&config::RoomConfig>) -> Result<(), StateError> {
         let state_backend::Backend::Redis(r) = &self.backend else { return Ok(()) };
         let json = config.map(|c| serde_json::to_string(c).unwrap_or_default());
-        r.put_spec(id, json.as_deref()).await
+        r.put_spec(id, json.as_deref()).await?;
+        if config.is_none() {
+            r.put_override(id, "").await?;
+        }
+        Ok(())
+    }
+
+    /// Tells the other edges sharing this room state about the operator's override of `room`
+    /// just made here (its mode and bounds now). Embedded state: nothing to tell.
+    pub async fn publish_override(&self, room: &Room) -> Result<(), StateError> {
+        let state_backend::Backend::Redis(r) = &self.backend else { return Ok(()) };
+        let json = serde_json::to_string(&room.operator_override()).unwrap_or_default();
+        r.put_override(&room.id, &json).await
     }
 
     /// Applies the room changes other edges published (the release loop calls it every tick):
-    /// new and changed rooms are inserted, deleted ones removed, with their protected paths.
+    /// new and changed rooms are inserted, deleted ones removed, with their protected paths; then
+    /// the operators' overrides (pause, resume, queue-all, release) not applied yet.
     pub async fn sync_specs(&self) -> Result<(), StateError> {
         let state_backend::Backend::Redis(r) = &self.backend else { return Ok(()) };
+        self.sync_room_configs(r).await?;
+        for (id, json) in r.overrides().await? {
+            let Some(room) = self.get(&id) else { continue };
+            if json.is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<OperatorOverride>(&json) {
+                Ok(o) => {
+                    if room.apply_override(unix_ms(), &o) {
+                        tracing::info!(room = %id, mode = %o.mode, "operator override from another edge");
+                    }
+                }
+                Err(e) => tracing::warn!(room = %id, "published operator override not applied: {e}"),
+            }
+        }
+        Ok(())
+    }
+
+    async fn sync_room_configs(&self, r: &redis::RedisRooms) -> Result<(), StateError> {
         for (id, json) in r.specs().await? {
             if json.is_empty() {
                 if self.remove(&id) {

@@ -5,8 +5,10 @@
 //! local snapshot, so status polls never wait for Redis).
 //!
 //! Edges sharing a queue must share `edge.secret`: tickets are signed, and identities hashed,
-//! under it. Operator overrides (pause, fixed rate) act on the edge they are sent to; the leader's
-//! mode is the one that moves `serving`.
+//! under it. Room configs made through the admin API and operator overrides (pause, resume,
+//! queue-all, the release mode and bounds) are published in two hashes every edge reads once a
+//! tick, so an operator may use any edge's admin port (or console) for a shared room; the
+//! leader's mode is the one that moves `serving`.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -102,8 +104,28 @@ impl RedisRooms {
     /// Publishes a room's config made or changed through the admin API (`None`: deleted), so the
     /// other edges sharing this Redis apply it ([`crate::room::Rooms::sync_specs`]).
     pub async fn put_spec(&self, id: &str, config_json: Option<&str>) -> Result<(), StateError> {
+        self.hset(SPECS_KEY, id, config_json.unwrap_or("")).await
+    }
+
+    /// Every published room config by id (an empty value: the room was deleted).
+    pub async fn specs(&self) -> Result<Vec<(String, String)>, StateError> {
+        self.hgetall(SPECS_KEY).await
+    }
+
+    /// Publishes the operator's override of a room (JSON of [`crate::room::OperatorOverride`];
+    /// empty when the room was deleted), for the other edges ([`crate::room::Rooms::sync_specs`]).
+    pub async fn put_override(&self, id: &str, json: &str) -> Result<(), StateError> {
+        self.hset(OVERRIDES_KEY, id, json).await
+    }
+
+    /// Every published operator override by room id.
+    pub async fn overrides(&self) -> Result<Vec<(String, String)>, StateError> {
+        self.hgetall(OVERRIDES_KEY).await
+    }
+
+    async fn hset(&self, key: &str, field: &str, value: &str) -> Result<(), StateError> {
         let mut conn = self.conn().await?;
-        let cmd = redis::cmd("HSET").arg(SPECS_KEY).arg(id).arg(config_json.unwrap_or("")).clone();
+        let cmd = redis::cmd("HSET").arg(key).arg(field).arg(value).clone();
         match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Value>(&mut conn)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(StateError(format!("redis: {e}"))),
@@ -111,10 +133,9 @@ impl RedisRooms {
         }
     }
 
-    /// Every published room config by id (an empty value: the room was deleted).
-    pub async fn specs(&self) -> Result<Vec<(String, String)>, StateError> {
+    async fn hgetall(&self, key: &str) -> Result<Vec<(String, String)>, StateError> {
         let mut conn = self.conn().await?;
-        let cmd = redis::cmd("HGETALL").arg(SPECS_KEY).clone();
+        let cmd = redis::cmd("HGETALL").arg(key).clone();
         match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Vec<(String, String)>>(&mut conn)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(StateError(format!("redis: {e}"))),
@@ -145,6 +166,8 @@ impl RedisRooms {
 
 /// The hash of room configs published by the admin API (id → JSON, empty when deleted).
 const SPECS_KEY: &str = "wk:{rooms}:specs";
+/// The hash of operator overrides published by the admin API (id → JSON, empty when deleted).
+const OVERRIDES_KEY: &str = "wk:{rooms}:overrides";
 
 /// One room's keys and its local snapshot of the counters.
 pub struct RedisRoom {

@@ -250,3 +250,32 @@ async fn tickets_from_the_future_or_older_than_the_longest_wait_are_refused() {
     assert!(r.ticket_fresh(1_000_000, 1_000_000 + 6 * 86_400));
     assert!(!r.ticket_fresh(1_000_000, 1_000_000 + 8 * 86_400));
 }
+
+#[test]
+fn an_operator_override_from_another_edge_is_applied_once_and_a_bad_one_not_at_all() {
+    let (here, there) = (rooms_with(""), rooms_with(""));
+    let (a, b) = (here.get("r1").unwrap(), there.get("r1").unwrap());
+    a.set_mode(1, ReleaseMode::Fixed(7.0));
+    let fixed = a.operator_override();
+    assert_eq!((fixed.mode.as_str(), fixed.rate), ("fixed", Some(7.0)));
+    assert!(!a.apply_override(2, &fixed), "the edge that made it has it already");
+    assert!(b.apply_override(2, &fixed));
+    assert_eq!(b.mode(), ReleaseMode::Fixed(7.0));
+    a.set_mode(3, ReleaseMode::Paused);
+    let paused = a.operator_override();
+    assert!(b.apply_override(4, &paused));
+    assert!(b.is_paused());
+    // Resumed there by hand, the same stamp is not applied again.
+    b.resume(5);
+    assert!(!b.apply_override(6, &paused));
+    assert_eq!(b.mode(), ReleaseMode::Fixed(7.0));
+    for bad in [
+        OperatorOverride { mode: "turbo".into(), ..paused.clone() },
+        OperatorOverride { mode: "fixed".into(), rate: None, ..paused.clone() },
+        OperatorOverride { mode: "fixed".into(), rate: Some(f64::NAN), ..paused.clone() },
+        OperatorOverride { min: 10.0, max: 1.0, ..paused.clone() },
+    ] {
+        assert!(!b.apply_override(7, &OperatorOverride { stamp: 99, ..bad }));
+    }
+    assert_eq!(b.mode(), ReleaseMode::Fixed(7.0));
+}

@@ -82,6 +82,35 @@ pub async fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
     request("GET", url, headers, b"").await
 }
 
+/// A fan in a waiting room: a cookie jar (queue ticket, device) kept across requests to one
+/// public address (or several edges sharing the room: cookies are per host, not per port).
+#[derive(Default)]
+pub struct Fan {
+    pub jar: HashMap<String, String>,
+}
+
+impl Fan {
+    /// A JSON GET with the jar's cookies; keeps the cookies the answer sets.
+    pub async fn get(&mut self, url: &str) -> Resp {
+        let cookie = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+        let r = get(url, &[("cookie", &cookie), ("accept", "application/json"), ("user-agent", "fan"), ("accept-language", "en")]).await;
+        self.jar.extend(r.cookies());
+        r
+    }
+
+    /// Joins `room` through the edge at `base` (`http://host:port`); the join's answer.
+    pub async fn join(&mut self, base: &str, room: &str) -> Resp {
+        self.get(&format!("{base}/queue/{room}")).await
+    }
+
+    /// One status poll of `room` through the edge at `base`: the JSON.
+    pub async fn status(&mut self, base: &str, room: &str) -> serde_json::Value {
+        let r = self.get(&format!("{base}/queue/{room}/status")).await;
+        assert!(r.status == 200 || r.status == 503, "status poll: {} {}", r.status, r.text());
+        r.json()
+    }
+}
+
 /// What the test upstream saw of one request.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -286,6 +315,31 @@ impl TestEdge {
 
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
+    }
+
+    /// Signs in to the console on the admin port, as its page does.
+    pub async fn console(&self) -> ConsoleSession {
+        let r = request("POST", &self.admin_url("/admin/session"), &[("content-type", "application/json")], format!("{{\"token\":\"{ADMIN_TOKEN}\"}}").as_bytes()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let cookie = r.header("set-cookie").unwrap().split(';').next().unwrap().to_owned();
+        ConsoleSession { admin: self.admin, cookie, csrf: r.json()["csrf"].as_str().unwrap().to_owned() }
+    }
+}
+
+/// A signed-in console (cookie and CSRF token), calling the admin API as the page does.
+pub struct ConsoleSession {
+    pub admin: SocketAddr,
+    pub cookie: String,
+    pub csrf: String,
+}
+
+impl ConsoleSession {
+    /// A call from the console page: the cookie, and for changes the CSRF token and the page's origin.
+    pub async fn call(&self, method: &str, path: &str, body: &str) -> Resp {
+        let origin = format!("http://{}", self.admin);
+        let headers = [("cookie", self.cookie.as_str()), ("x-csrf-token", self.csrf.as_str()), ("origin", origin.as_str()), ("content-type", "application/json")];
+        let n = if method == "GET" { 1 } else { headers.len() };
+        request(method, &format!("http://{}{path}", self.admin), &headers[..n], body.as_bytes()).await
     }
 }
 
