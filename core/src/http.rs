@@ -323,7 +323,7 @@ pub fn order_json(o: &Order) -> Value {
 }
 
 async fn event_status(st: &AppState, rec: &EventRecord) -> Result<&'static str, ApiError> {
-    let now = st.store.now_ms().await?;
+    let now = st.store.now_ms().await.map_err(StoreError::read)?;
     if now >= rec.spec.closes_at_ms() {
         return Ok("closed");
     }
@@ -333,7 +333,7 @@ async fn event_status(st: &AppState, rec: &EventRecord) -> Result<&'static str, 
     if rec.paused || st.is_rechecking() {
         return Ok("paused");
     }
-    let stock = st.store.stock(&rec.id).await?.unwrap_or_default();
+    let stock = st.store.stock(&rec.id).await.map_err(StoreError::read)?.unwrap_or_default();
     if !stock.skus.is_empty() && stock.skus.values().all(|s| s.sold_out) {
         return Ok("sold_out");
     }
@@ -403,7 +403,7 @@ async fn put_event(
 
 async fn get_event(State(st): State<Shared>, Path(event): Path<String>) -> ApiResult {
     check_event_id(&event)?;
-    let rec = st.store.get_event(&event).await?.ok_or_else(|| ApiError::not_found(format!("no event {event}")))?;
+    let rec = st.store.get_event(&event).await.map_err(StoreError::read)?.ok_or_else(|| ApiError::not_found(format!("no event {event}")))?;
     let status = event_status(&st, &rec).await?;
     let mut v = serde_json::to_value(&rec.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if let Value::Object(m) = &mut v {
@@ -434,7 +434,7 @@ async fn resume(State(st): State<Shared>, Path(event): Path<String>, headers: He
 
 async fn stock(State(st): State<Shared>, Path(event): Path<String>) -> ApiResult {
     check_event_id(&event)?;
-    let s = st.store.stock(&event).await?.ok_or_else(|| ApiError::not_found(format!("no event {event}")))?;
+    let s = st.store.stock(&event).await.map_err(StoreError::read)?.ok_or_else(|| ApiError::not_found(format!("no event {event}")))?;
     Ok(json_response(StatusCode::OK, s))
 }
 
@@ -487,7 +487,7 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
     // would answer is the store asked (one read); otherwise the hold step does the same check itself.
     let sold_out = st.is_sold_out(&event, &b.sku);
     if sold_out || st.is_rechecking() {
-        match st.store.find_replay(&event, &claims.sub, &b.idempotency_key, &fingerprint).await? {
+        match st.store.find_replay(&event, &claims.sub, &b.idempotency_key, &fingerprint).await.map_err(StoreError::read)? {
             Some(HoldOutcome::Replay(o)) => {
                 st.metrics.holds.with_label_values(&["replay"]).inc();
                 return Ok(json_response(StatusCode::OK, hold_json(&o)));
@@ -609,7 +609,7 @@ async fn load_order(st: &AppState, order: &str) -> Result<Order, ApiError> {
     if event_of_order(order).is_none() {
         return Err(ApiError::not_found(format!("no order {order:?}")));
     }
-    st.store.get_order(order).await?.ok_or_else(|| ApiError::not_found(format!("no order {order}")))
+    st.store.get_order(order).await.map_err(StoreError::read)?.ok_or_else(|| ApiError::not_found(format!("no order {order}")))
 }
 
 /// Admin, or the admission-token holder whose `sub` bought the order.
@@ -769,10 +769,10 @@ async fn outbox(
             _ => return Err(ApiError::bad_request("limit must be 1..=1000")),
         },
     };
-    if st.store.get_event(&event).await?.is_none() {
+    if st.store.get_event(&event).await.map_err(StoreError::read)?.is_none() {
         return Err(ApiError::not_found(format!("no event {event}")));
     }
-    let entries = st.store.outbox(&event, after, limit).await?;
+    let entries = st.store.outbox(&event, after, limit).await.map_err(StoreError::read)?;
     let cursor = entries.last().map(|e| e.cursor.clone()).unwrap_or_else(|| after.unwrap_or("0").to_string());
     Ok(json_response(StatusCode::OK, json!({"entries": entries, "cursor": cursor})))
 }
@@ -783,4 +783,22 @@ async fn reconcile(State(st): State<Shared>, Path(event): Path<String>, headers:
     let rep = st.store.reconcile(&event).await?.ok_or_else(|| ApiError::not_found(format!("no event {event}")))?;
     st.metrics.reconcile_ok.with_label_values(&[event.as_str()]).set(rep.ok as i64);
     Ok(json_response(StatusCode::OK, rep))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read that got no answer changed nothing: it says "retry", not "retry with the same idempotency key"
+    /// (which it said to a `GET` after a cut Redis connection). A write without an answer still says so.
+    #[test]
+    fn a_read_without_an_answer_is_plain_unavailable() {
+        let read = ApiError::from(StoreError::OutcomeUnknown("connection dropped".into()).read());
+        assert_eq!((read.status, read.code), (StatusCode::SERVICE_UNAVAILABLE, "unavailable"));
+        assert!(!read.message.contains("idempotency"), "{}", read.message);
+        let write = ApiError::from(StoreError::OutcomeUnknown("connection dropped".into()));
+        assert!(write.message.contains("idempotency key"), "{}", write.message);
+        let other = StoreError::ReadOnly("disk".into()).read();
+        assert!(matches!(other, StoreError::ReadOnly(_)));
+    }
 }

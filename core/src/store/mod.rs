@@ -61,6 +61,17 @@ pub enum StoreError {
     DurabilityTimeout(String),
 }
 
+impl StoreError {
+    /// The error of a call that only reads: nothing can have changed, so "outcome unknown" (a write
+    /// sent without an answer) is plain "unavailable, retry".
+    pub fn read(self) -> StoreError {
+        match self {
+            StoreError::OutcomeUnknown(m) => StoreError::Unavailable(m),
+            e => e,
+        }
+    }
+}
+
 /// The core's state: events, stock, orders, the outbox. See the module doc for the rules every
 /// implementation keeps.
 #[async_trait]
