@@ -438,3 +438,24 @@ fn log_format_json_writes_json_lines_text_has_no_colour_codes_and_every_listener
         assert!(err.contains(path) && err.contains("\"text\" or \"json\""), "{err}");
     }
 }
+
+/// `wicket <sub> --help`: every option and argument says what it is.
+#[test]
+fn every_subcommand_option_has_help_text() {
+    for sub in ["serve", "core", "demo", "check-config", "nginx-import"] {
+        let out = wicket().args([sub, "--help"]).output().unwrap();
+        assert!(out.status.success(), "{sub}");
+        let help = String::from_utf8(out.stdout).unwrap();
+        // An option line is "signature  description", or the signature alone with the description
+        // on the next, deeper-indented line (clap's layout for long help).
+        let lines: Vec<&str> = help.lines().collect();
+        let bare: Vec<&str> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("  ") && l.trim_start().starts_with(['-', '<']) && !l.trim().contains("  "))
+            .filter(|(i, _)| !lines.get(i + 1).is_some_and(|n| n.starts_with("          ") && !n.trim().is_empty()))
+            .map(|(_, l)| *l)
+            .collect();
+        assert!(bare.is_empty(), "wicket {sub} --help has options without a description: {bare:?}\n{help}");
+    }
+}
