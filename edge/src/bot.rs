@@ -7,9 +7,12 @@
 //! challenge is remembered until it expires so it cannot be used twice; that memory is bounded
 //! and refuses new solutions when full rather than forgetting old ones (fail closed).
 //!
-//! CAPTCHA: `POST verify-url` with `secret`, `response`, `remoteip` as a form; `{"success":
-//! true}` passes, `false` fails; a timeout, an error or garbage is "unavailable", and the
-//! fail-open switch decides.
+//! CAPTCHA: the provider's server-side check ([`CaptchaProvider`]: Turnstile, hCaptcha and
+//! reCAPTCHA speak siteverify — `POST` the form `secret`, `response`, `remoteip`, read
+//! `{"success"}`, and for reCAPTCHA v3 the `score`; GeeTest v4 has its own signed form), over
+//! HTTPS with the certificate checked (system roots or `ca-file`) or plain HTTP. A pass passes, a
+//! refusal fails; a timeout, an error, an untrusted certificate or garbage is "unavailable", and
+//! the fail-open switch decides.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -215,53 +218,119 @@ pub fn leading_zero_bits(h: &[u8]) -> u32 {
 /// A siteverify answer, as the edge reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptchaOutcome {
-    /// `success: true`.
+    /// The provider says the widget was solved (and, for reCAPTCHA v3, scored high enough).
     Pass,
-    /// `success: false`.
+    /// The provider says it was not (or the client's answer cannot even be sent).
     Fail,
-    /// Timeout, connection error, non-200 or unreadable answer.
+    /// Timeout, connection or certificate error, non-200 or unreadable answer.
     Unavailable,
+}
+
+/// Whose verification dialect `[edge.bot.captcha]` speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptchaProvider {
+    /// `POST verify-url` with the form `secret`, `response`, `remoteip`; `{"success": bool}`.
+    #[default]
+    Siteverify,
+    /// Cloudflare Turnstile (siteverify).
+    Turnstile,
+    /// hCaptcha (siteverify).
+    Hcaptcha,
+    /// Google reCAPTCHA v2 (siteverify) or v3 (siteverify plus `score` ≥ `score-threshold`).
+    Recaptcha,
+    /// GeeTest v4: the client's answer is its JSON (`lot_number`, `captcha_output`, `pass_token`,
+    /// `gen_time`); the edge signs `lot_number` with the secret (HMAC-SHA256) as `sign_token` and
+    /// posts them to `validate?captcha_id=<site-key>`; `{"result": "success"}` passes.
+    Geetest,
+}
+
+impl CaptchaProvider {
+    /// The provider's own verification URL (`siteverify` has none: `verify-url` is required).
+    pub fn default_url(self) -> Option<&'static str> {
+        match self {
+            CaptchaProvider::Siteverify => None,
+            CaptchaProvider::Turnstile => Some("https://challenges.cloudflare.com/turnstile/v0/siteverify"),
+            CaptchaProvider::Hcaptcha => Some("https://api.hcaptcha.com/siteverify"),
+            CaptchaProvider::Recaptcha => Some("https://www.google.com/recaptcha/api/siteverify"),
+            CaptchaProvider::Geetest => Some("https://gcaptcha4.geetest.com/validate"),
+        }
+    }
 }
 
 #[derive(Deserialize)]
 struct SiteVerify {
     success: bool,
+    #[serde(default)]
+    score: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct GeetestAnswer {
+    result: String,
+}
+
+/// What a GeeTest v4 widget hands the page (its `getValidate()`), sent on as `captcha`.
+#[derive(Deserialize)]
+struct GeetestResponse {
+    lot_number: String,
+    captcha_output: String,
+    pass_token: String,
+    gen_time: String,
 }
 
 /// The CAPTCHA hook.
 pub struct Captcha {
+    provider: CaptchaProvider,
     url: HttpUrl,
     addr: SocketAddr,
     secret: String,
+    site_key: String,
+    score_threshold: f64,
+    /// Set for an `https://` verify URL: the system roots or `ca-file`, hostname checked.
+    tls: Option<openssl::ssl::SslConnector>,
     timeout: Duration,
     fail_open: AtomicBool,
-    client: hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
 }
 
 impl Captcha {
-    /// Builds the hook from validated config.
-    pub fn new(cfg: &CaptchaConfig) -> Result<Self, String> {
-        let url = crate::config::parse_http_url(&cfg.verify_url)?;
+    /// Builds the hook from validated config (`base` resolves a relative `ca-file`).
+    pub fn new(cfg: &CaptchaConfig, base: &std::path::Path) -> Result<Self, String> {
+        let raw = cfg.verify_url.as_deref().or(cfg.provider.default_url()).ok_or("no verify-url")?;
+        let url = crate::config::parse_http_url(raw)?;
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(url.host.as_str(), url.port))
-            .map_err(|e| format!("cannot resolve {}: {e}", cfg.verify_url))?
+            .map_err(|e| format!("cannot resolve {raw}: {e}"))?
             .next()
-            .ok_or_else(|| format!("cannot resolve {}", cfg.verify_url))?;
+            .ok_or_else(|| format!("cannot resolve {raw}"))?;
         let secret = match &cfg.secret_env {
             Some(var) => std::env::var(var).map_err(|_| format!("{var} is not set"))?,
             None => cfg.secret.clone().unwrap_or_default(),
         };
-        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        connector.set_connect_timeout(Some(Duration::from_millis(cfg.timeout_ms)));
-        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
+        let tls = if url.tls {
+            let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls_client()).map_err(|e| e.to_string())?;
+            b.set_min_proto_version(Some(openssl::ssl::SslVersion::TLS1_2)).map_err(|e| e.to_string())?;
+            if let Some(f) = &cfg.ca_file {
+                let p = if std::path::Path::new(f).is_absolute() { f.into() } else { base.join(f) };
+                let mut store = openssl::x509::store::X509StoreBuilder::new().map_err(|e| e.to_string())?;
+                for ca in crate::tls::load_cas(&p)?.iter() {
+                    store.add_cert(ca.clone()).map_err(|e| e.to_string())?;
+                }
+                b.set_verify_cert_store(store.build()).map_err(|e| e.to_string())?;
+            }
+            Some(b.build())
+        } else {
+            None
+        };
         Ok(Captcha {
+            provider: cfg.provider,
             url,
             addr,
             secret,
+            site_key: cfg.site_key.clone().unwrap_or_default(),
+            score_threshold: cfg.score_threshold.unwrap_or(0.5),
+            tls,
             timeout: Duration::from_millis(cfg.timeout_ms),
             fail_open: AtomicBool::new(cfg.fail_open),
-            client,
         })
     }
 
@@ -275,36 +344,114 @@ impl Captcha {
         self.fail_open.store(v, Ordering::Relaxed);
     }
 
-    /// Asks the provider.
+    /// Asks the provider about the widget's `response`, within the timeout.
     pub async fn siteverify(&self, response: &str, remote_ip: IpAddr) -> CaptchaOutcome {
-        let form = format!(
-            "secret={}&response={}&remoteip={}",
-            form_encode(&self.secret),
-            form_encode(response),
-            remote_ip
-        );
-        let uri = format!("http://{}{}", self.addr, self.url.path);
-        let Ok(req) = http::Request::post(uri)
-            .header(http::header::HOST, self.url.authority.as_str())
-            .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(Full::new(Bytes::from(form)))
-        else {
+        let (target, form) = match self.provider {
+            CaptchaProvider::Geetest => {
+                let Ok(r) = serde_json::from_str::<GeetestResponse>(response) else { return CaptchaOutcome::Fail };
+                let sign = {
+                    use hmac::Mac;
+                    let Ok(mut mac) = hmac::Hmac::<Sha256>::new_from_slice(self.secret.as_bytes()) else {
+                        return CaptchaOutcome::Unavailable;
+                    };
+                    mac.update(r.lot_number.as_bytes());
+                    hex::encode(mac.finalize().into_bytes())
+                };
+                let sep = if self.url.path.contains('?') { '&' } else { '?' };
+                let target = format!("{}{sep}captcha_id={}", self.url.path, form_encode(&self.site_key));
+                let form = format!(
+                    "lot_number={}&captcha_output={}&pass_token={}&gen_time={}&sign_token={sign}",
+                    form_encode(&r.lot_number),
+                    form_encode(&r.captcha_output),
+                    form_encode(&r.pass_token),
+                    form_encode(&r.gen_time)
+                );
+                (target, form)
+            }
+            _ => {
+                let form = format!("secret={}&response={}&remoteip={}", form_encode(&self.secret), form_encode(response), remote_ip);
+                (self.url.path.clone(), form)
+            }
+        };
+        let Ok(body) = tokio::time::timeout(self.timeout, self.post(&target, form)).await else {
+            tracing::debug!(provider = ?self.provider, "CAPTCHA verification timed out");
             return CaptchaOutcome::Unavailable;
         };
-        let call = async {
-            let resp = self.client.request(req).await.ok()?;
-            if resp.status() != http::StatusCode::OK {
-                return None;
+        let body = match body {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(provider = ?self.provider, url = %self.url.authority, error = %e, "CAPTCHA verification failed");
+                return CaptchaOutcome::Unavailable;
             }
-            let body = Limited::new(resp.into_body(), 64 * 1024).collect().await.ok()?.to_bytes();
-            serde_json::from_slice::<SiteVerify>(&body).ok()
         };
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Some(SiteVerify { success: true })) => CaptchaOutcome::Pass,
-            Ok(Some(SiteVerify { success: false })) => CaptchaOutcome::Fail,
-            _ => CaptchaOutcome::Unavailable,
+        match self.provider {
+            CaptchaProvider::Geetest => match serde_json::from_slice::<GeetestAnswer>(&body) {
+                Ok(a) if a.result == "success" => CaptchaOutcome::Pass,
+                Ok(a) if a.result == "fail" => CaptchaOutcome::Fail,
+                _ => CaptchaOutcome::Unavailable,
+            },
+            provider => match serde_json::from_slice::<SiteVerify>(&body) {
+                Ok(SiteVerify { success: true, score: Some(score) }) if provider == CaptchaProvider::Recaptcha => {
+                    if score >= self.score_threshold { CaptchaOutcome::Pass } else { CaptchaOutcome::Fail }
+                }
+                Ok(SiteVerify { success: true, .. }) => CaptchaOutcome::Pass,
+                Ok(SiteVerify { success: false, .. }) => CaptchaOutcome::Fail,
+                Err(_) => CaptchaOutcome::Unavailable,
+            },
         }
     }
+
+    /// One `POST` of a form on a connection of its own (TLS when the URL is `https://`, the
+    /// certificate checked against the roots and the host name); the 200 answer's body (≤ 64 KiB).
+    async fn post(&self, target: &str, form: String) -> Result<Bytes, String> {
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.map_err(|e| format!("connect: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let req = http::Request::post(target)
+            .header(http::header::HOST, self.url.authority.as_str())
+            .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(http::header::USER_AGENT, "wicket-edge")
+            .body(Full::new(Bytes::from(form)))
+            .map_err(|e| e.to_string())?;
+        match &self.tls {
+            None => send_once(tcp, req).await,
+            Some(connector) => {
+                let ssl = connector
+                    .configure()
+                    .and_then(|c| c.into_ssl(&self.url.host))
+                    .map_err(|e| format!("TLS setup: {e}"))?;
+                let mut stream = tokio_openssl::SslStream::new(ssl, tcp).map_err(|e| format!("TLS setup: {e}"))?;
+                std::pin::Pin::new(&mut stream).connect().await.map_err(|e| {
+                    let verify = stream.ssl().verify_result();
+                    if verify == openssl::x509::X509VerifyResult::OK {
+                        format!("TLS handshake: {e}")
+                    } else {
+                        format!("TLS handshake: certificate not trusted: {verify}")
+                    }
+                })?;
+                send_once(stream, req).await
+            }
+        }
+    }
+}
+
+/// Sends one request over `io` (HTTP/1.1) and reads a 200 answer's body.
+async fn send_once<I>(io: I, req: http::Request<Full<Bytes>>) -> Result<Bytes, String>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io)).await.map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(conn);
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string());
+    let out = match resp {
+        Ok(r) if r.status() == http::StatusCode::OK => {
+            Limited::new(r.into_body(), 64 * 1024).collect().await.map(|b| b.to_bytes()).map_err(|e| e.to_string())
+        }
+        Ok(r) => Err(format!("answered {}", r.status())),
+        Err(e) => Err(e),
+    };
+    driver.abort();
+    out
 }
 
 fn form_encode(s: &str) -> String {
@@ -356,13 +503,13 @@ pub struct BotPolicyUpdate {
 
 impl BotChecks {
     /// Builds from validated config.
-    pub fn new(cfg: &BotConfig, signer: Signer) -> Result<Self, String> {
+    pub fn new(cfg: &BotConfig, signer: Signer, base: &std::path::Path) -> Result<Self, String> {
         Ok(BotChecks {
             routes: RwLock::new(cfg.routes.clone()),
             checks_any: std::sync::atomic::AtomicBool::new(cfg.routes.iter().any(|r| r.check != BotCheckMode::Off)),
             proof: RwLock::new(cfg.proof),
             pow: ProofOfWork::new(signer.clone(), cfg.pow.difficulty, cfg.pow.ttl_seconds, cfg.pow.max_remembered),
-            captcha: cfg.captcha.as_ref().map(Captcha::new).transpose()?,
+            captcha: cfg.captcha.as_ref().map(|c| Captcha::new(c, base)).transpose()?,
             signer,
             pass_seconds: cfg.pass_seconds,
         })
@@ -538,7 +685,7 @@ mod tests {
     #[test]
     fn passes_are_bound_and_expire() {
         let cfg = BotConfig::default();
-        let b = BotChecks::new(&cfg, Signer::new(b"0123456789abcdef")).unwrap();
+        let b = BotChecks::new(&cfg, Signer::new(b"0123456789abcdef"), std::path::Path::new(".")).unwrap();
         let pass = b.issue_pass("dev1", 100);
         assert!(b.check_pass(&pass, "dev1", 101));
         assert!(!b.check_pass(&pass, "dev2", 101));

@@ -445,12 +445,30 @@ impl Default for PowConfig {
     }
 }
 
-/// `[edge.bot.captcha]`: the siteverify protocol Turnstile, hCaptcha and reCAPTCHA share.
+/// `[edge.bot.captcha]`: a CAPTCHA provider's server-side verification.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CaptchaConfig {
-    /// Siteverify URL (`http://` only: put an egress proxy in front for `https://` providers).
-    pub verify_url: String,
+    /// `turnstile`, `hcaptcha`, `recaptcha` (v2, or v3 with `score-threshold`), `geetest` (v4), or
+    /// `siteverify` (any service speaking the siteverify form and `{"success"}` answer at
+    /// `verify-url`). Default `siteverify`.
+    #[serde(default)]
+    pub provider: crate::bot::CaptchaProvider,
+    /// Verification URL, `https://` or `http://`. Default: the provider's own (required for
+    /// `siteverify`).
+    #[serde(default)]
+    pub verify_url: Option<String>,
+    /// PEM file of the CAs an `https://` verify URL's certificate must chain to. Default: the
+    /// system's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// GeeTest: the `captcha_id` (public). Not used by the other providers.
+    #[serde(default)]
+    pub site_key: Option<String>,
+    /// reCAPTCHA v3: the lowest score that passes (0.0–1.0). Default 0.5; an answer without a
+    /// score (v2) passes on `success` alone.
+    #[serde(default)]
+    pub score_threshold: Option<f64>,
     /// Provider secret.
     #[serde(default)]
     pub secret: Option<String>,
@@ -841,13 +859,37 @@ impl WicketConfig {
             }
             None => {}
             Some(c) => {
-                match parse_http_url(&c.verify_url) {
-                    Err(m) => out.push(issue("edge.bot.captcha.verify-url", m)),
-                    Ok(u) if u.tls => out.push(issue(
-                        "edge.bot.captcha.verify-url",
-                        "https:// siteverify is not supported yet: point it at an http:// relay on the edge's host",
-                    )),
-                    Ok(_) => {}
+                use crate::bot::CaptchaProvider;
+                match c.verify_url.as_deref().or(c.provider.default_url()) {
+                    None => out.push(issue("edge.bot.captcha.verify-url", "required when provider = \"siteverify\"")),
+                    Some(u) => {
+                        if let Err(m) = parse_http_url(u) {
+                            out.push(issue("edge.bot.captcha.verify-url", m));
+                        }
+                    }
+                }
+                if let Some(f) = &c.ca_file
+                    && let Err(m) = crate::tls::load_cas(&self.resolve(f))
+                {
+                    out.push(issue("edge.bot.captcha.ca-file", m));
+                }
+                match (c.provider, &c.site_key) {
+                    (CaptchaProvider::Geetest, None) => {
+                        out.push(issue("edge.bot.captcha.site-key", "required for geetest (its captcha_id)"));
+                    }
+                    (CaptchaProvider::Geetest, Some(k))
+                        if k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+                    {
+                        out.push(issue("edge.bot.captcha.site-key", "a geetest captcha_id is 1..=64 letters, digits, - or _"));
+                    }
+                    _ => {}
+                }
+                match (c.provider, c.score_threshold) {
+                    (CaptchaProvider::Recaptcha, Some(t)) if !(0.0..=1.0).contains(&t) => {
+                        out.push(issue("edge.bot.captcha.score-threshold", "must be between 0.0 and 1.0"));
+                    }
+                    (CaptchaProvider::Recaptcha, _) | (_, None) => {}
+                    (_, Some(_)) => out.push(issue("edge.bot.captcha.score-threshold", "only reCAPTCHA v3 answers with a score")),
                 }
                 match (&c.secret, &c.secret_env) {
                     (_, Some(var)) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => {
@@ -1132,6 +1174,27 @@ mod tests {
         }
         let err = WicketConfig::from_toml_str("[edge.queue-page.colours]\nacent = \"#fff\"\n").unwrap_err();
         assert!(err.to_string().contains("acent"), "{err}");
+    }
+
+    #[test]
+    fn captcha_settings_are_checked_per_provider() {
+        let problems = |captcha: &str| {
+            let cfg = WicketConfig::from_toml_str(&format!("[edge.bot]\nproof = \"captcha\"\n[edge.bot.captcha]\nsecret = \"s\"\n{captcha}"))
+                .unwrap();
+            cfg.validate().into_iter().map(|i| (i.path, i.message)).collect::<Vec<_>>()
+        };
+        assert!(problems("provider = \"turnstile\"").is_empty(), "the provider's own URL by default");
+        let p = problems("");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].0, "edge.bot.captcha.verify-url");
+        assert_eq!(problems("provider = \"geetest\"")[0].0, "edge.bot.captcha.site-key");
+        assert_eq!(problems("provider = \"geetest\"\nsite-key = \"a b\"")[0].0, "edge.bot.captcha.site-key");
+        assert!(problems("provider = \"geetest\"\nsite-key = \"0123abcd\"").is_empty());
+        assert_eq!(problems("provider = \"recaptcha\"\nscore-threshold = 1.5")[0].0, "edge.bot.captcha.score-threshold");
+        assert_eq!(problems("provider = \"hcaptcha\"\nscore-threshold = 0.5")[0].0, "edge.bot.captcha.score-threshold");
+        assert_eq!(problems("provider = \"turnstile\"\nca-file = \"/no/such/ca.pem\"")[0].0, "edge.bot.captcha.ca-file");
+        assert_eq!(problems("verify-url = \"ftp://x\"")[0].0, "edge.bot.captcha.verify-url");
+        assert!(WicketConfig::from_toml_str("[edge.bot.captcha]\nprovider = \"recaptchaa\"\n").is_err());
     }
 
     #[test]

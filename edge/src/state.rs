@@ -200,7 +200,7 @@ impl EdgeState {
         let limits = Limits::new(&e.limits).map_err(|m| one("edge.limits", m))?;
         let queue_page = crate::room::page::QueuePage::compile(&e.queue_page, &|p| config.resolve(p)).map_err(errs)?;
         let trusted = e.trusted_proxies.iter().filter_map(|p| parse_net(p)).collect();
-        let bot = BotChecks::new(&e.bot, signer.clone()).map_err(|m| one("edge.bot", m))?;
+        let bot = BotChecks::new(&e.bot, signer.clone(), &config.base_dir).map_err(|m| one("edge.bot", m))?;
         let backend = match &config.room_store {
             Some(store) => crate::room::state_backend::Backend::Redis(
                 crate::room::redis::RedisRooms::for_store(store).map_err(|m| one("store", m))?,

@@ -37,13 +37,18 @@ impl Pki {
 
     /// `<file>.pem` and `<file>.key` for `names` (DNS SANs), valid `days` (negative: expired).
     fn leaf(&self, file: &str, names: &[&str], days: i32) -> (PathBuf, PathBuf) {
+        let sans: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+        self.leaf_sans(file, &sans.join(","), days)
+    }
+
+    /// `<file>.pem` and `<file>.key` with these subjectAltNames (`DNS:a.test,IP:127.0.0.1`).
+    fn leaf_sans(&self, file: &str, sans: &str, days: i32) -> (PathBuf, PathBuf) {
         let (key, csr, pem, ext) = (format!("{file}.key"), format!("{file}.csr"), format!("{file}.pem"), format!("{file}.ext"));
         self.openssl(&[
             "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
-            &format!("/CN={}", names[0]),
+            &format!("/CN={file}"),
         ]);
-        let sans: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
-        std::fs::write(self.path(&ext), format!("subjectAltName={}\n", sans.join(","))).unwrap();
+        std::fs::write(self.path(&ext), format!("subjectAltName={sans}\n")).unwrap();
         self.openssl(&[
             "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", &days.to_string(), "-extfile",
             &ext, "-out", &pem,
@@ -369,4 +374,72 @@ async fn sighup_reloads_the_certificates_of_a_running_edge() {
     for line in [format!("listening on 127.0.0.1:{port} (public HTTP)"), format!("listening on 127.0.0.1:{tls_port} (public HTTPS)")] {
         assert_eq!(log.matches(&line).count(), 1, "{line}: {log}");
     }
+}
+
+/// CAPTCHA verification over HTTPS, each provider's dialect against a stub with a test-CA
+/// certificate: a pass, a refusal, garbage and a slow answer; reCAPTCHA v3's score against the
+/// threshold; GeeTest v4's signed form. A stub whose certificate does not chain to `ca-file` is
+/// "unavailable" (503 when failing closed) and never reached — never a silent pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn captcha_providers_verify_over_https_with_the_certificate_checked() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf_sans("captcha", "IP:127.0.0.1,DNS:localhost", 30);
+    let stub = FakeSiteverify::start_tls("cap-secret", &cert, &key).await;
+    let stranger = Pki::new();
+    let origin = TestUpstream::start("origin").await;
+    let edge_for = |provider: &str, extra: &str, ca: &Path| {
+        TestEdge::start(&format!(
+            "origin = \"{}\"\n[edge.bot]\nproof = \"captcha\"\n[edge.bot.captcha]\nprovider = \"{provider}\"\n\
+             verify-url = \"https://127.0.0.1:{}/siteverify\"\nca-file = \"{}\"\nsecret = \"cap-secret\"\ntimeout-ms = 1000\n{extra}\n\
+             [[edge.bot.routes]]\npath = \"/api/\"\ncheck = \"always\"\n",
+            origin.url(),
+            stub.addr.port(),
+            ca.display()
+        ))
+    };
+    let verify = |edge: &TestEdge, answer: String| {
+        let url = edge.url("/wicket/verify");
+        async move {
+            let body = serde_json::json!({ "captcha": answer }).to_string();
+            request("POST", &url, &[("content-type", "application/json")], body.as_bytes()).await
+        }
+    };
+    let ca = pki.path("ca.pem");
+    for provider in ["turnstile", "hcaptcha", "recaptcha", "siteverify"] {
+        let edge = edge_for(provider, "", &ca);
+        let r = verify(&edge, "yes".into()).await;
+        assert_eq!(r.status, 200, "{provider}: {}", r.text());
+        assert!(r.cookies().contains_key("wicket_b"), "{provider}: a bot pass");
+        assert_eq!(verify(&edge, "no".into()).await.status, 403, "{provider}");
+        assert_eq!(verify(&edge, "garbage".into()).await.status, 503, "{provider}");
+    }
+    let edge = edge_for("turnstile", "", &ca);
+    let started = Instant::now();
+    assert_eq!(verify(&edge, "slow".into()).await.status, 503);
+    assert!(started.elapsed() < Duration::from_millis(2500), "the timeout bounds the wait");
+    // reCAPTCHA v3: the score decides.
+    let edge = edge_for("recaptcha", "score-threshold = 0.7", &ca);
+    assert_eq!(verify(&edge, "score-0.9".into()).await.status, 200);
+    assert_eq!(verify(&edge, "score-0.3".into()).await.status, 403);
+    // GeeTest v4: the widget's JSON, signed by the edge with the secret, for this captcha_id.
+    let edge = edge_for("geetest", "site-key = \"gt-id\"", &ca);
+    let gt = |out: &str| {
+        serde_json::json!({"lot_number": "lot-1", "captcha_output": out, "pass_token": "p", "gen_time": "1700000000"}).to_string()
+    };
+    assert_eq!(verify(&edge, gt("yes")).await.status, 200);
+    assert_eq!(verify(&edge, gt("no")).await.status, 403);
+    assert_eq!(verify(&edge, gt("garbage")).await.status, 503);
+    assert_eq!(verify(&edge, "not-geetest-json".into()).await.status, 403, "a malformed widget answer is the client's failure");
+    let edge = edge_for("geetest", "site-key = \"other\"", &ca);
+    assert_eq!(verify(&edge, gt("yes")).await.status, 403, "another captcha_id");
+    // A certificate the edge does not trust: unavailable, and the request never reaches the stub.
+    let before = stub.calls.load(std::sync::atomic::Ordering::SeqCst);
+    let edge = edge_for("turnstile", "", &stranger.path("ca.pem"));
+    let r = verify(&edge, "yes".into()).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"], "unavailable");
+    assert_eq!(stub.calls.load(std::sync::atomic::Ordering::SeqCst), before);
+    // ... and with the degrade switch open, the fan passes (fail-open as today).
+    edge.admin("PUT", "/admin/bot-policy", "{\"captcha_fail_open\": true}").await;
+    assert_eq!(verify(&edge, "yes".into()).await.status, 200);
 }

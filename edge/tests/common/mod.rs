@@ -180,8 +180,12 @@ impl TestUpstream {
     }
 }
 
-/// A fake siteverify server: the answer depends on the `response` field: `yes` → success,
-/// `no` → failure, `slow` → answers after 3 s, `garbage` → not JSON.
+/// A fake CAPTCHA provider. Siteverify (Turnstile, hCaptcha, reCAPTCHA): the answer depends on the
+/// `response` field: `yes` → success (with the right secret and a `remoteip`), `no` → failure,
+/// `slow` → answers after 3 s, `garbage` → not JSON, `score-<x>` → success with reCAPTCHA v3's
+/// score `x`. GeeTest v4 (a form with `lot_number`): `result: success` when `captcha_id` is
+/// `gt-id`, `sign_token` is the HMAC-SHA256 of `lot_number` under the secret and `captcha_output` is
+/// `yes`; `garbage` → not JSON. Over HTTPS with [`FakeSiteverify::start_tls`].
 pub struct FakeSiteverify {
     pub addr: SocketAddr,
     pub calls: Arc<AtomicUsize>,
@@ -189,6 +193,18 @@ pub struct FakeSiteverify {
 
 impl FakeSiteverify {
     pub async fn start(secret: &'static str) -> Self {
+        Self::start_with(secret, None).await
+    }
+
+    /// The same over HTTPS with this certificate chain and key (PEM files).
+    pub async fn start_tls(secret: &'static str, cert: &std::path::Path, key: &std::path::Path) -> Self {
+        let mut b = openssl::ssl::SslAcceptor::mozilla_intermediate_v5(openssl::ssl::SslMethod::tls_server()).unwrap();
+        b.set_certificate_chain_file(cert).unwrap();
+        b.set_private_key_file(key, openssl::ssl::SslFiletype::PEM).unwrap();
+        Self::start_with(secret, Some(Arc::new(b.build()))).await
+    }
+
+    async fn start_with(secret: &'static str, tls: Option<Arc<openssl::ssl::SslAcceptor>>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
@@ -197,31 +213,62 @@ impl FakeSiteverify {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
                 let c = c.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let c = c.clone();
                         async move {
                             c.fetch_add(1, Ordering::SeqCst);
+                            let query = req.uri().query().unwrap_or("").to_owned();
                             let body = req.into_body().collect().await.unwrap().to_bytes();
                             let form: HashMap<String, String> = String::from_utf8_lossy(&body)
                                 .split('&')
                                 .filter_map(|kv| kv.split_once('='))
                                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                                 .collect();
-                            let ok_secret = form.get("secret").map(String::as_str) == Some(secret);
-                            let answer = match form.get("response").map(String::as_str) {
-                                Some("yes") if ok_secret && form.contains_key("remoteip") => r#"{"success":true}"#,
-                                Some("slow") => {
-                                    tokio::time::sleep(Duration::from_secs(3)).await;
-                                    r#"{"success":true}"#
+                            let answer = if let Some(lot) = form.get("lot_number") {
+                                use hmac::Mac;
+                                let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+                                mac.update(lot.as_bytes());
+                                let signed = form.get("sign_token") == Some(&hex::encode(mac.finalize().into_bytes()));
+                                match form.get("captcha_output").map(String::as_str) {
+                                    Some("garbage") => "<html>oops".to_owned(),
+                                    Some("yes") if signed && query == "captcha_id=gt-id" => {
+                                        r#"{"status":"success","result":"success","reason":""}"#.to_owned()
+                                    }
+                                    _ => r#"{"status":"success","result":"fail","reason":"pass_token expire"}"#.to_owned(),
                                 }
-                                Some("garbage") => "<html>oops",
-                                _ => r#"{"success":false,"error-codes":["invalid-input-response"]}"#,
+                            } else {
+                                let ok_secret = form.get("secret").map(String::as_str) == Some(secret);
+                                match form.get("response").map(String::as_str) {
+                                    Some("yes") if ok_secret && form.contains_key("remoteip") => r#"{"success":true}"#.to_owned(),
+                                    Some("slow") => {
+                                        tokio::time::sleep(Duration::from_secs(3)).await;
+                                        r#"{"success":true}"#.to_owned()
+                                    }
+                                    Some("garbage") => "<html>oops".to_owned(),
+                                    Some(s) if ok_secret && s.starts_with("score-") => {
+                                        format!(r#"{{"success":true,"score":{},"action":"queue"}}"#, &s[6..])
+                                    }
+                                    _ => r#"{"success":false,"error-codes":["invalid-input-response"]}"#.to_owned(),
+                                }
                             };
                             Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(answer))))
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    match tls {
+                        None => {
+                            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(ssl) = openssl::ssl::Ssl::new(acceptor.context()) else { return };
+                            let Ok(mut tls) = tokio_openssl::SslStream::new(ssl, stream) else { return };
+                            if std::pin::Pin::new(&mut tls).accept().await.is_err() {
+                                return;
+                            }
+                            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), svc).await;
+                        }
+                    }
                 });
             }
         });
