@@ -182,98 +182,18 @@ async fn chromium_dom_without_js(url: &str, lang: &str, screenshot: Option<&Path
 /// off. Read over DevTools (`DOM.getDocument`, `DOM.getOuterHTML`, which run no script:
 /// `--dump-dom` needs script, and dumps only at the load event).
 async fn chromium_doms(url: &str, lang: &str, js: bool, after_ms: &[u64]) -> Vec<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let profile = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut child = tokio::process::Command::new(chromium())
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"])
-        .arg(format!("--blink-settings=scriptEnabled={js}"))
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(format!("--lang={lang}"))
-        .arg(format!("--accept-lang={lang}"))
-        .arg(format!("--remote-debugging-port={port}"))
-        .arg(url)
-        .env("LANGUAGE", lang)
-        .kill_on_drop(true)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {} ({e})", chromium()));
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    // The page's DevTools socket, once it has loaded (its title comes from the server).
-    let ws = loop {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            let r = get(&format!("http://127.0.0.1:{port}/json/list"), &[]).await;
-            if r.status == 200
-                && let Some(p) = r.json().as_array().and_then(|a| {
-                    a.iter().find(|p| p["type"] == "page" && p["title"].as_str().is_some_and(|t| t.contains('·'))).cloned()
-                })
-            {
-                break p["webSocketDebuggerUrl"].as_str().unwrap().to_owned();
-            }
-        }
-        assert!(std::time::Instant::now() < deadline, "the page did not load within 30 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let path = ws.split_once(&format!("127.0.0.1:{port}")).map(|(_, p)| p.to_owned()).unwrap();
-    let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    sock.write_all(
-        format!(
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.push(sock.read_u8().await.unwrap());
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
-    // One DevTools call: a masked text frame out, frames in until the answer with this id.
-    async fn call(sock: &mut tokio::net::TcpStream, id: u64, method: &str, params: serde_json::Value) -> serde_json::Value {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let msg = serde_json::json!({"id": id, "method": method, "params": params}).to_string().into_bytes();
-        let mut frame = vec![0x81u8];
-        match msg.len() {
-            n if n < 126 => frame.push(0x80 | n as u8),
-            n => {
-                frame.push(0x80 | 126);
-                frame.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-        }
-        frame.extend_from_slice(&[0, 0, 0, 0]); // a zero mask leaves the payload as it is
-        frame.extend_from_slice(&msg);
-        sock.write_all(&frame).await.unwrap();
-        loop {
-            let mut h = [0u8; 2];
-            sock.read_exact(&mut h).await.unwrap();
-            let len = match h[1] & 0x7f {
-                126 => u64::from(sock.read_u16().await.unwrap()),
-                127 => sock.read_u64().await.unwrap(),
-                n => u64::from(n),
-            };
-            let mut body = vec![0u8; len as usize];
-            sock.read_exact(&mut body).await.unwrap();
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
-                && v["id"] == id
-            {
-                return v;
-            }
-        }
-    }
+    let mut page = Cdp::launch_with(lang, &[&format!("--blink-settings=scriptEnabled={js}")]).await;
+    page.events.clear();
+    page.call("Page.navigate", serde_json::json!({"url": url})).await;
+    page.event("Page.loadEventFired").await;
     let mut doms = Vec::new();
-    let mut id = 0;
     for wait in after_ms {
         tokio::time::sleep(Duration::from_millis(*wait)).await;
-        id += 2;
-        let doc = call(&mut sock, id, "DOM.getDocument", serde_json::json!({"depth": 0})).await;
-        let root = doc["result"]["root"]["nodeId"].as_u64().unwrap_or_else(|| panic!("{doc}"));
-        let html = call(&mut sock, id + 1, "DOM.getOuterHTML", serde_json::json!({"nodeId": root})).await;
-        doms.push(html["result"]["outerHTML"].as_str().unwrap_or_else(|| panic!("{html}")).to_owned());
+        let doc = page.call("DOM.getDocument", serde_json::json!({"depth": 0})).await;
+        let root = doc["root"]["nodeId"].as_u64().unwrap_or_else(|| panic!("{doc}"));
+        let html = page.call("DOM.getOuterHTML", serde_json::json!({"nodeId": root})).await;
+        doms.push(html["outerHTML"].as_str().unwrap_or_else(|| panic!("{html}")).to_owned());
     }
-    let _ = child.kill().await;
     doms
 }
 
@@ -424,6 +344,11 @@ struct Cdp {
 impl Cdp {
     /// Starts headless Chromium (a desktop-sized window) on about:blank and connects to its page.
     async fn launch(lang: &str) -> Self {
+        Self::launch_with(lang, &[]).await
+    }
+
+    /// [`Cdp::launch`] with more Chromium flags.
+    async fn launch_with(lang: &str, extra: &[&str]) -> Self {
         let profile = tempfile::tempdir().unwrap();
         let port = free_port();
         let chromium = tokio::process::Command::new(chromium())
@@ -440,6 +365,7 @@ impl Cdp {
                 "--hide-scrollbars",
                 "--window-size=1400,1100",
             ])
+            .args(extra)
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg(format!("--lang={lang}"))
             .arg(format!("--accept-lang={lang}"))
