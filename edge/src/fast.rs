@@ -232,18 +232,19 @@ impl FastFront {
                 return self.next_request(stream, buf, len);
             }
             Fast::Status { room, path } => {
+                // Only a poll this path answers is counted here: one it hands to the proxy (no or a
+                // bad ticket, the visitor's turn, ...) is counted by the proxy, once. The answer is
+                // write-free, so asking first changes nothing.
+                let Some(answer) = status_answer(st, req.headers, room, self.hsts_line()) else {
+                    return self.to_proxy(stream, buf, shutdown).await;
+                };
                 if self.guard(&stream, path).await.is_some() {
                     return self.to_proxy(stream, buf, shutdown).await;
                 }
-                match status_answer(st, req.headers, room, self.hsts_line()) {
-                    Some(answer) => {
-                        if write_answer(&mut stream, &[&answer], b"", timeout).await.is_err() {
-                            return None;
-                        }
-                        (Route::Edge, Outcome::Ok)
-                    }
-                    None => return self.to_proxy(stream, buf, shutdown).await,
+                if write_answer(&mut stream, &[&answer], b"", timeout).await.is_err() {
+                    return None;
                 }
+                (Route::Edge, Outcome::Ok)
             }
         };
         st.metrics.request(route, outcome);

@@ -261,6 +261,29 @@ async fn status_polls_answer_the_same_on_the_fast_path_and_through_the_proxy() {
     assert_eq!(bob.json(&url).await.json()["state"], "paused");
 }
 
+/// A poll the fast path hands to the proxy (here: no device cookie) is counted by the limits once,
+/// not once on the fast path and again in the proxy (a fan then hit the limit twice as fast).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_poll_handed_to_the_proxy_is_counted_once() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(
+        &origin.url(),
+        "release = { mode = \"fixed\", rate = 0.0 }\n[[edge.limits]]\npath = \"/queue/r1/status\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 1\nnodelay = true\n",
+    ));
+    let mut bob = Client::user("bob");
+    bob.json(&edge.url("/queue/r1")).await;
+    bob.jar.remove("wicket_d");
+    let url = edge.url("/queue/r1/status");
+    // `burst = 1`: two polls pass the limit, the third is refused.
+    for i in 0..2 {
+        let r = bob.send("GET", &url, &[("accept", "application/json")], b"").await;
+        assert_eq!(r.status, 401, "poll {i}: {}", r.text());
+        bob.jar.remove("wicket_d");
+    }
+    let r = bob.send("GET", &url, &[("accept", "application/json")], b"").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_tickets_never_admit_they_join_at_the_back() {
     let origin = TestUpstream::start("origin").await;
