@@ -25,6 +25,20 @@ fn artifacts() -> PathBuf {
     dir
 }
 
+/// The flags of every headless Chromium here: no sandbox (root in CI), no GPU, no QUIC, nothing
+/// fetched in the background.
+const HEADLESS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+];
+
 /// Runs Chromium headless on `url` with `lang`; returns the DOM after `budget_ms` of page time
 /// (and writes a screenshot when asked).
 async fn chromium_run(url: &str, lang: &str, budget_ms: u64, screenshot: Option<&PathBuf>) -> String {
@@ -35,19 +49,7 @@ async fn chromium_run(url: &str, lang: &str, budget_ms: u64, screenshot: Option<
 async fn chromium_run_with(url: &str, lang: &str, budget_ms: u64, screenshot: Option<&PathBuf>, extra: &[&str]) -> String {
     let profile = tempfile::tempdir().unwrap();
     let mut cmd = tokio::process::Command::new(chromium());
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--hide-scrollbars",
-        "--window-size=412,915",
-    ])
+    cmd.args(HEADLESS).args(["--hide-scrollbars", "--window-size=412,915"])
     .arg(format!("--user-data-dir={}", profile.path().display()))
     .arg(format!("--lang={lang}"))
     .arg(format!("--accept-lang={lang}"))
@@ -73,18 +75,8 @@ async fn chromium_until(url: &str, lang: &str, done: impl Fn(&str, &str) -> bool
     let profile = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut child = tokio::process::Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--window-size=412,915",
-        ])
+        .args(HEADLESS)
+        .arg("--window-size=412,915")
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg(format!("--lang={lang}"))
         .arg(format!("--accept-lang={lang}"))
@@ -352,19 +344,8 @@ impl Cdp {
         let profile = tempfile::tempdir().unwrap();
         let port = free_port();
         let chromium = tokio::process::Command::new(chromium())
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-dev-shm-usage",
-                "--hide-scrollbars",
-                "--window-size=1400,1100",
-            ])
+            .args(HEADLESS)
+            .args(["--hide-scrollbars", "--window-size=1400,1100"])
             .args(extra)
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg(format!("--lang={lang}"))
