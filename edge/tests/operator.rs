@@ -11,10 +11,6 @@ use common::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn tokens() -> String {
-    format!("[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n")
-}
-
 async fn status(edge: &TestEdge, cookie: &str, user: &str, room: &str) -> Value {
     let r = request(
         "GET",
@@ -41,7 +37,7 @@ async fn pause_resume_and_queue_all_do_what_they_say_and_reach_fans_quickly() {
         "origin = \"{}\"\nuser-header = \"x-user-id\"\n{}\n\
          [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n",
         origin.url(),
-        tokens()
+        hs_tokens()
     ));
     // Two fans in line; the operator sets a fixed rate at run time that still lets nobody in
     // soon (0.01/s), then pauses and resumes: the run-time rate comes back, not the config's.
@@ -94,27 +90,8 @@ async fn a_room_never_admits_before_its_core_event_opens_and_counts_down_to_it()
     let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
     let now = time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
     let opens = now + time::Duration::seconds(4);
-    let event = json!({
-        "name": "Opens in four seconds", "opens_at": fmt(opens), "closes_at": fmt(now + time::Duration::hours(2)),
-        "hold_seconds": 900, "pools": [{"id": "park", "capacity": 100}],
-        "skus": [{"id": "park", "pools": ["park"], "price_cents": 100}], "limits": [{"dimension": "user", "max": 1}]
-    });
-    let core_port = free_port();
-    let top = format!(
-        "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
-         [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
-    );
     // The room has no schedule of its own and would release 1000/s.
-    let edge = TestEdge::start_full(
-        &top,
-        &format!(
-            "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
-             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 1000.0 }}\n",
-            tokens()
-        ),
-        &[],
-        &[("ev-1.json", event.to_string().as_bytes())],
-    );
+    let (edge, _) = embedded_sale_edge("Opens in four seconds", opens, 1000.0);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let cookie = join(&edge, "fan", "r1").await;
     let v = status(&edge, &cookie, "fan", "r1").await;
@@ -204,7 +181,7 @@ async fn a_light_sale_lets_every_fan_in_quickly_even_with_a_cautious_start() {
             &format!(
                 "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
                  [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n{release}\n",
-                tokens()
+                hs_tokens()
             ),
             &[],
             &[("ev-1.json", event.to_string().as_bytes())],
@@ -261,7 +238,7 @@ async fn an_idle_admitted_fan_stops_filling_the_session_budget() {
          [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
          release = {{ mode = \"fixed\", rate = 1000.0 }}\ntotal-active-max = 1\nsession-idle-seconds = 5\n",
         origin.url(),
-        tokens()
+        hs_tokens()
     ));
     let alice = join(&edge, "alice", "r1").await;
     let bob = join(&edge, "bob", "r1").await;

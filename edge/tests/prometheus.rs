@@ -184,35 +184,11 @@ fn the_grafana_dashboard_is_well_formed() {
     }
 }
 
-fn tokens() -> String {
-    format!("[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_edge_and_core_export_clean_metrics_that_every_alert_and_panel_finds() {
-    let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
     let now = time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
-    let event = json!({
-        "name": "Metrics", "opens_at": fmt(now - time::Duration::minutes(1)), "closes_at": fmt(now + time::Duration::hours(2)),
-        "hold_seconds": 900, "pools": [{"id": "park", "capacity": 100}],
-        "skus": [{"id": "park", "pools": ["park"], "price_cents": 100}], "limits": [{"dimension": "user", "max": 1}]
-    });
-    let core_port = free_port();
-    let top = format!(
-        "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
-         [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
-    );
     // Nobody is let in (rate 0): the fans stay queued.
-    let edge = TestEdge::start_full(
-        &top,
-        &format!(
-            "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
-             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n",
-            tokens()
-        ),
-        &[],
-        &[("ev-1.json", event.to_string().as_bytes())],
-    );
+    let (edge, core_port) = embedded_sale_edge("Metrics", now - time::Duration::minutes(1), 0.0);
     for fan in ["u1", "u2", "u3"] {
         let r = request("GET", &edge.url("/queue/r1"), &[("x-user-id", fan), ("accept", "application/json")], b"").await;
         assert_eq!(r.status, 200, "{}", r.text());

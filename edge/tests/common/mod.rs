@@ -276,6 +276,39 @@ impl FakeSiteverify {
     }
 }
 
+/// `[tokens]` with the HS256 test key (`hs-1`, [`HS_SECRET`]).
+pub fn hs_tokens() -> String {
+    format!("[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n")
+}
+
+/// An edge with the core in-process (memory store): event `ev-1` named `name` (100 park tickets,
+/// one per user) opening at `opens` for two hours, and room `r1` guarding `/buy`, releasing a
+/// fixed `rate` a second; users from `x-user-id`. Also the core's own port (its `/metrics`).
+pub fn embedded_sale_edge(name: &str, opens: time::OffsetDateTime, rate: f64) -> (TestEdge, u16) {
+    let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
+    let event = serde_json::json!({
+        "name": name, "opens_at": fmt(opens), "closes_at": fmt(opens + time::Duration::hours(2)),
+        "hold_seconds": 900, "pools": [{"id": "park", "capacity": 100}],
+        "skus": [{"id": "park", "pools": ["park"], "price_cents": 100}], "limits": [{"dimension": "user", "max": 1}]
+    });
+    let core_port = free_port();
+    let top = format!(
+        "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
+         [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
+    );
+    let edge = TestEdge::start_full(
+        &top,
+        &format!(
+            "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
+             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = {rate:?} }}\n",
+            hs_tokens()
+        ),
+        &[],
+        &[("ev-1.json", event.to_string().as_bytes())],
+    );
+    (edge, core_port)
+}
+
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 pub const SECRET: &str = "test-edge-secret-0123456789";
 pub const HS_SECRET: &str = "hs-secret-for-tests-0123456789abcdef";
