@@ -848,6 +848,7 @@ async fn chromium_over_https_goes_through_the_queue_to_the_target_on_h2() {
     assert!(origin.hits.load(std::sync::atomic::Ordering::SeqCst) > hits, "the origin served the target");
     let text = page.eval("document.body.innerText").await;
     assert!(text.as_str().unwrap().contains("\"upstream\":\"origin\"") && text.as_str().unwrap().contains("/buy/ev-1"), "{text}");
+    assert!(text.as_str().unwrap().contains(&format!("\"host\":\"a.test:{port}\"")), "the origin is told the host: {text}");
     assert_eq!(page.eval(protocol).await, "h2", "the target over h2");
     assert_eq!(page.eval("location.protocol").await, "https:");
     page.screenshot("https-target.png").await;

@@ -44,6 +44,8 @@ async fn https_speaks_h2_and_h1_picks_the_certificate_by_sni_and_marks_everythin
         let (code, _, headers, body) = curl(&ca, &url, &[flag, "--resolve", &resolve(name, port)]).unwrap();
         assert_eq!(code, 200, "{body}");
         assert!(body.contains("\"upstream\":\"origin\""), "{body}");
+        // The origin is told the host the client named (over h2: its `:authority`).
+        assert!(body.contains(&format!("\"host\":\"{name}:{port}\"")), "{name} {flag}: {body}");
         assert!(headers.contains("strict-transport-security: max-age=31536000"), "{headers}");
         let cookie = headers.lines().find(|l| l.starts_with("set-cookie: wicket_d=")).unwrap_or_else(|| panic!("{headers}"));
         assert!(cookie.contains("; secure"), "{cookie}");
