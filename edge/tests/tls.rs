@@ -382,3 +382,75 @@ async fn a_core_over_https_is_verified_with_its_ca_and_a_wrong_certificate_is_a_
     let _ = stop.send(());
     core.await.unwrap().unwrap();
 }
+
+/// `wicket serve` against a core whose certificate its `origin-ca-file` does not sign: a 502, and a log
+/// line that says why (Pingora's, naming the certificate check and the name it checked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_certificate_from_another_ca_is_a_502_with_a_clear_log_line() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf("core", &["localhost"], 30);
+    let text = format!(
+        "admin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\n[payment]\ncallback-secret = \"callback-secret-0123456789\"\n\
+         [[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n[tls]\ncert-file = \"{}\"\nkey-file = \"{}\"\n",
+        cert.display(),
+        key.display()
+    );
+    let cfg = wicket_core::config::CoreConfig::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let core_port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let core = tokio::spawn(wicket_core::run(cfg, listener, async move {
+        let _ = stopped.await;
+    }));
+    let other = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let edge_cfg = dir.path().join("wicket.toml");
+    std::fs::write(
+        &edge_cfg,
+        format!(
+            "admin-token = \"{ADMIN_TOKEN}\"\n[edge]\nlisten = \"127.0.0.1:{port}\"\nadmin-listen = \"127.0.0.1:{admin}\"\nsecret = \"{SECRET}\"\n\
+             core = \"https://localhost:{core_port}\"\norigin-ca-file = \"{}\"\nshutdown-grace-seconds = 1\nthreads = 1\n",
+            other.path("ca.pem").display()
+        ),
+    )
+    .unwrap();
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let log = dir.path().join("stderr.log");
+    let child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_wicket"))
+            .args(["serve", "--config"])
+            .arg(&edge_cfg)
+            .env_remove("RUST_LOG")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the edge did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = get(&format!("http://127.0.0.1:{port}/v1/events/ev-1"), &[]).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    // (The line may be written just after the answer.)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let line = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if let Some(l) = text.lines().find(|l| l.contains("ERROR") && l.contains("InvalidCert")) {
+            break l.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no log line: {text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    drop(child);
+    assert!(line.contains("certificate verify failed") && line.contains("SNI: localhost") && line.contains("status: 502"), "{line}");
+    let _ = stop.send(());
+    core.await.unwrap().unwrap();
+}
