@@ -1,7 +1,7 @@
 //! The core's API over HTTPS (`[tls]`), tried with real clients: curl trusting a test CA made here with
 //! the `openssl` command (an event read, a hold with an admission token), curl trusting another CA
 //! (refused), handshakes that never finish and bytes that are not TLS (closed, others served meanwhile),
-//! every certificate problem named by its key, and the `wicket-core serve` binary naming its TLS listener.
+//! the head deadline and idle limit after the handshake, every certificate problem named by its key, and the `wicket-core serve` binary naming its TLS listener.
 
 mod common;
 
@@ -104,6 +104,56 @@ async fn garbage_and_handshakes_that_never_finish_are_closed_and_others_are_serv
     }
     assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
     assert_eq!(curl(&ca, &format!("https://core.test:{port}/v1/events/nope"), &["--resolve", &rs]).unwrap().0, 404);
+}
+
+/// A TLS client trusting `ca`, checking the name `core.test`, its handshake done.
+async fn tls_client(addr: std::net::SocketAddr, ca: &Path) -> tokio_openssl::SslStream<tokio::net::TcpStream> {
+    let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+    b.set_ca_file(ca).unwrap();
+    let ssl = b.build().configure().unwrap().into_ssl("core.test").unwrap();
+    let mut s = tokio_openssl::SslStream::new(ssl, tokio::net::TcpStream::connect(addr).await.unwrap()).unwrap();
+    std::pin::Pin::new(&mut s).connect().await.expect("handshake");
+    s
+}
+
+/// After the handshake the connection is hyper's as over plain HTTP: a head trickled a header at a time
+/// is cut at `core.header-timeout-ms`, and so is a kept-alive connection left idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_head_deadline_and_the_idle_limit_hold_as_over_plain_http() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf("core", &["core.test"], 30);
+    let text = format!("{}\n{}", config_text(None, 4096), tls_table(&cert, &key, ""))
+        .replace("max-inflight = 4096", "max-inflight = 4096\nheader-timeout-ms = 600");
+    let cfg = CoreConfig::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let c = TestCore::start_config(std::sync::Arc::new(EmbeddedStore::new()), cfg).await;
+    let ca = pki.path("ca.pem");
+    // A head trickled one header every 100 ms: closed at the deadline, never answered.
+    let mut s = tls_client(c.addr, &ca).await;
+    s.write_all(b"GET /v1/events/nope HTTP/1.1\r\nHost: core.test\r\n").await.unwrap();
+    let started = Instant::now();
+    let closed = loop {
+        if s.write_all(b"X-Slow: 1\r\n").await.is_err() || s.flush().await.is_err() {
+            break started.elapsed();
+        }
+        let mut buf = [0u8; 256];
+        match tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break started.elapsed(),
+            Ok(Ok(n)) => assert!(!buf[..n].starts_with(b"HTTP/1.1 404"), "a trickled head was served"),
+            Err(_) => {}
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "a trickled head kept the connection for 5 s");
+    };
+    assert!(closed >= Duration::from_millis(500), "closed before the deadline: {closed:?}");
+    // A whole request is answered; the kept-alive connection, left idle, is closed at the deadline.
+    let mut s = tls_client(c.addr, &ca).await;
+    s.write_all(b"GET /v1/events/nope HTTP/1.1\r\nHost: core.test\r\n\r\n").await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 404"), "{:?}", String::from_utf8_lossy(&buf[..n]));
+    let idle = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+    assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "an idle kept-alive connection was not closed: {r:?}");
+    assert!(idle.elapsed() >= Duration::from_millis(500), "{:?}", idle.elapsed());
 }
 
 #[test]
