@@ -49,6 +49,10 @@ pub struct CoreConfig {
     pub tokens: TokensConfig,
     #[serde(default)]
     pub core: CoreTuning,
+    /// `[tls]`: the API over HTTPS (an edge and a core on different hosts). Default: none, plain HTTP (keep
+    /// the core on a private network then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
     /// Event bodies (JSON files, API.md "Event body") put at start-up, each under its file stem as the
     /// event id (`examples/ev-42.json` → `ev-42`). Paths are relative to the config file.
     #[serde(default)]
@@ -220,6 +224,26 @@ pub struct KeyConfig {
     pub secret_env: Option<String>,
 }
 
+/// `[tls]`: the core's listener speaks HTTPS ([`crate::tls`]): TLS 1.2 or 1.3, ALPN `http/1.1`. The files
+/// are read at start (a new certificate takes a restart).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TlsConfig {
+    /// The certificate chain, leaf first (PEM), relative to the config file's folder. Required. The edge
+    /// checks it for the host of its `core = "https://host:port"` URL.
+    pub cert_file: PathBuf,
+    /// The certificate's private key (PEM), relative to the config file's folder. Required.
+    pub key_file: PathBuf,
+    /// A handshake must finish within this many milliseconds, or the connection is closed (the request
+    /// head then has its own `core.header-timeout-ms`). 100..=120000, default 10000.
+    #[serde(default = "default_handshake_timeout_ms")]
+    pub handshake_timeout_ms: u64,
+}
+
+fn default_handshake_timeout_ms() -> u64 {
+    10_000
+}
+
 /// Run-time tuning of the core.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -364,6 +388,10 @@ impl CoreConfig {
         };
         self.event_files.iter_mut().for_each(fix);
         self.data_dir.as_mut().map(fix);
+        if let Some(tls) = &mut self.tls {
+            fix(&mut tls.cert_file);
+            fix(&mut tls.key_file);
+        }
         for k in &mut self.tokens.keys {
             k.private_key_file.as_mut().map(fix);
             k.public_key_file.as_mut().map(fix);
@@ -530,6 +558,15 @@ impl CoreConfig {
                 err("core.json-logs", "says JSON but core.log-format says text: keep only log-format".into())
             }
             _ => {}
+        }
+        if let Some(tls) = &self.tls {
+            if !(100..=120_000).contains(&tls.handshake_timeout_ms) {
+                err("tls.handshake-timeout-ms", "must be 100..=120000".into());
+            }
+            // The files as start-up loads them: unreadable, not PEM, expired, or a key of another certificate.
+            if let Err((key, message)) = crate::tls::TlsAcceptor::new(tls) {
+                err(key, message);
+            }
         }
         for (i, f) in self.event_files.iter().enumerate() {
             let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");

@@ -8,7 +8,8 @@
 //!   waits for replicas / the AOF, `[redis]` in the config).
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
 //! - [`payment`]: signed callbacks and the provider's status query.
-//! - [`serve`]: the HTTP/1 server: accepts connections, deadline on request heads (and idle keep-alive).
+//! - [`serve`]: the HTTP/1 server: accepts connections, deadline on request heads (and idle keep-alive);
+//!   with `[tls]`, a TLS handshake first ([`tls`]: OpenSSL, the edge's TLS stack; its own deadline).
 //! - [`http`]: the axum router: guard (in-flight limit, latency) → handler → one store call → JSON.
 //! - [`strict_json`]: how every JSON body is read: objects by field name only, errors with their path.
 //! - [`sweeper`]: closes expired holds, asking the provider first; [`reconciler`]: counters vs orders.
@@ -19,10 +20,11 @@
 //! - [`logging`]: `log-format` (text or JSON lines, colour only on a terminal), for this crate's binary and
 //!   the edge's.
 //!
-//! A hold travels: `POST /v1/events/{event}/holds` → [`serve`] (head within the deadline) → [`http`] (body
-//! ≤ 64 KiB, strict JSON by [`strict_json`], token verified by [`token`]; a replay is answered from its order
-//! before the sold-out flag is trusted) → [`store::SaleStore::hold`] (one atomic step; on the durable embedded
-//! store, answered once its journal record is on disk; on Redis with `[redis]` wait settings, once the replicas
+//! A hold travels: `POST /v1/events/{event}/holds` → [`serve`] (the TLS handshake with `[tls]`, then the head
+//! within the deadline) → [`http`] (body ≤ 64 KiB, strict JSON by [`strict_json`], token verified by
+//! [`token`]; a replay is answered from its order before the sold-out flag is trusted) →
+//! [`store::SaleStore::hold`] (one atomic step; on the durable embedded store, answered once its journal
+//! record is on disk; on Redis with `[redis]` wait settings, once the replicas
 //! confirmed it) → 201 with the order.
 
 pub mod clock;
@@ -39,6 +41,7 @@ pub mod serve;
 pub mod store;
 pub mod strict_json;
 pub mod sweeper;
+pub mod tls;
 pub mod token;
 
 use std::future::Future;
@@ -241,12 +244,14 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let tls = config.tls.as_ref().map(tls::TlsAcceptor::new).transpose().map_err(|(key, m)| anyhow::anyhow!("{key}: {m}"))?;
     let store = open_store(&config).await?;
     let core = Arc::new(Core::new(&config, store).await?);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     core.spawn_background(stop_rx);
-    tracing::info!(store = %describe_store(&config), "listening on {} (core API and /metrics)", listener.local_addr()?);
-    let result = serve::serve(listener, core.router(), config.core.header_timeout(), shutdown).await;
+    let what = if tls.is_some() { "core API and /metrics, TLS" } else { "core API and /metrics" };
+    tracing::info!(store = %describe_store(&config), "listening on {} ({what})", listener.local_addr()?);
+    let result = serve::serve(listener, core.router(), config.core.header_timeout(), tls, shutdown).await;
     let _ = stop_tx.send(true);
     result.context("serving the core")
 }

@@ -7,30 +7,42 @@
 //! the first read, however it trickles. hyper starts the same deadline when a kept-alive connection goes idle,
 //! so it is also the keep-alive idle timeout. Once the head is in, the request is the router's ([`crate::http`]).
 //!
+//! With `[tls]` ([`crate::tls`]) each accepted connection first completes a TLS handshake, on its own task and
+//! within `tls.handshake-timeout-ms`, so a handshake that never finishes holds up no other connection and bytes
+//! that are not TLS close the connection; then hyper runs on the TLS stream with the same head deadline.
+//!
 //! Shutdown is graceful: stop accepting, let each connection finish the request it is serving, close idle
 //! ones; a connection still sending its head is closed at its deadline at the latest.
 
 use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
+
+use crate::tls::TlsAcceptor;
 
 /// Pause after an accept error that is not about one connection (out of file descriptors, say), so the loop
 /// does not spin while it lasts.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Serves `router` on `listener` until `shutdown` completes, then waits for the open connections to finish.
-/// `header_timeout`: the deadline of a request head, and of an idle kept-alive connection.
+/// `header_timeout`: the deadline of a request head, and of an idle kept-alive connection. `tls`: each
+/// connection first completes a TLS handshake (within its own deadline, on the connection's task), and the
+/// head deadline starts after it.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     header_timeout: Duration,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true);
+    let http = Arc::new(http);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -46,18 +58,34 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
-        let conn = graceful.watch(conn);
+        // Watched from the start: shutdown waits for a handshake in progress too (bounded by its deadline).
+        let watcher = graceful.watcher();
+        let (http, router, tls) = (Arc::clone(&http), router.clone(), tls.clone());
         tokio::spawn(async move {
-            // Timeouts and resets are the client's doing: not worth more than a debug line each.
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, timeout = e.is_timeout(), "connection closed with an error");
+            match tls {
+                None => serve_connection(&http, TokioIo::new(stream), router, watcher, peer).await,
+                Some(tls) => match tls.handshake(stream).await {
+                    Ok(stream) => serve_connection(&http, TokioIo::new(stream), router, watcher, peer).await,
+                    Err(e) => tracing::debug!(%peer, "{e}"),
+                },
             }
         });
     }
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Runs hyper on one connection (plain or after its handshake) until it closes.
+async fn serve_connection<I>(http: &hyper::server::conn::http1::Builder, io: I, router: axum::Router, watcher: Watcher, peer: SocketAddr)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let conn = watcher.watch(http.serve_connection(io, TowerToHyperService::new(router)));
+    // Timeouts and resets are the client's doing: not worth more than a debug line each.
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, timeout = e.is_timeout(), "connection closed with an error");
+    }
 }
 
 /// An accept error about one connection (it went away before it was accepted): just take the next one.

@@ -426,7 +426,9 @@ pub async fn read_body(st: &EdgeState, session: &mut Session) -> std::result::Re
 }
 
 /// Rewrites the request target to its canonical path ([`crate::path`]) in origin form, the
-/// query kept as sent; refuses what has no canonical form.
+/// query kept as sent; refuses what has no canonical form. A request that names its host only in
+/// the target (HTTP/2's `:authority`, which Pingora turns into the upstream's `Host` from the
+/// target) keeps it as `Host`: the origin form drops it, and the origin would get an empty `Host`.
 pub(crate) fn canonicalize(req: &mut RequestHeader) -> std::result::Result<(), crate::path::HeadError> {
     let uri = &req.uri;
     let canonical = crate::path::canonical(uri.path())?;
@@ -436,7 +438,16 @@ pub(crate) fn canonicalize(req: &mut RequestHeader) -> std::result::Result<(), c
     {
         return Ok(());
     }
+    let authority = uri.authority().map(|a| a.as_str().to_owned());
     let uri = origin_form(&canonical, uri.query())?;
+    // HTTP/1.1 keeps its own rule (exactly one `Host`, checked below): only HTTP/2 names the host
+    // in the target alone.
+    if let Some(authority) = authority
+        && req.version == http::Version::HTTP_2
+        && !req.headers.contains_key(http::header::HOST)
+    {
+        req.insert_header(http::header::HOST, authority).map_err(|_| crate::path::HeadError::Host)?;
+    }
     req.set_uri(uri);
     Ok(())
 }

@@ -216,6 +216,11 @@ pub struct EmbeddedCore {
 impl EmbeddedCore {
     /// Binds the core's `listen` address and serves it on a thread.
     pub fn start(cfg: wicket_core::config::CoreConfig) -> anyhow::Result<Self> {
+        // This edge reaches its embedded core in plain HTTP over loopback; `[tls]` is for a core on a host of
+        // its own (`wicket core`, `wicket-core serve`), which the edge names as `core = "https://..."`.
+        if cfg.tls.is_some() {
+            anyhow::bail!("tls: an embedded core (edge.core = \"embedded\") is reached over loopback in plain HTTP; remove [tls], or run the core on its own and set edge.core = \"https://host:port\"");
+        }
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
         let listen = cfg.listen;
         let listener = rt

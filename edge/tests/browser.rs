@@ -2,8 +2,9 @@
 //! browser to the queue page, which renders in zh-CN, zh-TW, en, ja or ko from the browser's
 //! language (or `?lang=`), waits, and once admitted goes to the target by itself; with JavaScript
 //! off it shows the real figures the server rendered; before opening it counts down. The operator
-//! console, driven through the DevTools protocol, signs in, charts a room and controls it.
-//! Screenshots are kept in target/test-artifacts/queue-*.png and console-*.png.
+//! console, driven through the DevTools protocol, signs in, charts a room and controls it. Over
+//! HTTPS (a test CA made here), the browser goes through the queue to the target on HTTP/2.
+//! Screenshots are kept in target/test-artifacts/queue-*.png, console-*.png and https-*.png.
 //!
 //! Needs the Debian packages `chromium` and `fonts-noto-cjk` (the test command installs them);
 //! the binary is `chromium` from PATH, or `WICKET_CHROMIUM`.
@@ -479,6 +480,22 @@ impl Cdp {
         r["result"]["value"].clone()
     }
 
+    /// The value of `expr`, or `None` when the page could not answer (it is between two documents:
+    /// its context was just destroyed).
+    async fn eval_between_pages(&mut self, expr: &str) -> Option<serde_json::Value> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let params = serde_json::json!({"expression": expr, "awaitPromise": true, "returnByValue": true});
+        self.send(&serde_json::json!({"id": id, "method": "Runtime.evaluate", "params": params}).to_string()).await;
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(30), self.message()).await.expect("Runtime.evaluate: no answer in 30 s");
+            if m["id"] == id {
+                return (m.get("error").is_none() && m["result"].get("exceptionDetails").is_none()).then(|| m["result"]["result"]["value"].clone());
+            }
+            self.events.push(m);
+        }
+    }
+
     /// Waits (up to `secs`) until `expr` is truthy in the page; its value then.
     async fn until(&mut self, expr: &str, secs: f64, what: &str) -> serde_json::Value {
         let deadline = std::time::Instant::now() + Duration::from_secs_f64(secs);
@@ -674,4 +691,79 @@ async fn chromium_the_console_signs_in_charts_and_controls_a_room() {
     for f in ["sign-in", "wrong-token", "signed-in", "paused", "fixed-rate", "schedule", "cross-site-refused", "blocklist"] {
         assert!(artifacts().join(format!("console-{f}.png")).exists(), "{f}");
     }
+}
+
+/// Over HTTPS with HTTP/2 (`[edge.tls]`, a certificate from a test CA made here): Chromium opens the
+/// protected URL, is sent to the queue page, waits, is admitted and lands on the target, every page
+/// over h2 (the navigation's `nextHopProtocol` and DevTools' `Network.responseReceived`). Chromium
+/// trusts exactly the test certificate's key (`--ignore-certificate-errors-spki-list`, not
+/// `--ignore-certificate-errors`); without it the same URL is a certificate error page. Screenshots:
+/// target/test-artifacts/https-queue.png and https-target.png.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_over_https_goes_through_the_queue_to_the_target_on_h2() {
+    let pki = common::pki::Pki::new();
+    let (cert, key) = pki.leaf("a", &["a.test"], 30);
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[edge.tls]\nlisten = \"127.0.0.1:{port}\"\n[[edge.tls.certs]]\ncert-file = \"{}\"\nkey-file = \"{}\"\n\
+         [tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+        origin.url(),
+        cert.display(),
+        key.display()
+    ));
+    // Someone ahead, so the browser waits.
+    get(&edge.url("/queue/r1"), &[("accept", "application/json"), ("user-agent", "first")]).await;
+    let url = format!("https://a.test:{port}/buy/ev-1");
+    let resolve = "--host-resolver-rules=MAP a.test 127.0.0.1";
+    // Not trusting the test CA: a certificate error page, no queue page.
+    let mut untrusting = Cdp::launch_with("en-US", &[resolve]).await;
+    untrusting.call("Page.navigate", serde_json::json!({"url": url})).await;
+    let error = untrusting.until("location.href.startsWith('chrome-error:') && document.readyState === 'complete'", 15.0, "a certificate error").await;
+    assert_eq!(error, true);
+    drop(untrusting);
+    // Trusting the test certificate's key.
+    let spki = format!("--ignore-certificate-errors-spki-list={}", pki.spki_sha256(&cert));
+    let mut page = Cdp::launch_with("en-US", &[resolve, &spki]).await;
+    page.call("Network.enable", serde_json::json!({})).await;
+    page.navigate(&url).await;
+    let at = page.until("location.pathname === '/queue/r1' && document.title === 'You are in line · Waiting room' && location.href", 10.0, "the queue page").await;
+    assert_eq!(at, format!("https://a.test:{port}/queue/r1"), "sent to the queue page");
+    let protocol = "performance.getEntriesByType('navigation')[0].nextHopProtocol";
+    assert_eq!(page.eval(protocol).await, "h2", "the queue page over h2");
+    page.screenshot("https-queue.png").await;
+    // The room releases: the page goes to the target by itself.
+    let hits = origin.hits.load(std::sync::atomic::Ordering::SeqCst);
+    let r = edge.admin("PUT", "/admin/rooms/r1/release", r#"{"mode":"fixed","rate":1000}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let target = format!("https://a.test:{port}/buy/ev-1");
+    // (The page leaves by itself: an evaluation may meet it between two documents.)
+    let arrived = format!("location.href === {target:?} && document.readyState === 'complete'");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while page.eval_between_pages(&arrived).await != Some(serde_json::Value::Bool(true)) {
+        assert!(std::time::Instant::now() < deadline, "not at the target within 15 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(origin.hits.load(std::sync::atomic::Ordering::SeqCst) > hits, "the origin served the target");
+    let text = page.eval("document.body.innerText").await;
+    assert!(text.as_str().unwrap().contains("\"upstream\":\"origin\"") && text.as_str().unwrap().contains("/buy/ev-1"), "{text}");
+    assert!(text.as_str().unwrap().contains(&format!("\"host\":\"a.test:{port}\"")), "the origin is told the host: {text}");
+    assert_eq!(page.eval(protocol).await, "h2", "the target over h2");
+    assert_eq!(page.eval("location.protocol").await, "https:");
+    page.screenshot("https-target.png").await;
+    // DevTools saw both documents arrive over h2, the target with 200.
+    let responses: Vec<(String, u64, String)> = page
+        .events
+        .iter()
+        .filter(|e| e["method"] == "Network.responseReceived" && e["params"]["type"] == "Document")
+        .map(|e| {
+            let r = &e["params"]["response"];
+            (r["url"].as_str().unwrap_or_default().to_owned(), r["status"].as_u64().unwrap_or(0), r["protocol"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    assert!(responses.iter().any(|(u, s, p)| u.ends_with("/queue/r1") && *s == 200 && p == "h2"), "{responses:?}");
+    assert!(responses.iter().any(|(u, s, p)| *u == target && *s == 200 && p == "h2"), "{responses:?}");
+    assert!(responses.iter().all(|(_, _, p)| p == "h2"), "{responses:?}");
 }

@@ -8,54 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::pki::{Pki, curl, resolve};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A test CA and leaf certificates signed by it, in a temporary folder.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let pki = Pki { dir: tempfile::tempdir().unwrap() };
-        pki.openssl(&[
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-            "-subj", "/CN=Wicket Test CA", "-days", "2",
-        ]);
-        pki
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let out = Command::new("openssl").args(args).current_dir(self.dir.path()).output().expect("the openssl command");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    /// `<file>.pem` and `<file>.key` for `names` (DNS SANs), valid `days` (negative: expired).
-    fn leaf(&self, file: &str, names: &[&str], days: i32) -> (PathBuf, PathBuf) {
-        let sans: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
-        self.leaf_sans(file, &sans.join(","), days)
-    }
-
-    /// `<file>.pem` and `<file>.key` with these subjectAltNames (`DNS:a.test,IP:127.0.0.1`).
-    fn leaf_sans(&self, file: &str, sans: &str, days: i32) -> (PathBuf, PathBuf) {
-        let (key, csr, pem, ext) = (format!("{file}.key"), format!("{file}.csr"), format!("{file}.pem"), format!("{file}.ext"));
-        self.openssl(&[
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
-            &format!("/CN={file}"),
-        ]);
-        std::fs::write(self.path(&ext), format!("subjectAltName={sans}\n")).unwrap();
-        self.openssl(&[
-            "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", &days.to_string(), "-extfile",
-            &ext, "-out", &pem,
-        ]);
-        (self.path(&pem), self.path(&key))
-    }
-}
 
 fn tls_config(port: u16, certs: &[(PathBuf, PathBuf)], extra: &str) -> String {
     let mut out = format!("[edge.tls]\nlisten = \"127.0.0.1:{port}\"\n{extra}\n");
@@ -63,34 +18,6 @@ fn tls_config(port: u16, certs: &[(PathBuf, PathBuf)], extra: &str) -> String {
         out.push_str(&format!("[[edge.tls.certs]]\ncert-file = \"{}\"\nkey-file = \"{}\"\n", cert.display(), key.display()));
     }
     out
-}
-
-/// curl's answer: status, HTTP version, headers (lower-cased) and body; `Err(exit code)` when curl failed.
-fn curl(ca: &Path, url: &str, args: &[&str]) -> Result<(u16, String, String, String), i32> {
-    let dir = tempfile::tempdir().unwrap();
-    let head = dir.path().join("head");
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "10", "--cacert"])
-        .arg(ca)
-        .arg("-D")
-        .arg(&head)
-        .args(["-w", "\n%{http_code} %{http_version}"])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("curl");
-    if !out.status.success() {
-        return Err(out.status.code().unwrap_or(-1));
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, tail) = text.rsplit_once('\n').unwrap();
-    let (code, version) = tail.split_once(' ').unwrap();
-    let headers = std::fs::read_to_string(&head).unwrap_or_default().to_ascii_lowercase();
-    Ok((code.parse().unwrap(), version.to_owned(), headers, body.to_owned()))
-}
-
-fn resolve(name: &str, port: u16) -> String {
-    format!("{name}:{port}:127.0.0.1")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,6 +44,8 @@ async fn https_speaks_h2_and_h1_picks_the_certificate_by_sni_and_marks_everythin
         let (code, _, headers, body) = curl(&ca, &url, &[flag, "--resolve", &resolve(name, port)]).unwrap();
         assert_eq!(code, 200, "{body}");
         assert!(body.contains("\"upstream\":\"origin\""), "{body}");
+        // The origin is told the host the client named (over h2: its `:authority`).
+        assert!(body.contains(&format!("\"host\":\"{name}:{port}\"")), "{name} {flag}: {body}");
         assert!(headers.contains("strict-transport-security: max-age=31536000"), "{headers}");
         let cookie = headers.lines().find(|l| l.starts_with("set-cookie: wicket_d=")).unwrap_or_else(|| panic!("{headers}"));
         assert!(cookie.contains("; secure"), "{cookie}");
@@ -376,6 +305,156 @@ async fn sighup_reloads_the_certificates_of_a_running_edge() {
     }
 }
 
+/// A core on another host with `[tls]` (here: `wicket_core::run` in this process): the edge reaches it as
+/// `core = "https://localhost:<port>"`, verifies its certificate against `origin-ca-file`, and forwards a
+/// fan's reads and holds over TLS; verified against another CA, the answer is a 502, never a silent pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_over_https_is_verified_with_its_ca_and_a_wrong_certificate_is_a_502() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf("core", &["localhost"], 30);
+    let text = format!(
+        "admin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\n[payment]\ncallback-secret = \"callback-secret-0123456789\"\n\
+         [tokens]\nissuer = \"wicket\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n\
+         [tls]\ncert-file = \"{}\"\nkey-file = \"{}\"\n",
+        cert.display(),
+        key.display()
+    );
+    let cfg = wicket_core::config::CoreConfig::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    // An embedded core is reached over loopback in plain HTTP: `[tls]` there is refused, by its key.
+    let err = wicket_edge::server::EmbeddedCore::start(cfg.clone()).err().expect("an embedded core with [tls] is refused");
+    assert!(err.to_string().starts_with("tls: "), "{err}");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let core_port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let core = tokio::spawn(wicket_core::run(cfg, listener, async move {
+        let _ = stopped.await;
+    }));
+    let ca = pki.path("ca.pem");
+    // An event, put straight at the core (its admin API is not on the edge).
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = &time::format_description::well_known::Rfc3339;
+    let event = serde_json::json!({
+        "name": "Park over TLS", "hold_seconds": 900,
+        "opens_at": (now - time::Duration::hours(1)).format(fmt).unwrap(),
+        "closes_at": (now + time::Duration::days(1)).format(fmt).unwrap(),
+        "pools": [{"id": "park", "capacity": 10}],
+        "skus": [{"id": "park", "pools": ["park"], "price_cents": 100}],
+    })
+    .to_string();
+    let admin = format!("authorization: Bearer {ADMIN_TOKEN}");
+    let put = ["-X", "PUT", "-H", &admin, "-H", "content-type: application/json", "-d", &event];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match curl(&ca, &format!("https://localhost:{core_port}/v1/events/ev-1"), &put) {
+            Ok((code, _, _, body)) => {
+                assert_eq!(code, 201, "{body}");
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "the core did not start: curl exit {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let edge = TestEdge::start(&format!(
+        "core = \"https://localhost:{core_port}\"\norigin-ca-file = \"{}\"\n\
+         [tokens]\nissuer = \"wicket\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n",
+        ca.display()
+    ));
+    let r = get(&edge.url("/v1/events/ev-1"), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["name"], "Park over TLS", "{}", r.text());
+    // A hold with an admission token, forwarded over the same TLS.
+    let token = mint_token("r1", "ev-1", "hana", 120, "wicket", "hs-1", HS_SECRET);
+    let auth = format!("Bearer {token}");
+    let hold = serde_json::json!({"sku": "park", "qty": 1, "idempotency_key": "k1", "identity": {"phone": "13800000000"}}).to_string();
+    let r = request("POST", &edge.url("/v1/events/ev-1/holds"), &[("authorization", &auth), ("content-type", "application/json")], hold.as_bytes()).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(r.json()["order_id"].is_string(), "{}", r.text());
+    // Verified against another CA: 502, and the core sees nothing.
+    let other = Pki::new();
+    let wrong = TestEdge::start(&format!("core = \"https://localhost:{core_port}\"\norigin-ca-file = \"{}\"", other.path("ca.pem").display()));
+    let r = get(&wrong.url("/v1/events/ev-1"), &[]).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.json()["error"], "unavailable", "{}", r.text());
+    // A plain-HTTP edge config against the TLS core gets no answer in HTTP either.
+    let plain = TestEdge::start(&format!("core = \"http://127.0.0.1:{core_port}\""));
+    assert_eq!(get(&plain.url("/v1/events/ev-1"), &[]).await.status, 502);
+    drop((edge, wrong, plain));
+    let _ = stop.send(());
+    core.await.unwrap().unwrap();
+}
+
+/// `wicket serve` against a core whose certificate its `origin-ca-file` does not sign: a 502, and a log
+/// line that says why (Pingora's, naming the certificate check and the name it checked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_certificate_from_another_ca_is_a_502_with_a_clear_log_line() {
+    let pki = Pki::new();
+    let (cert, key) = pki.leaf("core", &["localhost"], 30);
+    let text = format!(
+        "admin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\n[payment]\ncallback-secret = \"callback-secret-0123456789\"\n\
+         [[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n[tls]\ncert-file = \"{}\"\nkey-file = \"{}\"\n",
+        cert.display(),
+        key.display()
+    );
+    let cfg = wicket_core::config::CoreConfig::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let core_port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let core = tokio::spawn(wicket_core::run(cfg, listener, async move {
+        let _ = stopped.await;
+    }));
+    let other = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let edge_cfg = dir.path().join("wicket.toml");
+    std::fs::write(
+        &edge_cfg,
+        format!(
+            "admin-token = \"{ADMIN_TOKEN}\"\n[edge]\nlisten = \"127.0.0.1:{port}\"\nadmin-listen = \"127.0.0.1:{admin}\"\nsecret = \"{SECRET}\"\n\
+             core = \"https://localhost:{core_port}\"\norigin-ca-file = \"{}\"\nshutdown-grace-seconds = 1\nthreads = 1\n",
+            other.path("ca.pem").display()
+        ),
+    )
+    .unwrap();
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let log = dir.path().join("stderr.log");
+    let child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_wicket"))
+            .args(["serve", "--config"])
+            .arg(&edge_cfg)
+            .env_remove("RUST_LOG")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the edge did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = get(&format!("http://127.0.0.1:{port}/v1/events/ev-1"), &[]).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    // (The line may be written just after the answer.)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let line = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if let Some(l) = text.lines().find(|l| l.contains("ERROR") && l.contains("InvalidCert")) {
+            break l.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no log line: {text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    drop(child);
+    assert!(line.contains("certificate verify failed") && line.contains("SNI: localhost") && line.contains("status: 502"), "{line}");
+    let _ = stop.send(());
+    core.await.unwrap().unwrap();
+}
+
 /// CAPTCHA verification over HTTPS, each provider's dialect against a stub with a test-CA
 /// certificate: a pass, a refusal, garbage and a slow answer; reCAPTCHA v3's score against the
 /// threshold; GeeTest v4's signed form. A stub whose certificate does not chain to `ca-file` is
@@ -383,7 +462,7 @@ async fn sighup_reloads_the_certificates_of_a_running_edge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn captcha_providers_verify_over_https_with_the_certificate_checked() {
     let pki = Pki::new();
-    let (cert, key) = pki.leaf_sans("captcha", "IP:127.0.0.1,DNS:localhost", 30);
+    let (cert, key) = pki.leaf("captcha", &["127.0.0.1", "localhost"], 30);
     let stub = FakeSiteverify::start_tls("cap-secret", &cert, &key).await;
     let stranger = Pki::new();
     let origin = TestUpstream::start("origin").await;

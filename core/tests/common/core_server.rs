@@ -72,15 +72,17 @@ impl TestCore {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let router = core.router();
         let header_timeout = cfg.core.header_timeout();
+        let tls = cfg.tls.as_ref().map(|t| wicket_core::tls::TlsAcceptor::new(t).expect("test certificate loads"));
+        let scheme = if tls.is_some() { "https" } else { "http" };
         tokio::spawn(async move {
             let stop = async {
                 let _ = rx.await;
             };
-            wicket_core::serve::serve(listener, router, header_timeout, stop).await.unwrap();
+            wicket_core::serve::serve(listener, router, header_timeout, tls, stop).await.unwrap();
         });
         TestCore {
             addr,
-            base: format!("http://{addr}"),
+            base: format!("{scheme}://{addr}"),
             core,
             keys: Keyring::from_config(&cfg.tokens).unwrap(),
             http: reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap(),

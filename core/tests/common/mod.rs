@@ -336,3 +336,4 @@ pub fn scratch_dir() -> PathBuf {
     std::env::temp_dir()
 }
 pub mod core_server;
+pub mod pki;
