@@ -7,7 +7,6 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::redis_server::{RedisCluster, RedisServer};
 use wicket_edge::WicketConfig;
 use wicket_edge::config::RoomStore;
 use wicket_edge::identity::Signer;
@@ -16,6 +15,7 @@ use wicket_edge::room::redis::RedisRooms;
 use wicket_edge::room::release::LEASE_MS;
 use wicket_edge::room::state_backend::Backend;
 use wicket_edge::room::{Phase, Rooms, StatusOutcome, unix_ms};
+use wicket_testkit::{RedisCluster, RedisServer};
 
 fn edge(url: &str, room_toml: &str) -> Rooms {
     let text = format!(

@@ -1,9 +1,7 @@
 //! The one test helper of wicket-edge: a real edge (Pingora server on free loopback ports, on its
-//! own thread) and real upstream HTTP servers (hyper on 127.0.0.1:0); a real `redis-server` in
-//! [`redis_server`].
+//! own thread) and real upstream HTTP servers (hyper on 127.0.0.1:0). A real `redis-server` (or Cluster)
+//! comes from the `wicket-testkit` crate, shared with the core's tests.
 #![allow(dead_code)]
-
-pub mod redis_server;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
