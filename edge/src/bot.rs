@@ -24,8 +24,161 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::{BotCheckMode, BotConfig, BotProofKind, BotRoute, CaptchaConfig, HttpUrl};
+use crate::check::{ConfigIssue, HttpUrl, check_prefix, issue, parse_http_url};
 use crate::identity::Signer;
+
+/// When a route demands a bot check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BotCheckMode {
+    /// Never.
+    Off,
+    /// Always, unless the client holds a bot pass.
+    Always,
+    /// Only for suspicious clients (no User-Agent or Accept-Language, no valid device cookie,
+    /// or recent rejects), unless the client holds a bot pass.
+    Suspicious,
+}
+
+/// Which proof a check asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BotProofKind {
+    /// The built-in proof-of-work.
+    Pow,
+    /// The CAPTCHA hook.
+    Captcha,
+}
+
+/// `[edge.bot]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct BotConfig {
+    /// Per path prefix check modes; longest prefix wins; paths matching none are `off`.
+    pub routes: Vec<BotRoute>,
+    /// What a check asks for. Default `pow`.
+    pub proof: BotProofKind,
+    /// Seconds a bot pass (`wicket_b` cookie) is valid after a solved check. Default 600.
+    pub pass_seconds: u64,
+    /// The proof-of-work.
+    pub pow: PowConfig,
+    /// The CAPTCHA hook; required when `proof = "captcha"`.
+    pub captcha: Option<CaptchaConfig>,
+}
+
+impl Default for BotConfig {
+    fn default() -> Self {
+        BotConfig {
+            routes: Vec::new(),
+            proof: BotProofKind::Pow,
+            pass_seconds: 600,
+            pow: PowConfig::default(),
+            captcha: None,
+        }
+    }
+}
+
+/// `[[edge.bot.routes]]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BotRoute {
+    /// Path prefix.
+    pub path: String,
+    /// `off`, `always` or `suspicious`.
+    pub check: BotCheckMode,
+}
+
+/// `[edge.bot.pow]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct PowConfig {
+    /// Leading zero bits of sha256(challenge || nonce). Default 16 (about 65k hashes, well under
+    /// a second in a browser). Changeable at run time.
+    pub difficulty: u8,
+    /// Seconds a challenge stays valid. Default 120.
+    pub ttl_seconds: u64,
+    /// Most solved-and-unexpired challenges remembered to refuse reuse; when full, solutions are
+    /// refused (fail closed) until entries expire. Default 1,000,000 (about 50 MB at worst).
+    pub max_remembered: usize,
+}
+
+impl Default for PowConfig {
+    fn default() -> Self {
+        PowConfig { difficulty: 16, ttl_seconds: 120, max_remembered: 1_000_000 }
+    }
+}
+
+/// `[edge.bot.captcha]`: the siteverify protocol Turnstile, hCaptcha and reCAPTCHA share.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CaptchaConfig {
+    /// Siteverify URL (`http://` only: put an egress proxy in front for `https://` providers).
+    pub verify_url: String,
+    /// Provider secret.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Environment variable holding the secret (wins over `secret`).
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// Timeout of one verification, milliseconds. Default 2000.
+    #[serde(default = "default_captcha_timeout")]
+    pub timeout_ms: u64,
+    /// When the provider is slow, down or answers garbage: let the client through (`true`) or
+    /// refuse it (`false`). Default false. Changeable at run time.
+    #[serde(default)]
+    pub fail_open: bool,
+}
+
+fn default_captcha_timeout() -> u64 {
+    2000
+}
+
+impl BotConfig {
+    /// Adds this section's problems, each at `path` (`edge.bot`) and its key.
+    pub fn validate(&self, path: &str, out: &mut Vec<ConfigIssue>) {
+        for (i, r) in self.routes.iter().enumerate() {
+            check_prefix(out, &format!("{path}.routes[{i}].path"), &r.path);
+        }
+        if self.pass_seconds == 0 || self.pass_seconds > 86_400 {
+            out.push(issue(format!("{path}.pass-seconds"), "must be between 1 and 86400"));
+        }
+        if self.pow.difficulty == 0 || self.pow.difficulty > 32 {
+            out.push(issue(format!("{path}.pow.difficulty"), "must be between 1 and 32"));
+        }
+        if self.pow.ttl_seconds == 0 || self.pow.ttl_seconds > 3600 {
+            out.push(issue(format!("{path}.pow.ttl-seconds"), "must be between 1 and 3600"));
+        }
+        if self.pow.max_remembered == 0 || self.pow.max_remembered > 10_000_000 {
+            out.push(issue(format!("{path}.pow.max-remembered"), "must be between 1 and 10000000"));
+        }
+        match &self.captcha {
+            None if self.proof == BotProofKind::Captcha => {
+                out.push(issue(format!("{path}.captcha"), format!("required when {path}.proof = \"captcha\"")));
+            }
+            None => {}
+            Some(c) => {
+                match parse_http_url(&c.verify_url) {
+                    Err(m) => out.push(issue(format!("{path}.captcha.verify-url"), m)),
+                    Ok(u) if u.tls => out.push(issue(
+                        format!("{path}.captcha.verify-url"),
+                        "https:// siteverify is not supported yet: point it at an http:// relay on the edge's host",
+                    )),
+                    Ok(_) => {}
+                }
+                match (&c.secret, &c.secret_env) {
+                    (_, Some(var)) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => {
+                        out.push(issue(format!("{path}.captcha.secret-env"), format!("environment variable {var} is not set")));
+                    }
+                    (None, None) => out.push(issue(format!("{path}.captcha.secret"), "secret or secret-env is required")),
+                    _ => {}
+                }
+                if c.timeout_ms == 0 || c.timeout_ms > 60_000 {
+                    out.push(issue(format!("{path}.captcha.timeout-ms"), "must be between 1 and 60000"));
+                }
+            }
+        }
+    }
+}
 
 
 /// A bot-check proof in a request body (`POST /wicket/verify`, `POST /queue/<room>/join`):
@@ -241,7 +394,7 @@ pub struct Captcha {
 impl Captcha {
     /// Builds the hook from validated config.
     pub fn new(cfg: &CaptchaConfig) -> Result<Self, String> {
-        let url = crate::config::parse_http_url(&cfg.verify_url)?;
+        let url = parse_http_url(&cfg.verify_url)?;
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(url.host.as_str(), url.port))
             .map_err(|e| format!("cannot resolve {}: {e}", cfg.verify_url))?
             .next()

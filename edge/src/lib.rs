@@ -6,7 +6,13 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the TOML file (`[edge]`, `[tokens]`, `[[rooms]]`), defaults, `validate()`.
+//! - [`config`]: the TOML file (`[edge]`, `[tokens]`, `[[rooms]]`), defaults, `validate()`: it
+//!   composes the sections each part owns (`limit::LimitRule`, `blocklist::BlocklistConfig`,
+//!   `anomaly::AnomalyConfig`, `bot::BotConfig`, `admission::{ProtectedRule, TokensConfig}`,
+//!   `tls::TlsConfig`, `room::page::QueuePageConfig`, `room::RoomsConfig`), each with its own checks.
+//! - [`check`]: what those checks share: `ConfigIssue` (a problem with its path), path prefixes,
+//!   addresses, URLs, room ids. No part imports [`config`]; tests/structure.rs reads the `use`
+//!   lines and `crate::` paths of every file here and fails on an import circle.
 //! - [`state`]: everything the services share, built once from a validated config.
 //! - [`server`]: the Pingora server (public, admin and upkeep services), graceful stop, the
 //!   embedded core; one `listening on` log line per listener (the log format is
@@ -61,6 +67,7 @@ pub mod admission;
 pub mod anomaly;
 pub mod blocklist;
 pub mod bot;
+pub mod check;
 pub mod config;
 pub mod console;
 /// The release controller lives in its own crate (no Pingora, no tokio): `wicket-controller`.
