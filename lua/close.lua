@@ -23,36 +23,9 @@ local oid, state, ver, qty = o[1], o[2], tonumber(o[3]), tonumber(o[4])
 if state ~= 'CREATED' then return { 'INVALID', '', redis.call('HGETALL', KEYS[13]) } end
 if reason == 'expired' and now < tonumber(o[7]) then return { 'NOT_DUE', '', redis.call('HGETALL', KEYS[13]) } end
 
--- Writes: give back held tickets, seats and limit usage.
-for pid in string.gmatch(o[5], '[^,]+') do
-  local c = redis.call('HMGET', KEYS[2], pid .. ':held', pid .. ':slot')
-  if c[1] then
-    local held = tonumber(c[1])
-    if held > 0 then redis.call('HINCRBY', KEYS[2], pid .. ':held', -math.min(qty, held)) end
-    redis.call('HINCRBY', KEYS[2], pid .. ':avail', qty)
-    if c[2] then
-      for name in string.gmatch(o[6] or '', '[^,]+') do
-        local m = pid .. '/' .. name
-        local idx = redis.call('HGET', KEYS[4], m)
-        if idx and redis.call('HGET', KEYS[5], m) == oid then
-          redis.call('HDEL', KEYS[5], m)
-          redis.call('ZADD', KEYS[3], tonumber(c[2]) * 1000000 + tonumber(idx), m)
-        end
-      end
-    end
-  end
-end
-local dims = { { 'user', o[8] }, { 'phone', o[9] }, { 'id_number', o[10] }, { 'device', o[11] } }
-for _, dv in ipairs(dims) do
-  if dv[2] then
-    local f = dv[1] .. '\n' .. dv[2]
-    local u = redis.call('HGET', KEYS[6], f)
-    if u then
-      local left = tonumber(u) - math.min(qty, tonumber(u))
-      if left == 0 then redis.call('HDEL', KEYS[6], f) else redis.call('HSET', KEYS[6], f, left) end
-    end
-  end
-end
+-- Writes: give back held tickets, seats and limit usage (`give_back`: lua/lib/give_back.lua, which the
+-- core puts after this file's first line).
+give_back('held', oid, qty, o[5], o[6], o[8], o[9], o[10], o[11])
 redis.call('ZREM', KEYS[9], oid)
 redis.call('SREM', KEYS[12], oid)
 redis.call('HSET', KEYS[13], 'state', 'CLOSED', 'ver', tostring(ver + 1))

@@ -4,8 +4,10 @@
 //! - [`config`]: the TOML config (`CoreConfig`), strict, with `validate()` listing every problem by path.
 //! - [`model`]: events, pools, SKUs, limits, orders and the typed outcomes of every store operation.
 //! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process: durable through
-//!   [`store::journal`], or memory only) and [`store::redis`] (Lua; optionally each acknowledged change
-//!   waits for replicas / the AOF, `[redis]` in the config).
+//!   [`store::journal`], or memory only) and [`store::redis`] (Lua from lua/, `close` and `refund` with the
+//!   one give-back of lua/lib/give_back.lua; optionally each acknowledged change waits for replicas / the
+//!   AOF, `[redis]` in the config). Its tests start real Redis servers and Clusters through the
+//!   `wicket-testkit` crate (testkit/), shared with the edge's tests.
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
 //! - [`payment`]: signed callbacks and the provider's status query.
 //! - [`serve`]: the HTTP/1 server: accepts connections, deadline on request heads (and idle keep-alive);

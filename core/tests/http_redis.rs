@@ -6,11 +6,11 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
 use common::core_server::{TestCore, event_body};
 use serde_json::json;
 use wicket_core::store::DynStore;
 use wicket_core::store::redis::RedisStore;
+use wicket_testkit::RedisServer;
 
 async fn redis_store(url: &str) -> DynStore {
     Arc::new(RedisStore::connect(url).await.expect("redis store"))

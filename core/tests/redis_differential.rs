@@ -4,7 +4,6 @@
 //! `cargo nextest run -p wicket-core --test redis_differential`
 //! (`WICKET_DIFF_SEQS` / `WICKET_DIFF_OPS` change how many sequences and steps; the failing seed is printed.)
 
-mod common;
 
 use std::sync::Arc;
 
@@ -261,7 +260,7 @@ async fn run_sequence(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_and_redis_agree_on_random_sequences() {
-    let server = common::RedisServer::start();
+    let server = wicket_testkit::RedisServer::start();
     let red = RedisStore::connect(&server.url()).await.unwrap();
     let now = red.now_ms().await.unwrap();
     let clock = Arc::new(ManualClock::new(now));
@@ -336,7 +335,7 @@ async fn embedded_and_redis_agree_on_random_sequences() {
 /// The same on a 3-master Redis Cluster (fewer sequences: the code path differs only in the connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_and_redis_cluster_agree() {
-    let cluster = common::RedisCluster::start(3);
+    let cluster = wicket_testkit::RedisCluster::start(3);
     let red = RedisStore::connect_cluster(&cluster.seeds()).await.unwrap();
     let now = red.now_ms().await.unwrap();
     let emb = EmbeddedStore::with_clock(Arc::new(ManualClock::new(now)));

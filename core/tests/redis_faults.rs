@@ -3,20 +3,19 @@
 //!
 //! `cargo nextest run -p wicket-core --test redis_faults`
 
-mod common;
 mod conformance;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
 use conformance::{Refingerprint, assert_invariants, req};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wicket_core::model::*;
 use wicket_core::store::redis::RedisStore;
 use wicket_core::store::{DynStore, SaleStore, StoreError};
+use wicket_testkit::RedisServer;
 
 fn ts(ms: i64) -> time::OffsetDateTime {
     time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).unwrap()
@@ -87,7 +86,7 @@ async fn script_flush_during_a_concurrent_sale() {
         let (stop, flushes, port) = (stop.clone(), flushes.clone(), server.port());
         tokio::task::spawn_blocking(move || {
             while !stop.load(Ordering::Relaxed) {
-                assert_eq!(common::send_inline(port, "SCRIPT FLUSH").as_deref(), Some("+OK\r\n"));
+                assert_eq!(wicket_testkit::send_inline(port, "SCRIPT FLUSH").as_deref(), Some("+OK\r\n"));
                 flushes.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(5));
             }

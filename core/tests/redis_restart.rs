@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::core_server::{TestCore, event_body};
-use common::{RedisCluster, RedisServer};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use wicket_core::recheck::{RecheckReport, WatchOutcome};
 use wicket_core::store::DynStore;
 use wicket_core::store::redis::RedisStore;
+use wicket_testkit::{RedisCluster, RedisServer};
 
 /// What the test provider answers for an order.
 #[derive(Clone)]

@@ -22,38 +22,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::core_server::{TestCore, event_body};
-use common::{RedisCluster, RedisServer};
-use wicket_core::store::DynStore;
+use conformance::OnRedis;
 use wicket_core::store::redis::{RedisStore, WaitPolicy};
+use wicket_testkit::{RedisCluster, RedisServer};
 
 fn wait_one(ms: u64) -> WaitPolicy {
     WaitPolicy { replicas: 1, aof: false, timeout: Duration::from_millis(ms) }
 }
 
-struct Replicated {
-    store: DynStore,
-    _master: RedisServer,
-    _replica: RedisServer,
-}
-
-#[async_trait::async_trait]
-impl conformance::Harness for Replicated {
-    fn store(&self) -> DynStore {
-        self.store.clone()
-    }
-    async fn advance_ms(&self, ms: i64) {
-        tokio::time::sleep(Duration::from_millis(ms.max(0) as u64)).await;
-    }
-    fn cheap_time(&self) -> bool {
-        false
-    }
-}
-
-async fn replicated() -> Replicated {
+/// A master and its replica.
+async fn replicated() -> OnRedis<(RedisServer, RedisServer)> {
     let master = RedisServer::start();
     let replica = RedisServer::start_replica_of(&master);
     let store = RedisStore::connect_with(&master.url(), wait_one(500)).await.expect("connect to the test redis");
-    Replicated { store: Arc::new(store), _master: master, _replica: replica }
+    OnRedis { store: Arc::new(store), servers: (master, replica) }
 }
 
 conformance_suite!(replicated);

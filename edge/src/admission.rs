@@ -3,12 +3,136 @@
 //! consults a revocation list); [`JwtAdmission`] verifies the JWT against the `[tokens]` keys.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use crate::config::{ProtectedRule, TokensConfig, WicketConfig};
+use crate::check::{ConfigIssue, check_prefix, is_room_id, issue};
+
+/// `[[edge.protected]]`: a path only admission-token holders reach.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ProtectedRule {
+    /// Path prefix.
+    pub path: String,
+    /// Room whose queue a refused visitor is sent to (`/queue/<room>`).
+    pub room: String,
+    /// Event id the token's `aud` must name. Default: the room.
+    #[serde(default)]
+    pub event: Option<String>,
+}
+
+impl ProtectedRule {
+    /// Adds this rule's problems, each at `path` (`edge.protected[0]`) and its key.
+    pub fn validate(&self, path: &str, out: &mut Vec<ConfigIssue>) {
+        check_prefix(out, &format!("{path}.path"), &self.path);
+        if !is_room_id(&self.room) {
+            out.push(issue(format!("{path}.room"), "letters, digits, '-' and '_' only (1-64)"));
+        }
+    }
+}
+
+/// `[tokens]` (shared with the core: the same keys and defaults, unknown keys refused by both).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TokensConfig {
+    /// Expected `iss`. Default `wicket`, as in the core.
+    #[serde(default = "default_issuer")]
+    pub issuer: String,
+    /// Key new tokens are signed with.
+    #[serde(default)]
+    pub signing_kid: Option<String>,
+    /// Allowed clock skew for `nbf`/`exp`, seconds (≤ 10). Default 5.
+    #[serde(default = "default_leeway")]
+    pub leeway_seconds: u64,
+    /// Keys by `kid`.
+    #[serde(default)]
+    pub keys: Vec<TokenKey>,
+}
+
+fn default_leeway() -> u64 {
+    5
+}
+
+fn default_issuer() -> String {
+    wicket_core::config::DEFAULT_ISSUER.into()
+}
+
+impl TokensConfig {
+    /// Adds this section's problems, each at `path` (`tokens`) and its key; `resolve` turns a key file
+    /// named in the config into the path to read.
+    pub fn validate(&self, path: &str, resolve: &dyn Fn(&str) -> PathBuf, out: &mut Vec<ConfigIssue>) {
+        if self.issuer.is_empty() {
+            out.push(issue(format!("{path}.issuer"), "must not be empty"));
+        }
+        if self.leeway_seconds > 10 {
+            out.push(issue(format!("{path}.leeway-seconds"), "must be at most 10"));
+        }
+        if self.keys.is_empty() {
+            out.push(issue(format!("{path}.keys"), "at least one key is required"));
+        }
+        for (i, k) in self.keys.iter().enumerate() {
+            match k.alg.as_str() {
+                "EdDSA" => match &k.public_key_file {
+                    None => out.push(issue(format!("{path}.keys[{i}].public-key-file"), "required for EdDSA")),
+                    Some(f) => {
+                        let file = resolve(f);
+                        match std::fs::read(&file) {
+                            Err(e) => out.push(issue(
+                                format!("{path}.keys[{i}].public-key-file"),
+                                format!("cannot read {}: {e}", file.display()),
+                            )),
+                            Ok(pem) => {
+                                if jsonwebtoken::DecodingKey::from_ed_pem(&pem).is_err() {
+                                    out.push(issue(
+                                        format!("{path}.keys[{i}].public-key-file"),
+                                        "not an Ed25519 public key in PEM",
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                },
+                "HS256" => match (&k.secret, &k.secret_env) {
+                    (_, Some(var)) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => out.push(issue(
+                        format!("{path}.keys[{i}].secret-env"),
+                        format!("environment variable {var} is not set"),
+                    )),
+                    (Some(s), None) if s.len() < 32 => {
+                        out.push(issue(format!("{path}.keys[{i}].secret"), "must be at least 32 characters"))
+                    }
+                    (None, None) => out.push(issue(format!("{path}.keys[{i}]"), "secret or secret-env is required")),
+                    _ => {}
+                },
+                other => out.push(issue(format!("{path}.keys[{i}].alg"), format!("EdDSA or HS256, not {other:?}"))),
+            }
+        }
+    }
+}
+
+/// One `[[tokens.keys]]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TokenKey {
+    /// Key id, matched against the JWT header's `kid`.
+    pub kid: String,
+    /// `EdDSA` or `HS256`.
+    pub alg: String,
+    /// PEM private key (signing; not read by the edge's verifier).
+    #[serde(default)]
+    pub private_key_file: Option<String>,
+    /// PEM public key (EdDSA verification).
+    #[serde(default)]
+    pub public_key_file: Option<String>,
+    /// HS256 secret.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Environment variable holding the HS256 secret.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+}
 
 /// Longest token accepted (bounded input).
 pub const MAX_TOKEN_LEN: usize = 4096;
@@ -88,13 +212,13 @@ pub const MAX_LIFETIME: u64 = 300;
 
 impl JwtAdmission {
     /// Loads keys from validated config.
-    pub fn new(cfg: &WicketConfig, tokens: &TokensConfig) -> Result<Self, String> {
+    pub fn new(tokens: &TokensConfig, resolve: &dyn Fn(&str) -> PathBuf) -> Result<Self, String> {
         let mut keys = HashMap::new();
         for k in &tokens.keys {
             let entry = match k.alg.as_str() {
                 "EdDSA" => {
                     let file = k.public_key_file.as_deref().ok_or("EdDSA key without public-key-file")?;
-                    let pem = std::fs::read(cfg.resolve(file)).map_err(|e| format!("{file}: {e}"))?;
+                    let pem = std::fs::read(resolve(file)).map_err(|e| format!("{file}: {e}"))?;
                     (Algorithm::EdDSA, DecodingKey::from_ed_pem(&pem).map_err(|e| format!("{file}: {e}"))?)
                 }
                 "HS256" => {
@@ -261,9 +385,9 @@ mod tests {
     use super::*;
 
     fn checker() -> JwtAdmission {
-        let text = "[tokens]\nissuer = \"wicket\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"hs-secret-for-admission-tests-0123456789\"\n";
-        let cfg = WicketConfig::from_toml_str(text).unwrap();
-        JwtAdmission::new(&cfg, cfg.tokens.as_ref().unwrap()).unwrap()
+        let text = "issuer = \"wicket\"\n[[keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"hs-secret-for-admission-tests-0123456789\"\n";
+        let tokens: TokensConfig = toml::from_str(text).unwrap();
+        JwtAdmission::new(&tokens, &|p| PathBuf::from(p)).unwrap()
     }
 
     fn token(room: &str, exp_in: i64, secret: &str) -> String {

@@ -18,8 +18,44 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
 
-use crate::config::AnomalyConfig;
+use crate::check::{ConfigIssue, issue};
+
+/// `[edge.anomaly]`: rules that block for a while and are counted in metrics.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct AnomalyConfig {
+    /// A device seen with more than this many user ids in a window is blocked. 0 = off. Default 5.
+    pub device_max_users: usize,
+    /// A client IP with more than this many rejects in a window is blocked. 0 = off. Default 200.
+    pub client_max_rejects: u32,
+    /// Window length, seconds. Default 60.
+    pub window_seconds: u64,
+    /// How long an anomaly block lasts, seconds. Default 300.
+    pub block_seconds: u64,
+}
+
+impl Default for AnomalyConfig {
+    fn default() -> Self {
+        AnomalyConfig { device_max_users: 5, client_max_rejects: 200, window_seconds: 60, block_seconds: 300 }
+    }
+}
+
+impl AnomalyConfig {
+    /// Adds this section's problems, each at `path` (`edge.anomaly`) and its key.
+    pub fn validate(&self, path: &str, out: &mut Vec<ConfigIssue>) {
+        if self.window_seconds == 0 || self.window_seconds > 86_400 {
+            out.push(issue(format!("{path}.window-seconds"), "must be between 1 and 86400"));
+        }
+        if self.block_seconds == 0 || self.block_seconds > 86_400 * 7 {
+            out.push(issue(format!("{path}.block-seconds"), "must be between 1 and 604800"));
+        }
+        if self.device_max_users > 1000 {
+            out.push(issue(format!("{path}.device-max-users"), "must be at most 1000"));
+        }
+    }
+}
 
 /// Most devices and most clients tracked at once; beyond this new ones are not tracked until
 /// pruning frees room (the limits still apply to them).

@@ -10,7 +10,30 @@ use ipnet::IpNet;
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BlocklistConfig, parse_net};
+use crate::check::{ConfigIssue, issue, parse_net};
+
+/// `[edge.blocklist]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct BlocklistConfig {
+    /// IPs or CIDRs.
+    pub ips: Vec<String>,
+    /// User ids.
+    pub users: Vec<String>,
+    /// Device ids.
+    pub devices: Vec<String>,
+}
+
+impl BlocklistConfig {
+    /// Adds this section's problems, each at `path` (`edge.blocklist`) and its key.
+    pub fn validate(&self, path: &str, out: &mut Vec<ConfigIssue>) {
+        for (i, ip) in self.ips.iter().enumerate() {
+            if parse_net(ip).is_none() {
+                out.push(issue(format!("{path}.ips[{i}]"), format!("not an IP or CIDR: {ip:?}")));
+            }
+        }
+    }
+}
 
 /// Most entries of each kind (admin input is bounded like any other).
 pub const MAX_ENTRIES: usize = 100_000;

@@ -27,8 +27,202 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::{BotCheckMode, BotConfig, BotProofKind, BotRoute, CaptchaConfig, HttpUrl};
+use crate::check::{ConfigIssue, HttpUrl, check_prefix, issue, parse_http_url};
 use crate::identity::Signer;
+
+/// When a route demands a bot check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BotCheckMode {
+    /// Never.
+    Off,
+    /// Always, unless the client holds a bot pass.
+    Always,
+    /// Only for suspicious clients (no User-Agent or Accept-Language, no valid device cookie,
+    /// or recent rejects), unless the client holds a bot pass.
+    Suspicious,
+}
+
+/// Which proof a check asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BotProofKind {
+    /// The built-in proof-of-work.
+    Pow,
+    /// The CAPTCHA hook.
+    Captcha,
+}
+
+/// `[edge.bot]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct BotConfig {
+    /// Per path prefix check modes; longest prefix wins; paths matching none are `off`.
+    pub routes: Vec<BotRoute>,
+    /// What a check asks for. Default `pow`.
+    pub proof: BotProofKind,
+    /// Seconds a bot pass (`wicket_b` cookie) is valid after a solved check. Default 600.
+    pub pass_seconds: u64,
+    /// The proof-of-work.
+    pub pow: PowConfig,
+    /// The CAPTCHA hook; required when `proof = "captcha"`.
+    pub captcha: Option<CaptchaConfig>,
+}
+
+impl Default for BotConfig {
+    fn default() -> Self {
+        BotConfig {
+            routes: Vec::new(),
+            proof: BotProofKind::Pow,
+            pass_seconds: 600,
+            pow: PowConfig::default(),
+            captcha: None,
+        }
+    }
+}
+
+/// `[[edge.bot.routes]]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BotRoute {
+    /// Path prefix.
+    pub path: String,
+    /// `off`, `always` or `suspicious`.
+    pub check: BotCheckMode,
+}
+
+/// `[edge.bot.pow]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct PowConfig {
+    /// Leading zero bits of sha256(challenge || nonce). Default 16 (about 65k hashes, well under
+    /// a second in a browser). Changeable at run time.
+    pub difficulty: u8,
+    /// Seconds a challenge stays valid. Default 120.
+    pub ttl_seconds: u64,
+    /// Most solved-and-unexpired challenges remembered to refuse reuse; when full, solutions are
+    /// refused (fail closed) until entries expire. Default 1,000,000 (about 50 MB at worst).
+    pub max_remembered: usize,
+}
+
+impl Default for PowConfig {
+    fn default() -> Self {
+        PowConfig { difficulty: 16, ttl_seconds: 120, max_remembered: 1_000_000 }
+    }
+}
+
+/// `[edge.bot.captcha]`: a CAPTCHA provider's server-side verification.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CaptchaConfig {
+    /// `turnstile`, `hcaptcha`, `recaptcha` (v2, or v3 with `score-threshold`), `geetest` (v4), or
+    /// `siteverify` (any service speaking the siteverify form and `{"success"}` answer at
+    /// `verify-url`). Default `siteverify`.
+    #[serde(default)]
+    pub provider: CaptchaProvider,
+    /// Verification URL, `https://` or `http://`. Default: the provider's own (required for
+    /// `siteverify`).
+    #[serde(default)]
+    pub verify_url: Option<String>,
+    /// PEM file of the CAs an `https://` verify URL's certificate must chain to. Default: the
+    /// system's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// GeeTest: the `captcha_id` (public). Not used by the other providers.
+    #[serde(default)]
+    pub site_key: Option<String>,
+    /// reCAPTCHA v3: the lowest score that passes (0.0–1.0). Default 0.5; an answer without a
+    /// score (v2) passes on `success` alone.
+    #[serde(default)]
+    pub score_threshold: Option<f64>,
+    /// Provider secret.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Environment variable holding the secret (wins over `secret`).
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// Timeout of one verification, milliseconds. Default 2000.
+    #[serde(default = "default_captcha_timeout")]
+    pub timeout_ms: u64,
+    /// When the provider is slow, down or answers garbage: let the client through (`true`) or
+    /// refuse it (`false`). Default false. Changeable at run time.
+    #[serde(default)]
+    pub fail_open: bool,
+}
+
+fn default_captcha_timeout() -> u64 {
+    2000
+}
+
+impl BotConfig {
+    /// Adds this section's problems, each at `path` (`edge.bot`) and its key; `resolve` turns a
+    /// file name of the config into a path (relative to the config's folder).
+    pub fn validate(&self, path: &str, resolve: &dyn Fn(&str) -> std::path::PathBuf, out: &mut Vec<ConfigIssue>) {
+        for (i, r) in self.routes.iter().enumerate() {
+            check_prefix(out, &format!("{path}.routes[{i}].path"), &r.path);
+        }
+        if self.pass_seconds == 0 || self.pass_seconds > 86_400 {
+            out.push(issue(format!("{path}.pass-seconds"), "must be between 1 and 86400"));
+        }
+        if self.pow.difficulty == 0 || self.pow.difficulty > 32 {
+            out.push(issue(format!("{path}.pow.difficulty"), "must be between 1 and 32"));
+        }
+        if self.pow.ttl_seconds == 0 || self.pow.ttl_seconds > 3600 {
+            out.push(issue(format!("{path}.pow.ttl-seconds"), "must be between 1 and 3600"));
+        }
+        if self.pow.max_remembered == 0 || self.pow.max_remembered > 10_000_000 {
+            out.push(issue(format!("{path}.pow.max-remembered"), "must be between 1 and 10000000"));
+        }
+        match &self.captcha {
+            None if self.proof == BotProofKind::Captcha => {
+                out.push(issue(format!("{path}.captcha"), format!("required when {path}.proof = \"captcha\"")));
+            }
+            None => {}
+            Some(c) => {
+                let at = |key: &str| format!("{path}.captcha.{key}");
+                match c.verify_url.as_deref().or(c.provider.default_url()) {
+                    None => out.push(issue(at("verify-url"), "required when provider = \"siteverify\"")),
+                    Some(u) => {
+                        if let Err(m) = parse_http_url(u) {
+                            out.push(issue(at("verify-url"), m));
+                        }
+                    }
+                }
+                if let Some(f) = &c.ca_file
+                    && let Err(m) = crate::tls::load_cas(&resolve(f))
+                {
+                    out.push(issue(at("ca-file"), m));
+                }
+                match (c.provider, &c.site_key) {
+                    (CaptchaProvider::Geetest, None) => out.push(issue(at("site-key"), "required for geetest (its captcha_id)")),
+                    (CaptchaProvider::Geetest, Some(k))
+                        if k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+                    {
+                        out.push(issue(at("site-key"), "a geetest captcha_id is 1..=64 letters, digits, - or _"));
+                    }
+                    _ => {}
+                }
+                match (c.provider, c.score_threshold) {
+                    (CaptchaProvider::Recaptcha, Some(t)) if !(0.0..=1.0).contains(&t) => {
+                        out.push(issue(at("score-threshold"), "must be between 0.0 and 1.0"));
+                    }
+                    (CaptchaProvider::Recaptcha, _) | (_, None) => {}
+                    (_, Some(_)) => out.push(issue(at("score-threshold"), "only reCAPTCHA v3 answers with a score")),
+                }
+                match (&c.secret, &c.secret_env) {
+                    (_, Some(var)) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => {
+                        out.push(issue(format!("{path}.captcha.secret-env"), format!("environment variable {var} is not set")));
+                    }
+                    (None, None) => out.push(issue(format!("{path}.captcha.secret"), "secret or secret-env is required")),
+                    _ => {}
+                }
+                if c.timeout_ms == 0 || c.timeout_ms > 60_000 {
+                    out.push(issue(format!("{path}.captcha.timeout-ms"), "must be between 1 and 60000"));
+                }
+            }
+        }
+    }
+}
 
 
 /// A bot-check proof in a request body (`POST /wicket/verify`, `POST /queue/<room>/join`):
@@ -297,7 +491,7 @@ impl Captcha {
     /// Builds the hook from validated config (`base` resolves a relative `ca-file`).
     pub fn new(cfg: &CaptchaConfig, base: &std::path::Path) -> Result<Self, String> {
         let raw = cfg.verify_url.as_deref().or(cfg.provider.default_url()).ok_or("no verify-url")?;
-        let url = crate::config::parse_http_url(raw)?;
+        let url = parse_http_url(raw)?;
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(url.host.as_str(), url.port))
             .map_err(|e| format!("cannot resolve {raw}: {e}"))?
             .next()

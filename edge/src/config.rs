@@ -5,51 +5,30 @@
 //! for the protected paths a room declares); every other top-level key belongs to the core and is
 //! ignored here. [`WicketConfig::validate`] checks everything the edge needs at once and reports
 //! every problem with its path, so `wicket check-config` and `wicket serve` say the same.
+//!
+//! Each part owns its section and its checks: `[[edge.limits]]` in [`crate::limit`],
+//! `[edge.blocklist]` in [`crate::blocklist`], `[edge.anomaly]` in [`crate::anomaly`], `[edge.bot]` in
+//! [`crate::bot`], `[[edge.protected]]` and `[tokens]` in [`crate::admission`], `[edge.tls]` in
+//! [`crate::tls`], `[edge.queue-page]` in [`crate::room::page`], `[[rooms]]` in [`crate::room`] and the
+//! rooms' `store` in [`crate::room::redis`]. This module composes them (the keys of `[edge]` itself,
+//! the file, the paths of the problems) and is imported by none of them: what they share is in
+//! [`crate::check`].
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
-use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use wicket_core::problems::{self, Seg};
 
-use crate::limit::NginxRate;
-
-/// One problem in a config file: where (`edge.limits[2].rate`) and what.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ConfigIssue {
-    /// Dotted path of the offending key.
-    pub path: String,
-    /// What is wrong with it, in words an operator can act on.
-    pub message: String,
-}
-
-impl std::fmt::Display for ConfigIssue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-/// Every problem found in one file; displayed one per line.
-#[derive(Debug, Clone, thiserror::Error)]
-pub struct ConfigErrors(pub Vec<ConfigIssue>);
-
-impl std::fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, issue) in self.0.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "{issue}")?;
-        }
-        Ok(())
-    }
-}
-
-fn issue(path: impl Into<String>, message: impl Into<String>) -> ConfigIssue {
-    ConfigIssue { path: path.into(), message: message.into() }
-}
+use crate::admission::{ProtectedRule, TokensConfig};
+use crate::anomaly::AnomalyConfig;
+use crate::blocklist::BlocklistConfig;
+use crate::bot::BotConfig;
+use crate::check::{ConfigErrors, ConfigIssue, check_prefix, issue, parse_http_upstream, parse_listen, parse_net, with_lines};
+use crate::limit::LimitRule;
+use crate::room::RoomsConfig;
+use crate::room::page::QueuePageConfig;
+use crate::room::redis::RoomStore;
 
 /// The parts of the shared config file the edge reads.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -79,15 +58,6 @@ pub struct WicketConfig {
     /// The file it was read from (the embedded core reads its own keys from it).
     #[serde(skip)]
     pub source: Option<PathBuf>,
-}
-
-/// Where rooms keep their state when it is shared (top-level `store`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RoomStore {
-    /// One Redis: `redis://host:port/db`.
-    Url(String),
-    /// A Redis Cluster, by seed URLs (a room's keys share one slot).
-    Cluster(Vec<String>),
 }
 
 /// `[edge]`: the public proxy, its admin port, limits, bot checks and routing.
@@ -198,45 +168,6 @@ pub struct EdgeConfig {
     pub queue_page: QueuePageConfig,
 }
 
-/// `[edge.queue-page]`: what an operator may change on the queue page. Every field is optional;
-/// the built-in page (static/queue.html, the catalogues of static/i18n/) is the default.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub struct QueuePageConfig {
-    /// An HTML template file (relative to the config file) replacing static/queue.html. It must
-    /// hold `{{head}}` (inside `<head>`) and `{{queue}}` (the live part of the page); it may
-    /// hold `{{lang}}`, `{{title}}`, `{{brand}}`, `{{logo}}` and `{{languages}}`. Default: the
-    /// built-in template.
-    pub template: Option<String>,
-    /// The event's name, shown at the top of the page and in its title. Default: none (the
-    /// catalogue's "Waiting room").
-    pub event_name: Option<String>,
-    /// URL of a logo image (`https://...`, `http://...` or a path on this site). Default: none.
-    pub logo_url: Option<String>,
-    /// Colours (`#rgb` or `#rrggbb`). Default: the built-in light and dark palettes.
-    pub colours: QueuePageColours,
-    /// Text overrides per language and catalogue key, e.g. `[edge.queue-page.text.en]
-    /// title_waiting = "You are in the line for the Summer Tour"`. Keys and `{placeholders}` are
-    /// those of static/i18n/en.json. Default: none.
-    pub text: BTreeMap<String, BTreeMap<String, String>>,
-}
-
-/// `[edge.queue-page.colours]`: each replaces the built-in colour in light and dark mode.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub struct QueuePageColours {
-    /// Buttons, the progress bar, the chosen language. Default `#d4380d` (dark: `#ff7a45`).
-    pub accent: Option<String>,
-    /// Text on the accent colour. Default `#ffffff`.
-    pub accent_text: Option<String>,
-    /// The page behind the card. Default `#f4f5f7` (dark: `#111418`).
-    pub background: Option<String>,
-    /// The card. Default `#ffffff` (dark: `#1b2027`).
-    pub card: Option<String>,
-    /// Text. Default `#1b1f24` (dark: `#eef1f4`).
-    pub text: Option<String>,
-}
-
 impl Default for EdgeConfig {
     fn default() -> Self {
         EdgeConfig {
@@ -294,259 +225,6 @@ pub struct CacheRule {
     pub path: String,
     /// `Cache-Control` value.
     pub value: String,
-}
-
-/// What a limit counts by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LimitKey {
-    /// Client IP (after trusted proxies).
-    Ip,
-    /// The site's user id; requests without one are not counted by this rule.
-    User,
-    /// The edge's device id (signed cookie, else a header fingerprint).
-    Device,
-}
-
-/// `[[edge.limits]]`: one nginx `limit_req`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct LimitRule {
-    /// Path prefix the rule applies to. A rule applies to the queue's own paths (`/queue/`)
-    /// only when its path is under `/queue/`, so a site-wide limit never starves queue polls.
-    pub path: String,
-    /// `ip`, `user` or `device`.
-    pub key: LimitKey,
-    /// `"<n>r/s"` or `"<n>r/m"`, as nginx parses it.
-    pub rate: String,
-    /// Requests allowed beyond the rate (nginx `burst`). Default 0.
-    #[serde(default)]
-    pub burst: u32,
-    /// Serve burst requests at once instead of pacing them at the rate (nginx `nodelay`).
-    /// Default false.
-    #[serde(default)]
-    pub nodelay: bool,
-    /// Serve this many burst requests at once and pace the rest (nginx `delay=`). Default: none
-    /// (all paced, unless `nodelay`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay: Option<u32>,
-}
-
-/// `[edge.blocklist]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub struct BlocklistConfig {
-    /// IPs or CIDRs.
-    pub ips: Vec<String>,
-    /// User ids.
-    pub users: Vec<String>,
-    /// Device ids.
-    pub devices: Vec<String>,
-}
-
-/// `[edge.anomaly]`: rules that block for a while and are counted in metrics.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub struct AnomalyConfig {
-    /// A device seen with more than this many user ids in a window is blocked. 0 = off. Default 5.
-    pub device_max_users: usize,
-    /// A client IP with more than this many rejects in a window is blocked. 0 = off. Default 200.
-    pub client_max_rejects: u32,
-    /// Window length, seconds. Default 60.
-    pub window_seconds: u64,
-    /// How long an anomaly block lasts, seconds. Default 300.
-    pub block_seconds: u64,
-}
-
-impl Default for AnomalyConfig {
-    fn default() -> Self {
-        AnomalyConfig { device_max_users: 5, client_max_rejects: 200, window_seconds: 60, block_seconds: 300 }
-    }
-}
-
-/// When a route demands a bot check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BotCheckMode {
-    /// Never.
-    Off,
-    /// Always, unless the client holds a bot pass.
-    Always,
-    /// Only for suspicious clients (no User-Agent or Accept-Language, no valid device cookie,
-    /// or recent rejects), unless the client holds a bot pass.
-    Suspicious,
-}
-
-/// Which proof a check asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BotProofKind {
-    /// The built-in proof-of-work.
-    Pow,
-    /// The CAPTCHA hook.
-    Captcha,
-}
-
-/// `[edge.bot]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub struct BotConfig {
-    /// Per path prefix check modes; longest prefix wins; paths matching none are `off`.
-    pub routes: Vec<BotRoute>,
-    /// What a check asks for. Default `pow`.
-    pub proof: BotProofKind,
-    /// Seconds a bot pass (`wicket_b` cookie) is valid after a solved check. Default 600.
-    pub pass_seconds: u64,
-    /// The proof-of-work.
-    pub pow: PowConfig,
-    /// The CAPTCHA hook; required when `proof = "captcha"`.
-    pub captcha: Option<CaptchaConfig>,
-}
-
-impl Default for BotConfig {
-    fn default() -> Self {
-        BotConfig {
-            routes: Vec::new(),
-            proof: BotProofKind::Pow,
-            pass_seconds: 600,
-            pow: PowConfig::default(),
-            captcha: None,
-        }
-    }
-}
-
-/// `[[edge.bot.routes]]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct BotRoute {
-    /// Path prefix.
-    pub path: String,
-    /// `off`, `always` or `suspicious`.
-    pub check: BotCheckMode,
-}
-
-/// `[edge.bot.pow]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub struct PowConfig {
-    /// Leading zero bits of sha256(challenge || nonce). Default 16 (about 65k hashes, well under
-    /// a second in a browser). Changeable at run time.
-    pub difficulty: u8,
-    /// Seconds a challenge stays valid. Default 120.
-    pub ttl_seconds: u64,
-    /// Most solved-and-unexpired challenges remembered to refuse reuse; when full, solutions are
-    /// refused (fail closed) until entries expire. Default 1,000,000 (about 50 MB at worst).
-    pub max_remembered: usize,
-}
-
-impl Default for PowConfig {
-    fn default() -> Self {
-        PowConfig { difficulty: 16, ttl_seconds: 120, max_remembered: 1_000_000 }
-    }
-}
-
-/// `[edge.bot.captcha]`: a CAPTCHA provider's server-side verification.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct CaptchaConfig {
-    /// `turnstile`, `hcaptcha`, `recaptcha` (v2, or v3 with `score-threshold`), `geetest` (v4), or
-    /// `siteverify` (any service speaking the siteverify form and `{"success"}` answer at
-    /// `verify-url`). Default `siteverify`.
-    #[serde(default)]
-    pub provider: crate::bot::CaptchaProvider,
-    /// Verification URL, `https://` or `http://`. Default: the provider's own (required for
-    /// `siteverify`).
-    #[serde(default)]
-    pub verify_url: Option<String>,
-    /// PEM file of the CAs an `https://` verify URL's certificate must chain to. Default: the
-    /// system's roots.
-    #[serde(default)]
-    pub ca_file: Option<String>,
-    /// GeeTest: the `captcha_id` (public). Not used by the other providers.
-    #[serde(default)]
-    pub site_key: Option<String>,
-    /// reCAPTCHA v3: the lowest score that passes (0.0–1.0). Default 0.5; an answer without a
-    /// score (v2) passes on `success` alone.
-    #[serde(default)]
-    pub score_threshold: Option<f64>,
-    /// Provider secret.
-    #[serde(default)]
-    pub secret: Option<String>,
-    /// Environment variable holding the secret (wins over `secret`).
-    #[serde(default)]
-    pub secret_env: Option<String>,
-    /// Timeout of one verification, milliseconds. Default 2000.
-    #[serde(default = "default_captcha_timeout")]
-    pub timeout_ms: u64,
-    /// When the provider is slow, down or answers garbage: let the client through (`true`) or
-    /// refuse it (`false`). Default false. Changeable at run time.
-    #[serde(default)]
-    pub fail_open: bool,
-}
-
-fn default_captcha_timeout() -> u64 {
-    2000
-}
-
-/// `[[edge.protected]]`: a path only admission-token holders reach.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ProtectedRule {
-    /// Path prefix.
-    pub path: String,
-    /// Room whose queue a refused visitor is sent to (`/queue/<room>`).
-    pub room: String,
-    /// Event id the token's `aud` must name. Default: the room.
-    #[serde(default)]
-    pub event: Option<String>,
-}
-
-/// `[tokens]` (shared with the core: the same keys and defaults, unknown keys refused by both).
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct TokensConfig {
-    /// Expected `iss`. Default `wicket`, as in the core.
-    #[serde(default = "default_issuer")]
-    pub issuer: String,
-    /// Key new tokens are signed with.
-    #[serde(default)]
-    pub signing_kid: Option<String>,
-    /// Allowed clock skew for `nbf`/`exp`, seconds (≤ 10). Default 5.
-    #[serde(default = "default_leeway")]
-    pub leeway_seconds: u64,
-    /// Keys by `kid`.
-    #[serde(default)]
-    pub keys: Vec<TokenKey>,
-}
-
-fn default_leeway() -> u64 {
-    5
-}
-
-fn default_issuer() -> String {
-    wicket_core::config::DEFAULT_ISSUER.into()
-}
-
-/// One `[[tokens.keys]]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct TokenKey {
-    /// Key id, matched against the JWT header's `kid`.
-    pub kid: String,
-    /// `EdDSA` or `HS256`.
-    pub alg: String,
-    /// PEM private key (signing; not read by the edge's verifier).
-    #[serde(default)]
-    pub private_key_file: Option<String>,
-    /// PEM public key (EdDSA verification).
-    #[serde(default)]
-    pub public_key_file: Option<String>,
-    /// HS256 secret.
-    #[serde(default)]
-    pub secret: Option<String>,
-    /// Environment variable holding the HS256 secret.
-    #[serde(default)]
-    pub secret_env: Option<String>,
 }
 
 impl WicketConfig {
@@ -666,8 +344,12 @@ impl WicketConfig {
 
     /// Resolves a path from the config against the config file's folder.
     pub fn resolve(&self, p: &str) -> PathBuf {
-        let p = Path::new(p);
-        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+        crate::check::resolve(&self.base_dir, p)
+    }
+
+    /// What the waiting rooms read from this file ([`crate::room::Rooms::new`]).
+    pub fn rooms_config(&self) -> RoomsConfig<'_> {
+        RoomsConfig { rooms: &self.rooms, tokens: self.tokens.as_ref(), edge_rules: &self.edge.protected, base_dir: &self.base_dir }
     }
 
     /// Every problem, with its path; empty when the edge can start with this config.
@@ -800,171 +482,28 @@ impl WicketConfig {
             }
             _ => {}
         }
+        let user_known = e.user_header.is_some() || e.user_cookie.is_some();
         for (i, l) in e.limits.iter().enumerate() {
-            check_prefix(&mut out, &format!("edge.limits[{i}].path"), &l.path);
-            if let Err(m) = NginxRate::parse(&l.rate) {
-                out.push(issue(format!("edge.limits[{i}].rate"), m));
-            }
-            if l.burst > 1_000_000 {
-                out.push(issue(format!("edge.limits[{i}].burst"), "must be at most 1000000"));
-            }
-            if let Some(d) = l.delay {
-                if l.nodelay {
-                    out.push(issue(format!("edge.limits[{i}].delay"), "delay and nodelay exclude each other (nginx: nodelay is delay = burst)"));
-                } else if d > l.burst {
-                    out.push(issue(format!("edge.limits[{i}].delay"), "must be at most burst"));
-                }
-            }
-            if l.key == LimitKey::User && e.user_header.is_none() && e.user_cookie.is_none() {
-                out.push(issue(
-                    format!("edge.limits[{i}].key"),
-                    "key = \"user\" needs edge.user-header or edge.user-cookie",
-                ));
-            }
+            l.validate(&format!("edge.limits[{i}]"), user_known, &mut out);
         }
-        for (i, ip) in e.blocklist.ips.iter().enumerate() {
-            if parse_net(ip).is_none() {
-                out.push(issue(format!("edge.blocklist.ips[{i}]"), format!("not an IP or CIDR: {ip:?}")));
-            }
-        }
-        let a = &e.anomaly;
-        if a.window_seconds == 0 || a.window_seconds > 86_400 {
-            out.push(issue("edge.anomaly.window-seconds", "must be between 1 and 86400"));
-        }
-        if a.block_seconds == 0 || a.block_seconds > 86_400 * 7 {
-            out.push(issue("edge.anomaly.block-seconds", "must be between 1 and 604800"));
-        }
-        if a.device_max_users > 1000 {
-            out.push(issue("edge.anomaly.device-max-users", "must be at most 1000"));
-        }
-        let b = &e.bot;
-        for (i, r) in b.routes.iter().enumerate() {
-            check_prefix(&mut out, &format!("edge.bot.routes[{i}].path"), &r.path);
-        }
-        if b.pass_seconds == 0 || b.pass_seconds > 86_400 {
-            out.push(issue("edge.bot.pass-seconds", "must be between 1 and 86400"));
-        }
-        if b.pow.difficulty == 0 || b.pow.difficulty > 32 {
-            out.push(issue("edge.bot.pow.difficulty", "must be between 1 and 32"));
-        }
-        if b.pow.ttl_seconds == 0 || b.pow.ttl_seconds > 3600 {
-            out.push(issue("edge.bot.pow.ttl-seconds", "must be between 1 and 3600"));
-        }
-        if b.pow.max_remembered == 0 || b.pow.max_remembered > 10_000_000 {
-            out.push(issue("edge.bot.pow.max-remembered", "must be between 1 and 10000000"));
-        }
-        match &b.captcha {
-            None if b.proof == BotProofKind::Captcha => {
-                out.push(issue("edge.bot.captcha", "required when edge.bot.proof = \"captcha\""));
-            }
-            None => {}
-            Some(c) => {
-                use crate::bot::CaptchaProvider;
-                match c.verify_url.as_deref().or(c.provider.default_url()) {
-                    None => out.push(issue("edge.bot.captcha.verify-url", "required when provider = \"siteverify\"")),
-                    Some(u) => {
-                        if let Err(m) = parse_http_url(u) {
-                            out.push(issue("edge.bot.captcha.verify-url", m));
-                        }
-                    }
-                }
-                if let Some(f) = &c.ca_file
-                    && let Err(m) = crate::tls::load_cas(&self.resolve(f))
-                {
-                    out.push(issue("edge.bot.captcha.ca-file", m));
-                }
-                match (c.provider, &c.site_key) {
-                    (CaptchaProvider::Geetest, None) => {
-                        out.push(issue("edge.bot.captcha.site-key", "required for geetest (its captcha_id)"));
-                    }
-                    (CaptchaProvider::Geetest, Some(k))
-                        if k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
-                    {
-                        out.push(issue("edge.bot.captcha.site-key", "a geetest captcha_id is 1..=64 letters, digits, - or _"));
-                    }
-                    _ => {}
-                }
-                match (c.provider, c.score_threshold) {
-                    (CaptchaProvider::Recaptcha, Some(t)) if !(0.0..=1.0).contains(&t) => {
-                        out.push(issue("edge.bot.captcha.score-threshold", "must be between 0.0 and 1.0"));
-                    }
-                    (CaptchaProvider::Recaptcha, _) | (_, None) => {}
-                    (_, Some(_)) => out.push(issue("edge.bot.captcha.score-threshold", "only reCAPTCHA v3 answers with a score")),
-                }
-                match (&c.secret, &c.secret_env) {
-                    (_, Some(var)) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => {
-                        out.push(issue("edge.bot.captcha.secret-env", format!("environment variable {var} is not set")));
-                    }
-                    (None, None) => out.push(issue("edge.bot.captcha.secret", "secret or secret-env is required")),
-                    _ => {}
-                }
-                if c.timeout_ms == 0 || c.timeout_ms > 60_000 {
-                    out.push(issue("edge.bot.captcha.timeout-ms", "must be between 1 and 60000"));
-                }
-            }
-        }
+        e.blocklist.validate("edge.blocklist", &mut out);
+        e.anomaly.validate("edge.anomaly", &mut out);
+        e.bot.validate("edge.bot", &|f| self.resolve(f), &mut out);
         for (i, p) in e.protected.iter().enumerate() {
-            check_prefix(&mut out, &format!("edge.protected[{i}].path"), &p.path);
-            if !is_room_id(&p.room) {
-                out.push(issue(format!("edge.protected[{i}].room"), "letters, digits, '-' and '_' only (1-64)"));
-            }
+            p.validate(&format!("edge.protected[{i}]"), &mut out);
         }
         if !self.protected_rules().is_empty() && self.tokens.is_none() {
             out.push(issue("tokens", "protected paths need [tokens] to verify admission tokens"));
         }
         if let Some(t) = &self.tokens {
-            if t.issuer.is_empty() {
-                out.push(issue("tokens.issuer", "must not be empty"));
-            }
-            if t.leeway_seconds > 10 {
-                out.push(issue("tokens.leeway-seconds", "must be at most 10"));
-            }
-            if t.keys.is_empty() {
-                out.push(issue("tokens.keys", "at least one key is required"));
-            }
-            for (i, k) in t.keys.iter().enumerate() {
-                match k.alg.as_str() {
-                    "EdDSA" => match &k.public_key_file {
-                        None => out.push(issue(format!("tokens.keys[{i}].public-key-file"), "required for EdDSA")),
-                        Some(f) => {
-                            let path = self.resolve(f);
-                            match std::fs::read(&path) {
-                                Err(e) => out.push(issue(
-                                    format!("tokens.keys[{i}].public-key-file"),
-                                    format!("cannot read {}: {e}", path.display()),
-                                )),
-                                Ok(pem) => {
-                                    if jsonwebtoken::DecodingKey::from_ed_pem(&pem).is_err() {
-                                        out.push(issue(
-                                            format!("tokens.keys[{i}].public-key-file"),
-                                            "not an Ed25519 public key in PEM",
-                                        ));
-                                    }
-                                }
-                            }
-                        }
-                    },
-                    "HS256" => match (&k.secret, &k.secret_env) {
-                        (_, Some(var)) if std::env::var(var).map(|v| v.is_empty()).unwrap_or(true) => out.push(issue(
-                            format!("tokens.keys[{i}].secret-env"),
-                            format!("environment variable {var} is not set"),
-                        )),
-                        (Some(s), None) if s.len() < 32 => {
-                            out.push(issue(format!("tokens.keys[{i}].secret"), "must be at least 32 characters"))
-                        }
-                        (None, None) => out.push(issue(format!("tokens.keys[{i}]"), "secret or secret-env is required")),
-                        _ => {}
-                    },
-                    other => out.push(issue(format!("tokens.keys[{i}].alg"), format!("EdDSA or HS256, not {other:?}"))),
-                }
-            }
+            t.validate("tokens", &|p| self.resolve(p), &mut out);
         }
         for (i, room) in self.rooms.iter().enumerate() {
             if !room.is_table() {
                 out.push(issue(format!("rooms[{i}]"), "must be a table"));
             }
         }
-        out.extend(crate::room::validate(self));
+        out.extend(crate::room::validate(&self.rooms, self.tokens.as_ref()));
         out
     }
 
@@ -1037,89 +576,8 @@ pub fn embedded_core_issues(path: &std::path::Path) -> Vec<ConfigIssue> {
     }
 }
 
-/// Adds the line and column of each issue's key in `text`, where the text holds it.
-pub fn with_lines(text: &str, issues: Vec<ConfigIssue>) -> Vec<ConfigIssue> {
-    let ps = issues.into_iter().map(|i| problems::Problem { path: i.path, message: i.message }).collect();
-    problems::with_lines(text, ps).into_iter().map(|p| ConfigIssue { path: p.path, message: p.message }).collect()
-}
-
-fn check_prefix(out: &mut Vec<ConfigIssue>, path: &str, p: &str) {
-    if let Some(problem) = crate::path::prefix_problem(p) {
-        out.push(issue(path, problem));
-    }
-}
-
 fn is_cookie_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Room ids appear in URLs and cookie names.
-pub fn is_room_id(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-/// `"0.0.0.0:8080"` → a socket address.
-pub fn parse_listen(s: &str) -> Option<SocketAddr> {
-    s.parse().ok()
-}
-
-/// `"10.0.0.0/8"` or `"10.1.2.3"` → a network.
-pub fn parse_net(s: &str) -> Option<IpNet> {
-    let s = s.trim();
-    s.parse::<IpNet>().ok().or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
-}
-
-/// A parsed `http://host:port[/path]` URL.
-#[derive(Debug, Clone)]
-pub struct HttpUrl {
-    /// `host:port` as written (the `Host` header).
-    pub authority: String,
-    /// Host part.
-    pub host: String,
-    /// Port (default 80).
-    pub port: u16,
-    /// Path and query, `/` when absent.
-    pub path: String,
-    /// `https://`: TLS, the certificate verified for `host`.
-    pub tls: bool,
-}
-
-/// Parses `http://host[:port][/path]`; https is refused (the edge has no TLS client).
-pub fn parse_http_url(s: &str) -> Result<HttpUrl, String> {
-    let (tls, rest) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
-        (Some(rest), _) => (false, rest),
-        (_, Some(rest)) => (true, rest),
-        _ => return Err(format!("must start with http:// or https://: {s:?}")),
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    if authority.is_empty() {
-        return Err(format!("no host in {s:?}"));
-    }
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse::<u16>() {
-            Ok(port) => (h.trim_start_matches('[').trim_end_matches(']'), port),
-            Err(_) => return Err(format!("bad port in {s:?}")),
-        },
-        _ => (authority, if tls { 443 } else { 80 }),
-    };
-    Ok(HttpUrl { authority: authority.to_owned(), host: host.to_owned(), port, path: path.to_owned(), tls })
-}
-
-/// An upstream: `http://host:port`, resolved once at start.
-pub fn parse_http_upstream(s: &str) -> Result<(HttpUrl, SocketAddr), String> {
-    let url = parse_http_url(s)?;
-    if url.path != "/" {
-        return Err(format!("an upstream has no path: {s:?}"));
-    }
-    let addr = (url.host.as_str(), url.port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {s:?}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("cannot resolve {s:?}"))?;
-    Ok((url, addr))
 }
 
 /// Cache rules as a map for quick longest-prefix lookup at load time.

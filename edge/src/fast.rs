@@ -41,7 +41,7 @@ use pingora::proxy::HttpProxy;
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::config::LimitKey;
+use crate::limit::LimitKey;
 use crate::identity::{DEVICE_COOKIE, cookie, header_bytes};
 use crate::metrics::{Outcome, Route};
 use crate::proxy::EdgeProxy;
@@ -490,7 +490,7 @@ fn forwardable(st: &EdgeState, path: &str) -> bool {
         && !path.starts_with("/wicket/")
         && !st.rooms.owns(path)
         && !st.core_prefixes.iter().any(|p| path.starts_with(p.as_str()))
-        && (!st.bot.any() || st.bot.mode(path) == crate::config::BotCheckMode::Off)
+        && (!st.bot.any() || st.bot.mode(path) == crate::bot::BotCheckMode::Off)
 }
 
 /// The whole answer to a queued visitor's status poll, or `None` when the proxy must answer

@@ -6,8 +6,15 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the TOML file (`[edge]`, `[tokens]`, `[[rooms]]`), defaults, `validate()`.
-//! - [`state`]: everything the services share, built once from a validated config.
+//! - [`config`]: the TOML file (`[edge]`, `[tokens]`, `[[rooms]]`), defaults, `validate()`: it
+//!   composes the sections each part owns (`limit::LimitRule`, `blocklist::BlocklistConfig`,
+//!   `anomaly::AnomalyConfig`, `bot::BotConfig`, `admission::{ProtectedRule, TokensConfig}`,
+//!   `tls::TlsConfig`, `room::page::QueuePageConfig`, `room::RoomsConfig`), each with its own checks.
+//! - [`check`]: what those checks share: `ConfigIssue` (a problem with its path), path prefixes,
+//!   addresses, URLs, room ids. No part imports [`config`]; tests/structure.rs reads the `use`
+//!   lines and `crate::` paths of every file here and fails on an import circle.
+//! - [`state`]: everything the services share, built once from a validated config; the request
+//!   bodies the edge answers itself are read there (`EdgeState::read_body`, within its limits).
 //! - [`server`]: the Pingora server (public, admin and upkeep services), graceful stop, the
 //!   embedded core; one `listening on` log line per listener (the log format is
 //!   `wicket_core::logging`'s, chosen by `edge.log-format`).
@@ -19,14 +26,17 @@
 //!   status poll).
 //! - [`path`]: the one canonical request path and the one set of head rules (both paths use them).
 //! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
-//! - [`limit`]: nginx `limit_req` semantics on governor.
-//! - [`blocklist`], [`anomaly`]: who is refused, and rules that block for a while.
-//! - [`bot`]: proof-of-work, CAPTCHA siteverify, bot passes, run-time policy.
-//! - [`admission`]: the protected-path hook (admission-token JWT check).
+//! - [`limit`]: nginx `limit_req` semantics on governor; `[[edge.limits]]`.
+//! - [`blocklist`], [`anomaly`]: who is refused, and rules that block for a while; `[edge.blocklist]`,
+//!   `[edge.anomaly]`.
+//! - [`bot`]: proof-of-work, CAPTCHA siteverify, bot passes, run-time policy; `[edge.bot]`.
+//! - [`admission`]: the protected-path hook (admission-token JWT check); `[[edge.protected]]`,
+//!   `[tokens]`.
 //! - [`room`]: the waiting room: queue tickets, status, admission tokens, sessions, the release
 //!   loop, room admin API, the server-rendered queue page (`room::page`, `[edge.queue-page]`);
-//!   room state embedded or in Redis (rooms and operator overrides made on one edge are applied by
-//!   every edge sharing it).
+//!   room state embedded or in Redis (`room::redis`, the top-level `store`; rooms and operator
+//!   overrides made on one edge are applied by every edge sharing it). It owns `/queue/`
+//!   (`room::QUEUE_PREFIX`) and reads `[[rooms]]` through `room::RoomsConfig`.
 //! - [`controller`]: the release controller (session budget from core P99, errors, utilisation),
 //!   re-exported from the `wicket-controller` crate.
 //! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer (pages in the fan's
@@ -63,6 +73,7 @@ pub mod admission;
 pub mod anomaly;
 pub mod blocklist;
 pub mod bot;
+pub mod check;
 pub mod config;
 pub mod console;
 /// The release controller lives in its own crate (no Pingora, no tokio): `wicket-controller`.

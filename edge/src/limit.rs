@@ -24,8 +24,69 @@ use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
+use serde::{Deserialize, Serialize};
 
-use crate::config::{LimitKey, LimitRule};
+use crate::check::{ConfigIssue, check_prefix, issue};
+
+/// What a limit counts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitKey {
+    /// Client IP (after trusted proxies).
+    Ip,
+    /// The site's user id; requests without one are not counted by this rule.
+    User,
+    /// The edge's device id (signed cookie, else a header fingerprint).
+    Device,
+}
+
+/// `[[edge.limits]]`: one nginx `limit_req`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LimitRule {
+    /// Path prefix the rule applies to. A rule applies to the queue's own paths (`/queue/`)
+    /// only when its path is under `/queue/`, so a site-wide limit never starves queue polls.
+    pub path: String,
+    /// `ip`, `user` or `device`.
+    pub key: LimitKey,
+    /// `"<n>r/s"` or `"<n>r/m"`, as nginx parses it.
+    pub rate: String,
+    /// Requests allowed beyond the rate (nginx `burst`). Default 0.
+    #[serde(default)]
+    pub burst: u32,
+    /// Serve burst requests at once instead of pacing them at the rate (nginx `nodelay`).
+    /// Default false.
+    #[serde(default)]
+    pub nodelay: bool,
+    /// Serve this many burst requests at once and pace the rest (nginx `delay=`). Default: none
+    /// (all paced, unless `nodelay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<u32>,
+}
+
+impl LimitRule {
+    /// Adds this rule's problems, each at `path` (`edge.limits[2]`) and its key. `user_known`: the edge
+    /// is told who the user is (`edge.user-header` or `edge.user-cookie`), which `key = "user"` needs.
+    pub fn validate(&self, path: &str, user_known: bool, out: &mut Vec<ConfigIssue>) {
+        check_prefix(out, &format!("{path}.path"), &self.path);
+        if let Err(m) = NginxRate::parse(&self.rate) {
+            out.push(issue(format!("{path}.rate"), m));
+        }
+        if self.burst > 1_000_000 {
+            out.push(issue(format!("{path}.burst"), "must be at most 1000000"));
+        }
+        if let Some(d) = self.delay {
+            if self.nodelay {
+                out.push(issue(format!("{path}.delay"), "delay and nodelay exclude each other (nginx: nodelay is delay = burst)"));
+            } else if d > self.burst {
+                out.push(issue(format!("{path}.delay"), "must be at most burst"));
+            }
+        }
+        if self.key == LimitKey::User && !user_known {
+            out.push(issue(format!("{path}.key"), "key = \"user\" needs edge.user-header or edge.user-cookie"));
+        }
+    }
+}
 
 /// A rate as nginx stores it: requests per second × 1000, integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

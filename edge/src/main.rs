@@ -167,7 +167,7 @@ fn main() -> ExitCode {
 }
 
 /// Parses and validates, reporting every problem with its path.
-fn load(path: &std::path::Path) -> Result<WicketConfig, wicket_edge::config::ConfigErrors> {
+fn load(path: &std::path::Path) -> Result<WicketConfig, wicket_edge::check::ConfigErrors> {
     let (cfg, mut issues) = WicketConfig::check_file(path);
     // The same file runs the core in this process: its part is checked here too (even when the
     // edge's part has problems), so `check-config` never says ok to a file `serve` would refuse
@@ -181,6 +181,6 @@ fn load(path: &std::path::Path) -> Result<WicketConfig, wicket_edge::config::Con
     }
     match cfg {
         Some(cfg) if issues.is_empty() => Ok(cfg),
-        _ => Err(wicket_edge::config::ConfigErrors(issues)),
+        _ => Err(wicket_edge::check::ConfigErrors(issues)),
     }
 }

@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{LimitKey, LimitRule};
+use crate::limit::{LimitKey, LimitRule};
 
 /// One token of an nginx config, with where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -32,7 +32,7 @@ use pingora::{ErrorSource, Result};
 use crate::admission::AdmissionClaims;
 use crate::anomaly::Tripped;
 use crate::bot::{CHALLENGE_PATH, CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, VERIFY_PATH, unix_now};
-use crate::config::{BotCheckMode, BotProofKind};
+use crate::bot::{BotCheckMode, BotProofKind};
 use crate::identity::{DEVICE_COOKIE, Device, cookie, header as header_str};
 use crate::limit::Subject;
 use crate::metrics::{Outcome, Route};
@@ -349,9 +349,9 @@ impl EdgeProxy {
         }
     }
 
-    /// Reads the request body (see [`read_body`]).
+    /// Reads the request body (see [`EdgeState::read_body`]).
     async fn read_body(&self, session: &mut Session) -> std::result::Result<Bytes, Reject> {
-        read_body(&self.state, session).await
+        self.state.read_body(session).await
     }
 
     /// The bot check of a route: a valid pass, or a proof in the request's headers.
@@ -391,37 +391,6 @@ impl EdgeProxy {
 
     fn upstream(&self, ctx: &RequestCtx) -> Option<&Upstream> {
         if ctx.to_core { self.state.core.as_ref() } else { self.state.origin.as_ref() }
-    }
-}
-
-/// Reads a request body the edge answers itself: a declared length over `max-body-bytes` is
-/// refused before a byte is read (413), a longer body as soon as it passes the cap, a body that
-/// stalls longer than `body-timeout-ms` or arrives below `body-min-rate` with 408.
-pub async fn read_body(st: &EdgeState, session: &mut Session) -> std::result::Result<Bytes, Reject> {
-    let max = st.max_body;
-    let declared = header_str(session.req_header(), "content-length").map(|v| v.parse::<u64>());
-    match declared {
-        Some(Ok(n)) if n > max as u64 => return Err(Reject::PayloadTooLarge),
-        Some(Err(_)) => return Err(Reject::BadRequest("Content-Length must be a number")),
-        _ => {}
-    }
-    let started = Instant::now();
-    let mut buf = Vec::new();
-    loop {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if buf.len() + chunk.len() > max {
-                    return Err(Reject::PayloadTooLarge);
-                }
-                buf.extend_from_slice(&chunk);
-                if st.timeouts.body_too_slow(buf.len() as u64, started.elapsed()) {
-                    return Err(Reject::RequestTimeout);
-                }
-            }
-            Ok(None) => return Ok(Bytes::from(buf)),
-            Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(Reject::RequestTimeout),
-            Err(_) => return Err(Reject::BadRequest("could not read the request body")),
-        }
     }
 }
 

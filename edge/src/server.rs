@@ -134,7 +134,7 @@ pub fn build(state: Arc<EdgeState>) -> Server {
 
     let mut options = HttpServerOptions::default();
     options.keepalive_request_limit = Some(100_000);
-    let https_redirect = e.tls.as_ref().filter(|t| t.redirect_http).and_then(|t| crate::config::parse_listen(&t.listen)).map(|a| a.port());
+    let https_redirect = e.tls.as_ref().filter(|t| t.redirect_http).and_then(|t| crate::check::parse_listen(&t.listen)).map(|a| a.port());
     let mut proxy = pingora::proxy::http_proxy(&conf, EdgeProxy { state: state.clone(), hsts: None });
     proxy.server_options = Some(options.clone());
     // The static fast path answers plain GET/HEAD of files; everything else reaches the proxy.

@@ -4,20 +4,25 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use pingora::prelude::ErrorType;
+use pingora::proxy::Session;
 use pingora::upstreams::peer::PeerOptions;
 
 use crate::admission::{AdmissionCheck, JwtAdmission};
 use crate::anomaly::Anomaly;
 use crate::blocklist::Blocklist;
 use crate::bot::{BotChecks, POW_JS, POW_JS_PATH};
-use crate::config::{ConfigErrors, ConfigIssue, WicketConfig, parse_http_upstream, parse_net};
-use crate::identity::{ClientIp, DEVICE_COOKIE, Device, DeviceIds, HeadView, Signer, UserSource};
+use crate::check::{ConfigErrors, ConfigIssue, parse_http_upstream, parse_net};
+use crate::config::WicketConfig;
+use crate::identity::{ClientIp, DEVICE_COOKIE, Device, DeviceIds, HeadView, Signer, UserSource, header as header_str};
 use crate::limit::{Limits, Subject, Verdict};
 use crate::metrics::Metrics;
+use crate::reject::Reject;
 use crate::statics::{StaticSite, prepare};
 
-/// Prefix of the waiting room's paths: site-wide limits do not count them (they have their own).
-pub const QUEUE_PREFIX: &str = "/queue/";
+/// Prefix of the waiting room's paths (the room owns them): site-wide limits do not count them.
+pub use crate::room::QUEUE_PREFIX;
 
 /// An HTTP upstream (origin or core).
 #[derive(Debug, Clone)]
@@ -117,6 +122,37 @@ fn one(path: &str, message: impl Into<String>) -> ConfigErrors {
 }
 
 impl EdgeState {
+    /// Reads a request body the edge answers itself: a declared length over `max-body-bytes` is
+    /// refused before a byte is read (413), a longer body as soon as it passes the cap, a body that
+    /// stalls longer than `body-timeout-ms` or arrives below `body-min-rate` with 408.
+    pub async fn read_body(&self, session: &mut Session) -> Result<Bytes, Reject> {
+        let max = self.max_body;
+        let declared = header_str(session.req_header(), "content-length").map(|v| v.parse::<u64>());
+        match declared {
+            Some(Ok(n)) if n > max as u64 => return Err(Reject::PayloadTooLarge),
+            Some(Err(_)) => return Err(Reject::BadRequest("Content-Length must be a number")),
+            _ => {}
+        }
+        let started = Instant::now();
+        let mut buf = Vec::new();
+        loop {
+            match session.read_request_body().await {
+                Ok(Some(chunk)) => {
+                    if buf.len() + chunk.len() > max {
+                        return Err(Reject::PayloadTooLarge);
+                    }
+                    buf.extend_from_slice(&chunk);
+                    if self.timeouts.body_too_slow(buf.len() as u64, started.elapsed()) {
+                        return Err(Reject::RequestTimeout);
+                    }
+                }
+                Ok(None) => return Ok(Bytes::from(buf)),
+                Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(Reject::RequestTimeout),
+                Err(_) => return Err(Reject::BadRequest("could not read the request body")),
+            }
+        }
+    }
+
     /// Validates the config and builds the state (loads static files, keys...).
     pub fn build(config: WicketConfig) -> Result<Self, ConfigErrors> {
         Self::build_with_core(config, None)
@@ -181,7 +217,7 @@ impl EdgeState {
         }
         statics.insert(POW_JS_PATH, prepare("pow.js", POW_JS.as_bytes().to_vec(), "public, max-age=3600"));
         // The queue page's assets are compiled in, so every edge with a room can serve its page.
-        for (name, body) in [("queue.js", crate::room::http::QUEUE_JS), ("queue.css", crate::room::http::QUEUE_CSS)] {
+        for (name, body) in [("queue.js", crate::room::page::QUEUE_JS), ("queue.css", crate::room::page::QUEUE_CSS)] {
             let path = format!("{}{name}", e.static_prefix);
             if !config.rooms.is_empty() && statics.get(&path).is_none() {
                 statics.insert(&path, prepare(name, body.as_bytes().to_vec(), "public, max-age=300"));
@@ -194,7 +230,7 @@ impl EdgeState {
             (None, None) => Signer::random(),
         };
         let admission: Option<Arc<dyn AdmissionCheck>> = match &config.tokens {
-            Some(t) => Some(Arc::new(JwtAdmission::new(&config, t).map_err(|m| one("tokens", m))?)),
+            Some(t) => Some(Arc::new(JwtAdmission::new(t, &|p| config.resolve(p)).map_err(|m| one("tokens", m))?)),
             None => None,
         };
         let limits = Limits::new(&e.limits).map_err(|m| one("edge.limits", m))?;
@@ -207,7 +243,7 @@ impl EdgeState {
             ),
             None => crate::room::state_backend::Backend::Embedded,
         };
-        let rooms = Arc::new(crate::room::Rooms::new(&config, signer.clone(), backend).map_err(errs)?);
+        let rooms = Arc::new(crate::room::Rooms::new(config.rooms_config(), signer.clone(), backend).map_err(errs)?);
         Ok(EdgeState {
             statics,
             origin,
@@ -285,12 +321,12 @@ impl EdgeState {
                 continue;
             }
             let subject = match r.rule.key {
-                crate::config::LimitKey::Ip => Subject::Ip(ip),
-                crate::config::LimitKey::User => match user {
+                crate::limit::LimitKey::Ip => Subject::Ip(ip),
+                crate::limit::LimitKey::User => match user {
                     Some(u) => self.limits.hasher.subject(u),
                     None => continue,
                 },
-                crate::config::LimitKey::Device => match device {
+                crate::limit::LimitKey::Device => match device {
                     Some(d) => self.limits.hasher.subject(d),
                     None => continue,
                 },
@@ -312,7 +348,7 @@ impl EdgeState {
 
     /// Whether a limit keyed by user or device applies to `path` (the identity is needed first).
     pub fn limits_need_identity(&self, path: &str) -> bool {
-        self.limits.rules.iter().any(|r| r.rule.key != crate::config::LimitKey::Ip && r.applies(path, QUEUE_PREFIX))
+        self.limits.rules.iter().any(|r| r.rule.key != crate::limit::LimitKey::Ip && r.applies(path, QUEUE_PREFIX))
     }
 
     /// The device-users anomaly rule for one request of `user` on `device`: true when it trips
@@ -341,9 +377,9 @@ impl EdgeState {
         }
         for (i, r) in self.limits.rules.iter().enumerate() {
             let key = match r.rule.key {
-                crate::config::LimitKey::Ip => "ip",
-                crate::config::LimitKey::User => "user",
-                crate::config::LimitKey::Device => "device",
+                crate::limit::LimitKey::Ip => "ip",
+                crate::limit::LimitKey::User => "user",
+                crate::limit::LimitKey::Device => "device",
             };
             self.metrics.limiter_keys.with_label_values(&[&i.to_string(), key]).set(r.keys() as i64);
         }

@@ -34,7 +34,7 @@ use pingora::tls::ssl::{AlpnError, NameType, SniError, SslAcceptor, SslContext, 
 use pingora::tls::x509::X509;
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigIssue;
+use crate::check::ConfigIssue;
 
 /// ALPN protocols offered, in preference order (wire format).
 const ALPN_H2_H1: &[u8] = b"\x02h2\x08http/1.1";
@@ -85,7 +85,7 @@ impl TlsConfig {
     pub fn validate(&self, resolve: &dyn Fn(&str) -> PathBuf) -> Vec<ConfigIssue> {
         let mut out = Vec::new();
         let issue = |path: String, message: String| ConfigIssue { path, message };
-        if crate::config::parse_listen(&self.listen).is_none() {
+        if crate::check::parse_listen(&self.listen).is_none() {
             out.push(issue("edge.tls.listen".into(), format!("not an address like 0.0.0.0:443: {:?}", self.listen)));
         }
         if self.certs.is_empty() {

@@ -7,15 +7,14 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::redis_server::{RedisCluster, RedisServer};
 use wicket_edge::WicketConfig;
-use wicket_edge::config::RoomStore;
 use wicket_edge::identity::Signer;
 use wicket_edge::room::config::parse_time;
-use wicket_edge::room::redis::RedisRooms;
+use wicket_edge::room::redis::{RedisRooms, RoomStore};
 use wicket_edge::room::release::LEASE_MS;
 use wicket_edge::room::state_backend::Backend;
 use wicket_edge::room::{Phase, Rooms, StatusOutcome, unix_ms};
+use wicket_testkit::{RedisCluster, RedisServer};
 
 fn edge(url: &str, room_toml: &str) -> Rooms {
     let text = format!(
@@ -27,7 +26,7 @@ fn edge(url: &str, room_toml: &str) -> Rooms {
     assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
     assert_eq!(cfg.room_store, Some(RoomStore::Url(url.to_owned())));
     // Edges sharing a queue share the edge secret: identities hash the same on both.
-    Rooms::new(&cfg, Signer::new(b"shared-edge-secret-0123"), Backend::Redis(RedisRooms::new(url).unwrap())).unwrap()
+    Rooms::new(cfg.rooms_config(), Signer::new(b"shared-edge-secret-0123"), Backend::Redis(RedisRooms::new(url).unwrap())).unwrap()
 }
 
 fn status(o: StatusOutcome) -> wicket_edge::room::Status {
@@ -153,7 +152,7 @@ async fn two_edges_share_one_queue_on_a_redis_cluster() {
     let edges: Vec<Rooms> = (0..2)
         .map(|_| {
             let backend = Backend::Redis(RedisRooms::for_store(cfg.room_store.as_ref().unwrap()).unwrap());
-            Rooms::new(&cfg, Signer::new(b"shared-edge-secret-0123"), backend).unwrap()
+            Rooms::new(cfg.rooms_config(), Signer::new(b"shared-edge-secret-0123"), backend).unwrap()
         })
         .collect();
     let rooms: Vec<_> = edges.iter().map(|e| e.get("r1").unwrap()).collect();

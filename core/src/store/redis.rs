@@ -156,9 +156,11 @@ pub mod scripts {
     pub static HOLD_SRC: &str = include_str!("../../../lua/hold.lua");
     pub static HOLD: LazyLock<Script> = LazyLock::new(|| Script::new(HOLD_SRC));
     pub static PAY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/pay.lua")));
-    pub static CLOSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/close.lua")));
+    pub static CLOSE: LazyLock<Script> =
+        LazyLock::new(|| Script::new(&with_give_back(include_str!("../../../lua/close.lua"))));
     pub static REDEEM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/redeem.lua")));
-    pub static REFUND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/refund.lua")));
+    pub static REFUND: LazyLock<Script> =
+        LazyLock::new(|| Script::new(&with_give_back(include_str!("../../../lua/refund.lua"))));
     pub static PUT_EVENT: LazyLock<Script> =
         LazyLock::new(|| Script::new(include_str!("../../../lua/put_event.lua")));
     pub static STOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/stock.lua")));
@@ -167,6 +169,18 @@ pub mod scripts {
     pub static RECONCILE: LazyLock<Script> =
         LazyLock::new(|| Script::new(include_str!("../../../lua/reconcile.lua")));
     pub static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/lease.lua")));
+
+    /// The one copy of "an order's tickets, seats and usage go back" (`give_back`, used by close and refund).
+    pub static GIVE_BACK_SRC: &str = include_str!("../../../lua/lib/give_back.lua");
+
+    /// `script` with `lua/lib/give_back.lua` put after its first line: the `#!lua` shebang must open the
+    /// script (Redis reads its flags there), and a Lua local function must come before its callers. One
+    /// body, so still one EVALSHA whose keys stay in the event's slot.
+    pub fn with_give_back(script: &str) -> String {
+        let (shebang, body) = script.split_once('\n').unwrap_or((script, ""));
+        debug_assert!(shebang.starts_with("#!lua"), "a sale script opens with its shebang");
+        format!("{shebang}\n{GIVE_BACK_SRC}{body}")
+    }
 }
 
 /// The key of the set of every event id (outside any event's slot).

@@ -23,6 +23,26 @@ pub trait Harness: Send + Sync {
     fn cheap_time(&self) -> bool;
 }
 
+/// A Redis store (a server, a replicated pair, a Cluster) under the suite, in real time: `servers` keeps the
+/// `wicket-testkit` processes alive for as long as the store is tested.
+pub struct OnRedis<S> {
+    pub store: DynStore,
+    pub servers: S,
+}
+
+#[async_trait::async_trait]
+impl<S: Send + Sync> Harness for OnRedis<S> {
+    fn store(&self) -> DynStore {
+        self.store.clone()
+    }
+    async fn advance_ms(&self, ms: i64) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms.max(0) as u64)).await;
+    }
+    fn cheap_time(&self) -> bool {
+        false
+    }
+}
+
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh event id.

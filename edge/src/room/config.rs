@@ -20,7 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigIssue, is_room_id};
+use crate::check::{ConfigIssue, is_room_id};
 
 /// How queue positions turn into admission order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]

@@ -30,10 +30,6 @@ use crate::i18n::{LANG_COOKIE, Lang};
 use crate::identity::{cookie, header as header_str};
 use crate::state::EdgeState;
 
-/// static/queue.js, served at `/static/queue.js` unless `static-dir` has its own.
-pub const QUEUE_JS: &str = include_str!("../../../static/queue.js");
-/// static/queue.css, served at `/static/queue.css` unless `static-dir` has its own.
-pub const QUEUE_CSS: &str = include_str!("../../../static/queue.css");
 
 /// Longest an event stream stays open; the browser reconnects by itself.
 pub const EVENTS_MAX: Duration = Duration::from_secs(120);
@@ -110,7 +106,7 @@ fn wants_json(session: &Session) -> bool {
 /// Answers every `/queue/...` request. Always `Ok(true)` (answered) unless writing failed.
 pub async fn serve(st: &EdgeState, session: &mut Session, q: &mut QueueRequest) -> pingora::Result<bool> {
     let path = session.req_header().uri.path().to_owned();
-    let rest = path.strip_prefix(crate::state::QUEUE_PREFIX).unwrap_or("");
+    let rest = path.strip_prefix(super::QUEUE_PREFIX).unwrap_or("");
     let (room_id, action) = rest.split_once('/').unwrap_or((rest, ""));
     let Some(room) = st.rooms.get(room_id) else {
         return json_answer(session, q, 404, &error_json("not_found", "no such room")).await;
@@ -236,7 +232,7 @@ async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
 }
 
 async fn join(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
-    let body = match crate::proxy::read_body(st, session).await {
+    let body = match st.read_body(session).await {
         Ok(b) => b,
         Err(r) => return json_answer(session, q, r.status(), &error_json(r.code(), &r.message())).await,
     };

@@ -41,14 +41,17 @@ use serde::Serialize;
 use serde_json::json;
 use wicket_core::token::Keyring;
 
-use crate::admission::ProtectionTable;
-use crate::config::{ConfigIssue, ProtectedRule, WicketConfig};
+use crate::admission::{ProtectedRule, ProtectionTable, TokensConfig};
+use crate::check::{ConfigIssue, resolve};
 use crate::controller::{Bounds, ControllerConfig, Decision, LatencyWindow, ReleaseController, ReleaseMode};
 use crate::identity::Signer;
 use config::{QueueMethod, ReleaseModeConfig, RoomSpec};
 use shuffle::Shuffle;
 use state::{RoomState, StateError, Who};
 use ticket::QueueTicket;
+
+/// Prefix of the waiting room's paths: site-wide limits do not count them (they have their own).
+pub const QUEUE_PREFIX: &str = "/queue/";
 
 /// Wall clock, Unix ms.
 pub fn unix_ms() -> u64 {
@@ -106,7 +109,7 @@ pub struct Room {
     /// Admission tokens issued on this edge.
     pub admissions: AtomicU64,
     /// The release loop's bookkeeping between ticks.
-    pub(crate) book: Mutex<release::ReleaseBook>,
+    pub(crate) book: Mutex<ReleaseBook>,
     /// The stamp of the operator override this edge made or applied last (0: none), so each
     /// published override is applied once ([`Room::apply_override`]).
     override_stamp: AtomicU64,
@@ -128,6 +131,19 @@ pub struct OperatorOverride {
     pub min: f64,
     /// The controller's upper bound.
     pub max: f64,
+}
+
+/// What the release loop ([`release`]) remembers about a room between ticks.
+#[derive(Debug, Default)]
+pub struct ReleaseBook {
+    /// Fraction of an admission carried to the next tick.
+    pub carry: f64,
+    /// Batches already released (they are sorted by time).
+    pub batches_done: usize,
+    /// `serving` at the last tick, for the measured release rate.
+    pub last_serving: Option<u64>,
+    /// Time of the last tick, Unix ms.
+    pub last_tick_ms: u64,
 }
 
 impl Room {
@@ -158,7 +174,7 @@ impl Room {
             touched: dashmap::DashMap::new(),
             joins: AtomicU64::new(0),
             admissions: AtomicU64::new(0),
-            book: Mutex::new(release::ReleaseBook::default()),
+            book: Mutex::new(ReleaseBook::default()),
         };
         room.apply_mode(&spec);
         room
@@ -538,7 +554,7 @@ pub struct Rooms {
     /// Process start (stats).
     pub started: Instant,
     /// `[[edge.protected]]`: protected paths that belong to no room.
-    edge_rules: Vec<crate::config::ProtectedRule>,
+    edge_rules: Vec<ProtectedRule>,
     /// Every protected path (edge rules and rooms'), swapped whole on any room change.
     protection: ArcSwap<ProtectionTable>,
 }
@@ -574,17 +590,30 @@ pub fn new_latency_window() -> LatencyWindow {
     LatencyWindow::new(3, 1000)
 }
 
+/// What the rooms read from the config file (the config module lends it: `WicketConfig::rooms_config`).
+#[derive(Debug, Clone, Copy)]
+pub struct RoomsConfig<'a> {
+    /// `[[rooms]]`, as raw TOML: [`config::compile_rooms`] reads them.
+    pub rooms: &'a [toml::Value],
+    /// `[tokens]`: the keys admission tokens are signed with.
+    pub tokens: Option<&'a TokensConfig>,
+    /// `[[edge.protected]]`: paths guarded besides the rooms' own.
+    pub edge_rules: &'a [ProtectedRule],
+    /// Folder of the config file, for the key files it names.
+    pub base_dir: &'a std::path::Path,
+}
+
 /// Converts the edge's `[tokens]` into the core's, for [`Keyring`] (paths resolved).
-pub fn keyring_from(cfg: &WicketConfig) -> Result<Option<Keyring>, String> {
-    let Some(t) = &cfg.tokens else { return Ok(None) };
+pub fn keyring_from(cfg: RoomsConfig<'_>) -> Result<Option<Keyring>, String> {
+    let Some(t) = cfg.tokens else { return Ok(None) };
     let keys = t
         .keys
         .iter()
         .map(|k| wicket_core::config::KeyConfig {
             kid: k.kid.clone(),
             alg: k.alg.clone(),
-            private_key_file: k.private_key_file.as_deref().map(|p| cfg.resolve(p)),
-            public_key_file: k.public_key_file.as_deref().map(|p| cfg.resolve(p)),
+            private_key_file: k.private_key_file.as_deref().map(|p| resolve(cfg.base_dir, p)),
+            public_key_file: k.public_key_file.as_deref().map(|p| resolve(cfg.base_dir, p)),
             secret: k.secret.clone(),
             secret_env: k.secret_env.clone(),
         })
@@ -599,13 +628,13 @@ pub fn keyring_from(cfg: &WicketConfig) -> Result<Option<Keyring>, String> {
 }
 
 /// Config problems of the rooms (for `validate()`): each room, and the signing key they need.
-pub fn validate(cfg: &WicketConfig) -> Vec<ConfigIssue> {
-    let mut out = match config::compile_rooms(&cfg.rooms) {
+pub fn validate(rooms: &[toml::Value], tokens: Option<&TokensConfig>) -> Vec<ConfigIssue> {
+    let mut out = match config::compile_rooms(rooms) {
         Ok(_) => Vec::new(),
         Err(e) => e,
     };
-    if !cfg.rooms.is_empty() {
-        match &cfg.tokens {
+    if !rooms.is_empty() {
+        match tokens {
             None => out.push(ConfigIssue { path: "tokens".into(), message: "rooms need [tokens] to sign admission tokens".into() }),
             Some(t) => match t.signing_kid.as_deref().and_then(|kid| t.keys.iter().find(|k| k.kid == kid)) {
                 None => out.push(ConfigIssue {
@@ -644,8 +673,8 @@ fn jitter(ms: u64) -> u64 {
 
 impl Rooms {
     /// Rooms from a validated config.
-    pub fn new(cfg: &WicketConfig, signer: Signer, backend: state_backend::Backend) -> Result<Self, Vec<ConfigIssue>> {
-        let specs = config::compile_rooms(&cfg.rooms)?;
+    pub fn new(cfg: RoomsConfig<'_>, signer: Signer, backend: state_backend::Backend) -> Result<Self, Vec<ConfigIssue>> {
+        let specs = config::compile_rooms(cfg.rooms)?;
         let keyring = keyring_from(cfg).map_err(|m| vec![ConfigIssue { path: "tokens".into(), message: m }])?;
         let rooms = Rooms {
             rooms: RwLock::new(HashMap::new()),
@@ -659,7 +688,7 @@ impl Rooms {
             backend,
             node: hex::encode(rand::random::<[u8; 8]>()),
             started: Instant::now(),
-            edge_rules: cfg.edge.protected.clone(),
+            edge_rules: cfg.edge_rules.to_vec(),
             protection: ArcSwap::from_pointee(ProtectionTable::default()),
         };
         for s in specs {
@@ -803,7 +832,7 @@ impl Rooms {
 
     /// True for `/queue/<room>[/...]` of a configured room (other paths take the normal route).
     pub fn owns(&self, path: &str) -> bool {
-        let Some(rest) = path.strip_prefix(crate::state::QUEUE_PREFIX) else { return false };
+        let Some(rest) = path.strip_prefix(QUEUE_PREFIX) else { return false };
         let id = rest.split_once('/').map_or(rest, |(id, _)| id);
         self.rooms.read().contains_key(id)
     }
@@ -1040,7 +1069,7 @@ impl Rooms {
     pub async fn touch_by_token(&self, token: &str, check: &dyn crate::admission::AdmissionCheck) {
         let Some(room_id) = token_room(token) else { return };
         let Some(room) = self.get(&room_id) else { return };
-        let rule = crate::config::ProtectedRule { path: String::new(), room: room.id.clone(), event: Some(room.spec().config.event.clone()) };
+        let rule = ProtectedRule { path: String::new(), room: room.id.clone(), event: Some(room.spec().config.event.clone()) };
         let Ok(c) = check.verify(token, &rule) else { return };
         let (who, now) = (self.who(&room.id, &c.sub), unix_ms());
         // Most core requests of a fan come within the throttle: no state round trip for them.

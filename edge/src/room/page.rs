@@ -24,9 +24,55 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
+
 use super::{Phase, Status};
-use crate::config::{ConfigIssue, QueuePageConfig};
+use crate::check::ConfigIssue;
 use crate::i18n::{Catalogue, Lang, Words, countdown_text, eta_text, html_escape, placeholders, rate_text};
+
+/// static/queue.js, served at `/static/queue.js` unless `static-dir` has its own.
+pub const QUEUE_JS: &str = include_str!("../../../static/queue.js");
+/// static/queue.css, served at `/static/queue.css` unless `static-dir` has its own.
+pub const QUEUE_CSS: &str = include_str!("../../../static/queue.css");
+
+/// `[edge.queue-page]`: what an operator may change on the queue page. Every field is optional;
+/// the built-in page (static/queue.html, the catalogues of static/i18n/) is the default.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct QueuePageConfig {
+    /// An HTML template file (relative to the config file) replacing static/queue.html. It must
+    /// hold `{{head}}` (inside `<head>`) and `{{queue}}` (the live part of the page); it may
+    /// hold `{{lang}}`, `{{title}}`, `{{brand}}`, `{{logo}}` and `{{languages}}`. Default: the
+    /// built-in template.
+    pub template: Option<String>,
+    /// The event's name, shown at the top of the page and in its title. Default: none (the
+    /// catalogue's "Waiting room").
+    pub event_name: Option<String>,
+    /// URL of a logo image (`https://...`, `http://...` or a path on this site). Default: none.
+    pub logo_url: Option<String>,
+    /// Colours (`#rgb` or `#rrggbb`). Default: the built-in light and dark palettes.
+    pub colours: QueuePageColours,
+    /// Text overrides per language and catalogue key, e.g. `[edge.queue-page.text.en]
+    /// title_waiting = "You are in the line for the Summer Tour"`. Keys and `{placeholders}` are
+    /// those of static/i18n/en.json. Default: none.
+    pub text: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// `[edge.queue-page.colours]`: each replaces the built-in colour in light and dark mode.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct QueuePageColours {
+    /// Buttons, the progress bar, the chosen language. Default `#d4380d` (dark: `#ff7a45`).
+    pub accent: Option<String>,
+    /// Text on the accent colour. Default `#ffffff`.
+    pub accent_text: Option<String>,
+    /// The page behind the card. Default `#f4f5f7` (dark: `#111418`).
+    pub background: Option<String>,
+    /// The card. Default `#ffffff` (dark: `#1b2027`).
+    pub card: Option<String>,
+    /// Text. Default `#1b1f24` (dark: `#eef1f4`).
+    pub text: Option<String>,
+}
 
 /// The built-in template (static/queue.html).
 pub const BUILTIN_TEMPLATE: &str = include_str!("../../../static/queue.html");
@@ -439,7 +485,6 @@ fn phase_name(p: Phase) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::QueuePageColours;
     use crate::room::Eta;
 
     fn status(state: Phase, ahead: Option<u64>, rate: f64) -> Status {

@@ -21,7 +21,16 @@ use tokio::sync::OnceCell;
 use wicket_core::store::redis::Conn;
 
 use super::state::{Counters, RoomState, StateError, Who};
-use crate::config::RoomStore;
+
+/// Where rooms keep their state when it is shared (the config file's top-level `store`, read by
+/// [`crate::config`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoomStore {
+    /// One Redis: `redis://host:port/db`.
+    Url(String),
+    /// A Redis Cluster, by seed URLs (a room's keys share one slot).
+    Cluster(Vec<String>),
+}
 
 static JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_join.lua")));
 static FREEZE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_freeze.lua")));

@@ -28,19 +28,6 @@ pub const LEASE_MS: u64 = 3000;
 /// Core utilisation older than this is not used.
 pub const UTIL_MAX_AGE_MS: u64 = 5000;
 
-/// What the loop remembers about a room between ticks.
-#[derive(Debug, Default)]
-pub struct ReleaseBook {
-    /// Fraction of an admission carried to the next tick.
-    pub carry: f64,
-    /// Batches already released (they are sorted by time).
-    pub batches_done: usize,
-    /// `serving` at the last tick, for the measured release rate.
-    pub last_serving: Option<u64>,
-    /// Time of the last tick, Unix ms.
-    pub last_tick_ms: u64,
-}
-
 impl Rooms {
     /// One tick of one room at `now_ms` (Unix ms).
     pub async fn tick_room(&self, room: &Room, now_ms: u64) -> Result<(), StateError> {

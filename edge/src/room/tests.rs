@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::config::parse_time;
 use super::*;
+use crate::config::WicketConfig;
 
 pub(crate) const HS: &str = "hs-secret-for-room-tests-0123456789abcdef";
 
@@ -14,8 +15,8 @@ pub(crate) fn rooms_with(room_toml: &str) -> Rooms {
          [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n{room_toml}\n"
     );
     let cfg = WicketConfig::from_toml_str(&text).unwrap();
-    assert!(validate(&cfg).is_empty(), "{:?}", validate(&cfg));
-    Rooms::new(&cfg, Signer::new(b"room-test-secret-0123"), state_backend::Backend::Embedded).unwrap()
+    assert!(validate(&cfg.rooms, cfg.tokens.as_ref()).is_empty(), "{:?}", validate(&cfg.rooms, cfg.tokens.as_ref()));
+    Rooms::new(cfg.rooms_config(), Signer::new(b"room-test-secret-0123"), state_backend::Backend::Embedded).unwrap()
 }
 
 fn phase(o: StatusOutcome) -> Status {

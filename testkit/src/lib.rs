@@ -1,0 +1,339 @@
+//! Wicket's test support, shared by the integration tests of `wicket-core` and `wicket-edge` (a
+//! dev-dependency of both): a real `redis-server` (and a Redis Cluster, with or without replicas) on free
+//! loopback ports, each with its own temp dir; never port 6379, never shared data; killed on drop.
+//!
+//! # Layout
+//!
+//! - [`RedisServer`]: one `redis-server` child process: plain, AOF (`appendfsync always`), a replica of
+//!   another; SIGKILL, SIGSTOP/SIGCONT and restart on the same port and dir (the AOF survives).
+//! - [`RedisCluster`]: `n` masters (and a replica each, with a short node timeout for failover tests), made
+//!   with `redis-cli --cluster create`; its seed URLs and the master of a key's slot.
+//! - [`send_inline`], [`cli`]: one command to a port, inline or through `redis-cli`.
+//!
+//! ```ignore
+//! let redis = RedisServer::start();                 // no persistence
+//! let redis = RedisServer::start_aof();             // appendonly yes, appendfsync always
+//! let store = RedisStore::connect(&redis.url()).await?;
+//! redis.kill9();  redis.restart();                  // same port, same dir (the AOF survives)
+//! let cluster = RedisCluster::start(3);             // cluster.seeds() for RedisStore::connect_cluster
+//! let replica = RedisServer::start_replica_of(&redis); // REPLICAOF, synced
+//! let cluster = RedisCluster::start_with_replicas(3, 500); // 3 masters with a replica each, fast failover
+//! ```
+//! The binaries come from `PATH` (`redis-server`, `redis-cli`), or `WICKET_REDIS_SERVER` /
+//! `WICKET_REDIS_CLI`.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn server_bin() -> String {
+    std::env::var("WICKET_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+fn cli_bin() -> String {
+    std::env::var("WICKET_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
+/// A port that was free a moment ago (and, for Cluster nodes, whose bus port +10000 was too).
+fn free_port(with_bus: bool) -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = l.local_addr().unwrap().port();
+        if port == 6379 || (with_bus && port > 55_000) {
+            continue;
+        }
+        if with_bus && TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
+            continue;
+        }
+        return port;
+    }
+}
+
+/// Sends one inline command and returns the first reply line (`+PONG`, `-LOADING ...`).
+pub fn send_inline(port: u16, cmd: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// One `redis-server` child process.
+pub struct RedisServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+impl RedisServer {
+    /// A server without persistence.
+    pub fn start() -> RedisServer {
+        Self::start_with(&["--appendonly", "no"])
+    }
+
+    /// A server that acknowledges a write only once it is in the AOF (`appendfsync always`), as the sale's
+    /// Redis runs in production (DESIGN §6).
+    pub fn start_aof() -> RedisServer {
+        Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+    }
+
+    /// A replica of `master` (no persistence), returned once its link is up and it has synced.
+    pub fn start_replica_of(master: &RedisServer) -> RedisServer {
+        let port = master.port.to_string();
+        let replica = Self::start_with(&["--appendonly", "no", "--replicaof", "127.0.0.1", &port]);
+        replica.wait_link_up();
+        replica
+    }
+
+    /// Waits until this replica's link to its master is up (it has synced).
+    pub fn wait_link_up(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.cli(&["info", "replication"]).contains("master_link_status:up") {
+            assert!(Instant::now() < deadline, "replica on port {} did not sync", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A server with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let port = free_port(false);
+            let mut s = RedisServer { port, dir, child: None, args: extra.iter().map(|a| a.to_string()).collect() };
+            match s.spawn() {
+                Ok(()) => return s,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("redis-server did not start: {last_err}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let log = std::fs::File::create(self.dir.path().join("redis.log")).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(server_bin());
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--protected-mode", "no", "--save", "", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        let child = cmd.spawn().map_err(|e| format!("cannot run {} ({e}); is redis-server installed?", server_bin()))?;
+        self.child = Some(child);
+        wait_ready(self.port, self.child.as_mut().unwrap(), self.dir.path())
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Whether this test started the process and has not killed it.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// SIGKILL: no shutdown, no final fsync.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGSTOP: the server keeps its sockets but answers nothing (a hung or swapping Redis).
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`freeze`](Self::freeze).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let ok = Command::new("kill").arg(sig).arg(c.id().to_string()).status().is_ok_and(|s| s.success());
+            assert!(ok, "kill {sig} failed");
+        }
+    }
+
+    /// Starts the server again on the same port and dir (after [`kill9`](Self::kill9)).
+    pub fn restart(&mut self) {
+        self.kill9();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("redis-server did not restart: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Runs `redis-cli` against this server and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new(cli_bin())
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_ready(port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
+            return Err(format!("redis-server exited ({status}): {log}"));
+        }
+        // Our own process must answer: another test's server may have taken the port first.
+        // and be done loading its AOF (PING answers -LOADING until then).
+        if send_inline(port, "INFO server").is_some_and(|r| r.contains(&format!("process_id:{}\r\n", child.id())))
+            && send_inline(port, "PING").is_some_and(|r| r.starts_with("+PONG"))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("redis-server did not answer PING".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A Redis Cluster of `n` masters (and maybe a replica each) on loopback.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// `n` masters, no replicas.
+    pub fn start(n: usize) -> RedisCluster {
+        Self::start_nodes(n, 0, 2000)
+    }
+
+    /// `n` masters with one replica each; a master unreachable for `node_timeout_ms` is failed over.
+    pub fn start_with_replicas(n: usize, node_timeout_ms: u64) -> RedisCluster {
+        let c = Self::start_nodes(n, 1, node_timeout_ms);
+        c.wait_replicas_synced();
+        c
+    }
+
+    fn start_nodes(masters: usize, replicas: usize, node_timeout_ms: u64) -> RedisCluster {
+        let n = masters * (1 + replicas);
+        let timeout = node_timeout_ms.to_string();
+        let mut nodes = Vec::new();
+        for _ in 0..n {
+            let mut last_err = String::new();
+            let mut started = None;
+            for _ in 0..5 {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let port = free_port(true);
+                let mut s = RedisServer {
+                    port,
+                    dir,
+                    child: None,
+                    args: ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", &timeout, "--appendonly", "no"]
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect(),
+                };
+                match s.spawn() {
+                    Ok(()) => {
+                        started = Some(s);
+                        break;
+                    }
+                    Err(e) => last_err = e,
+                }
+            }
+            nodes.push(started.unwrap_or_else(|| panic!("cluster node did not start: {last_err}")));
+        }
+        let addrs: Vec<String> = nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)).collect();
+        let out = Command::new(cli_bin())
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = nodes.iter().all(|s| {
+                let info = s.cli(&["cluster", "info"]);
+                info.contains("cluster_state:ok") && info.contains(&format!("cluster_known_nodes:{n}"))
+            });
+            if ok {
+                break;
+            }
+            assert!(Instant::now() < deadline, "cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        RedisCluster { nodes }
+    }
+
+    /// Waits until every replica's link to its master is up.
+    pub fn wait_replicas_synced(&self) {
+        for node in &self.nodes {
+            if node.cli(&["info", "replication"]).contains("role:slave") {
+                node.wait_link_up();
+            }
+        }
+    }
+
+    /// The live node that is the master of `key`'s slot (it answers a read of the key without redirect).
+    pub fn master_of(&self, key: &str) -> Option<usize> {
+        let slot = self.nodes.iter().find(|n| n.child.is_some())?.cli(&["cluster", "keyslot", key]).trim().to_string();
+        self.nodes.iter().position(|n| {
+            n.child.is_some()
+                && n.cli(&["cluster", "nodes"]).lines().any(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    f.len() > 8
+                        && f[2].contains("myself")
+                        && f[2].contains("master")
+                        && f[8..].iter().any(|r| slot_in(r, &slot))
+                })
+        })
+    }
+
+    /// Seed URLs for `RedisStore::connect_cluster`.
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(|s| format!("redis://127.0.0.1:{}", s.port)).collect()
+    }
+}
+
+/// Whether `slot` is in a `CLUSTER NODES` slot field (`5461` or `0-5460`).
+fn slot_in(range: &str, slot: &str) -> bool {
+    let Ok(slot) = slot.parse::<u32>() else { return false };
+    match range.split_once('-') {
+        Some((a, b)) => a.parse::<u32>().is_ok_and(|a| a <= slot) && b.parse::<u32>().is_ok_and(|b| slot <= b),
+        None => range.parse::<u32>().is_ok_and(|r| r == slot),
+    }
+}
