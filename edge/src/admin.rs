@@ -30,9 +30,8 @@ use http::{Method, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde_json::json;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
+pub use crate::admin_reply::{error, json_response, token_matches};
 use crate::blocklist::BlockEntries;
 use crate::bot::BotPolicyUpdate;
 use crate::state::EdgeState;
@@ -53,31 +52,6 @@ pub struct AdminService {
 #[serde(deny_unknown_fields)]
 struct SignIn {
     token: String,
-}
-
-/// A JSON answer of the admin port (rooms use it too).
-pub(crate) fn json_response(status: u16, v: &serde_json::Value) -> Response<Vec<u8>> {
-    let body = v.to_string().into_bytes();
-    Response::builder()
-        .status(status)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::CONTENT_LENGTH, body.len())
-        .header(http::header::CACHE_CONTROL, "no-store")
-        .body(body)
-        .unwrap_or_else(|_| Response::new(Vec::new()))
-}
-
-/// An `{error, message}` answer of the admin port.
-pub(crate) fn error(status: u16, code: &str, message: impl Into<String>) -> Response<Vec<u8>> {
-    json_response(status, &json!({"error": code, "message": message.into()}))
-}
-
-/// Constant-time comparison of the presented token with the configured one (hashing first so
-/// not even the length leaks).
-pub fn token_matches(presented: &str, expected: &str) -> bool {
-    let a = Sha256::digest(presented.as_bytes());
-    let b = Sha256::digest(expected.as_bytes());
-    bool::from(a.ct_eq(&b))
 }
 
 impl AdminService {

@@ -132,7 +132,7 @@ impl Sessions {
     /// What a request with this cookie value and CSRF header may do.
     pub fn access(&self, id: Option<&str>, csrf: Option<&str>) -> Access {
         let Some((expected, _)) = id.and_then(|id| self.get(id)) else { return Access::None };
-        let csrf_ok = csrf.is_some_and(|c| crate::admin::token_matches(c, &expected));
+        let csrf_ok = csrf.is_some_and(|c| crate::admin_reply::token_matches(c, &expected));
         Access::Session { csrf_ok }
     }
 

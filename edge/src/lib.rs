@@ -44,7 +44,8 @@
 //! - [`i18n`]: the message catalogues (static/i18n/, zh-CN, zh-TW, en, ja, ko) and the choice of
 //!   language (`?lang=`, the `wicket_lang` cookie, `Accept-Language`), shared by the server-rendered
 //!   pages and queue.js.
-//! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token).
+//! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token);
+//!   [`admin_reply`]: the JSON answers and token comparison its handlers share.
 //! - [`console`]: the operator console: its page and files (static/console/, gzipped), browser
 //!   sessions, the sign-in lock-out per client address.
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in site with a buy page and a stand-in
@@ -69,6 +70,7 @@
 //! failures become 502/504 pages in `fail_to_proxy`.
 
 pub mod admin;
+pub mod admin_reply;
 pub mod admission;
 pub mod anomaly;
 pub mod blocklist;

@@ -28,7 +28,7 @@ use serde_json::json;
 
 use super::config::{RoomConfig, ScheduleConfig};
 use super::{Room, Rooms, unix_ms};
-use crate::admin::{error, json_response};
+use crate::admin_reply::{error, json_response};
 use crate::controller::{Bounds, ReleaseMode};
 
 /// `PUT .../release`.
