@@ -6,6 +6,8 @@
 #   wrk ... | wrk_figures    "requests_per_second p99_ms" from wrk's --latency output; fails on non-2xx answers
 #   pin_sets N           SERVER_CPUS (N CPUs for the server under test) and LOAD_CPUS (the rest: wrk, origin),
 #                        disjoint when the machine has more than N CPUs; ORIGIN_WORKERS for an origin there
+#   load_settings R      THREADS (1), CONNS (64), SECONDS_ (10), ROUNDS (R), WRK_THREADS (1), each kept when set
+#   release_edge         builds the edge (release; not with SKIP_BUILD set) and sets WICKET to its binary
 
 bench_workdir() {
   WORK="$(mktemp -d)"
@@ -55,4 +57,17 @@ pin_sets() {
   fi
   [ "$n" -eq 1 ] && SERVER_CPUS=0
   ORIGIN_WORKERS="$(( (cpus - n) / 2 > 0 ? (cpus - n) / 2 : 1 ))"
+}
+
+load_settings() {
+  THREADS="${THREADS:-1}"
+  CONNS="${CONNS:-64}"
+  SECONDS_="${SECONDS_:-10}"
+  ROUNDS="${ROUNDS:-$1}"
+  WRK_THREADS="${WRK_THREADS:-1}"
+}
+
+release_edge() {
+  [ -n "${SKIP_BUILD:-}" ] || (cd "$ROOT" && cargo build --release -q -p wicket-edge)
+  WICKET="$ROOT/target/release/wicket"
 }

@@ -11,11 +11,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-THREADS="${THREADS:-1}"
-CONNS="${CONNS:-64}"
-SECONDS_="${SECONDS_:-10}"
-ROUNDS="${ROUNDS:-3}"
-WRK_THREADS="${WRK_THREADS:-1}"
+source "$ROOT/bench/lib.sh"
+load_settings 3
 
 export PATH="$PATH:/usr/sbin"
 for bin in nginx wrk taskset; do
@@ -23,10 +20,7 @@ for bin in nginx wrk taskset; do
 done
 
 cd "$ROOT"
-cargo build --release -q -p wicket-edge
-WICKET="$ROOT/target/release/wicket"
-
-source "$ROOT/bench/lib.sh"
+release_edge
 bench_workdir
 pin_sets "$THREADS"   # server on SERVER_CPUS, wrk on LOAD_CPUS (disjoint when the machine allows)
 

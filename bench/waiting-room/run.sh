@@ -10,19 +10,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-THREADS="${THREADS:-1}"
-CONNS="${CONNS:-64}"
-SECONDS_="${SECONDS_:-10}"
-ROUNDS="${ROUNDS:-5}"
-WRK_THREADS="${WRK_THREADS:-1}"
+source "$ROOT/bench/lib.sh"
+load_settings 5
 QUEUED="${QUEUED:-1000000}"
 
 command -v wrk >/dev/null || { echo "missing wrk (apt-get install -y wrk)" >&2; exit 1; }
 cd "$ROOT"
-[ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p wicket-edge
-WICKET="$ROOT/target/release/wicket"
-
-source "$ROOT/bench/lib.sh"
+release_edge
 bench_workdir
 pin_sets "$THREADS"   # server on SERVER_CPUS, wrk on LOAD_CPUS (disjoint when the machine allows)
 
