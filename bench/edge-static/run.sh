@@ -118,7 +118,7 @@ done
 LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
 export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS SIZE RESULTS ROOT LOAD SERVER_CPUS LOAD_CPUS
 python3 - <<'PY'
-import json, os, statistics, datetime, re, platform
+import json, os, statistics, datetime, re, platform, sys
 rows = [l.split() for l in open(os.environ["RESULTS"]) if l.strip()]
 def med(name, i):
     return statistics.median(float(r[i]) for r in rows if r[0] == name)
@@ -145,16 +145,9 @@ entry = {
     "edge_ip_limit_rps": round(l_rps), "edge_ip_limit_p99_ms": round(l_p99, 3),
     "ratio_with_ip_limit": round(l_rps / n_rps, 3),
 }
-path = os.path.join(root, "bench/results/summary.json")
-os.makedirs(os.path.dirname(path), exist_ok=True)
-try:
-    summary = json.load(open(path))
-except (OSError, ValueError):
-    summary = {}
-summary["static_vs_nginx"] = entry
-with open(path + ".tmp", "w") as f:
-    json.dump(summary, f, indent=2, sort_keys=True); f.write("\n")
-os.replace(path + ".tmp", path)
+sys.path.insert(0, os.path.join(root, "bench"))
+import results
+results.update_summary(root, {"static_vs_nginx": entry})
 
 per_round = "\n".join(f"| {i // 3 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
 section = f"""<!-- begin:edge-static-vs-nginx -->
@@ -187,15 +180,6 @@ the limiter's cost is measured): {l_rps / n_rps:.2f}x.
 |---|---|---|---|
 {per_round}
 <!-- end:edge-static-vs-nginx -->"""
-rpath = os.path.join(root, "bench/RESULTS.md")
-try:
-    text = open(rpath).read()
-except OSError:
-    text = "# Benchmark results\n\nFigures of the latest runs; each section names its command.\n"
-pat = re.compile(r"<!-- begin:edge-static-vs-nginx -->.*?<!-- end:edge-static-vs-nginx -->", re.S)
-text = pat.sub(lambda _: section, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
-with open(rpath + ".tmp", "w") as f:
-    f.write(text)
-os.replace(rpath + ".tmp", rpath)
+results.write_section(root, "edge-static-vs-nginx", section)
 print(f"edge {e_rps:.0f} req/s (P99 {e_p99:.2f} ms), nginx {n_rps:.0f} req/s (P99 {n_p99:.2f} ms): {ratio:.2f}x; with IP limit {l_rps:.0f} req/s: {l_rps / n_rps:.2f}x")
 PY

@@ -16,19 +16,16 @@ trap 'rm -f "$OUT"' EXIT
 WICKET_LOW_LOAD_OUT="$OUT" cargo test -q --release -p wicket-edge --test operator a_light_sale -- --nocapture
 export OUT ROOT
 python3 - <<'PY'
-import json, os, datetime
+import json, os, datetime, sys
 rows = [json.loads(l) for l in open(os.environ["OUT"]) if l.strip()]
 cautious = next(r for r in rows if r["start"] == 2.0)
 defaults = next(r for r in rows if r["start"] != 2.0)
 today = datetime.date.today().isoformat()
 entry = dict(cautious, defaults=defaults, date=today)
 root = os.environ["ROOT"]
-path = os.path.join(root, "bench/results/summary.json")
-summary = json.load(open(path))
-summary["low_load"] = entry
-with open(path + ".tmp", "w") as f:
-    json.dump(summary, f, indent=2, sort_keys=True); f.write("\n")
-os.replace(path + ".tmp", path)
+sys.path.insert(0, os.path.join(root, "bench"))
+import results
+results.update_summary(root, {"low_load": entry})
 section = f"""<!-- begin:low-load -->
 ## Light sale: 300 fans, idle core
 
@@ -46,13 +43,6 @@ light load, which grows the budget like slow start (reason `light_load`), not th
 
 Before this change the cautious room sat at 1/s with reason `thin_metrics` and the last of 300 fans waited 276 s.
 <!-- end:low-load -->"""
-res = os.path.join(root, "bench/RESULTS.md")
-text = open(res).read()
-b, e = "<!-- begin:low-load -->", "<!-- end:low-load -->"
-if b in text and e in text:
-    text = text[: text.index(b)] + section + text[text.index(e) + len(e):]
-else:
-    text = text.rstrip("\n") + "\n\n" + section + "\n"
-open(res, "w").write(text)
+results.write_section(root, "low-load", section)
 print(json.dumps(entry))
 PY

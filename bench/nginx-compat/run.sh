@@ -191,7 +191,7 @@ done
 LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
 export CONNS SECONDS_ ROUNDS SIZE RESULTS ROOT LOAD SERVER_CPU WRK_CPU
 python3 - <<'PY'
-import json, os, statistics, datetime
+import json, os, statistics, datetime, sys
 rows = [l.split() for l in open(os.environ["RESULTS"]) if l.strip()]
 def col(name, i): return [float(r[i]) for r in rows if r[0] == name]
 # Ratio per round (same machine conditions), then the median of the rounds.
@@ -216,15 +216,9 @@ entry = {
     "connections": conns, "seconds": secs, "rounds": rounds, "page_bytes": int(os.environ["SIZE"]), "date": today,
 }
 root = os.environ["ROOT"]
-path = os.path.join(root, "bench/results/summary.json")
-try:
-    summary = json.load(open(path))
-except (OSError, ValueError):
-    summary = {}
-summary["nginx_auth_vs_plain"] = entry
-with open(path + ".tmp", "w") as f:
-    json.dump(summary, f, indent=2, sort_keys=True); f.write("\n")
-os.replace(path + ".tmp", path)
+sys.path.insert(0, os.path.join(root, "bench"))
+import results
+results.update_summary(root, {"nginx_auth_vs_plain": entry})
 per_round = "\n".join(f"| {i // 5 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
 section = f"""<!-- begin:nginx-auth -->
 ## nginx auth_request to Wicket vs plain nginx
@@ -260,13 +254,6 @@ path an edge limit covers is never cached (nginx-compat/README.md "Caching the a
 |---|---|---|---|
 {per_round}
 <!-- end:nginx-auth -->"""
-res = os.path.join(root, "bench/RESULTS.md")
-text = open(res).read() if os.path.exists(res) else "# Benchmark results\n"
-b, e = "<!-- begin:nginx-auth -->", "<!-- end:nginx-auth -->"
-if b in text and e in text:
-    text = text[: text.index(b)] + section + text[text.index(e) + len(e):]
-else:
-    text = text.rstrip("\n") + "\n\n" + section + "\n"
-open(res, "w").write(text)
+results.write_section(root, "nginx-auth", section)
 print(f"nginx_auth_vs_plain = {ratio:.3f} (cached 1 s: {cached_ratio:.3f}); auth endpoint P99 {e_p99:.2f} ms")
 PY

@@ -112,7 +112,7 @@ export THREADS CONNS SECONDS_ ROUNDS WRK_THREADS QUEUED RESULTS ROOT IDLE_KB FUL
 cp "$WORK/join-front.json" "$WORK/join-back.json" /tmp/ 2>/dev/null || true
 export FRONT_JSON="$WORK/join-front.json" BACK_JSON="$WORK/join-back.json"
 python3 - <<'PY'
-import json, os, statistics, datetime, re
+import json, os, statistics, datetime, re, sys
 rows = [l.split() for l in open(os.environ["RESULTS"]) if l.strip()]
 def med(name, i):
     return statistics.median(float(r[i]) for r in rows if r[0] == name)
@@ -139,11 +139,9 @@ def in_round(r, name):
     return float(next(x for x in r if x[0] == name)[1])
 ratio = statistics.median(min(in_round(r, "status_front"), in_round(r, "status_back")) / in_round(r, "static") for r in by_round)
 depth = statistics.median(in_round(r, "status_back") / in_round(r, "status_front") for r in by_round)
-path = os.path.join(root, "bench/results/summary.json")
-try:
-    summary = json.load(open(path))
-except (OSError, ValueError):
-    summary = {}
+sys.path.insert(0, os.path.join(root, "bench"))
+import results
+summary = {}
 common = {"worker_threads": threads, "connections": conns, "seconds": secs, "rounds": rounds, "wrk_threads": wrk_threads, "date": today}
 summary["status_vs_static"] = {"ratio": round(ratio, 3), "static_rps": round(st_rps), "status_rps": round(min(f_rps, b_rps)),
     "static_p99_ms": round(st_p99, 3), "status_p99_ms": round(max(f_p99, b_p99), 3), **common}
@@ -152,9 +150,7 @@ summary["status_depth"] = {"ratio": round(depth, 3), "position_front": front["po
 summary["edge_bytes_per_queued"] = round(per, 1)
 summary["edge_memory_queued"] = {"queued": queued, "idle_rss_kb": idle_kb, "queued_rss_kb": full_kb,
     "bytes_per_queued": round(per, 1), "joins_per_second": round(queued / join_s), "date": today}
-with open(path + ".tmp", "w") as f:
-    json.dump(summary, f, indent=2, sort_keys=True); f.write("\n")
-os.replace(path + ".tmp", path)
+results.update_summary(root, summary)
 
 per_round = "\n".join(f"| {i // 4 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
 section = f"""<!-- begin:waiting-room -->
@@ -190,12 +186,6 @@ JSON (no per-visitor lookup: the ticket carries the place).
 |---|---|---|---|
 {per_round}
 <!-- end:waiting-room -->"""
-rpath = os.path.join(root, "bench/RESULTS.md")
-text = open(rpath).read()
-pat = re.compile(r"<!-- begin:waiting-room -->.*?<!-- end:waiting-room -->", re.S)
-text = pat.sub(lambda _: section, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
-with open(rpath + ".tmp", "w") as f:
-    f.write(text)
-os.replace(rpath + ".tmp", rpath)
+results.write_section(root, "waiting-room", section)
 print(f"status/static {ratio:.2f}x, depth {depth:.2f}x, {per:.1f} B per queued person")
 PY
