@@ -451,6 +451,7 @@ p99-target-ms = {p99}
         Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
     }
 
+    #[allow(clippy::too_many_arguments)] // one hold as a client sends it: each argument is a part of the request
     pub async fn hold(&self, http: &reqwest::Client, edge: usize, token: &str, sku: &str, qty: u32, user: &str, ip: &str, cookies: &str) -> anyhow::Result<(u16, Value)> {
         let mut rb = http
             .post(format!("{}/v1/events/{EVENT}/holds", self.edges[edge].base))

@@ -275,6 +275,9 @@ pub struct KillFigures {
     pub queue_stall_s: Option<f64>,
 }
 
+/// Who is due when: (due time in ms, person), earliest first.
+type DueQueue = BinaryHeap<Reverse<(u64, u32)>>;
+
 struct Shared {
     s: Scenario,
     stack: Stack,
@@ -282,7 +285,7 @@ struct Shared {
     users: Vec<Mutex<User>>,
     /// Who is due when, in two lanes: the queue (join, status) and the sale (hold, pay). People act in
     /// parallel, so a backlog at the entrance must not hold up the buyers who were already let in.
-    lanes: [Mutex<BinaryHeap<Reverse<(u64, u32)>>>; 2],
+    lanes: [Mutex<DueQueue>; 2],
     start: Instant,
     rec: Recorder,
     join_seq: AtomicU64,
@@ -557,7 +560,9 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
     // Let the sweeper give back abandoned holds before reading the result.
     let seconds = sh.start.elapsed().as_secs_f64();
     let core_windows = core_p99_windows(&core_hist.lock(), 5);
-    report(&sh, &samples.lock(), &core_windows, seconds, bots).await
+    // The samples are taken out of the lock before the report awaits anything.
+    let samples = std::mem::take(&mut *samples.lock());
+    report(&sh, &samples, &core_windows, seconds, bots).await
 }
 
 /// Seconds between a process's restart and the next kill (the sale settles in between).
