@@ -570,6 +570,13 @@ fn redact(v: &mut serde_json::Value) {
 pub fn embedded_core_issues(path: &std::path::Path) -> Vec<ConfigIssue> {
     use wicket_core::config::{ConfigError, CoreConfig};
     match CoreConfig::from_file(path) {
+        // The same refusal as at start (server::EmbeddedCore), so check-config says it first.
+        Ok(c) if c.tls.is_some() => vec![ConfigIssue {
+            path: "tls".into(),
+            message: "an embedded core (edge.core = \"embedded\") is reached over loopback in plain HTTP: remove [tls], \
+                      or run the core on its own and set edge.core = \"https://host:port\""
+                .into(),
+        }],
         Ok(_) => Vec::new(),
         Err(ConfigError::Invalid(errs)) => errs.into_iter().map(|e| ConfigIssue { path: e.path, message: e.message }).collect(),
         Err(e) => vec![ConfigIssue { path: "(core)".into(), message: e.to_string() }],

@@ -107,6 +107,23 @@ fn check_config_reports_every_problem_of_a_combined_file_at_once_with_lines() {
     let n = paths.len();
     paths.dedup();
     assert_eq!(paths.len(), n, "{err}");
+    // `[tls]` on the embedded core: refused at start, so check-config says so too.
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "k.pem", "-out", "c.pem"])
+        .args(["-subj", "/CN=localhost", "-days", "1"])
+        .current_dir(dir.path())
+        .output()
+        .expect("the openssl command");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let with_tls = format!(
+        "store = \"memory\"\nadmin-token = \"0123456789abcdef-admin\"\n[edge]\ncore = \"embedded\"\n\
+         [payment]\ncallback-secret = \"0123456789abcdef-callback\"\n[tls]\ncert-file = \"c.pem\"\nkey-file = \"k.pem\"\n{good_tail}"
+    );
+    std::fs::write(&f, &with_tls).unwrap();
+    let out = wicket().arg("check-config").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.lines().any(|l| l.starts_with("tls") && l.contains("embedded core")), "{err}");
     // Fixed, it is ok — no `tokens.issuer` needed by either part.
     let good = format!(
         "store = \"memory\"\nadmin-token = \"0123456789abcdef-admin\"\n[edge]\ncore = \"embedded\"\n\
