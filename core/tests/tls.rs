@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::core_server::{ADMIN, TestCore, config_text, event_body};
-use common::pki::{Pki, curl, resolve};
+use wicket_testkit::pki::{Pki, curl, resolve};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wicket_core::config::{ConfigError, CoreConfig};

@@ -701,7 +701,7 @@ async fn chromium_the_console_signs_in_charts_and_controls_a_room() {
 /// target/test-artifacts/https-queue.png and https-target.png.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_over_https_goes_through_the_queue_to_the_target_on_h2() {
-    let pki = common::pki::Pki::new();
+    let pki = wicket_testkit::pki::Pki::new();
     let (cert, key) = pki.leaf("a", &["a.test"], 30);
     let origin = TestUpstream::start("origin").await;
     let port = free_port();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::pki::{Pki, curl, resolve};
+use wicket_testkit::pki::{Pki, curl, resolve};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

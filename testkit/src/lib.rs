@@ -1,6 +1,7 @@
 //! Wicket's test support, shared by the integration tests of `wicket-core` and `wicket-edge` (a
 //! dev-dependency of both): a real `redis-server` (and a Redis Cluster, with or without replicas) on free
-//! loopback ports, each with its own temp dir; never port 6379, never shared data; killed on drop.
+//! loopback ports, each with its own temp dir; never port 6379, never shared data; killed on drop. And a
+//! test CA for the HTTPS tests.
 //!
 //! # Layout
 //!
@@ -9,6 +10,8 @@
 //! - [`RedisCluster`]: `n` masters (and a replica each, with a short node timeout for failover tests), made
 //!   with `redis-cli --cluster create`; its seed URLs and the master of a key's slot.
 //! - [`send_inline`], [`cli`]: one command to a port, inline or through `redis-cli`.
+//! - [`pki`]: a test CA and certificates made with the `openssl` command, and `curl` against them (the
+//!   HTTPS tests of core and edge).
 //!
 //! ```ignore
 //! let redis = RedisServer::start();                 // no persistence
@@ -21,6 +24,8 @@
 //! ```
 //! The binaries come from `PATH` (`redis-server`, `redis-cli`), or `WICKET_REDIS_SERVER` /
 //! `WICKET_REDIS_CLI`.
+
+pub mod pki;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -4,4 +4,3 @@
 #![allow(dead_code)]
 
 pub mod core_server;
-pub mod pki;

@@ -1,12 +1,9 @@
 //! The one test helper of wicket-edge: a real edge (Pingora server on free loopback ports, on its
 //! own thread) and real upstream HTTP servers (hyper on 127.0.0.1:0). A real `redis-server` (or Cluster)
-//! comes from the `wicket-testkit` crate, shared with the core's tests; a test CA and curl against it
-//! from [`pki`] (the core's file).
+//! comes from the `wicket-testkit` crate, shared with the core's tests, and so does the test CA
+//! (`wicket_testkit::pki`).
 #![allow(dead_code)]
 
-/// The test CA and `curl` helper, one file for both crates' HTTPS tests.
-#[path = "../../../core/tests/common/pki.rs"]
-pub mod pki;
 
 use std::collections::HashMap;
 use std::convert::Infallible;

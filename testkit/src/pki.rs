@@ -1,6 +1,6 @@
 //! A test CA and certificates signed by it, made with the `openssl` command in a temporary folder, and
-//! `curl` checking a server against that CA. Shared with the edge's tests (`edge/tests/common/mod.rs`
-//! includes this file), so both crates' HTTPS tests make their certificates one way.
+//! `curl` checking a server against that CA, for the HTTPS tests of core and edge (one way to make
+//! their certificates).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
