@@ -96,59 +96,41 @@ pub fn object_from_slice_all<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Vec
     }
 }
 
-impl crate::problems::Tree for Node {
-    fn remove(&mut self, path: &[crate::problems::Seg]) -> bool {
+impl Node {
+    /// The entries of the object at `path` (a key's value, an array's element), when there is one.
+    fn object_at(&mut self, path: &[crate::problems::Seg]) -> Option<&mut Vec<(String, Node)>> {
         use crate::problems::Seg;
-        let Some((Seg::Key(last), parent)) = path.split_last() else { return false };
         let mut cur = self;
-        for s in parent {
+        for s in path {
             cur = match (s, cur) {
-                (Seg::Key(k), Node::Object(entries)) => match entries.iter_mut().find(|(key, _)| key == k) {
-                    Some((_, v)) => v,
-                    None => return false,
-                },
-                (Seg::Index(i), Node::Array(items)) => match items.get_mut(*i) {
-                    Some(v) => v,
-                    None => return false,
-                },
-                _ => return false,
+                (Seg::Key(k), Node::Object(entries)) => entries.iter_mut().find(|(key, _)| key == k).map(|(_, v)| v)?,
+                (Seg::Index(i), Node::Array(items)) => items.get_mut(*i)?,
+                _ => return None,
             };
         }
         match cur {
-            Node::Object(entries) => {
-                let before = entries.len();
-                entries.retain(|(k, _)| k != last);
-                entries.len() < before
-            }
-            _ => false,
+            Node::Object(entries) => Some(entries),
+            _ => None,
         }
+    }
+}
+
+impl crate::problems::Tree for Node {
+    fn remove(&mut self, path: &[crate::problems::Seg]) -> bool {
+        let Some((crate::problems::Seg::Key(last), parent)) = path.split_last() else { return false };
+        self.object_at(parent).is_some_and(|entries| {
+            let before = entries.len();
+            entries.retain(|(k, _)| k != last);
+            entries.len() < before
+        })
     }
 
     fn insert(&mut self, path: &[crate::problems::Seg], value: Self) -> bool {
-        use crate::problems::Seg;
-        let Some((Seg::Key(last), parent)) = path.split_last() else { return false };
-        let mut cur = self;
-        for s in parent {
-            cur = match (s, cur) {
-                (Seg::Key(k), Node::Object(entries)) => match entries.iter_mut().find(|(key, _)| key == k) {
-                    Some((_, v)) => v,
-                    None => return false,
-                },
-                (Seg::Index(i), Node::Array(items)) => match items.get_mut(*i) {
-                    Some(v) => v,
-                    None => return false,
-                },
-                _ => return false,
-            };
-        }
-        match cur {
-            Node::Object(entries) => {
-                entries.retain(|(k, _)| k != last);
-                entries.push((last.clone(), value));
-                true
-            }
-            _ => false,
-        }
+        let Some((crate::problems::Seg::Key(last), parent)) = path.split_last() else { return false };
+        let Some(entries) = self.object_at(parent) else { return false };
+        entries.retain(|(k, _)| k != last);
+        entries.push((last.clone(), value));
+        true
     }
 
     fn stand_ins() -> Vec<Self> {
