@@ -670,6 +670,17 @@ fn writable(dir: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// The least a valid file holds (the tests add the keys they are about after it).
+    const MINIMAL: &str = r#"
+            admin-token = "0123456789abcdef"
+            [payment]
+            callback-secret = "0123456789abcdef"
+            [[tokens.keys]]
+            kid = "k"
+            alg = "HS256"
+            secret = "0123456789abcdef0123456789abcdef"
+        "#;
+
     #[test]
     fn every_problem_has_its_path() {
         let text = r#"
@@ -720,15 +731,7 @@ mod tests {
 
     #[test]
     fn header_timeout_defaults_and_bounds() {
-        let base = r#"
-            admin-token = "0123456789abcdef"
-            [payment]
-            callback-secret = "0123456789abcdef"
-            [[tokens.keys]]
-            kid = "k"
-            alg = "HS256"
-            secret = "0123456789abcdef0123456789abcdef"
-        "#;
+        let base = MINIMAL;
         let cfg = CoreConfig::from_toml_str(base).expect("valid");
         assert_eq!(cfg.core.header_timeout(), std::time::Duration::from_secs(10));
         let cfg = CoreConfig::from_toml_str(&format!("{base}[core]\nheader-timeout-ms = 1000\n")).expect("valid");
@@ -743,15 +746,7 @@ mod tests {
     #[test]
     fn log_format_is_text_or_json_and_json_logs_still_means_json() {
         use crate::logging::LogFormat;
-        let base = r#"
-            admin-token = "0123456789abcdef"
-            [payment]
-            callback-secret = "0123456789abcdef"
-            [[tokens.keys]]
-            kid = "k"
-            alg = "HS256"
-            secret = "0123456789abcdef0123456789abcdef"
-        "#;
+        let base = MINIMAL;
         let format = |core: &str| CoreConfig::from_toml_str(&format!("{base}[core]\n{core}\n")).map(|c| c.core.log_format());
         assert_eq!(format("").unwrap(), LogFormat::Text);
         assert_eq!(format("log-format = \"json\"").unwrap(), LogFormat::Json);
@@ -765,15 +760,7 @@ mod tests {
 
     #[test]
     fn data_dir_problems_have_their_path() {
-        let base = r#"
-            admin-token = "0123456789abcdef"
-            [payment]
-            callback-secret = "0123456789abcdef"
-            [[tokens.keys]]
-            kid = "k"
-            alg = "HS256"
-            secret = "0123456789abcdef0123456789abcdef"
-        "#;
+        let base = MINIMAL;
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a-file");
         std::fs::write(&file, b"x").unwrap();
@@ -798,15 +785,7 @@ mod tests {
 
     #[test]
     fn redis_wait_settings_are_checked_with_their_path() {
-        let base = r#"
-            admin-token = "0123456789abcdef"
-            [payment]
-            callback-secret = "0123456789abcdef"
-            [[tokens.keys]]
-            kid = "k"
-            alg = "HS256"
-            secret = "0123456789abcdef0123456789abcdef"
-        "#;
+        let base = MINIMAL;
         let errs = |text: String| match CoreConfig::from_toml_str(&text) {
             Err(ConfigError::Invalid(errs)) => errs.iter().map(|e| format!("{}: {}", e.path, e.message)).collect::<Vec<_>>(),
             Err(e) => vec![e.to_string()],
