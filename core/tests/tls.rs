@@ -211,28 +211,13 @@ fn the_binary_serves_tls_and_says_so() {
         tls_table(Path::new("core.pem"), Path::new("core.key"), "")
     );
     std::fs::write(&cfg, &text).unwrap();
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let log = dir.path().join("stderr.log");
-    let child = Killed(
-        Command::new(env!("CARGO_BIN_EXE_wicket-core"))
-            .args(["serve", "--config"])
-            .arg(&cfg)
-            .env_remove("RUST_LOG")
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+    let child = wicket_testkit::Spawned::start(
+        Command::new(env!("CARGO_BIN_EXE_wicket-core")).args(["serve", "--config"]).arg(&cfg),
+        &log,
+        port,
+        "the core",
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the core did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let ca = pki.path("ca.pem");
     let (code, _, _, body) = curl(&ca, &format!("https://core.test:{port}/v1/events/nope"), &["--resolve", &resolve("core.test", port)]).unwrap();
     assert_eq!(code, 404, "{body}");

@@ -258,34 +258,18 @@ async fn sighup_reloads_the_certificates_of_a_running_edge() {
         ),
     )
     .unwrap();
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let log = dir.path().join("stderr.log");
-    let child = Killed(
-        Command::new(env!("CARGO_BIN_EXE_wicket"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&cfg)
-            .env_remove("RUST_LOG")
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+    let child = wicket_testkit::Spawned::start(
+        Command::new(env!("CARGO_BIN_EXE_wicket")).args(["serve", "--config"]).arg(&cfg),
+        &log,
+        admin,
+        "the edge",
     );
     let admin_url = format!("http://127.0.0.1:{admin}/admin/tls");
     let auth = format!("Bearer {ADMIN_TOKEN}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", admin)).is_err() {
-        assert!(Instant::now() < deadline, "the edge did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let before = request("GET", &admin_url, &[("authorization", &auth)], b"").await.json();
     pki.leaf("a", &["a.test"], 90);
-    assert!(Command::new("kill").args(["-HUP", &child.0.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap().success());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let now = request("GET", &admin_url, &[("authorization", &auth)], b"").await.json();
@@ -415,28 +399,13 @@ async fn a_core_certificate_from_another_ca_is_a_502_with_a_clear_log_line() {
         ),
     )
     .unwrap();
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let log = dir.path().join("stderr.log");
-    let child = Killed(
-        Command::new(env!("CARGO_BIN_EXE_wicket"))
-            .args(["serve", "--config"])
-            .arg(&edge_cfg)
-            .env_remove("RUST_LOG")
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+    let child = wicket_testkit::Spawned::start(
+        Command::new(env!("CARGO_BIN_EXE_wicket")).args(["serve", "--config"]).arg(&edge_cfg),
+        &log,
+        port,
+        "the edge",
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the edge did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let r = get(&format!("http://127.0.0.1:{port}/v1/events/ev-1"), &[]).await;
     assert_eq!(r.status, 502, "{}", r.text());
     // (The line may be written just after the answer.)

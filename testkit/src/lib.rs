@@ -10,6 +10,7 @@
 //! - [`RedisCluster`]: `n` masters (and a replica each, with a short node timeout for failover tests), made
 //!   with `redis-cli --cluster create`; its seed URLs and the master of a key's slot.
 //! - [`send_inline`], [`cli`]: one command to a port, inline or through `redis-cli`.
+//! - [`Spawned`]: a server binary under test, stderr in a file, started once its port accepts, killed on drop.
 //! - [`pki`]: a test CA and certificates made with the `openssl` command, and `curl` against them (the
 //!   HTTPS tests of core and edge).
 //!
@@ -340,5 +341,48 @@ fn slot_in(range: &str, slot: &str) -> bool {
     match range.split_once('-') {
         Some((a, b)) => a.parse::<u32>().is_ok_and(|a| a <= slot) && b.parse::<u32>().is_ok_and(|b| slot <= b),
         None => range.parse::<u32>().is_ok_and(|r| r == slot),
+    }
+}
+
+/// A server binary run for a test: its stderr goes to a file, it is killed (and reaped) on drop.
+pub struct Spawned {
+    child: std::process::Child,
+    /// Where its stderr goes.
+    pub log: std::path::PathBuf,
+}
+
+impl Spawned {
+    /// Runs `cmd` (`RUST_LOG` removed, stderr into `log`) and waits up to 20 s until `port` on loopback
+    /// accepts connections; `what` names it in the failure, which shows the log.
+    pub fn start(cmd: &mut std::process::Command, log: &std::path::Path, port: u16, what: &str) -> Spawned {
+        let child = cmd
+            .env_remove("RUST_LOG")
+            .stderr(std::fs::File::create(log).expect("the log file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let spawned = Spawned { child, log: log.to_path_buf() };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "{what} did not start: {}", spawned.log_text());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        spawned
+    }
+
+    /// Its process id (to send it signals).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What it wrote to stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
