@@ -127,7 +127,7 @@ impl EdgeProxy {
         match self.auth_cache_seconds(session.req_header(), ctx) {
             Some(ttl) => {
                 h.insert_header("x-accel-expires", ttl.to_string())?;
-                h.insert_header(header::VARY, self.auth_vary())?;
+                h.insert_header(header::VARY, self.state.auth_vary.clone())?;
             }
             None => h.insert_header(header::CACHE_CONTROL, "no-store")?,
         }
@@ -152,18 +152,6 @@ impl EdgeProxy {
             return None;
         }
         Some(ttl)
-    }
-
-    /// `Vary` of a cacheable auth pass: every request header the decision read beyond the
-    /// method, original URI and client address (which the shipped cache key holds), so a cache
-    /// keyed more loosely still never hands one client's pass to another.
-    fn auth_vary(&self) -> http::HeaderValue {
-        let mut v = String::from("Cookie, Authorization, X-Forwarded-For");
-        if let Some(h) = &self.state.config.edge.user_header {
-            v.push_str(", ");
-            v.push_str(h);
-        }
-        http::HeaderValue::from_str(&v).unwrap_or(http::HeaderValue::from_static("*"))
     }
 
     /// Turns an `auth_request` subrequest into the request it asks about (method and canonical
