@@ -135,7 +135,8 @@ pub struct EdgeConfig {
     /// nginx-compat/): a 204 that set no cookie, for a path no limit rule covers, whose admission
     /// token (if any) outlives it, carries `X-Accel-Expires` and a `Vary` naming every header the
     /// decision read. 0 (the default): never cached, every request is judged. A revocation, a new
-    /// block or a pause reaches a cached pass within this many seconds. At most 60.
+    /// block or a pause reaches a cached pass within this many seconds (plus up to one: nginx counts
+    /// whole seconds). At most 60.
     pub auth_cache_seconds: u64,
     /// Secret signing the `wicket_d` device cookie, the PoW challenges and bot passes.
     /// Default: random per process (devices are forgotten on restart).
