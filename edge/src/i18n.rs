@@ -302,6 +302,11 @@ mod tests {
         assert_eq!(choose(None, None, Some("de-DE")), Lang::En);
         assert_eq!(choose(None, None, None), Lang::En);
         assert_eq!(query_lang(Some("a=1&lang=zh-TW")), Some("zh-TW"));
+        // Hostile values: only our five tags are ever chosen; anything else falls through to English.
+        let huge = format!("{},ja;q=0.1", "x-".repeat(50_000));
+        assert_eq!(choose(Some("<script>"), Some("../../etc/passwd"), Some(&huge)), Lang::Ja);
+        assert_eq!(choose(Some("zh%2DTW"), Some("ja\r\nSet-Cookie: x"), Some("ko;q=NaN, de")), Lang::En);
+        assert_eq!(choose(None, None, Some(";;;,,,q=1,")), Lang::En);
     }
 
     #[test]
