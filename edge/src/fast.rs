@@ -42,7 +42,7 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::limit::LimitKey;
-use crate::identity::{DEVICE_COOKIE, cookie, header_bytes};
+use crate::identity::{DEVICE_COOKIE, HeadView, cookie, header_bytes};
 use crate::metrics::{Outcome, Route};
 use crate::proxy::EdgeProxy;
 use crate::reject::MAX_REQUEST_HEAD;
@@ -72,10 +72,12 @@ pub struct FastFront {
     /// On the HTTPS listener with `hsts-seconds`: `\r\nstrict-transport-security: max-age=…`,
     /// added to the fast path's answers (the proxy's get it from a module).
     pub hsts: Option<Vec<u8>>,
+    /// The same value as a header, for the HTTP/2 fast answers ([`crate::fast_h2`]).
+    pub hsts_value: Option<http::HeaderValue>,
 }
 
 /// What the fast path does with a request.
-enum Fast<'b> {
+pub(crate) enum Fast<'b> {
     /// Serve this file (`head`: no body).
     Static { asset: Arc<Asset>, head: bool, path: &'b str },
     /// A status poll of this room.
@@ -87,14 +89,19 @@ enum Fast<'b> {
 }
 
 impl FastFront {
-    /// IP blocklist and IP limits for a fast-path request; `Some(())` when the proxy must answer.
-    async fn guard(&self, stream: &Stream, path: &str) -> Option<()> {
+    /// Whether the IP blocklist or an IP limit applies to a fast-path request for `path`.
+    pub(crate) fn needs_guard(&self, path: &str) -> bool {
         let st = &self.state;
-        let applies = |r: &&crate::limit::RuleLimiter| r.applies(path, QUEUE_PREFIX);
-        if !st.blocklist.any() && !st.limits.rules.iter().any(|r| applies(&r)) {
+        st.blocklist.any() || st.limits.rules.iter().any(|r| r.applies(path, QUEUE_PREFIX))
+    }
+
+    /// IP blocklist and IP limits for a fast-path request; `Some(())` when the proxy must answer.
+    pub(crate) async fn guard(&self, peer: Option<std::net::IpAddr>, path: &str) -> Option<()> {
+        let st = &self.state;
+        if !self.needs_guard(path) {
             return None;
         }
-        let Some(peer) = peer_ip(stream) else { return Some(()) };
+        let Some(peer) = peer else { return Some(()) };
         let ip = st.client_ip.resolve_peer(peer);
         if st.blocklist.ip(&ip) {
             return Some(());
@@ -200,7 +207,7 @@ impl FastFront {
             Fast::Proxy if !proxy_can_parse(target) => return self.refuse(stream, 400, "bad_request", "invalid characters in the request target").await,
             Fast::Proxy => return self.to_proxy(stream, buf, shutdown).await,
             Fast::Static { asset, head, path } => {
-                if self.guard(&stream, path).await.is_some() {
+                if self.guard(peer_ip(&stream), path).await.is_some() {
                     // Blocked or over a limit: the proxy answers (a refused check consumed
                     // nothing, so the proxy's own check refuses it again and renders the answer).
                     return self.to_proxy(stream, buf, shutdown).await;
@@ -238,7 +245,7 @@ impl FastFront {
                 let Some(answer) = status_answer(st, req.headers, room, self.hsts_line()) else {
                     return self.to_proxy(stream, buf, shutdown).await;
                 };
-                if self.guard(&stream, path).await.is_some() {
+                if self.guard(peer_ip(&stream), path).await.is_some() {
                     return self.to_proxy(stream, buf, shutdown).await;
                 }
                 if write_answer(&mut stream, &[&answer], b"", timeout).await.is_err() {
@@ -365,8 +372,8 @@ impl ServerApp for FastFront {
             None => return Box::pin(self.proxy.process_new(stream, shutdown)).await,
         };
         if stream.selected_alpn_proto() == Some(pingora::protocols::ALPN::H2) {
-            // HTTP/2 is Pingora's: the proxy serves the whole connection.
-            return Box::pin(self.proxy.process_new(stream, shutdown)).await;
+            // HTTP/2: Pingora's connection, with the fast answers on it (crate::fast_h2).
+            return Box::pin(crate::fast_h2::serve(self, stream, shutdown)).await;
         }
         let idle = Duration::from_secs(st.keepalive);
         // Wait for a request at most the keep-alive timeout, and not past the start of a stop.
@@ -419,17 +426,22 @@ impl FastFront {
     }
 }
 
-/// What the fast path does with a parsed request head.
+/// What the fast path does with a parsed HTTP/1.1 request head.
 fn classify<'b>(st: &EdgeState, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
-    let head = match req.method {
-        Some("GET") => false,
-        Some("HEAD") => true,
+    match (req.version, req.method) {
+        (Some(1), Some(method)) => classify_head(st, method, req.path.unwrap_or(""), req.headers.iter().map(|h| (h.name.as_bytes(), h.value))),
+        _ => Fast::Proxy,
+    }
+}
+
+/// What the fast path does with a request: its method, target and headers (HTTP/1.1 or HTTP/2).
+pub(crate) fn classify_head<'b, 'h>(st: &EdgeState, method: &str, target: &'b str, headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) -> Fast<'b> {
+    let head = match method {
+        "GET" => false,
+        "HEAD" => true,
         _ => return Fast::Proxy,
     };
-    if req.version != Some(1) {
-        return Fast::Proxy;
-    }
-    let target = req.path.unwrap_or("");
+    // The path without its query.
     let path = target.split_once('?').map_or(target, |(p, _)| p);
     let fast = if let Some(asset) = st.statics.get(path) {
         Fast::Static { asset: Arc::clone(asset), head, path }
@@ -462,16 +474,15 @@ fn classify<'b>(st: &EdgeState, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
             return Fast::Proxy;
         }
     }
-    for h in req.headers.iter() {
-        let n = h.name.as_bytes();
+    for (n, value) in headers {
         if n.eq_ignore_ascii_case(b"content-length") {
-            if h.value != b"0" {
+            if value != b"0" {
                 return Fast::Proxy;
             }
         } else if n.eq_ignore_ascii_case(b"transfer-encoding")
             || n.eq_ignore_ascii_case(b"upgrade")
             || n.eq_ignore_ascii_case(b"expect")
-            || (n.eq_ignore_ascii_case(b"connection") && !h.value.eq_ignore_ascii_case(b"keep-alive"))
+            || (n.eq_ignore_ascii_case(b"connection") && !value.eq_ignore_ascii_case(b"keep-alive"))
         {
             return Fast::Proxy;
         }
@@ -493,9 +504,25 @@ fn forwardable(st: &EdgeState, path: &str) -> bool {
         && (!st.bot.any() || st.bot.mode(path) == crate::bot::BotCheckMode::Off)
 }
 
-/// The whole answer to a queued visitor's status poll, or `None` when the proxy must answer
-/// (see the module doc). Runs the same identity checks as the proxy, in the same order.
+/// The whole HTTP/1.1 answer to a queued visitor's status poll, or `None` when the proxy must
+/// answer (see the module doc).
 fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str, extra: &[u8]) -> Option<Vec<u8>> {
+    let body = status_body(st, headers, room_id)?;
+    let date = pingora::protocols::http::date::get_cached_date();
+    let mut out = Vec::with_capacity(160 + body.len());
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nContent-Length: ");
+    out.extend_from_slice(body.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\nDate: ");
+    out.extend_from_slice(date.as_bytes());
+    out.extend_from_slice(extra);
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(&body);
+    Some(out)
+}
+
+/// The JSON body of a queued visitor's status poll, or `None` when the proxy must answer. Runs
+/// the same identity checks as the proxy, in the same order.
+pub(crate) fn status_body<H: HeadView + ?Sized>(st: &EdgeState, headers: &H, room_id: &str) -> Option<Vec<u8>> {
     let room = st.rooms.get(room_id)?;
     let user = st.users.user(headers);
     let device = cookie(headers, DEVICE_COOKIE).and_then(|v| st.devices.verify(v))?;
@@ -507,17 +534,7 @@ fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str
     let ticket = QueueTicket::decode(ticket, &st.rooms.signer, &room.id, device, &owner)
         .filter(|t| room.ticket_valid(t.issued_at, crate::bot::unix_now()))?;
     let status = st.rooms.waiting_status(&room, &ticket)?;
-    let body = serde_json::to_vec(&status).ok()?;
-    let date = pingora::protocols::http::date::get_cached_date();
-    let mut out = Vec::with_capacity(160 + body.len());
-    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nContent-Length: ");
-    out.extend_from_slice(body.len().to_string().as_bytes());
-    out.extend_from_slice(b"\r\nDate: ");
-    out.extend_from_slice(date.as_bytes());
-    out.extend_from_slice(extra);
-    out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(&body);
-    Some(out)
+    serde_json::to_vec(&status).ok()
 }
 
 #[cfg(test)]
@@ -708,7 +725,7 @@ mod idle_state {
         let st = std::sync::Arc::new(crate::state::EdgeState::build(crate::config::WicketConfig::from_toml_str(text).unwrap()).unwrap());
         let conf = std::sync::Arc::new(pingora::server::configuration::ServerConf::default());
         let proxy = std::sync::Arc::new(pingora::proxy::http_proxy(&conf, crate::proxy::EdgeProxy { state: st.clone(), hsts: None }));
-        let front = std::sync::Arc::new(super::FastFront { state: st, proxy, tls: None, https_redirect: None, hsts: None });
+        let front = std::sync::Arc::new(super::FastFront { state: st, proxy, tls: None, https_redirect: None, hsts: None, hsts_value: None });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let stream: pingora::protocols::Stream = Box::new(pingora::protocols::l4::stream::Stream::from(client));

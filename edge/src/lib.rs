@@ -24,6 +24,8 @@
 //! - [`tls`]: `[edge.tls]`: the HTTPS listener's certificates (SNI, reload) and handshake.
 //! - [`fast`]: the fast path in front of the proxy (plain GET/HEAD of a file; a queued visitor's
 //!   status poll).
+//! - [`fast_h2`]: HTTP/2 connections on the HTTPS listener: Pingora's accept loop with the same
+//!   fast answers given on the connection, the rest handed to the proxy.
 //! - [`path`]: the one canonical request path and the one set of head rules (both paths use them).
 //! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
 //! - [`limit`]: nginx `limit_req` semantics on governor; `[[edge.limits]]`.
@@ -59,7 +61,8 @@
 //! `fast::FastFront` reads every request head first (within `header-timeout-ms` and 32 KiB),
 //! refuses malformed or ambiguous ones ([`path`]), answers plain `GET`/`HEAD` of unprotected static
 //! files and status polls of queued visitors (same identity checks, same JSON) straight from the
-//! connection; everything else goes to the proxy, where `request_filter` first rewrites the target
+//! connection (over HTTP/2, `fast_h2` gives the same answers per stream); everything else goes
+//! to the proxy, where `request_filter` first rewrites the target
 //! to its canonical path (what every decision and the upstream see), then
 //! `proxy::EdgeProxy::request_filter` resolves the client IP (`identity`), refuses blocked IPs
 //! (`blocklist`), and answers static files from memory (`statics`) after the limits (`limit`).
@@ -82,6 +85,7 @@ pub mod console;
 pub use wicket_controller as controller;
 pub mod demo;
 pub mod fast;
+pub mod fast_h2;
 pub mod forward;
 pub mod i18n;
 pub mod identity;

@@ -201,36 +201,14 @@ impl EdgeProxy {
         Ok(())
     }
 
-    /// Serves a file from memory: 200 or 304, HEAD without body, `Content-Length` always.
+    /// Serves a file from memory ([`static_response`]).
     async fn serve_static(&self, session: &mut Session, asset: &Asset) -> Result<Outcome> {
-        let req = session.req_header();
-        let ae = req.headers.get(header::ACCEPT_ENCODING).map_or(&b""[..], |v| v.as_bytes());
-        let (encoding, variant) = asset.choose(ae);
-        let not_modified =
-            req.headers.get(header::IF_NONE_MATCH).is_some_and(|inm| none_match(inm.as_bytes(), variant.etag.as_bytes()));
-        let head = req.method == http::Method::HEAD;
-        let mut h = ResponseHeader::build_no_case(if not_modified { 304 } else { 200 }, Some(8))?;
-        h.insert_header(header::ETAG, variant.etag.clone())?;
-        h.insert_header(header::CACHE_CONTROL, asset.cache_control.clone())?;
-        if asset.varies() {
-            h.insert_header(header::VARY, http::HeaderValue::from_static("accept-encoding"))?;
+        let (h, body, outcome) = static_response(asset, session.req_header())?;
+        session.write_response_header(Box::new(h), body.is_none()).await?;
+        if let Some(body) = body {
+            session.write_response_body(Some(body), true).await?;
         }
-        if not_modified {
-            session.write_response_header(Box::new(h), true).await?;
-            return Ok(Outcome::NotModified);
-        }
-        h.insert_header(header::CONTENT_TYPE, asset.content_type.clone())?;
-        h.insert_header(header::CONTENT_LENGTH, variant.length.clone())?;
-        match encoding {
-            Encoding::Identity => {}
-            Encoding::Gzip => h.insert_header(header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"))?,
-            Encoding::Brotli => h.insert_header(header::CONTENT_ENCODING, http::HeaderValue::from_static("br"))?,
-        }
-        session.write_response_header(Box::new(h), head).await?;
-        if !head {
-            session.write_response_body(Some(variant.body.clone()), true).await?;
-        }
-        Ok(Outcome::Ok)
+        Ok(outcome)
     }
 
     /// `/wicket/challenge` and `/wicket/verify`.
@@ -495,6 +473,33 @@ pub(crate) fn cookies_without_admission<'a>(values: impl Iterator<Item = &'a [u8
         .filter(|c| !c.is_empty() && !c.starts_with(&name))
         .collect();
     (!kept.is_empty()).then(|| kept.join("; "))
+}
+
+/// The answer to a `GET` or `HEAD` of a file from memory: 200 or 304, no body for HEAD and 304,
+/// `Content-Length` always. The proxy and the HTTP/2 fast path ([`crate::fast_h2`]) both answer
+/// with it; the HTTP/1.1 fast path writes the same from precomputed bytes.
+pub(crate) fn static_response(asset: &Asset, req: &RequestHeader) -> Result<(ResponseHeader, Option<Bytes>, Outcome)> {
+    let ae = req.headers.get(header::ACCEPT_ENCODING).map_or(&b""[..], |v| v.as_bytes());
+    let (encoding, variant) = asset.choose(ae);
+    let not_modified = req.headers.get(header::IF_NONE_MATCH).is_some_and(|inm| none_match(inm.as_bytes(), variant.etag.as_bytes()));
+    let mut h = ResponseHeader::build_no_case(if not_modified { 304 } else { 200 }, Some(8))?;
+    h.insert_header(header::ETAG, variant.etag.clone())?;
+    h.insert_header(header::CACHE_CONTROL, asset.cache_control.clone())?;
+    if asset.varies() {
+        h.insert_header(header::VARY, http::HeaderValue::from_static("accept-encoding"))?;
+    }
+    if not_modified {
+        return Ok((h, None, Outcome::NotModified));
+    }
+    h.insert_header(header::CONTENT_TYPE, asset.content_type.clone())?;
+    h.insert_header(header::CONTENT_LENGTH, variant.length.clone())?;
+    match encoding {
+        Encoding::Identity => {}
+        Encoding::Gzip => h.insert_header(header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"))?,
+        Encoding::Brotli => h.insert_header(header::CONTENT_ENCODING, http::HeaderValue::from_static("br"))?,
+    }
+    let body = (req.method != http::Method::HEAD).then(|| variant.body.clone());
+    Ok((h, body, Outcome::Ok))
 }
 
 /// The bearer token of `Authorization`, if any.

@@ -1,9 +1,15 @@
 //! A connection with bytes put back in front of it: how the fast front hands a request it read
-//! from a TLS stream to the proxy (plain TCP streams have Pingora's own `rewind`).
+//! from a TLS stream to the proxy (plain TCP streams have Pingora's own `rewind`); and a
+//! connection whose writes are gathered until a flush ([`gathered`]), for HTTP/2 over TLS.
 //!
 //! [`Replayed`] reads its put-back bytes first, then the stream; everything else (writes, TLS
 //! and socket details, ALPN) is the stream's. A connection is wrapped once: a wrapped stream that
 //! comes back is given its next put-back bytes in place.
+//!
+//! The HTTP/2 codec writes a frame buffer and then each large `DATA` payload as separate writes
+//! before one flush; over TLS each write is a record of its own and, past the socket's small
+//! write buffer, a `sendto` of its own (two per page answered). Gathered, the writes between two
+//! flushes leave as one record in one `sendto`.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,12 +23,68 @@ use pingora::protocols::tls::SslDigest;
 use pingora::protocols::{ALPN, Peek, Shutdown, Ssl, Stream, UniqueID, UniqueIDType};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// A stream with bytes to read before its own.
+/// A stream with bytes to read before its own, and perhaps its writes gathered until a flush.
 #[derive(Debug)]
 pub struct Replayed {
     inner: Stream,
     front: Vec<u8>,
     pos: usize,
+    /// Gathering writes: what waits for the next flush (at most [`GATHER_MAX`]).
+    gather: Option<Vec<u8>>,
+}
+
+/// Most bytes gathered before they are written without waiting for a flush: one TLS record.
+pub const GATHER_MAX: usize = 16 * 1024;
+
+/// `stream` with its writes gathered until a flush (or [`GATHER_MAX`] bytes).
+pub fn gathered(stream: Stream) -> Stream {
+    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Vec::new()) })
+}
+
+impl Replayed {
+    /// Writes out what is gathered; `Ready(Ok)` once nothing is left.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let Some(out) = self.gather.as_mut() else { return Poll::Ready(Ok(())) };
+        while !out.is_empty() {
+            match Pin::new(&mut self.inner).poll_write(cx, out) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    out.drain(..n);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        // An idle connection keeps no large buffer.
+        if out.capacity() > GATHER_MAX {
+            *out = Vec::new();
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Gathers `bufs` (as much as fits in [`GATHER_MAX`]), writing out what was gathered first
+    /// when it is full.
+    fn poll_gather(&mut self, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Poll::Ready(Ok(0));
+        }
+        if self.gather.as_ref().is_some_and(|out| out.len() >= GATHER_MAX) {
+            std::task::ready!(self.poll_drain(cx))?;
+        }
+        let Some(out) = self.gather.as_mut() else { return Poll::Ready(Ok(0)) };
+        let mut room = GATHER_MAX - out.len();
+        let mut taken = 0;
+        for b in bufs {
+            let n = b.len().min(room);
+            out.extend_from_slice(&b[..n]);
+            taken += n;
+            room -= n;
+            if room == 0 {
+                break;
+            }
+        }
+        Poll::Ready(Ok(taken))
+    }
 }
 
 /// `stream` with `bytes` put back in front (re-using the wrapper when it is one already).
@@ -43,7 +105,7 @@ pub fn put_back(stream: Stream, bytes: &[u8]) -> Stream {
         r.pos = 0;
         return r;
     }
-    Box::new(Replayed { inner: stream, front: bytes.to_vec(), pos: 0 })
+    Box::new(Replayed { inner: stream, front: bytes.to_vec(), pos: 0, gather: None })
 }
 
 impl AsyncRead for Replayed {
@@ -65,23 +127,31 @@ impl AsyncRead for Replayed {
 
 impl AsyncWrite for Replayed {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        if self.gather.is_some() {
+            return self.poll_gather(cx, &[std::io::IoSlice::new(buf)]);
+        }
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        std::task::ready!(self.poll_drain(cx))?;
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        std::task::ready!(self.poll_drain(cx))?;
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        if self.gather.is_some() {
+            return self.poll_gather(cx, bufs);
+        }
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.gather.is_some() || self.inner.is_write_vectored()
     }
 }
 

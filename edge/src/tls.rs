@@ -238,6 +238,9 @@ impl Tls {
         });
         b.set_alpn_select_callback(if config.http2 { select_h2_h1 } else { select_h1 });
         b.set_session_id_context(b"wicket").map_err(tls_err)?;
+        // Read what the socket has, not one record header then one record body: a client's
+        // HTTP/2 frames arrive as many small records, two `recvfrom` each without it.
+        b.set_read_ahead(true);
         // A client that sends no SNI still gets the default certificate.
         let (cert, key) = &files[0];
         b.set_certificate_chain_file(cert).map_err(|e| vec![format!("certs[0].cert-file: {e}")])?;
