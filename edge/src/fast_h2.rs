@@ -37,6 +37,7 @@ use tokio::sync::Notify;
 
 use crate::fast::{Fast, FastFront, classify_head, status_body};
 use crate::metrics::{Outcome, Route};
+use crate::replay::Polls;
 use crate::statics::Asset;
 
 /// Malformed streams (refused by Pingora's acceptance checks) after which the connection closes.
@@ -91,6 +92,14 @@ impl Active {
 
 /// Serves one HTTP/2 connection (after ALPN chose `h2`) until the client or the edge ends it.
 pub async fn serve(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+    // The connection's writes are gathered, and flushed once per poll of this task.
+    let polls = Arc::new(Polls::default());
+    let stream = crate::replay::gathered(stream, Arc::clone(&polls));
+    polls.count(Box::pin(drive(front, stream, shutdown, &polls))).await
+}
+
+/// The accept loop of [`serve`].
+async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch, polls: &Polls) -> Option<Stream> {
     let digest = Arc::new(Digest {
         ssl_digest: stream.get_ssl_digest(),
         timing_digest: stream.get_timing_digest(),
@@ -98,13 +107,14 @@ pub async fn serve(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWa
         socket_digest: stream.get_socket_digest(),
     });
     let peer = digest.socket_digest.as_ref().and_then(|d| d.peer_addr()).and_then(|a| a.as_inet()).map(|a| a.ip());
-    let mut conn = match handshake(crate::replay::gathered(stream), front.proxy.h2_options()).await {
+    let mut conn = match handshake(stream, front.proxy.h2_options()).await {
         Ok(c) => c,
         Err(e) => {
             tracing::debug!("HTTP/2 handshake failed: {e}");
             return None;
         }
     };
+    polls.start();
     let active = Arc::new(Active::default());
     let idle = Duration::from_secs(front.state.keepalive);
     let mut stop = shutdown.clone();

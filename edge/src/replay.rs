@@ -12,7 +12,9 @@
 //! flushes leave as one record in one `sendto`.
 
 use std::pin::Pin;
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,37 +31,112 @@ pub struct Replayed {
     inner: Stream,
     front: Vec<u8>,
     pos: usize,
-    /// Gathering writes: what waits for the next flush (at most [`GATHER_MAX`]).
-    gather: Option<Vec<u8>>,
+    /// Gathering writes (HTTP/2 over TLS).
+    gather: Option<Gather>,
 }
 
 /// Most bytes gathered before they are written without waiting for a flush: one TLS record.
 pub const GATHER_MAX: usize = 16 * 1024;
 
-/// `stream` with its writes gathered until a flush (or [`GATHER_MAX`] bytes).
-pub fn gathered(stream: Stream) -> Stream {
-    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Vec::new()) })
+/// The polls of the task that drives a gathered stream, counted by [`Polls::count`]; zero while
+/// flushes are not to be put off.
+#[derive(Debug, Default)]
+pub struct Polls(AtomicU64);
+
+impl Polls {
+    /// Puts off flushes from now on: each goes out at the driving task's next poll.
+    pub fn start(&self) {
+        self.0.store(1, Ordering::Relaxed);
+    }
+
+    /// Wraps the future that drives the stream, so that each of its polls is counted.
+    pub fn count<F: Future + Unpin>(self: &Arc<Self>, future: F) -> Counted<F> {
+        Counted { polls: Arc::clone(self), future }
+    }
+
+    fn now(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A future whose polls are counted (see [`Polls`]).
+pub struct Counted<F> {
+    polls: Arc<Polls>,
+    future: F,
+}
+
+impl<F: Future + Unpin> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let now = self.polls.now();
+        if now != 0 {
+            self.polls.0.store(now + 1, Ordering::Relaxed);
+        }
+        Pin::new(&mut self.future).poll(cx)
+    }
+}
+
+#[derive(Debug)]
+struct Gather {
+    /// What waits for the next flush (at most [`GATHER_MAX`]).
+    out: Vec<u8>,
+    polls: Arc<Polls>,
+    /// The poll in which a flush was put off (the task was woken to be polled again).
+    put_off: Option<u64>,
+}
+
+/// `stream` with its writes gathered until a flush (or [`GATHER_MAX`] bytes). Once `polls` is
+/// started, a flush is put off until the next poll of the task (woken at once), so the answers
+/// of every stream handled in one poll leave together; `polls` must count every poll of the
+/// task that drives the stream ([`Polls::count`]).
+pub fn gathered(stream: Stream, polls: Arc<Polls>) -> Stream {
+    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Gather { out: Vec::new(), polls, put_off: None }) })
 }
 
 impl Replayed {
     /// Writes out what is gathered; `Ready(Ok)` once nothing is left.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let Some(out) = self.gather.as_mut() else { return Poll::Ready(Ok(())) };
-        while !out.is_empty() {
-            match Pin::new(&mut self.inner).poll_write(cx, out) {
+        let Some(g) = self.gather.as_mut() else { return Poll::Ready(Ok(())) };
+        while !g.out.is_empty() {
+            match Pin::new(&mut self.inner).poll_write(cx, &g.out) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => {
-                    out.drain(..n);
+                    g.out.drain(..n);
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             }
         }
+        g.put_off = None;
         // An idle connection keeps no large buffer.
-        if out.capacity() > GATHER_MAX {
-            *out = Vec::new();
+        if g.out.capacity() > GATHER_MAX {
+            g.out = Vec::new();
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Whether this flush may wait for the next poll: the first flush of a poll with something
+    /// gathered wakes the task and waits; later ones in the same poll wait with it.
+    fn put_off_flush(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(g) = self.gather.as_mut() else { return false };
+        let now = g.polls.now();
+        if now == 0 || g.out.is_empty() || g.out.len() >= GATHER_MAX {
+            return false;
+        }
+        match g.put_off {
+            None => {
+                g.put_off = Some(now);
+                cx.waker().wake_by_ref();
+                true
+            }
+            Some(at) => at == now,
+        }
+    }
+
+    /// Whether a flush put off in an earlier poll is still to be done.
+    fn flush_due(&self) -> bool {
+        self.gather.as_ref().is_some_and(|g| g.put_off.is_some_and(|at| at != g.polls.now()))
     }
 
     /// Gathers `bufs` (as much as fits in [`GATHER_MAX`]), writing out what was gathered first
@@ -68,15 +145,15 @@ impl Replayed {
         if bufs.iter().all(|b| b.is_empty()) {
             return Poll::Ready(Ok(0));
         }
-        if self.gather.as_ref().is_some_and(|out| out.len() >= GATHER_MAX) {
+        if self.gather.as_ref().is_some_and(|g| g.out.len() >= GATHER_MAX) || self.flush_due() {
             std::task::ready!(self.poll_drain(cx))?;
         }
-        let Some(out) = self.gather.as_mut() else { return Poll::Ready(Ok(0)) };
-        let mut room = GATHER_MAX - out.len();
+        let Some(g) = self.gather.as_mut() else { return Poll::Ready(Ok(0)) };
+        let mut room = GATHER_MAX - g.out.len();
         let mut taken = 0;
         for b in bufs {
             let n = b.len().min(room);
-            out.extend_from_slice(&b[..n]);
+            g.out.extend_from_slice(&b[..n]);
             taken += n;
             room -= n;
             if room == 0 {
@@ -121,6 +198,11 @@ impl AsyncRead for Replayed {
             }
             return Poll::Ready(Ok(()));
         }
+        if this.flush_due() {
+            // A flush put off in an earlier poll goes out before the task waits for input (a
+            // write that cannot finish now is woken, and finished, by the socket).
+            let _ = this.poll_drain(cx);
+        }
         Pin::new(&mut this.inner).poll_read(cx, buf)
     }
 }
@@ -134,6 +216,9 @@ impl AsyncWrite for Replayed {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.put_off_flush(cx) {
+            return Poll::Ready(Ok(()));
+        }
         std::task::ready!(self.poll_drain(cx))?;
         Pin::new(&mut self.inner).poll_flush(cx)
     }
@@ -244,5 +329,69 @@ mod tests {
         let mut echo = [0u8; 3];
         b.read_exact(&mut echo).await.unwrap();
         assert_eq!(&echo, b"out");
+    }
+
+    /// Counts the wakes of a task.
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// What the other end has received so far (waits briefly).
+    async fn received(b: &mut tokio::io::DuplexStream) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(Ok(n)) = tokio::time::timeout(std::time::Duration::from_millis(50), b.read(&mut buf)).await {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn gathered_writes_leave_together_at_the_next_poll_of_the_task() {
+        let (a, mut b) = tokio::io::duplex(1 << 20);
+        let polls = Arc::new(Polls::default());
+        let mut s = gathered(Box::new(a), Arc::clone(&polls));
+        assert!(s.is_write_vectored());
+        // Before `start` (the HTTP/2 handshake), a flush writes at once.
+        s.write_all(b"hello").await.unwrap();
+        s.flush().await.unwrap();
+        assert_eq!(received(&mut b).await, b"hello");
+        polls.start();
+        let wakes = Arc::new(Wakes(Default::default()));
+        let waker = std::task::Waker::from(Arc::clone(&wakes));
+        let mut cx = Context::from_waker(&waker);
+        // One poll: two answers, each flushed; nothing leaves yet, and the task is woken once.
+        for part in [&b"one"[..], b"two"] {
+            assert!(matches!(Pin::new(&mut s).poll_write(&mut cx, part), Poll::Ready(Ok(3))));
+            assert!(matches!(Pin::new(&mut s).poll_flush(&mut cx), Poll::Ready(Ok(()))));
+        }
+        assert_eq!(received(&mut b).await, b"");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1);
+        // The next poll's flush sends both in one write.
+        polls.count(std::future::ready(())).await;
+        assert!(matches!(Pin::new(&mut s).poll_flush(&mut cx), Poll::Ready(Ok(()))));
+        assert_eq!(received(&mut b).await, b"onetwo");
+        // A flush put off, then the next poll reads first: the flush goes out before the read.
+        assert!(matches!(Pin::new(&mut s).poll_write(&mut cx, b"three"), Poll::Ready(Ok(5))));
+        assert!(matches!(Pin::new(&mut s).poll_flush(&mut cx), Poll::Ready(Ok(()))));
+        polls.count(std::future::ready(())).await;
+        let mut buf = [0u8; 8];
+        let mut rb = ReadBuf::new(&mut buf);
+        assert!(Pin::new(&mut s).poll_read(&mut cx, &mut rb).is_pending());
+        assert_eq!(received(&mut b).await, b"three");
+        // More than one record's worth in one poll leaves in records as it fills, the rest at
+        // the next poll; shutdown writes what is left.
+        let big = vec![7u8; GATHER_MAX * 2 + 100];
+        s.write_all(&big).await.unwrap();
+        assert_eq!(received(&mut b).await.len(), GATHER_MAX * 2);
+        s.shutdown().await.unwrap();
+        assert_eq!(received(&mut b).await.len(), 100);
     }
 }

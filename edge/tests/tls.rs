@@ -4,21 +4,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use wicket_testkit::pki::{Pki, curl, resolve};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn tls_config(port: u16, certs: &[(PathBuf, PathBuf)], extra: &str) -> String {
-    let mut out = format!("[edge.tls]\nlisten = \"127.0.0.1:{port}\"\n{extra}\n");
-    for (cert, key) in certs {
-        out.push_str(&format!("[[edge.tls.certs]]\ncert-file = \"{}\"\nkey-file = \"{}\"\n", cert.display(), key.display()));
-    }
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_speaks_h2_and_h1_picks_the_certificate_by_sni_and_marks_everything_secure() {

@@ -24,6 +24,15 @@ pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// An `[edge.tls]` table listening on `port` with these (certificate, key) files and `extra` keys.
+pub fn tls_config(port: u16, certs: &[(PathBuf, PathBuf)], extra: &str) -> String {
+    let mut out = format!("[edge.tls]\nlisten = \"127.0.0.1:{port}\"\n{extra}\n");
+    for (cert, key) in certs {
+        out.push_str(&format!("[[edge.tls.certs]]\ncert-file = \"{}\"\nkey-file = \"{}\"\n", cert.display(), key.display()));
+    }
+    out
+}
+
 /// A loopback address whose port refuses connections.
 pub fn dead_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))

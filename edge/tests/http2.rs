@@ -1,0 +1,274 @@
+//! HTTP/2 on the HTTPS listener (`edge::fast_h2`), with a real HTTP/2 client (the `h2` crate
+//! over OpenSSL, ALPN `h2`, the test CA): the fast answers equal the proxy's, many streams of one
+//! connection each get their whole answer, limits still hold, malformed streams and idle
+//! connections are closed, and a live stream keeps its connection open.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use h2::client::SendRequest;
+use wicket_testkit::pki::Pki;
+
+/// An HTTP/2 connection to the edge's TLS port as `a.test`: the request handle and the
+/// connection's task (it ends when the edge closes the connection).
+async fn connect(ca: &Path, port: u16) -> (SendRequest<Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
+    let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+    b.set_ca_file(ca).unwrap();
+    b.set_alpn_protos(b"\x02h2").unwrap();
+    let ssl = b.build().configure().unwrap().into_ssl("a.test").unwrap();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
+    std::pin::Pin::new(&mut tls).connect().await.unwrap();
+    assert_eq!(tls.ssl().selected_alpn_protocol(), Some(&b"h2"[..]));
+    let (send, conn) = h2::client::handshake(tls).await.unwrap();
+    (send, tokio::spawn(conn))
+}
+
+/// One request (`method`, path, headers, no body): the answer's head and whole body.
+async fn ask(send: &SendRequest<Bytes>, method: &str, path: &str, headers: &[(&str, &str)]) -> Result<(http::response::Parts, Vec<u8>), h2::Error> {
+    let mut req = http::Request::builder().method(method).uri(format!("https://a.test{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut send = send.clone().ready().await?;
+    let (answer, _) = send.send_request(req.body(()).unwrap(), true)?;
+    let (parts, mut body) = answer.await?.into_parts();
+    let mut out = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        out.extend_from_slice(&chunk);
+    }
+    Ok((parts, out))
+}
+
+async fn get(send: &SendRequest<Bytes>, path: &str, headers: &[(&str, &str)]) -> (http::response::Parts, Vec<u8>) {
+    ask(send, "GET", path, headers).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+/// The value of one sample of the edge's `/metrics`, 0 when absent.
+async fn metric(edge: &TestEdge, sample: &str) -> f64 {
+    let text = edge.admin("GET", "/metrics", "").await.text();
+    text.lines().find_map(|l| l.strip_prefix(sample).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+fn room_edge(pki: &Pki, port: u16, origin: &TestUpstream, extra: &str) -> TestEdge {
+    let a = pki.leaf("a", &["a.test"], 30);
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    TestEdge::start_with_files(
+        &format!(
+            "origin = \"{}\"\nuser-header = \"x-user-id\"\n{extra}\n{}\n{}\
+             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+             release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+            origin.url(),
+            tls_config(port, &[a], "hsts-seconds = 600"),
+            hs_tokens(),
+        ),
+        &[("big.bin", &big)],
+    )
+}
+
+const SAME: [&str; 8] = ["etag", "content-type", "content-length", "cache-control", "vary", "content-encoding", "strict-transport-security", "set-cookie"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_answers_over_h2_equal_the_proxys_and_are_counted_once() {
+    let pki = Pki::new();
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let edge = room_edge(&pki, port, &origin, "");
+    let (send, _conn) = connect(&pki.path("ca.pem"), port).await;
+    let counted = "wicket_edge_requests_total{outcome=\"ok\",route=\"static\"}";
+    let not_modified = "wicket_edge_requests_total{outcome=\"not_modified\",route=\"static\"}";
+    let (ok0, nm0) = (metric(&edge, counted).await, metric(&edge, not_modified).await);
+    for (method, accept) in [("GET", ""), ("GET", "gzip"), ("GET", "br"), ("GET", "gzip, br"), ("HEAD", "gzip")] {
+        let (first, _) = get(&send, "/", &[("accept-encoding", accept)]).await;
+        let etag = first.headers["etag"].to_str().unwrap().to_owned();
+        for inm in [None, Some(etag.as_str()), Some("\"other\"")] {
+            let mut h = vec![("accept-encoding", accept)];
+            if let Some(v) = inm {
+                h.push(("if-none-match", v));
+            }
+            let (fast, fast_body) = ask(&send, method, "/", &h).await.unwrap();
+            // `Expect` sends the same request through the full proxy.
+            h.push(("expect", "nothing"));
+            let (slow, slow_body) = ask(&send, method, "/", &h).await.unwrap();
+            let what = format!("{method} {accept:?} {inm:?}");
+            assert_eq!(fast.status, slow.status, "{what}");
+            assert_eq!(fast.status, if inm == Some(etag.as_str()) { 304 } else { 200 }, "{what}");
+            for name in SAME {
+                assert_eq!(fast.headers.get_all(name).iter().collect::<Vec<_>>(), slow.headers.get_all(name).iter().collect::<Vec<_>>(), "{name}: {what}");
+            }
+            assert!(fast.headers.contains_key("date"), "{what}");
+            assert_eq!(fast.headers["strict-transport-security"], "max-age=600", "{what}");
+            assert_eq!(fast_body, slow_body, "{what}");
+            assert_eq!(fast_body.is_empty(), method == "HEAD" || fast.status == 304, "{what}");
+        }
+    }
+    // Every answer counted once: 5 first GETs, then 5 × 3 pairs, a third of them 304.
+    assert_eq!(metric(&edge, counted).await - ok0, (5 + 5 * 2 * 2) as f64);
+    assert_eq!(metric(&edge, not_modified).await - nm0, (5 * 2) as f64);
+
+    // A queued visitor's status poll: the same JSON both ways.
+    let (joined, _) = get(&send, "/queue/r1", &[("x-user-id", "hana"), ("accept", "application/json")]).await;
+    let cookies: Vec<String> = joined.headers.get_all("set-cookie").iter().map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned()).collect();
+    assert!(cookies.iter().any(|c| c.starts_with("wicket_q_r1=")), "{cookies:?}");
+    let cookie = cookies.join("; ");
+    let h = [("x-user-id", "hana"), ("cookie", cookie.as_str())];
+    let (fast, fast_body) = get(&send, "/queue/r1/status", &h).await;
+    let (slow, slow_body) = get(&send, "/queue/r1/status", &[h[0], h[1], ("expect", "nothing")]).await;
+    assert_eq!((fast.status, slow.status), (http::StatusCode::OK, http::StatusCode::OK));
+    for name in ["content-type", "cache-control", "strict-transport-security", "set-cookie"] {
+        assert_eq!(fast.headers.get(name), slow.headers.get(name), "{name}");
+    }
+    let (fast, slow): (serde_json::Value, serde_json::Value) = (serde_json::from_slice(&fast_body).unwrap(), serde_json::from_slice(&slow_body).unwrap());
+    assert_eq!((&fast["state"], &fast["position"], &fast["ahead"]), (&slow["state"], &slow["position"], &slow["ahead"]), "{fast} {slow}");
+    assert_eq!(fast["state"], "waiting", "{fast}");
+    // Another user with hana's cookies is not answered from them.
+    let (other, body) = get(&send, "/queue/r1/status", &[("x-user-id", "mallory"), ("cookie", cookie.as_str())]).await;
+    assert_ne!(String::from_utf8_lossy(&body), String::from_utf8_lossy(&slow_body), "{other:?}");
+    // A protected path is never a fast answer, over HTTP/2 either.
+    let (p, _) = get(&send, "/buy/ev-1", &[("x-user-id", "hana"), ("cookie", cookie.as_str()), ("accept", "application/json")]).await;
+    assert_eq!(p.status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_streams_on_one_connection_each_get_their_whole_answer() {
+    let pki = Pki::new();
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let _edge = room_edge(&pki, port, &origin, "");
+    let (send, conn) = connect(&pki.path("ca.pem"), port).await;
+    let (_, page) = get(&send, "/", &[]).await;
+    let (_, big) = get(&send, "/big.bin", &[]).await;
+    assert_eq!(big.len(), 200_000);
+    for round in 0..3 {
+        // Files (a page, a 200 KB file past the stream window, gzip), and pages of the origin
+        // (the proxy), all in flight at once: the gathered writes interleave them.
+        let mut tasks = Vec::new();
+        for i in 0..300 {
+            let send = send.clone();
+            tasks.push(tokio::spawn(async move {
+                let (path, accept) = match i % 4 {
+                    0 => ("/".to_owned(), ""),
+                    1 => ("/big.bin".to_owned(), ""),
+                    2 => (format!("/events/{i}"), ""),
+                    _ => ("/app.js".to_owned(), "gzip"),
+                };
+                let (head, body) = ask(&send, "GET", &path, &[("accept-encoding", accept)]).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+                (i, path, head, body)
+            }));
+        }
+        for t in tasks {
+            let (i, path, head, body) = t.await.unwrap();
+            assert_eq!(head.status, 200, "round {round}, {path}");
+            match i % 4 {
+                0 => assert_eq!(body, page, "round {round}, stream {i}"),
+                1 => assert_eq!(body, big, "round {round}, stream {i}"),
+                2 => assert!(String::from_utf8_lossy(&body).contains(&format!("\"path\":\"{path}\"")), "{}", String::from_utf8_lossy(&body)),
+                _ => {
+                    assert_eq!(head.headers["content-encoding"], "gzip");
+                    assert_eq!(head.headers["content-length"].to_str().unwrap(), body.len().to_string());
+                }
+            }
+        }
+    }
+    assert!(!conn.is_finished(), "the connection is still open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_hold_over_h2_and_the_refusal_is_the_proxys() {
+    let pki = Pki::new();
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let edge = room_edge(&pki, port, &origin, "[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true\n");
+    let (send, _conn) = connect(&pki.path("ca.pem"), port).await;
+    let mut codes = Vec::new();
+    for _ in 0..6 {
+        codes.push(get(&send, "/", &[]).await.0.status.as_u16());
+    }
+    assert_eq!(codes, [200, 200, 200, 429, 429, 429]);
+    let (refused, body) = get(&send, "/app.js", &[("accept", "application/json")]).await;
+    assert_eq!(refused.status, 429);
+    assert!(refused.headers.contains_key("retry-after"), "{refused:?}");
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["error"], "rate_limited");
+    // A blocked address: refused on the fast path's files and status polls too; unblocked, served.
+    let port = free_port();
+    let fresh = room_edge(&pki, port, &origin, "");
+    let (send, _conn) = connect(&pki.path("ca.pem"), port).await;
+    assert_eq!(get(&send, "/", &[]).await.0.status, 200);
+    let r = fresh.admin("POST", "/admin/blocklist", "{\"ips\": [\"127.0.0.0/8\"]}").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(get(&send, "/", &[]).await.0.status, 403);
+    assert_eq!(get(&send, "/app.js", &[]).await.0.status, 403);
+    fresh.admin("DELETE", "/admin/blocklist", "{\"ips\": [\"127.0.0.0/8\"]}").await;
+    assert_eq!(get(&send, "/", &[]).await.0.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_streams_close_the_connection_and_others_are_served() {
+    let pki = Pki::new();
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let _edge = room_edge(&pki, port, &origin, "");
+    let ca = pki.path("ca.pem");
+    let (send, conn) = connect(&ca, port).await;
+    // Conflicting Content-Length values: the stream is reset, the connection lives on.
+    let e = ask(&send, "GET", "/", &[("content-length", "1"), ("content-length", "2")]).await.unwrap_err();
+    assert_eq!(e.reason(), Some(h2::Reason::PROTOCOL_ERROR), "{e:?}");
+    assert_eq!(get(&send, "/", &[]).await.0.status, 200);
+    // Two Host fields: each such stream is answered 400 by Pingora's checks, and the connection
+    // is closed after 32 of them.
+    let mut refused = 0;
+    while let Ok((head, _)) = ask(&send, "GET", "/", &[("host", "a.test"), ("host", "b.test")]).await {
+        assert_eq!(head.status, 400);
+        refused += 1;
+        assert!(refused <= 32, "{refused} malformed streams and the connection is still open");
+    }
+    assert!(refused >= 31, "closed after {refused}");
+    tokio::time::timeout(Duration::from_secs(5), conn).await.expect("the connection was not closed").unwrap().ok();
+    // A well-formed client meanwhile.
+    let (send, _conn) = connect(&ca, port).await;
+    assert_eq!(get(&send, "/", &[]).await.0.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_h2_connection_is_closed_after_keepalive_seconds_but_a_live_stream_keeps_it() {
+    let pki = Pki::new();
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let _edge = room_edge(&pki, port, &origin, "keepalive-seconds = 1");
+    let ca = pki.path("ca.pem");
+    // Idle after one answer: closed about a second later.
+    let (send, conn) = connect(&ca, port).await;
+    assert_eq!(get(&send, "/", &[]).await.0.status, 200);
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), conn).await.expect("an idle connection was kept").unwrap().ok();
+    assert!(started.elapsed() >= Duration::from_millis(800), "{:?}", started.elapsed());
+    // A queued fan following the room's events for 3 s: not idle, not closed.
+    let (send, conn) = connect(&ca, port).await;
+    let (joined, _) = get(&send, "/queue/r1", &[("x-user-id", "kai"), ("accept", "application/json")]).await;
+    let cookie: Vec<String> = joined.headers.get_all("set-cookie").iter().map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned()).collect();
+    let cookie = cookie.join("; ");
+    let req = http::Request::get("https://a.test/queue/r1/events").header("x-user-id", "kai").header("cookie", &cookie).body(()).unwrap();
+    let (answer, _) = send.clone().ready().await.unwrap().send_request(req, true).unwrap();
+    let mut events = answer.await.unwrap().into_body();
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut got = 0;
+    while Instant::now() < until {
+        match tokio::time::timeout_at(until.into(), events.data()).await {
+            Ok(Some(Ok(chunk))) => {
+                got += chunk.len();
+                let _ = events.flow_control().release_capacity(chunk.len());
+            }
+            Ok(other) => panic!("the event stream ended: {other:?}"),
+            Err(_) => break,
+        }
+    }
+    assert!(got > 0, "no event arrived");
+    assert!(!conn.is_finished(), "a connection with a live stream was closed as idle");
+    drop(events);
+}
