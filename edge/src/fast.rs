@@ -34,7 +34,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::Stream;
 use pingora::proxy::HttpProxy;
@@ -52,7 +51,7 @@ use crate::statics::{Asset, none_match};
 
 /// The first read of a request head; longer heads are read on into a buffer of their own (up to
 /// [`MAX_REQUEST_HEAD`]), so an idle connection holds no more than this.
-const FIRST_READ: usize = 4 * 1024;
+pub(crate) const FIRST_READ: usize = 4 * 1024;
 /// Most request headers accepted (431 above).
 const MAX_HEADERS: usize = 100;
 /// Answers up to this size go out in one write; larger bodies in chunks of it.
@@ -348,55 +347,9 @@ async fn write_answer(stream: &mut Stream, parts: &[&[u8]], body: &[u8], timeout
     Ok(())
 }
 
-#[async_trait]
-impl ServerApp for FastFront {
-    /// Every request head on a plain TCP connection passes here: read whole (within
-    /// `header-timeout-ms` and [`MAX_REQUEST_HEAD`]), checked ([`crate::path`]), then answered
-    /// here or handed to the proxy with its bytes put back.
-    ///
-    /// An idle keep-alive connection holds only this function's small state (the first-read
-    /// buffer and the wait); the work on a request is a boxed future of its own, allocated while
-    /// the request is handled.
-    async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
-        let st = &self.state;
-        let fresh = stream.as_any().is::<pingora::protocols::l4::stream::Stream>();
-        let mut stream = match &self.tls {
-            // A new HTTPS connection: the handshake first.
-            Some(tls) if fresh => match tls.handshake(stream).await {
-                Some(secured) => secured,
-                None => return None,
-            },
-            // HTTPS, a request after the first: the same front.
-            Some(_) => stream,
-            None if fresh => stream,
-            None => return Box::pin(self.proxy.process_new(stream, shutdown)).await,
-        };
-        if stream.selected_alpn_proto() == Some(pingora::protocols::ALPN::H2) {
-            // HTTP/2: Pingora's connection, with the fast answers on it (crate::fast_h2).
-            return Box::pin(crate::fast_h2::serve(self, stream, shutdown)).await;
-        }
-        let idle = Duration::from_secs(st.keepalive);
-        // Wait for a request at most the keep-alive timeout, and not past the start of a stop.
-        let mut stop = shutdown.clone();
-        if *stop.borrow() {
-            return Box::pin(self.proxy.process_new(stream, shutdown)).await;
-        }
-        let mut first = [0u8; FIRST_READ];
-        let read = tokio::select! {
-            r = tokio::time::timeout(idle, stream.read(&mut first)) => r,
-            _ = stop.changed() => return None,
-        };
-        let filled = match read {
-            Ok(Ok(n)) if n > 0 => n,
-            _ => return None,
-        };
-        Box::pin(self.serve(stream, &first[..filled], shutdown)).await
-    }
-}
-
 impl FastFront {
     /// Reads the rest of a head whose first bytes are `got`, and handles the request.
-    async fn serve(self: &Arc<Self>, mut stream: Stream, got: &[u8], shutdown: &ShutdownWatch) -> Option<Stream> {
+    pub(crate) async fn serve(self: &Arc<Self>, mut stream: Stream, got: &[u8], shutdown: &ShutdownWatch) -> Option<Stream> {
         let deadline = tokio::time::Instant::now() + self.state.timeouts.header;
         {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];

@@ -24,6 +24,7 @@
 //! - [`tls`]: `[edge.tls]`: the HTTPS listener's certificates (SNI, reload) and handshake.
 //! - [`fast`]: the fast path in front of the proxy (plain GET/HEAD of a file; a queued visitor's
 //!   status poll).
+//! - [`front`]: the public listeners' app: the TLS handshake, then [`fast_h2`] or [`fast`].
 //! - [`fast_h2`]: HTTP/2 connections on the HTTPS listener: Pingora's accept loop with the same
 //!   fast answers given on the connection, the rest handed to the proxy.
 //! - [`path`]: the one canonical request path and the one set of head rules (both paths use them).
@@ -87,6 +88,7 @@ pub mod demo;
 pub mod fast;
 pub mod fast_h2;
 pub mod forward;
+pub mod front;
 pub mod i18n;
 pub mod identity;
 pub mod limit;

@@ -184,7 +184,7 @@ async fn limits_hold_over_h2_and_the_refusal_is_the_proxys() {
     let pki = Pki::new();
     let origin = TestUpstream::start("origin").await;
     let port = free_port();
-    let edge = room_edge(&pki, port, &origin, "[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true\n");
+    let _edge = room_edge(&pki, port, &origin, "[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true\n");
     let (send, _conn) = connect(&pki.path("ca.pem"), port).await;
     let mut codes = Vec::new();
     for _ in 0..6 {
