@@ -46,9 +46,11 @@ impl ServerApp for FastFront {
         if *stop.borrow() {
             return Box::pin(self.proxy.process_new(stream, shutdown)).await;
         }
-        let mut first = [0u8; FIRST_READ];
+        // On the heap, not in this future: Pingora boxes the future of every request, and a
+        // buffer inside it would be copied into that box each time.
+        let mut first = Vec::with_capacity(FIRST_READ);
         let read = tokio::select! {
-            r = tokio::time::timeout(idle, stream.read(&mut first)) => r,
+            r = tokio::time::timeout(idle, stream.read_buf(&mut first)) => r,
             _ = stop.changed() => return None,
         };
         let filled = match read {
