@@ -127,7 +127,9 @@ impl EdgeProxy {
         match self.auth_cache_seconds(session.req_header(), ctx) {
             Some(ttl) => {
                 h.insert_header("x-accel-expires", ttl.to_string())?;
-                h.insert_header(header::VARY, self.state.auth_vary.clone())?;
+                if let Some(vary) = &self.state.auth_vary {
+                    h.insert_header(header::VARY, vary.clone())?;
+                }
             }
             None => h.insert_header(header::CACHE_CONTROL, "no-store")?,
         }

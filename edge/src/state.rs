@@ -93,10 +93,13 @@ pub struct EdgeState {
     pub admin_token: Option<String>,
     /// `Secure` on cookies.
     pub secure_cookies: bool,
-    /// `Vary` of an nginx auth pass the edge lets nginx cache (`auth-cache-seconds`): every request
-    /// header the decision reads beyond the method, original URI and client address (which the shipped
-    /// cache key holds), so a cache keyed more loosely still never hands one client's pass to another.
-    pub auth_vary: http::HeaderValue,
+    /// `Vary` of an nginx auth pass the edge lets nginx cache (`auth-cache-seconds`): the request
+    /// header the decision reads that the shipped cache key (`nginx-compat/wicket.conf`: method,
+    /// original URI, client address, `X-Forwarded-For`, cookies, `Authorization`) cannot hold, the
+    /// `user-header` (its name is the site's); `None` without one. nginx hashes every header a
+    /// `Vary` names at every cache hit, so naming the cookies again cost a second hash of the
+    /// longest header per request.
+    pub auth_vary: Option<http::HeaderValue>,
     /// The HTTPS listener's certificates and acceptor, when `[edge.tls]` is set.
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// Cap on bodies the edge reads itself.
@@ -264,11 +267,7 @@ impl EdgeState {
             metrics: Metrics::new(),
             admin_token: config.admin_token(),
             secure_cookies: e.secure_cookies.unwrap_or(e.tls.is_some()),
-            auth_vary: http::HeaderValue::from_str(&match &e.user_header {
-                Some(h) => format!("Cookie, Authorization, X-Forwarded-For, {h}"),
-                None => "Cookie, Authorization, X-Forwarded-For".to_owned(),
-            })
-            .unwrap_or(http::HeaderValue::from_static("*")),
+            auth_vary: e.user_header.as_ref().map(|h| http::HeaderValue::from_str(h).unwrap_or(http::HeaderValue::from_static("*"))),
             tls,
             max_body: e.max_body_bytes,
             keepalive: e.keepalive_seconds,
