@@ -1,7 +1,8 @@
 //! HTTP/2 on the HTTPS listener (`edge::fast_h2`), with a real HTTP/2 client (the `h2` crate
 //! over OpenSSL, ALPN `h2`, the test CA): the fast answers equal the proxy's, many streams of one
 //! connection each get their whole answer, limits still hold, malformed streams and idle
-//! connections are closed, and a live stream keeps its connection open.
+//! connections are closed, a live stream keeps its connection open, and a stopping edge finishes
+//! the streams in flight before it closes the connection.
 
 mod common;
 
@@ -271,4 +272,30 @@ async fn an_idle_h2_connection_is_closed_after_keepalive_seconds_but_a_live_stre
     assert!(got > 0, "no event arrived");
     assert!(!conn.is_finished(), "a connection with a live stream was closed as idle");
     drop(events);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_edge_finishes_the_streams_in_flight_then_closes_the_connection() {
+    let pki = Pki::new();
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    // At the stop, connections get a GOAWAY; what still runs 2 s later is dropped.
+    let edge = room_edge(&pki, port, &origin, "shutdown-grace-seconds = 3");
+    let (send, conn) = connect(&pki.path("ca.pem"), port).await;
+    assert_eq!(get(&send, "/", &[]).await.0.status, 200);
+    // An origin page that takes 1 s, in flight when the stop begins.
+    let slow = tokio::spawn({
+        let send = send.clone();
+        async move { ask(&send, "GET", "/slow/1000", &[]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopped = Instant::now();
+    edge.begin_stop();
+    let (head, body) = slow.await.unwrap().expect("the stream in flight was cut");
+    assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&body));
+    // Then the connection is closed (by its GOAWAY, before the runtime drops what is left 2 s after
+    // the stop), and nothing more is taken on it.
+    tokio::time::timeout(Duration::from_secs(4), conn).await.expect("the connection outlived the stop").unwrap().ok();
+    assert!(stopped.elapsed() < Duration::from_millis(1800), "closed only {:?} after the stop", stopped.elapsed());
+    assert!(ask(&send, "GET", "/", &[]).await.is_err());
 }

@@ -367,10 +367,12 @@ impl TestEdge {
         }
         let port = free_port();
         let admin_port = free_port();
+        // A quick stop unless the test sets its own grace.
+        let grace = if edge_extra.contains("shutdown-grace-seconds") { "" } else { "shutdown-grace-seconds = 1\n" };
         let text = format!(
             "{top}\n[edge]\nlisten = \"127.0.0.1:{port}\"\nadmin-listen = \"127.0.0.1:{admin_port}\"\n\
              admin-token = \"{ADMIN_TOKEN}\"\nsecret = \"{SECRET}\"\nsite-dir = \"site\"\n\
-             shutdown-grace-seconds = 1\nthreads = 2\n{edge_extra}\n"
+             {grace}threads = 2\n{edge_extra}\n"
         );
         let path = dir.path().join("wicket.toml");
         std::fs::write(&path, &text).unwrap();
@@ -391,6 +393,12 @@ impl TestEdge {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// Starts a graceful stop (as SIGTERM does): connections are told to finish, and what is still
+    /// running `shutdown-grace-seconds` − 1 later is dropped (at once with the default 1).
+    pub fn begin_stop(&self) {
+        self.stop.stop();
     }
 
     pub fn admin_url(&self, path: &str) -> String {
