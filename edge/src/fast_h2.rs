@@ -17,7 +17,8 @@
 //! proxy's: the same [`crate::proxy::static_response`] head and status JSON
 //! ([`crate::fast::status_body`]), plus `Strict-Transport-Security` when configured.
 //!
-//! The loop also closes a connection idle (no stream in flight) for `keepalive-seconds`, gives a
+//! The loop also closes a connection idle (no stream in flight, and no answer still being sent, or
+//! one that has not moved for as long) for `keepalive-seconds`, gives a
 //! stopping edge's clients a `GOAWAY` and serves the streams they had already opened, and closes
 //! a connection after [`MAX_REJECTED_STREAMS`] malformed streams, as Pingora's own loop does.
 
@@ -123,6 +124,7 @@ async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch,
         conn.graceful_shutdown();
     }
     let mut rejected = 0;
+    let mut stalled_at = None;
     loop {
         let next = if stopping {
             // Serve what the client opened before it saw the GOAWAY, and let the codec finish.
@@ -136,7 +138,17 @@ async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch,
                     continue;
                 }
                 next = HttpSession::from_h2_conn(&mut conn, digest.clone()) => next,
-                _ = active.idle_for(idle) => return None,
+                _ = active.idle_for(idle) => {
+                    // No task in flight, but fast answers may still be on their way to a slow
+                    // reader: the connection stays while they move, and closes once they have
+                    // not moved a byte for a whole keep-alive period.
+                    let sent = polls.written();
+                    if !conn.has_streams() || stalled_at == Some(sent) {
+                        return None;
+                    }
+                    stalled_at = Some(sent);
+                    continue;
+                }
             }
         };
         match next {

@@ -38,10 +38,10 @@ pub struct Replayed {
 /// Most bytes gathered before they are written without waiting for a flush: one TLS record.
 pub const GATHER_MAX: usize = 16 * 1024;
 
-/// The polls of the task that drives a gathered stream, counted by [`Polls::count`]; zero while
-/// flushes are not to be put off.
+/// The polls of the task that drives a gathered stream, counted by [`Polls::count`] (zero while
+/// flushes are not to be put off), and the bytes the stream has written.
 #[derive(Debug, Default)]
-pub struct Polls(AtomicU64);
+pub struct Polls(AtomicU64, AtomicU64);
 
 impl Polls {
     /// Puts off flushes from now on: each goes out at the driving task's next poll.
@@ -52,6 +52,11 @@ impl Polls {
     /// Wraps the future that drives the stream, so that each of its polls is counted.
     pub fn count<F: Future + Unpin>(self: &Arc<Self>, future: F) -> Counted<F> {
         Counted { polls: Arc::clone(self), future }
+    }
+
+    /// Bytes written to the stream so far.
+    pub fn written(&self) -> u64 {
+        self.1.load(Ordering::Relaxed)
     }
 
     fn now(&self) -> u64 {
@@ -103,6 +108,7 @@ impl Replayed {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => {
                     g.out.drain(..n);
+                    g.polls.1.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,

@@ -2,7 +2,8 @@
 //! over OpenSSL, ALPN `h2`, the test CA): the fast answers equal the proxy's, many streams of one
 //! connection each get their whole answer, limits still hold, malformed streams and idle
 //! connections are closed, a live stream keeps its connection open, and a stopping edge finishes
-//! the streams in flight before it closes the connection.
+//! the streams in flight before it closes the connection; a slow download outlives
+//! `keepalive-seconds` while it moves, a stalled one does not.
 
 mod common;
 
@@ -298,4 +299,45 @@ async fn a_stopping_edge_finishes_the_streams_in_flight_then_closes_the_connecti
     tokio::time::timeout(Duration::from_secs(4), conn).await.expect("the connection outlived the stop").unwrap().ok();
     assert!(stopped.elapsed() < Duration::from_millis(1800), "closed only {:?} after the stop", stopped.elapsed());
     assert!(ask(&send, "GET", "/", &[]).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_download_outlives_keepalive_seconds_and_a_stalled_one_is_closed() {
+    let pki = Pki::new();
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let _edge = room_edge(&pki, port, &origin, "keepalive-seconds = 1");
+    let ca = pki.path("ca.pem");
+    let (_, big) = {
+        let (send, _conn) = connect(&ca, port).await;
+        get(&send, "/big.bin", &[]).await
+    };
+    // A reader that takes its time: each 16 KB frame taken 250 ms after it came, the 200 KB file
+    // over about 3 s, three times the keep-alive period. It moves, so it is served whole.
+    let (send, conn) = connect(&ca, port).await;
+    let req = http::Request::get("https://a.test/big.bin").body(()).unwrap();
+    let (answer, _) = send.clone().ready().await.unwrap().send_request(req, true).unwrap();
+    let started = Instant::now();
+    let mut body = answer.await.unwrap().into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("a slow download was cut");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(got, big);
+    assert!(started.elapsed() > Duration::from_secs(2), "{:?}", started.elapsed());
+    drop(body);
+    // Done and idle: closed about a keep-alive period later.
+    tokio::time::timeout(Duration::from_secs(5), conn).await.expect("an idle connection was kept").unwrap().ok();
+    // A reader that takes nothing after the first window: closed once nothing has moved for a
+    // whole keep-alive period (so within about two), not kept forever.
+    let (send, conn) = connect(&ca, port).await;
+    let req = http::Request::get("https://a.test/big.bin").body(()).unwrap();
+    let (answer, _) = send.clone().ready().await.unwrap().send_request(req, true).unwrap();
+    let _stalled = answer.await.unwrap().into_body();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(6), conn).await.expect("a stalled reader was kept").unwrap().ok();
+    assert!(started.elapsed() >= Duration::from_millis(1500), "closed after {:?}", started.elapsed());
 }
