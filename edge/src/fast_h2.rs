@@ -108,10 +108,16 @@ async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch,
         socket_digest: stream.get_socket_digest(),
     });
     let peer = digest.socket_digest.as_ref().and_then(|d| d.peer_addr()).and_then(|a| a.as_inet()).map(|a| a.ip());
-    let mut conn = match handshake(stream, front.proxy.h2_options()).await {
-        Ok(c) => c,
-        Err(e) => {
+    // The client's preface and SETTINGS within the head deadline, as a first request head on
+    // HTTP/1.1: a client that chose h2 and then says nothing is not kept.
+    let mut conn = match tokio::time::timeout(front.state.timeouts.header, handshake(stream, front.proxy.h2_options())).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
             tracing::debug!("HTTP/2 handshake failed: {e}");
+            return None;
+        }
+        Err(_) => {
+            tracing::debug!("HTTP/2 preface did not arrive in time");
             return None;
         }
     };

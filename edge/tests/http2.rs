@@ -3,7 +3,8 @@
 //! connection each get their whole answer, limits still hold, malformed streams and idle
 //! connections are closed, a live stream keeps its connection open, and a stopping edge finishes
 //! the streams in flight before it closes the connection; a slow download outlives
-//! `keepalive-seconds` while it moves, a stalled one does not.
+//! `keepalive-seconds` while it moves, a stalled one does not; a client that picks h2 and then
+//! sends no preface is closed after `header-timeout-ms`.
 
 mod common;
 
@@ -340,4 +341,42 @@ async fn a_slow_download_outlives_keepalive_seconds_and_a_stalled_one_is_closed(
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(6), conn).await.expect("a stalled reader was kept").unwrap().ok();
     assert!(started.elapsed() >= Duration::from_millis(1500), "closed after {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_chooses_h2_and_then_says_nothing_is_closed_after_the_head_deadline() {
+    let pki = Pki::new();
+    let origin = TestUpstream::start("origin").await;
+    let port = free_port();
+    let _edge = room_edge(&pki, port, &origin, "header-timeout-ms = 500");
+    let ca = pki.path("ca.pem");
+    let mut silent = Vec::new();
+    for _ in 0..20 {
+        let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+        b.set_ca_file(&ca).unwrap();
+        b.set_alpn_protos(b"\x02h2").unwrap();
+        let ssl = b.build().configure().unwrap().into_ssl("a.test").unwrap();
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
+        std::pin::Pin::new(&mut tls).connect().await.unwrap();
+        assert_eq!(tls.ssl().selected_alpn_protocol(), Some(&b"h2"[..]));
+        silent.push(tls);
+    }
+    // Others are served meanwhile.
+    let (send, _conn) = connect(&ca, port).await;
+    assert_eq!(get(&send, "/", &[]).await.0.status, 200);
+    let started = Instant::now();
+    for tls in &mut silent {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 256];
+        // The edge's SETTINGS may come first; then the close.
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(_)) => continue,
+                Err(_) => panic!("a silent h2 client was kept"),
+            }
+        }
+    }
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 }
