@@ -68,11 +68,26 @@ pub struct FastFront {
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// On the plaintext listener with `redirect-http`: the HTTPS port every request is sent to.
     pub https_redirect: Option<u16>,
-    /// On the HTTPS listener with `hsts-seconds`: `\r\nstrict-transport-security: max-age=…`,
-    /// added to the fast path's answers (the proxy's get it from a module).
-    pub hsts: Option<Vec<u8>>,
-    /// The same value as a header, for the HTTP/2 fast answers ([`crate::fast_h2`]).
-    pub hsts_value: Option<http::HeaderValue>,
+    /// On the HTTPS listener with `hsts-seconds`: `Strict-Transport-Security`, added to the fast
+    /// path's answers (the proxy's get it from a module).
+    pub hsts: Option<Hsts>,
+}
+
+/// A `Strict-Transport-Security` value, and the same as an HTTP/1.1 header line for the answers
+/// written as bytes.
+pub struct Hsts {
+    /// The value (`max-age=…`), for the HTTP/2 answers ([`crate::fast_h2`]).
+    pub value: http::HeaderValue,
+    /// `\r\nstrict-transport-security: <value>`.
+    line: Vec<u8>,
+}
+
+impl Hsts {
+    pub fn new(value: http::HeaderValue) -> Self {
+        let mut line = b"\r\nstrict-transport-security: ".to_vec();
+        line.extend_from_slice(value.as_bytes());
+        Hsts { value, line }
+    }
 }
 
 /// What the fast path does with a request.
@@ -120,7 +135,7 @@ impl FastFront {
 
     /// The `Strict-Transport-Security` line the fast answers carry on HTTPS (empty otherwise).
     fn hsts_line(&self) -> &[u8] {
-        self.hsts.as_deref().unwrap_or(b"")
+        self.hsts.as_ref().map_or(b"", |h| &h.line)
     }
 }
 
@@ -683,7 +698,7 @@ mod idle_state {
         let st = std::sync::Arc::new(crate::state::EdgeState::build(crate::config::WicketConfig::from_toml_str(text).unwrap()).unwrap());
         let conf = std::sync::Arc::new(pingora::server::configuration::ServerConf::default());
         let proxy = std::sync::Arc::new(pingora::proxy::http_proxy(&conf, crate::proxy::EdgeProxy { state: st.clone(), hsts: None }));
-        let front = std::sync::Arc::new(super::FastFront { state: st, proxy, tls: None, https_redirect: None, hsts: None, hsts_value: None });
+        let front = std::sync::Arc::new(super::FastFront { state: st, proxy, tls: None, https_redirect: None, hsts: None });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let stream: pingora::protocols::Stream = Box::new(pingora::protocols::l4::stream::Stream::from(client));

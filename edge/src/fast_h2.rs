@@ -178,7 +178,7 @@ async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch,
 
 /// One accepted stream: answered here, checked then answered on a task, or given to the proxy.
 fn on_stream(front: &Arc<FastFront>, mut session: HttpSession, peer: Option<IpAddr>, active: &Arc<Active>, shutdown: &ShutdownWatch) {
-    let (kind, path) = classify(front, &session);
+    let (kind, guarded) = classify(front, &session);
     let to_proxy = |session: HttpSession| {
         let proxy = Arc::clone(&front.proxy);
         let shutdown = shutdown.clone();
@@ -190,7 +190,7 @@ fn on_stream(front: &Arc<FastFront>, mut session: HttpSession, peer: Option<IpAd
     };
     match kind {
         Kind::Proxy => to_proxy(session),
-        kind if front.needs_guard(&path) => {
+        kind if let Some(path) = guarded => {
             let front = Arc::clone(front);
             let in_flight = active.start();
             let shutdown = shutdown.clone();
@@ -208,11 +208,12 @@ fn on_stream(front: &Arc<FastFront>, mut session: HttpSession, peer: Option<IpAd
     }
 }
 
-/// What the fast path does with a stream, and the request's path.
-fn classify(front: &FastFront, session: &HttpSession) -> (Kind, String) {
+/// What the fast path does with a stream, and the request's path when the IP blocklist or an IP
+/// limit must be checked first ([`FastFront::needs_guard`]).
+fn classify(front: &FastFront, session: &HttpSession) -> (Kind, Option<String>) {
     let st = &front.state;
     let req = session.req_header();
-    let Some(target) = req.uri.path_and_query().map(|p| p.as_str()) else { return (Kind::Proxy, String::new()) };
+    let Some(target) = req.uri.path_and_query().map(|p| p.as_str()) else { return (Kind::Proxy, None) };
     let path = req.uri.path();
     // Only a request that needs nothing of the proxy's head rules: a canonical path within the
     // head size limit, no body. Anything else takes the proxy, which rewrites or refuses it.
@@ -223,7 +224,7 @@ fn classify(front: &FastFront, session: &HttpSession) -> (Kind, String) {
         || crate::path::check_head(false, req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()))).is_err()
         || !session.is_body_empty()
     {
-        return (Kind::Proxy, String::new());
+        return (Kind::Proxy, None);
     }
     let headers = req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()));
     let kind = match classify_head(st, req.method.as_str(), target, headers) {
@@ -236,7 +237,8 @@ fn classify(front: &FastFront, session: &HttpSession) -> (Kind, String) {
         // The forwarded fast path is HTTP/1.1's; over HTTP/2 the proxy forwards.
         Fast::Forward { .. } | Fast::Proxy => Kind::Proxy,
     };
-    (kind, path.to_owned())
+    let guarded = (!matches!(kind, Kind::Proxy) && front.needs_guard(path)).then(|| path.to_owned());
+    (kind, guarded)
 }
 
 /// Queues a fast answer's head and body on the connection. A stream the client has reset is
@@ -254,8 +256,8 @@ fn answer(front: &FastFront, session: &mut HttpSession, kind: Kind) {
         Kind::Proxy => return,
     };
     let Ok((mut head, body, route, outcome)) = built else { return };
-    if let Some(v) = &front.hsts_value {
-        let _ = head.insert_header(header::STRICT_TRANSPORT_SECURITY, v.clone());
+    if let Some(h) = &front.hsts {
+        let _ = head.insert_header(header::STRICT_TRANSPORT_SECURITY, h.value.clone());
     }
     if session.write_response_header(Box::new(head), body.is_none()).is_err() {
         return;

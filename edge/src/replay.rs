@@ -41,12 +41,15 @@ pub const GATHER_MAX: usize = 16 * 1024;
 /// The polls of the task that drives a gathered stream, counted by [`Polls::count`] (zero while
 /// flushes are not to be put off), and the bytes the stream has written.
 #[derive(Debug, Default)]
-pub struct Polls(AtomicU64, AtomicU64);
+pub struct Polls {
+    polls: AtomicU64,
+    written: AtomicU64,
+}
 
 impl Polls {
     /// Puts off flushes from now on: each goes out at the driving task's next poll.
     pub fn start(&self) {
-        self.0.store(1, Ordering::Relaxed);
+        self.polls.store(1, Ordering::Relaxed);
     }
 
     /// Wraps the future that drives the stream, so that each of its polls is counted.
@@ -56,11 +59,11 @@ impl Polls {
 
     /// Bytes written to the stream so far.
     pub fn written(&self) -> u64 {
-        self.1.load(Ordering::Relaxed)
+        self.written.load(Ordering::Relaxed)
     }
 
     fn now(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.polls.load(Ordering::Relaxed)
     }
 }
 
@@ -76,7 +79,7 @@ impl<F: Future + Unpin> Future for Counted<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let now = self.polls.now();
         if now != 0 {
-            self.polls.0.store(now + 1, Ordering::Relaxed);
+            self.polls.polls.store(now + 1, Ordering::Relaxed);
         }
         Pin::new(&mut self.future).poll(cx)
     }
@@ -108,7 +111,7 @@ impl Replayed {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => {
                     g.out.drain(..n);
-                    g.polls.1.fetch_add(n as u64, Ordering::Relaxed);
+                    g.polls.written.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,

@@ -138,7 +138,7 @@ pub fn build(state: Arc<EdgeState>) -> Server {
     let mut proxy = pingora::proxy::http_proxy(&conf, EdgeProxy { state: state.clone(), hsts: None });
     proxy.server_options = Some(options.clone());
     // The static fast path answers plain GET/HEAD of files; everything else reaches the proxy.
-    let front = FastFront { state: state.clone(), proxy: Arc::new(proxy), tls: None, https_redirect, hsts: None, hsts_value: None };
+    let front = FastFront { state: state.clone(), proxy: Arc::new(proxy), tls: None, https_redirect, hsts: None };
     let mut public = Service::new("wicket edge".to_owned(), front);
     // Per-connection memory must not grow with the site: Pingora's defaults allocate a 64 KiB
     // read buffer for every connection, idle or not. Reads go straight to the fast front's own
@@ -147,11 +147,10 @@ pub fn build(state: Arc<EdgeState>) -> Server {
     public.add_listener(ListenerConfig::tcp(e.listen.clone()).l4_buffer(L4BufferSettings::new(0, PUBLIC_WRITE_BUFFER)));
     if let (Some(tls), Some(cfg)) = (state.tls.clone(), e.tls.as_ref()) {
         // HTTPS: the front does the handshake (crate::tls), then the proxy serves HTTP/2 or 1.1.
-        let hsts_line = tls.hsts().map(|v| format!("\r\nstrict-transport-security: {v}").into_bytes());
         let hsts = tls.hsts().and_then(|v| http::HeaderValue::from_str(&v).ok());
         let mut proxy = pingora::proxy::http_proxy(&conf, EdgeProxy { state: state.clone(), hsts: hsts.clone() });
         proxy.server_options = Some(options);
-        let front = FastFront { state: state.clone(), proxy: Arc::new(proxy), tls: Some(tls), https_redirect: None, hsts: hsts_line, hsts_value: hsts };
+        let front = FastFront { state: state.clone(), proxy: Arc::new(proxy), tls: Some(tls), https_redirect: None, hsts: hsts.map(crate::fast::Hsts::new) };
         let mut secure = Service::new("wicket edge tls".to_owned(), front);
         secure.add_listener(ListenerConfig::tcp(cfg.listen.clone()).l4_buffer(L4BufferSettings::new(0, PUBLIC_WRITE_BUFFER)));
         server.add_service(secure);

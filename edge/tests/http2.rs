@@ -16,9 +16,8 @@ use common::*;
 use h2::client::SendRequest;
 use wicket_testkit::pki::Pki;
 
-/// An HTTP/2 connection to the edge's TLS port as `a.test`: the request handle and the
-/// connection's task (it ends when the edge closes the connection).
-async fn connect(ca: &Path, port: u16) -> (SendRequest<Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
+/// A TLS connection to the edge's HTTPS port as `a.test` that chose `h2` by ALPN.
+async fn tls_h2(ca: &Path, port: u16) -> tokio_openssl::SslStream<tokio::net::TcpStream> {
     let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
     b.set_ca_file(ca).unwrap();
     b.set_alpn_protos(b"\x02h2").unwrap();
@@ -27,8 +26,65 @@ async fn connect(ca: &Path, port: u16) -> (SendRequest<Bytes>, tokio::task::Join
     let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
     std::pin::Pin::new(&mut tls).connect().await.unwrap();
     assert_eq!(tls.ssl().selected_alpn_protocol(), Some(&b"h2"[..]));
-    let (send, conn) = h2::client::handshake(tls).await.unwrap();
-    (send, tokio::spawn(conn))
+    tls
+}
+
+/// An edge on HTTPS with room `r1` guarding `/buy/ev-1` (fixed rate 0: visitors stay queued),
+/// users from `x-user-id`, HSTS, a 200 KB `/big.bin`, an origin, and `extra` `[edge]` keys.
+struct Site {
+    pki: Pki,
+    port: u16,
+    edge: TestEdge,
+    _origin: TestUpstream,
+}
+
+impl Site {
+    async fn start(extra: &str) -> Site {
+        let pki = Pki::new();
+        let origin = TestUpstream::start("origin").await;
+        let port = free_port();
+        let a = pki.leaf("a", &["a.test"], 30);
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let edge = TestEdge::start_with_files(
+            &format!(
+                "origin = \"{}\"\nuser-header = \"x-user-id\"\n{extra}\n{}\n{}\
+                 [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+                 release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+                origin.url(),
+                tls_config(port, &[a], "hsts-seconds = 600"),
+                hs_tokens(),
+            ),
+            &[("big.bin", &big)],
+        );
+        Site { pki, port, edge, _origin: origin }
+    }
+
+    /// An HTTP/2 connection as `a.test`: the request handle and the connection's task (it ends
+    /// when the edge closes the connection).
+    async fn connect(&self) -> (SendRequest<Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
+        let (send, conn) = h2::client::handshake(self.silent().await).await.unwrap();
+        (send, tokio::spawn(conn))
+    }
+
+    /// A TLS connection that chose h2 and has sent nothing yet.
+    async fn silent(&self) -> tokio_openssl::SslStream<tokio::net::TcpStream> {
+        tls_h2(&self.pki.path("ca.pem"), self.port).await
+    }
+}
+
+/// The cookies an answer sets, as a `Cookie` header.
+fn cookies_set(answer: &http::response::Parts) -> String {
+    answer.headers.get_all("set-cookie").iter().map(|c| c.to_str().unwrap().split(';').next().unwrap()).collect::<Vec<_>>().join("; ")
+}
+
+/// Opens a `GET` stream of `path` and returns its body as it comes (read it at your own pace).
+async fn open(send: &SendRequest<Bytes>, path: &str, headers: &[(&str, &str)]) -> h2::RecvStream {
+    let mut req = http::Request::get(format!("https://a.test{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let (answer, _) = send.clone().ready().await.unwrap().send_request(req.body(()).unwrap(), true).unwrap();
+    answer.await.unwrap().into_body()
 }
 
 /// One request (`method`, path, headers, no body): the answer's head and whole body.
@@ -59,34 +115,15 @@ async fn metric(edge: &TestEdge, sample: &str) -> f64 {
     text.lines().find_map(|l| l.strip_prefix(sample).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
 }
 
-fn room_edge(pki: &Pki, port: u16, origin: &TestUpstream, extra: &str) -> TestEdge {
-    let a = pki.leaf("a", &["a.test"], 30);
-    let big: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
-    TestEdge::start_with_files(
-        &format!(
-            "origin = \"{}\"\nuser-header = \"x-user-id\"\n{extra}\n{}\n{}\
-             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
-             release = {{ mode = \"fixed\", rate = 0.0 }}\n",
-            origin.url(),
-            tls_config(port, &[a], "hsts-seconds = 600"),
-            hs_tokens(),
-        ),
-        &[("big.bin", &big)],
-    )
-}
-
 const SAME: [&str; 8] = ["etag", "content-type", "content-length", "cache-control", "vary", "content-encoding", "strict-transport-security", "set-cookie"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_answers_over_h2_equal_the_proxys_and_are_counted_once() {
-    let pki = Pki::new();
-    let origin = TestUpstream::start("origin").await;
-    let port = free_port();
-    let edge = room_edge(&pki, port, &origin, "");
-    let (send, _conn) = connect(&pki.path("ca.pem"), port).await;
+    let site = Site::start("").await;
+    let (send, _conn) = site.connect().await;
     let counted = "wicket_edge_requests_total{outcome=\"ok\",route=\"static\"}";
     let not_modified = "wicket_edge_requests_total{outcome=\"not_modified\",route=\"static\"}";
-    let (ok0, nm0) = (metric(&edge, counted).await, metric(&edge, not_modified).await);
+    let (ok0, nm0) = (metric(&site.edge, counted).await, metric(&site.edge, not_modified).await);
     for (method, accept) in [("GET", ""), ("GET", "gzip"), ("GET", "br"), ("GET", "gzip, br"), ("HEAD", "gzip")] {
         let (first, _) = get(&send, "/", &[("accept-encoding", accept)]).await;
         let etag = first.headers["etag"].to_str().unwrap().to_owned();
@@ -112,14 +149,13 @@ async fn fast_answers_over_h2_equal_the_proxys_and_are_counted_once() {
         }
     }
     // Every answer counted once: 5 first GETs, then 5 × 3 pairs, a third of them 304.
-    assert_eq!(metric(&edge, counted).await - ok0, (5 + 5 * 2 * 2) as f64);
-    assert_eq!(metric(&edge, not_modified).await - nm0, (5 * 2) as f64);
+    assert_eq!(metric(&site.edge, counted).await - ok0, (5 + 5 * 2 * 2) as f64);
+    assert_eq!(metric(&site.edge, not_modified).await - nm0, (5 * 2) as f64);
 
     // A queued visitor's status poll: the same JSON both ways.
     let (joined, _) = get(&send, "/queue/r1", &[("x-user-id", "hana"), ("accept", "application/json")]).await;
-    let cookies: Vec<String> = joined.headers.get_all("set-cookie").iter().map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned()).collect();
-    assert!(cookies.iter().any(|c| c.starts_with("wicket_q_r1=")), "{cookies:?}");
-    let cookie = cookies.join("; ");
+    let cookie = cookies_set(&joined);
+    assert!(cookie.contains("wicket_q_r1="), "{cookie}");
     let h = [("x-user-id", "hana"), ("cookie", cookie.as_str())];
     let (fast, fast_body) = get(&send, "/queue/r1/status", &h).await;
     let (slow, slow_body) = get(&send, "/queue/r1/status", &[h[0], h[1], ("expect", "nothing")]).await;
@@ -140,11 +176,8 @@ async fn fast_answers_over_h2_equal_the_proxys_and_are_counted_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_streams_on_one_connection_each_get_their_whole_answer() {
-    let pki = Pki::new();
-    let origin = TestUpstream::start("origin").await;
-    let port = free_port();
-    let _edge = room_edge(&pki, port, &origin, "");
-    let (send, conn) = connect(&pki.path("ca.pem"), port).await;
+    let site = Site::start("").await;
+    let (send, conn) = site.connect().await;
     let (_, page) = get(&send, "/", &[]).await;
     let (_, big) = get(&send, "/big.bin", &[]).await;
     assert_eq!(big.len(), 200_000);
@@ -184,11 +217,8 @@ async fn hundreds_of_streams_on_one_connection_each_get_their_whole_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_hold_over_h2_and_the_refusal_is_the_proxys() {
-    let pki = Pki::new();
-    let origin = TestUpstream::start("origin").await;
-    let port = free_port();
-    let _edge = room_edge(&pki, port, &origin, "[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true\n");
-    let (send, _conn) = connect(&pki.path("ca.pem"), port).await;
+    let site = Site::start("[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 2\nnodelay = true\n").await;
+    let (send, _conn) = site.connect().await;
     let mut codes = Vec::new();
     for _ in 0..6 {
         codes.push(get(&send, "/", &[]).await.0.status.as_u16());
@@ -199,26 +229,21 @@ async fn limits_hold_over_h2_and_the_refusal_is_the_proxys() {
     assert!(refused.headers.contains_key("retry-after"), "{refused:?}");
     assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["error"], "rate_limited");
     // A blocked address: refused on the fast path's files and status polls too; unblocked, served.
-    let port = free_port();
-    let fresh = room_edge(&pki, port, &origin, "");
-    let (send, _conn) = connect(&pki.path("ca.pem"), port).await;
+    let fresh = Site::start("").await;
+    let (send, _conn) = fresh.connect().await;
     assert_eq!(get(&send, "/", &[]).await.0.status, 200);
-    let r = fresh.admin("POST", "/admin/blocklist", "{\"ips\": [\"127.0.0.0/8\"]}").await;
+    let r = fresh.edge.admin("POST", "/admin/blocklist", "{\"ips\": [\"127.0.0.0/8\"]}").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(get(&send, "/", &[]).await.0.status, 403);
     assert_eq!(get(&send, "/app.js", &[]).await.0.status, 403);
-    fresh.admin("DELETE", "/admin/blocklist", "{\"ips\": [\"127.0.0.0/8\"]}").await;
+    fresh.edge.admin("DELETE", "/admin/blocklist", "{\"ips\": [\"127.0.0.0/8\"]}").await;
     assert_eq!(get(&send, "/", &[]).await.0.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_streams_close_the_connection_and_others_are_served() {
-    let pki = Pki::new();
-    let origin = TestUpstream::start("origin").await;
-    let port = free_port();
-    let _edge = room_edge(&pki, port, &origin, "");
-    let ca = pki.path("ca.pem");
-    let (send, conn) = connect(&ca, port).await;
+    let site = Site::start("").await;
+    let (send, conn) = site.connect().await;
     // Conflicting Content-Length values: the stream is reset, the connection lives on.
     let e = ask(&send, "GET", "/", &[("content-length", "1"), ("content-length", "2")]).await.unwrap_err();
     assert_eq!(e.reason(), Some(h2::Reason::PROTOCOL_ERROR), "{e:?}");
@@ -234,31 +259,24 @@ async fn malformed_streams_close_the_connection_and_others_are_served() {
     assert!(refused >= 31, "closed after {refused}");
     tokio::time::timeout(Duration::from_secs(5), conn).await.expect("the connection was not closed").unwrap().ok();
     // A well-formed client meanwhile.
-    let (send, _conn) = connect(&ca, port).await;
+    let (send, _conn) = site.connect().await;
     assert_eq!(get(&send, "/", &[]).await.0.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_h2_connection_is_closed_after_keepalive_seconds_but_a_live_stream_keeps_it() {
-    let pki = Pki::new();
-    let origin = TestUpstream::start("origin").await;
-    let port = free_port();
-    let _edge = room_edge(&pki, port, &origin, "keepalive-seconds = 1");
-    let ca = pki.path("ca.pem");
+    let site = Site::start("keepalive-seconds = 1").await;
     // Idle after one answer: closed about a second later.
-    let (send, conn) = connect(&ca, port).await;
+    let (send, conn) = site.connect().await;
     assert_eq!(get(&send, "/", &[]).await.0.status, 200);
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(5), conn).await.expect("an idle connection was kept").unwrap().ok();
     assert!(started.elapsed() >= Duration::from_millis(800), "{:?}", started.elapsed());
     // A queued fan following the room's events for 3 s: not idle, not closed.
-    let (send, conn) = connect(&ca, port).await;
+    let (send, conn) = site.connect().await;
     let (joined, _) = get(&send, "/queue/r1", &[("x-user-id", "kai"), ("accept", "application/json")]).await;
-    let cookie: Vec<String> = joined.headers.get_all("set-cookie").iter().map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned()).collect();
-    let cookie = cookie.join("; ");
-    let req = http::Request::get("https://a.test/queue/r1/events").header("x-user-id", "kai").header("cookie", &cookie).body(()).unwrap();
-    let (answer, _) = send.clone().ready().await.unwrap().send_request(req, true).unwrap();
-    let mut events = answer.await.unwrap().into_body();
+    let cookie = cookies_set(&joined);
+    let mut events = open(&send, "/queue/r1/events", &[("x-user-id", "kai"), ("cookie", &cookie)]).await;
     let until = Instant::now() + Duration::from_secs(3);
     let mut got = 0;
     while Instant::now() < until {
@@ -278,12 +296,9 @@ async fn an_idle_h2_connection_is_closed_after_keepalive_seconds_but_a_live_stre
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_edge_finishes_the_streams_in_flight_then_closes_the_connection() {
-    let pki = Pki::new();
-    let origin = TestUpstream::start("origin").await;
-    let port = free_port();
     // At the stop, connections get a GOAWAY; what still runs 2 s later is dropped.
-    let edge = room_edge(&pki, port, &origin, "shutdown-grace-seconds = 3");
-    let (send, conn) = connect(&pki.path("ca.pem"), port).await;
+    let site = Site::start("shutdown-grace-seconds = 3").await;
+    let (send, conn) = site.connect().await;
     assert_eq!(get(&send, "/", &[]).await.0.status, 200);
     // An origin page that takes 1 s, in flight when the stop begins.
     let slow = tokio::spawn({
@@ -292,7 +307,7 @@ async fn a_stopping_edge_finishes_the_streams_in_flight_then_closes_the_connecti
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let stopped = Instant::now();
-    edge.begin_stop();
+    site.edge.begin_stop();
     let (head, body) = slow.await.unwrap().expect("the stream in flight was cut");
     assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&body));
     // Then the connection is closed (by its GOAWAY, before the runtime drops what is left 2 s after
@@ -304,22 +319,16 @@ async fn a_stopping_edge_finishes_the_streams_in_flight_then_closes_the_connecti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_download_outlives_keepalive_seconds_and_a_stalled_one_is_closed() {
-    let pki = Pki::new();
-    let origin = TestUpstream::start("origin").await;
-    let port = free_port();
-    let _edge = room_edge(&pki, port, &origin, "keepalive-seconds = 1");
-    let ca = pki.path("ca.pem");
+    let site = Site::start("keepalive-seconds = 1").await;
     let (_, big) = {
-        let (send, _conn) = connect(&ca, port).await;
+        let (send, _conn) = site.connect().await;
         get(&send, "/big.bin", &[]).await
     };
     // A reader that takes its time: each 16 KB frame taken 250 ms after it came, the 200 KB file
     // over about 3 s, three times the keep-alive period. It moves, so it is served whole.
-    let (send, conn) = connect(&ca, port).await;
-    let req = http::Request::get("https://a.test/big.bin").body(()).unwrap();
-    let (answer, _) = send.clone().ready().await.unwrap().send_request(req, true).unwrap();
+    let (send, conn) = site.connect().await;
     let started = Instant::now();
-    let mut body = answer.await.unwrap().into_body();
+    let mut body = open(&send, "/big.bin", &[]).await;
     let mut got = Vec::new();
     while let Some(chunk) = body.data().await {
         let chunk = chunk.expect("a slow download was cut");
@@ -334,10 +343,8 @@ async fn a_slow_download_outlives_keepalive_seconds_and_a_stalled_one_is_closed(
     tokio::time::timeout(Duration::from_secs(5), conn).await.expect("an idle connection was kept").unwrap().ok();
     // A reader that takes nothing after the first window: closed once nothing has moved for a
     // whole keep-alive period (so within about two), not kept forever.
-    let (send, conn) = connect(&ca, port).await;
-    let req = http::Request::get("https://a.test/big.bin").body(()).unwrap();
-    let (answer, _) = send.clone().ready().await.unwrap().send_request(req, true).unwrap();
-    let _stalled = answer.await.unwrap().into_body();
+    let (send, conn) = site.connect().await;
+    let _stalled = open(&send, "/big.bin", &[]).await;
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(6), conn).await.expect("a stalled reader was kept").unwrap().ok();
     assert!(started.elapsed() >= Duration::from_millis(1500), "closed after {:?}", started.elapsed());
@@ -345,25 +352,13 @@ async fn a_slow_download_outlives_keepalive_seconds_and_a_stalled_one_is_closed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_chooses_h2_and_then_says_nothing_is_closed_after_the_head_deadline() {
-    let pki = Pki::new();
-    let origin = TestUpstream::start("origin").await;
-    let port = free_port();
-    let _edge = room_edge(&pki, port, &origin, "header-timeout-ms = 500");
-    let ca = pki.path("ca.pem");
+    let site = Site::start("header-timeout-ms = 500").await;
     let mut silent = Vec::new();
     for _ in 0..20 {
-        let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
-        b.set_ca_file(&ca).unwrap();
-        b.set_alpn_protos(b"\x02h2").unwrap();
-        let ssl = b.build().configure().unwrap().into_ssl("a.test").unwrap();
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
-        std::pin::Pin::new(&mut tls).connect().await.unwrap();
-        assert_eq!(tls.ssl().selected_alpn_protocol(), Some(&b"h2"[..]));
-        silent.push(tls);
+        silent.push(site.silent().await);
     }
     // Others are served meanwhile.
-    let (send, _conn) = connect(&ca, port).await;
+    let (send, _conn) = site.connect().await;
     assert_eq!(get(&send, "/", &[]).await.0.status, 200);
     let started = Instant::now();
     for tls in &mut silent {
