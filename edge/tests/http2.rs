@@ -4,7 +4,8 @@
 //! connections are closed, a live stream keeps its connection open, and a stopping edge finishes
 //! the streams in flight before it closes the connection; a slow download outlives
 //! `keepalive-seconds` while it moves, a stalled one does not; a client that picks h2 and then
-//! sends no preface is closed after `header-timeout-ms`.
+//! sends no preface is closed after `header-timeout-ms`; paths spelled other ways and oversized
+//! heads get the proxy's answers.
 
 mod common;
 
@@ -374,4 +375,31 @@ async fn a_client_that_chooses_h2_and_then_says_nothing_is_closed_after_the_head
         }
     }
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_spelled_otherwise_and_oversized_heads_over_h2_get_the_proxys_answers() {
+    let site = Site::start("").await;
+    let (send, _conn) = site.connect().await;
+    let json = ("accept", "application/json");
+    // The protected path, spelled other ways: refused like the canonical spelling, never served.
+    for path in ["/buy/ev-1", "//buy/ev-1", "/./buy/ev-1", "/x/../buy/ev-1", "/%62uy/ev-1", "/buy//ev-1", "/BUY/../buy/ev-1"] {
+        let (head, body) = get(&send, path, &[json]).await;
+        assert_eq!(head.status, 403, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    // An encoded slash is ambiguous: refused with the edge's JSON 400.
+    let (head, body) = get(&send, "/buy%2Fev-1", &[json]).await;
+    assert_eq!(head.status, 400, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["error"], "bad_request");
+    // A file spelled other ways: the proxy rewrites it and answers the same bytes.
+    let (_, canonical) = get(&send, "/app.js", &[]).await;
+    for path in ["//app.js", "/./app.js", "/%61pp.js", "/img/../app.js"] {
+        let (head, body) = get(&send, path, &[]).await;
+        assert_eq!((head.status.as_u16(), &body), (200, &canonical), "{path}");
+    }
+    // A head over the edge's 32 KiB (within HTTP/2's own 64 KiB list): the proxy's 431, not a file.
+    let cookie = format!("a={}", "x".repeat(40_000));
+    let (head, _) = get(&send, "/", &[("cookie", &cookie)]).await;
+    assert_eq!(head.status, 431);
+    assert_eq!(get(&send, "/", &[]).await.0.status, 200);
 }
