@@ -271,6 +271,22 @@ async fn a_write_error_is_refused_and_rolled_back() {
     let s = open(dir.path(), &clock, opts);
     let now = s.now_ms().await.unwrap();
     s.put_event("ev", &conformance::spec(now, 100_000, 10, 1, &[]), false).await.unwrap();
+    // Reads running beside the holds are never refused: one that saw records later rolled back is done
+    // again on the rolled-back state.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = tokio::spawn({
+        let (s, stop) = (s.clone(), stop.clone());
+        async move {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let stock = s.stock("ev").await.unwrap_or_else(|e| panic!("read {reads} refused: {e:?}"));
+                assert!(stock.is_some());
+                reads += 1;
+                tokio::task::yield_now().await;
+            }
+            reads
+        }
+    });
     // Concurrent holds: the failed frame's records and those queued behind it are all undone.
     let mut acked = Vec::new();
     let mut failed = 0;
@@ -301,6 +317,8 @@ async fn a_write_error_is_refused_and_rolled_back() {
         }
     }
     assert!(failed > 0, "the disk never filled");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.await.unwrap() > 0);
     // Refused from now on, with nothing written; reads still served.
     let err = s.hold(&conformance::req("ev", "late", "park", 1)).await.unwrap_err();
     assert!(matches!(err, StoreError::ReadOnly(_)), "{err:?}");

@@ -930,6 +930,8 @@ impl Queue {
 
 /// How often the writer looks at free space (and, after a failure, probes the disk).
 const CHECK_PERIOD: Duration = Duration::from_millis(200);
+/// How often a read is done again when what it saw was rolled back (a write error) before it was on disk.
+const READ_TRIES: usize = 3;
 /// Least time between two probes after a write failure.
 const PROBE_PERIOD: Duration = Duration::from_secs(1);
 
@@ -1293,17 +1295,28 @@ impl EmbeddedStore {
         Ok(answer)
     }
 
-    /// Reads the state; in durable mode, answers once everything the read saw is on disk.
-    async fn read<T>(&self, f: impl FnOnce(&mut State) -> T) -> Result<T, StoreError> {
-        let (value, wait) = {
-            let mut st = self.inner.state.lock();
-            let value = f(&mut st);
-            (value, self.inner.disk.as_ref().and_then(Disk::pending))
-        };
-        if let (Some(rx), Some(disk)) = (wait, &self.inner.disk) {
-            disk.settle(rx).await?;
+    /// Reads the state; in durable mode, answers once everything the read saw is on disk. When what it saw
+    /// was rolled back instead (a write error), memory now holds only what is on disk: the read is done again.
+    async fn read<T>(&self, f: impl Fn(&mut State) -> T) -> Result<T, StoreError> {
+        for _ in 0..READ_TRIES {
+            let (value, wait) = {
+                let mut st = self.inner.state.lock();
+                let value = f(&mut st);
+                (value, self.inner.disk.as_ref().and_then(Disk::pending))
+            };
+            let undone = match wait {
+                Some(rx) => rx.await != Ok(true),
+                None => false,
+            };
+            if !undone {
+                return Ok(value);
+            }
         }
-        Ok(value)
+        let last_error = self.inner.disk.as_ref().map(|d| d.last_error.lock().clone()).unwrap_or_default();
+        Err(StoreError::ReadOnly(format!(
+            "writing to the data dir keeps failing ({last_error}): what this read saw was rolled back {READ_TRIES} \
+             times; retry later"
+        )))
     }
 }
 
