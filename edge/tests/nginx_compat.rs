@@ -149,7 +149,8 @@ async fn admit(fan: &mut Client, url: &dyn Fn(&str) -> String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_queues_is_admitted_and_reaches_the_origin_through_nginx_auth_request() {
-    let (_origin, edge, nginx) = compat_site("").await;
+    // Every request judged by the edge (the cache is the other test's).
+    let (_origin, edge, nginx) = compat_site("auth-cache-seconds = 0").await;
     let url = |p: &str| format!("http://{}{p}", nginx.addr);
     // Not admitted: a browser is sent to the queue, an app gets the edge's JSON naming it.
     let mut fan = Client { user: "alice".into(), ..Client::default() };
@@ -165,6 +166,12 @@ async fn a_fan_queues_is_admitted_and_reaches_the_origin_through_nginx_auth_requ
     assert!(fan.jar.contains_key("wicket_q_r1"), "{:?}", fan.jar);
     assert_eq!(fan.send(&url("/static/queue.js"), &[]).await.status, 200);
     admit(&mut fan, &url).await;
+    // With the cache off, the edge lets nginx keep no pass.
+    let cookie = fan.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    let ask = format!("GET /wicket/auth HTTP/1.1\r\nHost: x\r\nX-Original-URI: /buy/ev-1/seat\r\nX-User-Id: alice\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n");
+    let r = raw(edge.addr, ask.as_bytes()).await.unwrap();
+    assert_eq!(r.status, 204, "{r:?}");
+    assert!(r.head.contains("cache-control: no-store") && !r.head.contains("x-accel"), "{}", r.head);
     // Admitted: the origin page, with the verified identity; a client's own copies are dropped.
     let r = fan
         .send(&url("/buy/ev-1/seat"), &[("wicket-room", "forged"), ("wicket-position", "0"), ("wicket-user", "mallory")])
