@@ -49,8 +49,8 @@ use crate::room::ticket::{QueueTicket, cookie_name};
 use crate::state::{EdgeState, QUEUE_PREFIX};
 use crate::statics::{Asset, none_match};
 
-/// The first read of a request head; longer heads are read on into a buffer of their own (up to
-/// [`MAX_REQUEST_HEAD`]), so an idle connection holds no more than this.
+/// The first read of a request head, into the worker thread's buffer (`front::first_read`); longer
+/// heads are read on into a buffer of their own (up to [`MAX_REQUEST_HEAD`]).
 pub(crate) const FIRST_READ: usize = 4 * 1024;
 /// Most request headers accepted (431 above).
 const MAX_HEADERS: usize = 100;
@@ -129,8 +129,13 @@ impl FastFront {
     }
 
     async fn to_proxy(self: &Arc<Self>, stream: Stream, read: &[u8], shutdown: &ShutdownWatch) -> Option<Stream> {
-        // Put the bytes back so the proxy reads the request from its start.
-        self.proxy.process_new(crate::replay::put_back(stream, read), shutdown).await
+        // Put the bytes back so the proxy reads the request from its start; on plain HTTP, with
+        // its writes gathered until a flush (the listener has no write buffer: see server.rs).
+        let stream = match self.tls {
+            Some(_) => crate::replay::put_back(stream, read),
+            None => crate::replay::buffered(stream, read),
+        };
+        self.proxy.process_new(stream, shutdown).await
     }
 
     /// The `Strict-Transport-Security` line the fast answers carry on HTTPS (empty otherwise).
@@ -346,9 +351,7 @@ async fn write_answer(stream: &mut Stream, parts: &[&[u8]], body: &[u8], timeout
         return tokio::time::timeout(timeout, write).await.map_err(|_| timed_out())?;
     }
     let head = async {
-        for p in parts {
-            stream.write_all(p).await?;
-        }
+        stream.write_all(&parts.concat()).await?;
         stream.flush().await
     };
     tokio::time::timeout(timeout, head).await.map_err(|_| timed_out())??;
@@ -686,13 +689,14 @@ mod tests {
 }
 #[cfg(test)]
 mod idle_state {
-    /// What an idle keep-alive connection holds in the fast front is its first-read buffer (4 KiB
-    /// on the heap) and a small future: the work on a request is boxed apart (it was 12.5 KB per
-    /// idle connection before; `bench/idle-conns/run.sh` measures the whole process). Both
-    /// futures are boxed at every request, so they are kept small: the buffer and the header
-    /// slots live on the heap, not in them (they were 4.4 KB and 8.4 KB, copied at each request).
+    /// An idle keep-alive connection waiting in the fast front holds a small future and no
+    /// buffer (`front::first_read`; `tests/idle_memory.rs` counts the heap of idle connections,
+    /// `bench/idle-conns/run.sh` measures the whole process against nginx).
+    ///
+    /// Both futures are boxed at every request, so they are kept small: the header slots live on
+    /// the heap, not in them (they were 4.4 KB and 8.4 KB, copied at each request).
     #[tokio::test]
-    async fn an_idle_connection_holds_little_more_than_its_first_read_buffer() {
+    async fn an_idle_connection_and_a_request_have_small_futures() {
         use pingora::apps::ServerApp;
         let text = "[edge]\nsecret = \"fast-path-test-secret-0123456789\"\n";
         let st = std::sync::Arc::new(crate::state::EdgeState::build(crate::config::WicketConfig::from_toml_str(text).unwrap()).unwrap());

@@ -2,14 +2,17 @@
 //! HTTP/2 ([`crate::fast_h2`]) or HTTP/1.1 ([`crate::fast`]), each of which hands what it does not
 //! answer itself to the proxy.
 
+use std::cell::RefCell;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::fast::{FIRST_READ, FastFront};
 
@@ -19,9 +22,9 @@ impl ServerApp for FastFront {
     /// `header-timeout-ms` and [`MAX_REQUEST_HEAD`]), checked ([`crate::path`]), then answered
     /// here or handed to the proxy with its bytes put back.
     ///
-    /// An idle keep-alive connection holds only this function's small state (the first-read
-    /// buffer and the wait); the work on a request is a boxed future of its own, allocated while
-    /// the request is handled.
+    /// An idle keep-alive connection holds only this function's small state (the wait, no
+    /// buffer: [`first_read`]); the work on a request is a boxed future of its own, allocated
+    /// while the request is handled.
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         let st = &self.state;
         let fresh = stream.as_any().is::<pingora::protocols::l4::stream::Stream>();
@@ -31,10 +34,9 @@ impl ServerApp for FastFront {
                 Some(secured) => secured,
                 None => return None,
             },
-            // HTTPS, a request after the first: the same front.
-            Some(_) => stream,
-            None if fresh => stream,
-            None => return Box::pin(self.proxy.process_new(stream, shutdown)).await,
+            // A request after the first (on plain HTTP, perhaps wrapped by `replay::buffered`
+            // after the proxy answered one): the same front.
+            _ => stream,
         };
         if stream.selected_alpn_proto() == Some(pingora::protocols::ALPN::H2) {
             // HTTP/2: Pingora's connection, with the fast answers on it (crate::fast_h2).
@@ -46,18 +48,41 @@ impl ServerApp for FastFront {
         if *stop.borrow() {
             return Box::pin(self.proxy.process_new(stream, shutdown)).await;
         }
-        // On the heap, not in this future: Pingora boxes the future of every request, and a
-        // buffer inside it would be copied into that box each time.
-        let mut first = Vec::with_capacity(FIRST_READ);
         let read = tokio::select! {
-            r = tokio::time::timeout(idle, stream.read_buf(&mut first)) => r,
+            r = tokio::time::timeout(idle, first_read(&mut stream)) => r,
             _ = stop.changed() => return None,
         };
-        let filled = match read {
-            Ok(Ok(n)) if n > 0 => n,
+        let first = match read {
+            Ok(Ok(bytes)) if !bytes.is_empty() => bytes,
             _ => return None,
         };
-        Box::pin(self.serve(stream, &first[..filled], shutdown)).await
+        Box::pin(self.serve(stream, &first, shutdown)).await
     }
+}
+
+thread_local! {
+    /// The worker thread's buffer for first reads (see [`first_read`]).
+    static FIRST_READ_BUF: RefCell<Box<[u8; FIRST_READ]>> = RefCell::new(Box::new([0; FIRST_READ]));
+}
+
+/// Waits for the next request's first bytes and returns them (empty: the client closed).
+///
+/// While it waits the connection holds no buffer: each poll reads into its worker thread's
+/// buffer, which a read that is not ready leaves untouched, and only bytes that arrived are
+/// copied out, into a vector of their own size. An idle keep-alive connection then costs its
+/// socket and a small future, as with nginx (which also frees an idle connection's buffer).
+async fn first_read(stream: &mut Stream) -> std::io::Result<Vec<u8>> {
+    std::future::poll_fn(|cx| {
+        FIRST_READ_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let mut read = ReadBuf::new(&mut buf[..]);
+            match Pin::new(&mut *stream).poll_read(cx, &mut read) {
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(read.filled().to_vec())),
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+    })
+    .await
 }
 

@@ -89,7 +89,9 @@ impl<F: Future + Unpin> Future for Counted<F> {
 struct Gather {
     /// What waits for the next flush (at most [`GATHER_MAX`]).
     out: Vec<u8>,
-    polls: Arc<Polls>,
+    /// HTTP/2: flushes put off to the next poll (see [`gathered`]); `None`: an HTTP/1.1
+    /// connection of the proxy ([`buffered`]), flushed when asked.
+    polls: Option<Arc<Polls>>,
     /// The poll in which a flush was put off (the task was woken to be polled again).
     put_off: Option<u64>,
 }
@@ -99,7 +101,29 @@ struct Gather {
 /// of every stream handled in one poll leave together; `polls` must count every poll of the
 /// task that drives the stream ([`Polls::count`]).
 pub fn gathered(stream: Stream, polls: Arc<Polls>) -> Stream {
-    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Gather { out: Vec::new(), polls, put_off: None }) })
+    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Gather { out: Vec::new(), polls: Some(polls), put_off: None }) })
+}
+
+/// A plain HTTP/1.1 connection handed to the proxy, with `bytes` put back in front and its
+/// writes gathered until a flush (as Pingora's own write buffer would, so an answer's head and a
+/// short body leave in one `write`). Unlike that buffer, this one exists only while something
+/// is gathered: an idle keep-alive connection holds none (the public listener has no write
+/// buffer of its own, see `server.rs`).
+pub fn buffered(stream: Stream, bytes: &[u8]) -> Stream {
+    let mut r = if stream.as_any().is::<Replayed>() {
+        let Ok(r) = stream.into_any().downcast::<Replayed>() else { unreachable!() };
+        r
+    } else {
+        Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: None })
+    };
+    if !bytes.is_empty() {
+        let mut front = bytes.to_vec();
+        front.extend_from_slice(&r.front[r.pos..]);
+        r.front = front;
+        r.pos = 0;
+    }
+    r.gather.get_or_insert(Gather { out: Vec::new(), polls: None, put_off: None });
+    r
 }
 
 impl Replayed {
@@ -111,15 +135,17 @@ impl Replayed {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => {
                     g.out.drain(..n);
-                    g.polls.written.fetch_add(n as u64, Ordering::Relaxed);
+                    if let Some(polls) = &g.polls {
+                        polls.written.fetch_add(n as u64, Ordering::Relaxed);
+                    }
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             }
         }
         g.put_off = None;
-        // An idle connection keeps no large buffer.
-        if g.out.capacity() > GATHER_MAX {
+        // An idle connection keeps no large buffer (an HTTP/1.1 one none at all).
+        if g.out.capacity() > GATHER_MAX || g.polls.is_none() {
             g.out = Vec::new();
         }
         Poll::Ready(Ok(()))
@@ -129,7 +155,8 @@ impl Replayed {
     /// gathered wakes the task and waits; later ones in the same poll wait with it.
     fn put_off_flush(&mut self, cx: &mut Context<'_>) -> bool {
         let Some(g) = self.gather.as_mut() else { return false };
-        let now = g.polls.now();
+        let Some(polls) = &g.polls else { return false };
+        let now = polls.now();
         if now == 0 || g.out.is_empty() || g.out.len() >= GATHER_MAX {
             return false;
         }
@@ -145,7 +172,7 @@ impl Replayed {
 
     /// Whether a flush put off in an earlier poll is still to be done.
     fn flush_due(&self) -> bool {
-        self.gather.as_ref().is_some_and(|g| g.put_off.is_some_and(|at| at != g.polls.now()))
+        self.gather.as_ref().is_some_and(|g| g.put_off.is_some_and(|at| g.polls.as_ref().is_some_and(|p| at != p.now())))
     }
 
     /// Gathers `bufs` (as much as fits in [`GATHER_MAX`]), writing out what was gathered first

@@ -111,8 +111,9 @@ impl BackgroundService for ReloadOnHangup {
     }
 }
 
-/// Write buffer of a public connection, bytes.
-const PUBLIC_WRITE_BUFFER: usize = 4096;
+/// Write buffer of an HTTPS connection under its TLS layer, bytes: the records of one handshake
+/// flight leave in one segment.
+const TLS_WRITE_BUFFER: usize = 4096;
 
 /// Builds the Pingora server for a validated state. Listening happens in `run`.
 pub fn build(state: Arc<EdgeState>) -> Server {
@@ -140,11 +141,13 @@ pub fn build(state: Arc<EdgeState>) -> Server {
     // The static fast path answers plain GET/HEAD of files; everything else reaches the proxy.
     let front = FastFront { state: state.clone(), proxy: Arc::new(proxy), tls: None, https_redirect, hsts: None };
     let mut public = Service::new("wicket edge".to_owned(), front);
-    // Per-connection memory must not grow with the site: Pingora's defaults allocate a 64 KiB
-    // read buffer for every connection, idle or not. Reads go straight to the fast front's own
-    // buffer (it reads every head first); a small write buffer lets a short proxied answer leave
-    // in one segment, and the fast path writes its answers whole itself (fast::write_answer).
-    public.add_listener(ListenerConfig::tcp(e.listen.clone()).l4_buffer(L4BufferSettings::new(0, PUBLIC_WRITE_BUFFER)));
+    // Per-connection memory must not grow with the site, nor stay with an idle connection:
+    // Pingora's defaults allocate a 64 KiB read buffer and a 1460-byte write buffer for every
+    // connection, idle or not. Reads go to the fast front's thread buffer (it reads every head
+    // first, front::first_read); the fast path writes its answers whole itself
+    // (fast::write_answer), and a connection handed to the proxy gathers its writes only while
+    // it has some (replay::buffered). So plain HTTP has no buffer of Pingora's at all.
+    public.add_listener(ListenerConfig::tcp(e.listen.clone()).l4_buffer(L4BufferSettings::unbuffered()));
     if let (Some(tls), Some(cfg)) = (state.tls.clone(), e.tls.as_ref()) {
         // HTTPS: the front does the handshake (crate::tls), then the proxy serves HTTP/2 or 1.1.
         let hsts = tls.hsts().and_then(|v| http::HeaderValue::from_str(&v).ok());
@@ -152,7 +155,7 @@ pub fn build(state: Arc<EdgeState>) -> Server {
         proxy.server_options = Some(options);
         let front = FastFront { state: state.clone(), proxy: Arc::new(proxy), tls: Some(tls), https_redirect: None, hsts: hsts.map(crate::fast::Hsts::new) };
         let mut secure = Service::new("wicket edge tls".to_owned(), front);
-        secure.add_listener(ListenerConfig::tcp(cfg.listen.clone()).l4_buffer(L4BufferSettings::new(0, PUBLIC_WRITE_BUFFER)));
+        secure.add_listener(ListenerConfig::tcp(cfg.listen.clone()).l4_buffer(L4BufferSettings::new(0, TLS_WRITE_BUFFER)));
         server.add_service(secure);
         server.add_service(background_service("wicket tls reload", ReloadOnHangup { state: state.clone() }));
     }

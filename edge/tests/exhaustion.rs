@@ -215,3 +215,42 @@ async fn idle_keep_alive_clients_are_closed_after_keepalive_seconds() {
         assert!(after >= Duration::from_millis(900) && after < Duration::from_millis(2500), "closed after {after:?}: {}", String::from_utf8_lossy(request));
     }
 }
+
+/// Keep-alive clients that wait between requests (an idle connection holds no read buffer: see
+/// `fast::idle_state`) are answered as before when they speak again: a whole head, a head in two
+/// parts, two pipelined requests; and are closed `keepalive-seconds` after their last request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_clients_that_wait_are_answered_when_they_speak_again() {
+    let edge = start_edge("keepalive-seconds = 3");
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(edge.addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        assert_eq!(read_answer(&mut s).await.expect("an answer").status, 200);
+        conns.push(s);
+    }
+    let answered = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut s = conns.pop().unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let r = read_answer(&mut s).await.expect("an answer after a wait");
+    assert_eq!((r.status, r.body.as_slice()), (200, detail_page().as_bytes()));
+    let mut s = conns.pop().unwrap();
+    s.write_all(b"G").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.write_all(b"ET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let r = read_answer(&mut s).await.expect("an answer to a head in two parts");
+    assert_eq!((r.status, r.body.as_slice()), (200, detail_page().as_bytes()));
+    let mut s = conns.pop().unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    let (got, closed) = until_closed(&mut s, Duration::from_secs(5)).await;
+    assert!(closed.is_some());
+    let text = String::from_utf8_lossy(&got);
+    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+    // The last one: closed keepalive-seconds after its request.
+    let mut s = conns.pop().unwrap();
+    let (_, closed) = until_closed(&mut s, Duration::from_secs(6)).await;
+    let after = closed.expect("an idle client was never closed") - answered;
+    assert!(after >= Duration::from_millis(2900) && after < Duration::from_millis(4500), "closed {after:?} after its request");
+    page_ok(edge.addr).await;
+}
