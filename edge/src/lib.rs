@@ -20,7 +20,8 @@
 //!   `wicket_core::logging`'s, chosen by `edge.log-format`).
 //! - [`proxy`]: the public service's `ProxyHttp` phases (the phase chart lives there).
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
-//! - [`replay`]: bytes put back in front of a (TLS) stream, for handing a request to the proxy.
+//! - [`replay`]: bytes put back in front of a stream, for handing a request to the proxy (on plain
+//!   HTTP with its writes gathered until a flush); HTTP/2's gathered writes.
 //! - [`tls`]: `[edge.tls]`: the HTTPS listener's certificates (SNI, reload) and handshake.
 //! - [`fast`]: the fast path in front of the proxy (plain GET/HEAD of a file; a queued visitor's
 //!   status poll).
