@@ -7,7 +7,7 @@
 //! proxy on the public listener: it parses the request head with `httparse` into a stack array,
 //! and when the request is a simple HTTP/1.1 `GET`/`HEAD` of a static file, it applies the IP
 //! blocklist and IP limits with the socket peer, then writes the precomputed header prefix, the
-//! cached `Date`, and the body into the connection's write buffer: one syscall, no allocation.
+//! cached `Date`, and the body in one write (one syscall; plain HTTP has no write buffer).
 //! Anything else (another method or version, a body, `Connection: close`, `Upgrade`, a user or
 //! device limit, trusted proxies, a blocked or limited client, a file under a protected prefix, a
 //! path not spelled canonically, a non-TCP stream) is handed to the full proxy ([`crate::proxy`])
@@ -371,7 +371,7 @@ impl FastFront {
         let deadline = tokio::time::Instant::now() + self.state.timeouts.header;
         // The header slots are on the heap, uninitialised: in this future they would be copied
         // into its box at every request (it is boxed per request, so that an idle connection
-        // holds only its first-read buffer).
+        // holds only a small future).
         let mut slots: Vec<httparse::Header<'_>> = Vec::with_capacity(MAX_HEADERS);
         {
             let mut req = httparse::Request::new(&mut []);
