@@ -2,13 +2,14 @@
 # Idle keep-alive connections: memory per idle client connection, Wicket's edge vs nginx.
 # Each server (one worker thread / process) gets N connections that send one GET of the detail page,
 # read the answer and then stay open and idle; the server's proportional memory (Pss, from
-# /proc/PID/smaps_rollup, summed over nginx's master and worker) is read before and after.
+# /proc/PID/smaps_rollup, summed over nginx's master and worker) is read before and after. Then the
+# same over HTTPS (TLS 1.3, the same self-signed ECDSA certificate for both), each server started afresh.
 # Writes the "Idle connections" section of bench/RESULTS.md and the keys idle_conn_bytes_edge,
-# idle_conn_bytes_nginx and idle_conn_edge_vs_nginx of bench/results/summary.json.
+# idle_conn_bytes_nginx, idle_conn_edge_vs_nginx and their _tls twins of bench/results/summary.json.
 #
 #   bash bench/idle-conns/run.sh            # N=50000, capped by the open-file limit (ulimit -n)
 #
-# Needs: cargo, nginx, python3. Loopback only (clients spread over 127.0.0.2-9 for ports).
+# Needs: cargo, nginx, openssl, python3. Loopback only (clients spread over 127.0.0.2-9 for ports).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -19,7 +20,7 @@ if [ "$LIMIT" != unlimited ] && [ "$N" -gt $((LIMIT - 1000)) ]; then
   N=$((LIMIT - 1000))
 fi
 export PATH="$PATH:/usr/sbin"
-for bin in nginx python3; do
+for bin in nginx openssl python3; do
   command -v "$bin" >/dev/null || { echo "missing $bin" >&2; exit 1; }
 done
 
@@ -31,8 +32,11 @@ WICKET="$TARGET/release/wicket"
 source "$ROOT/bench/lib.sh"
 bench_workdir
 EDGE_PORT="$(free_port)"; ADMIN_PORT="$(free_port)"; NGINX_PORT="$(free_port)"
-mkdir -p "$WORK/site" "$WORK/nginx/logs"
+EDGE_TLS="$(free_port)"; NGINX_TLS="$(free_port)"
+mkdir -p "$WORK/site" "$WORK/nginx/logs" "$WORK/pki"
 cp "$ROOT/static/site/index.html" "$WORK/site/index.html"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$WORK/pki/site.key" \
+  -out "$WORK/pki/site.pem" -subj /CN=localhost -addext "subjectAltName=DNS:localhost" -days 2 2>/dev/null
 chmod -R a+rX "$WORK"
 
 cat > "$WORK/nginx/nginx.conf" <<CONF
@@ -53,6 +57,12 @@ http {
   uwsgi_temp_path $WORK/nginx/uwsgi;
   scgi_temp_path $WORK/nginx/scgi;
   server { listen 127.0.0.1:$NGINX_PORT backlog=4096; root $WORK/site; }
+  server {
+    listen 127.0.0.1:$NGINX_TLS ssl backlog=4096;
+    ssl_certificate $WORK/pki/site.pem;
+    ssl_certificate_key $WORK/pki/site.key;
+    root $WORK/site;
+  }
 }
 CONF
 cat > "$WORK/wicket.toml" <<CONF
@@ -63,14 +73,21 @@ threads = 1
 site-dir = "site"
 keepalive-seconds = 300
 shutdown-grace-seconds = 1
+[edge.tls]
+listen = "127.0.0.1:$EDGE_TLS"
+[[edge.tls.certs]]
+cert-file = "pki/site.pem"
+key-file = "pki/site.key"
 CONF
 
 cat > "$WORK/clients.py" <<'PY'
-import asyncio, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
+import asyncio, ssl, sys
+port, n, cafile = int(sys.argv[1]), int(sys.argv[2]), (sys.argv[3] if len(sys.argv) > 3 else None)
+tls = ssl.create_default_context(cafile=cafile) if cafile else None
 async def one(i, sem):
     async with sem:
-        r, w = await asyncio.open_connection("127.0.0.1", port, local_addr=(f"127.0.0.{2 + i % 8}", 0))
+        r, w = await asyncio.open_connection("127.0.0.1", port, local_addr=(f"127.0.0.{2 + i % 8}", 0),
+                                             ssl=tls, server_hostname="localhost" if tls else None)
         w.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         await w.drain()
         head = await r.readuntil(b"\r\n\r\n")
@@ -94,14 +111,16 @@ pss_kib() { # pids... → summed Pss in KiB
   echo "$total"
 }
 
-measure() { # name port pids... → "name bytes_per_conn before_kib after_kib"
-  local name="$1" port="$2"; shift 2
-  for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
-  for _ in $(seq 1 50); do curl -sf -o /dev/null "http://127.0.0.1:$port/"; done
+measure() { # name port http|https pids... → "name bytes_per_conn before_kib after_kib opened"
+  local name="$1" port="$2" scheme="$3"; shift 3
+  local url="$scheme://localhost:$port/" ca=()
+  [ "$scheme" = https ] && ca=("$WORK/pki/site.pem")
+  for _ in $(seq 1 100); do curl -sf --cacert "$WORK/pki/site.pem" -o /dev/null "$url" && break; sleep 0.1; done
+  for _ in $(seq 1 50); do curl -sf --cacert "$WORK/pki/site.pem" -o /dev/null "$url"; done
   sleep 0.5
   local before after opened
   before="$(pss_kib "$@")"
-  coproc CLIENTS { python3 "$WORK/clients.py" "$port" "$N"; }
+  coproc CLIENTS { python3 "$WORK/clients.py" "$port" "$N" "${ca[@]}"; }
   read -r opened <&"${CLIENTS[0]}"
   sleep 2
   after="$(pss_kib "$@")"
@@ -110,26 +129,33 @@ measure() { # name port pids... → "name bytes_per_conn before_kib after_kib"
   echo "$name $(( (after - before) * 1024 / opened )) $before $after $opened"
 }
 
-RUST_LOG=error "$WICKET" serve --config "$WORK/wicket.toml" &
-EDGE_PID=$!
-PIDS+=("$EDGE_PID")
-EDGE_ROW="$(measure edge "$EDGE_PORT" "$EDGE_PID")"
-echo "$EDGE_ROW"
-kill "$EDGE_PID"; wait "$EDGE_PID" 2>/dev/null || true
+edge_row() { # port scheme: a fresh edge measured on that listener
+  RUST_LOG=error "$WICKET" serve --config "$WORK/wicket.toml" &
+  local pid=$!
+  PIDS+=("$pid")
+  measure edge "$1" "$2" "$pid"
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+nginx_row() { # port scheme: a fresh nginx measured on that listener
+  nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+  local master=$!
+  PIDS+=("$master")
+  sleep 0.5
+  measure nginx "$1" "$2" "$master" $(pgrep -P "$master")
+  kill "$master"; wait "$master" 2>/dev/null || true
+}
+EDGE_ROW="$(edge_row "$EDGE_PORT" http)"; echo "$EDGE_ROW"
+NGINX_ROW="$(nginx_row "$NGINX_PORT" http)"; echo "$NGINX_ROW"
+EDGE_TLS_ROW="$(edge_row "$EDGE_TLS" https)"; echo "$EDGE_TLS_ROW"
+NGINX_TLS_ROW="$(nginx_row "$NGINX_TLS" https)"; echo "$NGINX_TLS_ROW"
 
-nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
-NGINX_MASTER=$!
-PIDS+=("$NGINX_MASTER")
-sleep 0.5
-NGINX_PIDS=("$NGINX_MASTER" $(pgrep -P "$NGINX_MASTER"))
-NGINX_ROW="$(measure nginx "$NGINX_PORT" "${NGINX_PIDS[@]}")"
-echo "$NGINX_ROW"
-
-export EDGE_ROW NGINX_ROW ROOT N LIMIT
+export EDGE_ROW NGINX_ROW EDGE_TLS_ROW NGINX_TLS_ROW ROOT N LIMIT
 python3 - <<'PY'
 import json, os, datetime
 e, n = os.environ["EDGE_ROW"].split(), os.environ["NGINX_ROW"].split()
+et, nt = os.environ["EDGE_TLS_ROW"].split(), os.environ["NGINX_TLS_ROW"].split()
 edge_b, nginx_b, held = int(e[1]), int(n[1]), int(e[4])
+edge_t, nginx_t = int(et[1]), int(nt[1])
 today = datetime.date.today().isoformat()
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
 root = os.environ["ROOT"]
@@ -138,8 +164,12 @@ summary = json.load(open(path)) if os.path.exists(path) else {}
 summary["idle_conn_bytes_edge"] = edge_b
 summary["idle_conn_bytes_nginx"] = nginx_b
 summary["idle_conn_edge_vs_nginx"] = round(edge_b / nginx_b, 3) if nginx_b else None
+summary["idle_conn_bytes_edge_tls"] = edge_t
+summary["idle_conn_bytes_nginx_tls"] = nginx_t
+summary["idle_conn_tls_edge_vs_nginx"] = round(edge_t / nginx_t, 3) if nginx_t else None
 summary["idle_conns"] = {"command": "bash bench/idle-conns/run.sh", "date": today, "held": held,
-    "open_file_limit": os.environ["LIMIT"], "edge_pss_kib": [int(e[2]), int(e[3])], "nginx_pss_kib": [int(n[2]), int(n[3])]}
+    "open_file_limit": os.environ["LIMIT"], "edge_pss_kib": [int(e[2]), int(e[3])], "nginx_pss_kib": [int(n[2]), int(n[3])],
+    "edge_tls_pss_kib": [int(et[2]), int(et[3])], "nginx_tls_pss_kib": [int(nt[2]), int(nt[3])]}
 json.dump(summary, open(path, "w"), indent=2, sort_keys=True)
 open(path, "a").write("\n")
 section = "\n".join([
@@ -148,9 +178,12 @@ section = "\n".join([
     f"(each sent one GET of the detail page first; the open-file limit here is {os.environ['LIMIT']}, so not 50,000), one worker each;",
     "proportional memory (Pss) of the server's processes before and after, kernel socket buffers not included.", "",
     "| server | Pss before → after (KiB) | bytes per idle connection |", "|---|---|---|",
-    f"| Wicket edge | {int(e[2]):,} → {int(e[3]):,} | {edge_b:,} |",
-    f"| nginx | {int(n[2]):,} → {int(n[3]):,} | {nginx_b:,} |", "",
-    f"Edge / nginx: {edge_b / nginx_b:.2f}×. Idle clients are closed after `keepalive-seconds` (edge/tests/exhaustion.rs).", "",
+    f"| Wicket edge, HTTP | {int(e[2]):,} → {int(e[3]):,} | {edge_b:,} |",
+    f"| nginx, HTTP | {int(n[2]):,} → {int(n[3]):,} | {nginx_b:,} |",
+    f"| Wicket edge, HTTPS | {int(et[2]):,} → {int(et[3]):,} | {edge_t:,} |",
+    f"| nginx, HTTPS | {int(nt[2]):,} → {int(nt[3]):,} | {nginx_t:,} |", "",
+    f"Edge / nginx: {edge_b / nginx_b:.2f}× over HTTP, {edge_t / nginx_t:.2f}× over HTTPS. Idle clients are closed after",
+    "`keepalive-seconds` (edge/tests/exhaustion.rs).", "",
 ])
 res = os.path.join(root, "bench/RESULTS.md")
 text = open(res).read()
