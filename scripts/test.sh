@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of Wicket on a fresh Debian machine: installs what is missing (cmake for Pingora's
-# zlib-ng, redis-server and redis-cli, nginx, wrk, promtool), then the whole workspace's tests with cargo-nextest.
+# zlib-ng, redis-server and redis-cli, nginx, wrk, h2load, promtool), then the whole workspace's tests with
+# cargo-nextest.
 # Tests start their own servers on free loopback ports; nothing here starts a shared one.
 #
 #   bash scripts/test.sh            # everything
@@ -14,6 +15,8 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v wrk >/dev/null || need+=(wrk)
+# The benchmarks' HTTP/2 load (bench/edge-tls): h2load.
+command -v h2load >/dev/null || need+=(nghttp2-client)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 # Pingora's TLS (openssl feature) links the system's libssl; the TLS tests make certificates with
 # the openssl command and talk HTTP/2 with curl.
