@@ -34,7 +34,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pingora::apps::ServerApp;
+use pingora::apps::HttpServerApp;
+use pingora::protocols::http::ServerSession;
 use pingora::protocols::Stream;
 use pingora::proxy::HttpProxy;
 use pingora::server::ShutdownWatch;
@@ -135,7 +136,13 @@ impl FastFront {
             Some(_) => crate::replay::put_back(stream, read),
             None => crate::replay::buffered(stream, read),
         };
-        self.proxy.process_new(stream, shutdown).await
+        // This one request only: the connection then comes back to the front for the next one.
+        // (Pingora's own HTTP/1.1 loop would keep it for every later request: past the fast path,
+        // and holding its session's buffers while the client is idle.)
+        let mut session = ServerSession::new_http1(stream);
+        session.set_keepalive(if *shutdown.borrow() { None } else { Some(self.state.keepalive) });
+        let (stream, _) = self.proxy.process_new_http(session, shutdown).await?.consume();
+        Some(stream)
     }
 
     /// The `Strict-Transport-Security` line the fast answers carry on HTTPS (empty otherwise).

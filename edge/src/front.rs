@@ -34,8 +34,9 @@ impl ServerApp for FastFront {
                 Some(secured) => secured,
                 None => return None,
             },
-            // A request after the first (on plain HTTP, perhaps wrapped by `replay::buffered`
-            // after the proxy answered one): the same front.
+            // A request after the first (back from the fast path or from the proxy, which hands
+            // each connection back after one request; on plain HTTP perhaps wrapped by
+            // `replay::buffered`): the same front.
             _ => stream,
         };
         if stream.selected_alpn_proto() == Some(pingora::protocols::ALPN::H2) {

@@ -382,11 +382,11 @@ async fn limits_and_blocks_refuse_alike_on_the_fast_path() {
     assert_eq!(statuses, ["200", "429", "429", "429"], "2r/m with no burst: one a 30 s");
     // A request the fast path hands to the proxy (not admitted) is counted once, not twice: the
     // first gets 403 (under the limit), the next 429, on both.
-    // (Fresh connections: once the proxy has a connection it keeps it.)
+    // On one connection: the proxy hands it back to the front after each request.
     let mut statuses = Vec::new();
+    let mut conn = p.conns().await;
     for _ in 0..2 {
-        let mut fresh = p.conns().await;
-        let a = p.same(&mut fresh, &get("/buy/x", "X-User-Id: erin\r\n")).await;
+        let a = p.same(&mut conn, &get("/buy/x", "X-User-Id: erin\r\n")).await;
         statuses.push(a.status_line.split(' ').nth(1).unwrap().to_owned());
     }
     assert_eq!(statuses, ["403", "429"]);
