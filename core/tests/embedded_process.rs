@@ -26,7 +26,7 @@ use wicket_core::token::Keyring;
 const CAPACITY: u64 = 100_000;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    wicket_testkit::free_port()
 }
 
 fn config(port: u16, data: &Path, extra: &str) -> String {

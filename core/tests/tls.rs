@@ -203,7 +203,7 @@ fn the_binary_serves_tls_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(&cert, dir.path().join("core.pem")).unwrap();
     std::fs::copy(&key, dir.path().join("core.key")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = wicket_testkit::free_port();
     let cfg = dir.path().join("core.toml");
     let text = format!(
         "listen = \"127.0.0.1:{port}\"\nstore = \"memory\"\n{}\n{}",

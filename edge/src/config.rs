@@ -15,6 +15,7 @@
 //! [`crate::check`].
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -229,6 +230,12 @@ pub struct CacheRule {
     pub value: String,
 }
 
+/// Whether two listen addresses take the same port: the same address, or the same port with
+/// either on all interfaces.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
 impl WicketConfig {
     /// Reads and parses a file; relative paths in it are resolved against its folder.
     pub fn from_file(path: &Path) -> Result<Self, ConfigErrors> {
@@ -383,8 +390,18 @@ impl WicketConfig {
         }
         if let Some(tls) = &e.tls {
             out.extend(tls.validate(&|p| self.resolve(p)));
-            if parse_listen(&tls.listen).is_some() && tls.listen == e.listen {
-                out.push(issue("edge.tls.listen", "must differ from edge.listen"));
+        }
+        // Each listener its own port: a second bind of a port fails inside Pingora, and the
+        // first listener (perhaps the admin API) then answers on the other's address.
+        let tls_listen = e.tls.as_ref().map(|t| &t.listen);
+        let listeners: Vec<(&str, SocketAddr)> =
+            [("edge.listen", Some(&e.listen)), ("edge.admin-listen", Some(&e.admin_listen)), ("edge.tls.listen", tls_listen)]
+                .into_iter()
+                .filter_map(|(key, addr)| Some((key, parse_listen(addr?)?)))
+                .collect();
+        for (i, (key, addr)) in listeners.iter().enumerate() {
+            if let Some((other, at)) = listeners[..i].iter().find(|(_, a)| overlaps(*a, *addr)) {
+                out.push(issue(*key, format!("{addr} overlaps {other} ({at}): each listener needs a port of its own")));
             }
         }
         if let Some(origin) = &e.origin
@@ -626,6 +643,26 @@ mod tests {
         {
             assert!(paths.iter().any(|p| p == want), "missing {want} in {paths:?}");
         }
+    }
+
+    /// Two listeners on one port: the second bind would fail inside Pingora and the first (the
+    /// admin API, say) answer on the other's address. Refused by name, before anything starts.
+    #[test]
+    fn listeners_that_share_a_port_are_refused() {
+        let check = |edge: &str| -> Vec<String> {
+            let cfg = WicketConfig::from_toml_str(&format!("[edge]\nsecret = \"sixteen-chars-at-least\"\n{edge}")).unwrap();
+            cfg.validate().into_iter().filter(|i| i.message.contains("overlaps")).map(|i| format!("{}: {}", i.path, i.message)).collect()
+        };
+        let tls = "[edge.tls]\nlisten = \"{}\"\n[[edge.tls.certs]]\ncert-file = \"c.pem\"\nkey-file = \"k.pem\"\n";
+        let found = check("listen = \"0.0.0.0:8080\"\nadmin-listen = \"127.0.0.1:8080\"\n");
+        assert_eq!(found, ["edge.admin-listen: 127.0.0.1:8080 overlaps edge.listen (0.0.0.0:8080): each listener needs a port of its own"]);
+        let found = check(&format!("listen = \"127.0.0.1:8080\"\nadmin-listen = \"127.0.0.1:9090\"\n{}", tls.replace("{}", "[::]:9090")));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("edge.tls.listen: [::]:9090 overlaps edge.admin-listen"), "{found:?}");
+        // The same port on two addresses, or other ports: fine.
+        assert!(check("listen = \"127.0.0.1:8080\"\nadmin-listen = \"127.0.0.2:8080\"\n").is_empty());
+        let found = check(&format!("listen = \"0.0.0.0:8080\"\nadmin-listen = \"127.0.0.1:9090\"\n{}", tls.replace("{}", "0.0.0.0:8443")));
+        assert!(found.is_empty(), "{found:?}");
     }
 
     #[test]

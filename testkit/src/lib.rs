@@ -42,8 +42,19 @@ fn cli_bin() -> String {
     std::env::var("WICKET_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
 }
 
-/// A port that was free a moment ago (and, for Cluster nodes, whose bus port +10000 was too).
-fn free_port(with_bus: bool) -> u16 {
+/// A loopback port that was free a moment ago and that this process was never given before.
+///
+/// Two `bind(127.0.0.1:0)` in a row can return the same port once it is released (about 1 in
+/// 20,000 pairs here, 1 in 1,500 within eight): an edge's public and admin listeners were then
+/// given one port, the second bind failed in its thread, and the "public" port answered with the
+/// admin API. So every port handed out is remembered.
+pub fn free_port() -> u16 {
+    fresh_port(false)
+}
+
+/// [`free_port`], and for Cluster nodes one whose bus port +10000 is free too.
+fn fresh_port(with_bus: bool) -> u16 {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
     loop {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let port = l.local_addr().unwrap().port();
@@ -53,7 +64,9 @@ fn free_port(with_bus: bool) -> u16 {
         if with_bus && TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
             continue;
         }
-        return port;
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
+        }
     }
 }
 
@@ -109,7 +122,7 @@ impl RedisServer {
         let mut last_err = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
-            let port = free_port(false);
+            let port = fresh_port(false);
             let mut s = RedisServer { port, dir, child: None, args: extra.iter().map(|a| a.to_string()).collect() };
             match s.spawn() {
                 Ok(()) => return s,
@@ -261,7 +274,7 @@ impl RedisCluster {
             let mut started = None;
             for _ in 0..5 {
                 let dir = tempfile::tempdir().expect("temp dir");
-                let port = free_port(true);
+                let port = fresh_port(true);
                 let mut s = RedisServer {
                     port,
                     dir,

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,9 +19,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use wicket_edge::server::{StopHandle, stop_pair};
 
-/// A loopback port free right now (bound and released; Pingora binds by address).
+/// A loopback port free right now, never one this test was given before (Pingora binds by
+/// address; see `wicket_testkit::free_port`).
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    wicket_testkit::free_port()
 }
 
 /// An `[edge.tls]` table listening on `port` with these (certificate, key) files and `extra` keys.
