@@ -110,18 +110,13 @@ pub fn gathered(stream: Stream, polls: Arc<Polls>) -> Stream {
 /// is gathered: an idle keep-alive connection holds none (the public listener has no write
 /// buffer of its own, see `server.rs`).
 pub fn buffered(stream: Stream, bytes: &[u8]) -> Stream {
+    let stream = put_back(stream, bytes);
     let mut r = if stream.as_any().is::<Replayed>() {
         let Ok(r) = stream.into_any().downcast::<Replayed>() else { unreachable!() };
         r
     } else {
         Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: None })
     };
-    if !bytes.is_empty() {
-        let mut front = bytes.to_vec();
-        front.extend_from_slice(&r.front[r.pos..]);
-        r.front = front;
-        r.pos = 0;
-    }
     r.gather.get_or_insert(Gather { out: Vec::new(), polls: None, put_off: None });
     r
 }
@@ -365,6 +360,35 @@ mod tests {
         let mut echo = [0u8; 3];
         b.read_exact(&mut echo).await.unwrap();
         assert_eq!(&echo, b"out");
+    }
+
+    /// The proxy's HTTP/1.1 connection: put-back bytes first; writes held until a flush (a head
+    /// and a short body leave in one write), and nothing held once they are out.
+    #[tokio::test]
+    async fn buffered_writes_leave_at_the_flush_and_leave_no_buffer() {
+        let (a, mut b) = tokio::io::duplex(1 << 20);
+        b.write_all(b" rest").await.unwrap();
+        let mut s = buffered(Box::new(a), b"head");
+        let mut got = vec![0u8; 9];
+        s.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"head rest");
+        s.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        s.write_all(b"body").await.unwrap();
+        assert_eq!(received(&mut b).await, b"");
+        s.flush().await.unwrap();
+        assert_eq!(received(&mut b).await, b"HTTP/1.1 200 OK\r\n\r\nbody");
+        let Ok(r) = s.into_any().downcast::<Replayed>() else { panic!("not wrapped") };
+        assert_eq!(r.gather.as_ref().map(|g| g.out.capacity()), Some(0), "an idle connection holds no write buffer");
+        // Handed to the proxy again: the same wrapper, its put-back bytes first.
+        let mut s = buffered(r, b"next");
+        let mut got = vec![0u8; 4];
+        s.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"next");
+        // More than GATHER_MAX before a flush: written out as it fills, all of it in order.
+        let big = vec![7u8; GATHER_MAX * 2 + 5];
+        s.write_all(&big).await.unwrap();
+        s.flush().await.unwrap();
+        assert_eq!(received(&mut b).await, big);
     }
 
     /// Counts the wakes of a task.
