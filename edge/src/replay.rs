@@ -171,10 +171,17 @@ impl Replayed {
     }
 
     /// Gathers `bufs` (as much as fits in [`GATHER_MAX`]), writing out what was gathered first
-    /// when it is full.
+    /// when it is full. On HTTP/1.1 ([`buffered`]) a write of [`GATHER_MAX`] or more goes
+    /// straight out once what was gathered before it has (as with a write buffer): a large file
+    /// leaves in one write, not copied in pieces.
     fn poll_gather(&mut self, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
-        if bufs.iter().all(|b| b.is_empty()) {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        if len == 0 {
             return Poll::Ready(Ok(0));
+        }
+        if self.gather.as_ref().is_some_and(|g| g.polls.is_none()) && len >= GATHER_MAX {
+            std::task::ready!(self.poll_drain(cx))?;
+            return Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         }
         if self.gather.as_ref().is_some_and(|g| g.out.len() >= GATHER_MAX) || self.flush_due() {
             std::task::ready!(self.poll_drain(cx))?;
@@ -274,6 +281,8 @@ impl AsyncWrite for Replayed {
 #[async_trait]
 impl Shutdown for Replayed {
     async fn shutdown(&mut self) {
+        // What is gathered goes out first.
+        let _ = std::future::poll_fn(|cx| self.poll_drain(cx)).await;
         self.inner.shutdown().await
     }
 }
@@ -384,11 +393,16 @@ mod tests {
         let mut got = vec![0u8; 4];
         s.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"next");
-        // More than GATHER_MAX before a flush: written out as it fills, all of it in order.
+        // A large write goes straight out after what was gathered before it, all in order.
+        s.write_all(b"small").await.unwrap();
         let big = vec![7u8; GATHER_MAX * 2 + 5];
         s.write_all(&big).await.unwrap();
         s.flush().await.unwrap();
-        assert_eq!(received(&mut b).await, big);
+        assert_eq!(received(&mut b).await, [&b"small"[..], &big].concat());
+        // Pingora's shutdown of the stream sends what is gathered first.
+        s.write_all(b"last").await.unwrap();
+        Shutdown::shutdown(&mut *s).await;
+        assert_eq!(received(&mut b).await, b"last");
     }
 
     /// Counts the wakes of a task.
