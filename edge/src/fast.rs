@@ -138,9 +138,9 @@ impl FastFront {
         };
         // This one request only: the connection then comes back to the front for the next one.
         // (Pingora's own HTTP/1.1 loop would keep it for every later request: past the fast path,
-        // and holding its session's buffers while the client is idle.)
-        let mut session = ServerSession::new_http1(stream);
-        session.set_keepalive(if *shutdown.borrow() { None } else { Some(self.state.keepalive) });
+        // and holding its session's buffers while the client is idle.) Keep-alive is set per
+        // request, by the proxy's `early_request_filter`.
+        let session = ServerSession::new_http1(stream);
         let (stream, _) = self.proxy.process_new_http(session, shutdown).await?.consume();
         Some(stream)
     }

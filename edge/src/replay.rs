@@ -110,13 +110,7 @@ pub fn gathered(stream: Stream, polls: Arc<Polls>) -> Stream {
 /// is gathered: an idle keep-alive connection holds none (the public listener has no write
 /// buffer of its own, see `server.rs`).
 pub fn buffered(stream: Stream, bytes: &[u8]) -> Stream {
-    let stream = put_back(stream, bytes);
-    let mut r = if stream.as_any().is::<Replayed>() {
-        let Ok(r) = stream.into_any().downcast::<Replayed>() else { unreachable!() };
-        r
-    } else {
-        Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: None })
-    };
+    let mut r = replayed(put_back(stream, bytes));
     r.gather.get_or_insert(Gather { out: Vec::new(), polls: None, put_off: None });
     r
 }
@@ -212,15 +206,22 @@ pub fn put_back(stream: Stream, bytes: &[u8]) -> Stream {
         l4.rewind(bytes);
         return l4;
     }
+    let mut r = replayed(stream);
+    let mut front = bytes.to_vec();
+    front.extend_from_slice(&r.front[r.pos..]);
+    r.front = front;
+    r.pos = 0;
+    r
+}
+
+/// `stream` as this wrapper: itself when it is one already, else wrapped (nothing put back, writes
+/// passed through).
+fn replayed(stream: Stream) -> Box<Replayed> {
     if stream.as_any().is::<Replayed>() {
-        let Ok(mut r) = stream.into_any().downcast::<Replayed>() else { unreachable!() };
-        let mut front = bytes.to_vec();
-        front.extend_from_slice(&r.front[r.pos..]);
-        r.front = front;
-        r.pos = 0;
+        let Ok(r) = stream.into_any().downcast::<Replayed>() else { unreachable!() };
         return r;
     }
-    Box::new(Replayed { inner: stream, front: bytes.to_vec(), pos: 0, gather: None })
+    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: None })
 }
 
 impl AsyncRead for Replayed {

@@ -122,7 +122,7 @@ impl RedisServer {
         let mut last_err = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
-            let port = fresh_port(false);
+            let port = free_port();
             let mut s = RedisServer { port, dir, child: None, args: extra.iter().map(|a| a.to_string()).collect() };
             match s.spawn() {
                 Ok(()) => return s,

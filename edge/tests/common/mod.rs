@@ -20,10 +20,8 @@ use hyper_util::rt::TokioIo;
 use wicket_edge::server::{StopHandle, stop_pair};
 
 /// A loopback port free right now, never one this test was given before (Pingora binds by
-/// address; see `wicket_testkit::free_port`).
-pub fn free_port() -> u16 {
-    wicket_testkit::free_port()
-}
+/// address).
+pub use wicket_testkit::free_port;
 
 /// An `[edge.tls]` table listening on `port` with these (certificate, key) files and `extra` keys.
 pub fn tls_config(port: u16, certs: &[(PathBuf, PathBuf)], extra: &str) -> String {
