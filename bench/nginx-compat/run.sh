@@ -59,7 +59,7 @@ http {
   fastcgi_temp_path $1/fastcgi;
   uwsgi_temp_path $1/uwsgi;
   scgi_temp_path $1/scgi;
-  proxy_cache_path $1/wicket-auth levels=1:2 keys_zone=wicket_auth:10m max_size=64m inactive=60s use_temp_path=off;
+$(sed "s|/var/lib/nginx/wicket-auth|$1/wicket-auth|" "$ROOT/nginx-compat/wicket-http.conf")
   upstream wicket_edge { server 127.0.0.1:$2; keepalive 64; }
 CONF
 }

@@ -157,6 +157,9 @@ impl AdminService {
         if path == "/healthz" && method == Method::GET {
             return json_response(200, &json!({"status": "ok"}));
         }
+        if !host_allowed(session.req_header(), &st.config.edge.admin_hosts) {
+            return error(421, "misdirected_request", "the admin port answers only its address, localhost and edge.admin-hosts");
+        }
         if method == Method::GET
             && let Some(page) = crate::console::serve_file(
                 &path,
@@ -242,6 +245,7 @@ impl AdminService {
                 Response::builder()
                     .status(StatusCode::OK)
                     .header(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")
+                    .header(http::header::CACHE_CONTROL, "no-store")
                     .header(http::header::CONTENT_LENGTH, body.len())
                     .body(body)
                     .unwrap_or_else(|_| Response::new(Vec::new()))
@@ -283,6 +287,30 @@ impl AdminService {
     }
 }
 
+/// Whether the admin port answers this `Host`: an IP address (which no DNS answer can rebind),
+/// `localhost`, or a name the operator listed (`edge.admin-hosts`), with any port. A request
+/// without `Host` (HTTP/1.0; no browser sends one) passes.
+fn host_allowed(req: &pingora::http::RequestHeader, listed: &[String]) -> bool {
+    let Some(host) = req.headers.get(http::header::HOST) else { return true };
+    let Ok(host) = host.to_str() else { return false };
+    let name = match host.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`
+        Some(rest) => return rest.split_once(']').is_some_and(|(ip, port)| ip.parse::<std::net::Ipv6Addr>().is_ok() && (port.is_empty() || port_ok(port))),
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port_ok(&format!(":{port}")) => name,
+            Some(_) => return false,
+            None => host,
+        },
+    };
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.parse::<std::net::Ipv4Addr>().is_ok() || name.eq_ignore_ascii_case("localhost") || listed.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// `:<port>`.
+fn port_ok(s: &str) -> bool {
+    s.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// True when the request has no `Origin` (not a browser's cross-site request) or its own
 /// (`http(s)://<Host>`).
 fn same_origin(req: &pingora::http::RequestHeader) -> bool {
@@ -301,6 +329,25 @@ impl ServeHttp for AdminService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_addresses_localhost_and_listed_names_reach_the_admin_port() {
+        let listed = vec!["wicket-admin.internal".to_owned()];
+        let with = |host: Option<&str>| {
+            let mut req = pingora::http::RequestHeader::build("GET", b"/admin/health", None).unwrap();
+            if let Some(h) = host {
+                req.insert_header("host", h).unwrap();
+            }
+            host_allowed(&req, &listed)
+        };
+        for ok in ["127.0.0.1:9090", "127.0.0.1", "10.1.2.3:9090", "[::1]:9090", "[::1]", "localhost:9090", "LOCALHOST", "localhost.", "wicket-admin.internal:9090", "Wicket-Admin.Internal"] {
+            assert!(with(Some(ok)), "{ok}");
+        }
+        assert!(with(None), "no Host (HTTP/1.0)");
+        for refused in ["rebind.example", "rebind.example:9090", "127.0.0.1.nip.io:9090", "localhost.evil.test", "[::1]x", "127.0.0.1:90a", "wicket-admin.internal.evil", "", "[zz]:1"] {
+            assert!(!with(Some(refused)), "{refused}");
+        }
+    }
 
     #[test]
     fn token_compare() {

@@ -70,6 +70,10 @@ pub struct EdgeConfig {
     /// Admin listen address; loopback so it is not reachable from outside unless asked.
     /// Default `127.0.0.1:9090`.
     pub admin_listen: String,
+    /// Host names the admin port answers to, besides IP addresses and `localhost` (a request
+    /// whose `Host` names another is refused with 421: a DNS-rebinding page cannot reach the
+    /// console). Default: none.
+    pub admin_hosts: Vec<String>,
     /// Bearer token of the admin port. Default: the top-level `admin-token`.
     pub admin_token: Option<String>,
     /// Environment variable holding the admin token (wins over `admin-token`).
@@ -176,6 +180,7 @@ impl Default for EdgeConfig {
         EdgeConfig {
             listen: "0.0.0.0:8080".into(),
             admin_listen: "127.0.0.1:9090".into(),
+            admin_hosts: Vec::new(),
             admin_token: None,
             admin_token_env: None,
             threads: None,
@@ -471,6 +476,12 @@ impl WicketConfig {
         for (i, p) in e.trusted_proxies.iter().enumerate() {
             if parse_net(p).is_none() {
                 out.push(issue(format!("edge.trusted-proxies[{i}]"), format!("not an IP or CIDR: {p:?}")));
+            }
+        }
+        for (i, h) in e.admin_hosts.iter().enumerate() {
+            let ok = !h.is_empty() && h.len() <= 253 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+            if !ok {
+                out.push(issue(format!("edge.admin-hosts[{i}]"), format!("not a host name (letters, digits, '.', '-'; no port): {h:?}")));
             }
         }
         if e.auth_cache_seconds > 60 {

@@ -207,19 +207,25 @@ impl FastFront {
             Ok(c) => c,
             Err(e) => return self.refuse(stream, 400, "bad_request", e.message()).await,
         };
-        if let Err(e) = crate::path::check_head(req.version == Some(1), req.headers.iter().map(|h| (h.name.as_bytes(), h.value))) {
+        let proto = crate::path::Proto::http1(req.version);
+        let fields = || req.headers.iter().map(|h| (h.name.as_bytes(), h.value));
+        if let Err(e) = crate::path::check_head(proto, target, fields()) {
             return self.refuse(stream, 400, "bad_request", e.message()).await;
         }
+        // The one rule for every answer written here: a request that announces a body, or whose
+        // client does not keep the connection, gets its answer and then the connection closes
+        // (the unread body would otherwise be read as the next request: smuggling).
+        let keep = !crate::path::announces_body(fields()) && keeps_alive(proto, fields());
         if let Some(port) = self.https_redirect
             && !canonical.starts_with("/.well-known/acme-challenge/")
         {
             let query = target.split_once('?').map(|(_, q)| q);
-            let answer = https_redirect(header_bytes(&*req.headers, "host").unwrap_or_default(), port, &canonical, query);
+            let answer = https_redirect(header_bytes(&*req.headers, "host").unwrap_or_default(), port, &canonical, query, keep);
             if write_answer(&mut stream, &[&answer], b"", st.timeouts.client_write).await.is_err() {
                 return None;
             }
             st.metrics.request(Route::Edge, Outcome::Ok);
-            return self.next_request(stream, buf, len);
+            return self.next_request(stream, buf, len, keep);
         }
         // A path spelled other than canonically takes the proxy, which rewrites it.
         let fast = match canonical {
@@ -262,7 +268,7 @@ impl FastFront {
                 if *shutdown.borrow() {
                     return None;
                 }
-                return self.next_request(stream, buf, len);
+                return self.next_request(stream, buf, len, keep);
             }
             Fast::Status { room, path } => {
                 // Only a poll this path answers is counted here: one it hands to the proxy (no or a
@@ -284,18 +290,34 @@ impl FastFront {
         if *shutdown.borrow() {
             return None;
         }
-        self.next_request(stream, buf, len)
+        self.next_request(stream, buf, len, keep)
     }
 
-    /// The connection after an answered request: pipelined bytes of the next request (past
-    /// `len`) are given back to the stream.
-    fn next_request(&self, stream: Stream, buf: &[u8], len: usize) -> Option<Stream> {
-        Some(crate::replay::put_back(stream, &buf[len.min(buf.len())..]))
+    /// The connection after an answered request: closed unless `keep` (see [`Self::handle`]);
+    /// else pipelined bytes of the next request (past `len`) are given back to the stream.
+    fn next_request(&self, stream: Stream, buf: &[u8], len: usize, keep: bool) -> Option<Stream> {
+        keep.then(|| crate::replay::put_back(stream, &buf[len.min(buf.len())..]))
     }
 }
 
-/// A 308 to the same URL over HTTPS (`Host` without its port, then `port` unless it is 443).
-fn https_redirect(host: &[u8], port: u16, path: &str, query: Option<&str>) -> Vec<u8> {
+/// Whether the client keeps the connection after this request: HTTP/1.1 unless it says
+/// `Connection: close`, HTTP/1.0 only when it says `Connection: keep-alive`.
+fn keeps_alive<'a>(proto: crate::path::Proto, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> bool {
+    let mut keep = proto != crate::path::Proto::Http10;
+    for (_, value) in fields.filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")) {
+        for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+            if token.eq_ignore_ascii_case(b"close") {
+                return false;
+            }
+            keep |= token.eq_ignore_ascii_case(b"keep-alive");
+        }
+    }
+    keep
+}
+
+/// A 308 to the same URL over HTTPS (`Host` without its port, then `port` unless it is 443);
+/// `Connection: close` unless `keep`.
+fn https_redirect(host: &[u8], port: u16, path: &str, query: Option<&str>, keep: bool) -> Vec<u8> {
     let host = std::str::from_utf8(host).unwrap_or("");
     // `[v6]:port` or `name:port`: keep the name.
     let name = match host.rfind(':') {
@@ -306,9 +328,10 @@ fn https_redirect(host: &[u8], port: u16, path: &str, query: Option<&str>) -> Ve
     let query = query.map(|q| format!("?{q}")).unwrap_or_default();
     let date = pingora::protocols::http::date::get_cached_date();
     let date = date.to_str().unwrap_or("");
+    let close = if keep { "" } else { "Connection: close\r\n" };
     format!(
         "HTTP/1.1 308 Permanent Redirect\r\nLocation: https://{name}{port}{path}{query}\r\nContent-Length: 0\r\n\
-         Cache-Control: no-store\r\nDate: {date}\r\n\r\n"
+         Cache-Control: no-store\r\nDate: {date}\r\n{close}\r\n"
     )
     .into_bytes()
 }

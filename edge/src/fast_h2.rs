@@ -21,7 +21,12 @@
 //! one that has not moved for as long) for `keepalive-seconds`, gives a
 //! stopping edge's clients a `GOAWAY` and serves the streams they had already opened, and closes
 //! a connection after [`MAX_REJECTED_STREAMS`] malformed streams, as Pingora's own loop does.
+//!
+//! Streams handed to the proxy hold one of the connection's upstream slots ([`crate::cancel`]):
+//! one connection never has more than `MAX_STREAMS` requests at the upstream, however it paces
+//! its `RST_STREAM`s, and one that keeps cancelling is closed with `GOAWAY(ENHANCE_YOUR_CALM)`.
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,18 +36,22 @@ use http::header;
 use pingora::apps::HttpServerApp;
 use pingora::protocols::Stream;
 use pingora::protocols::http::ServerSession;
+use pingora::proxy::HttpProxy;
 use pingora::protocols::http::v2::server::{H2Accept, HttpSession, handshake};
 use pingora::protocols::Digest;
 use pingora::server::ShutdownWatch;
 use tokio::sync::Notify;
 
+use crate::cancel::Upstreams;
 use crate::fast::{Fast, FastFront, classify_head, status_body};
+use crate::proxy::EdgeProxy;
 use crate::metrics::{Outcome, Route};
 use crate::replay::Polls;
 use crate::statics::Asset;
 
 /// Malformed streams (refused by Pingora's acceptance checks) after which the connection closes.
 pub const MAX_REJECTED_STREAMS: usize = 32;
+
 
 /// What to do with one stream.
 enum Kind {
@@ -110,7 +119,9 @@ async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch,
     let peer = digest.socket_digest.as_ref().and_then(|d| d.peer_addr()).and_then(|a| a.as_inet()).map(|a| a.ip());
     // The client's preface and SETTINGS within the head deadline, as a first request head on
     // HTTP/1.1: a client that chose h2 and then says nothing is not kept.
-    let mut conn = match tokio::time::timeout(front.state.timeouts.header, handshake(stream, front.proxy.h2_options())).await {
+    let mut options = front.proxy.h2_options().unwrap_or_else(pingora::protocols::http::v2::server::default_h2_options);
+    options.max_concurrent_streams(crate::cancel::MAX_STREAMS);
+    let mut conn = match tokio::time::timeout(front.state.timeouts.header, handshake(stream, Some(options))).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             tracing::debug!("HTTP/2 handshake failed: {e}");
@@ -123,6 +134,8 @@ async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch,
     };
     polls.start();
     let active = Arc::new(Active::default());
+    let upstreams = Arc::new(Upstreams::new());
+    let _close_slots = CloseSlots(Arc::clone(&upstreams));
     let idle = Duration::from_secs(front.state.keepalive);
     let mut stop = shutdown.clone();
     let mut stopping = *stop.borrow();
@@ -140,6 +153,15 @@ async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch,
                 biased;
                 _ = stop.changed() => {
                     conn.graceful_shutdown();
+                    stopping = true;
+                    continue;
+                }
+                _ = upstreams.spent() => {
+                    // A client that cancels what it asks for: no more streams from it.
+                    let (handed, cancelled) = upstreams.counts();
+                    tracing::debug!(handed, cancelled, "HTTP/2 connection closed: too many cancelled streams");
+                    front.state.metrics.rejects.with_label_values(&["h2_cancel_budget"]).inc();
+                    conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
                     stopping = true;
                     continue;
                 }
@@ -171,21 +193,44 @@ async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch,
                     return None;
                 }
             }
-            Ok(Some(H2Accept::Session(session))) => on_stream(front, session, peer, &active, shutdown),
+            Ok(Some(H2Accept::Session(session))) => on_stream(front, session, peer, &active, &upstreams, shutdown),
         }
     }
 }
 
+/// Hands one stream to the proxy within the connection's upstream slots ([`crate::cancel`]).
+async fn hand_on(upstreams: &Upstreams, proxy: &Arc<HttpProxy<EdgeProxy>>, mut session: HttpSession, shutdown: &ShutdownWatch) {
+    let Some(slot) = upstreams.slot().await else { return };
+    // Reset while it waited for a slot: nothing reached the upstream.
+    let reset = std::pin::pin!(session.idle()).poll(&mut std::task::Context::from_waker(std::task::Waker::noop())).is_ready();
+    if reset {
+        upstreams.cancelled(slot, false);
+        return;
+    }
+    upstreams.serve(slot, proxy.process_new_http(ServerSession::new_http2(session), shutdown)).await;
+}
+
+/// Closes the upstream slots when the connection's loop ends, so that streams still waiting for
+/// one end too.
+struct CloseSlots(Arc<Upstreams>);
+
+impl Drop for CloseSlots {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// One accepted stream: answered here, checked then answered on a task, or given to the proxy.
-fn on_stream(front: &Arc<FastFront>, mut session: HttpSession, peer: Option<IpAddr>, active: &Arc<Active>, shutdown: &ShutdownWatch) {
+fn on_stream(front: &Arc<FastFront>, mut session: HttpSession, peer: Option<IpAddr>, active: &Arc<Active>, upstreams: &Arc<Upstreams>, shutdown: &ShutdownWatch) {
     let (kind, guarded) = classify(front, &session);
     let to_proxy = |session: HttpSession| {
         let proxy = Arc::clone(&front.proxy);
         let shutdown = shutdown.clone();
         let in_flight = active.start();
+        let upstreams = Arc::clone(upstreams);
         tokio::spawn(async move {
             let _in_flight = in_flight;
-            proxy.process_new_http(ServerSession::new_http2(session), &shutdown).await;
+            hand_on(&upstreams, &proxy, session, &shutdown).await;
         });
     };
     match kind {
@@ -221,7 +266,7 @@ fn classify(front: &FastFront, session: &HttpSession) -> (Kind, Option<String>) 
     if head_len > crate::reject::MAX_REQUEST_HEAD
         || !target.starts_with('/')
         || !matches!(crate::path::canonical_target(target), Ok(std::borrow::Cow::Borrowed(_)))
-        || crate::path::check_head(false, req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()))).is_err()
+        || crate::path::check_head(crate::path::Proto::H2, target, req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()))).is_err()
         || !session.is_body_empty()
     {
         return (Kind::Proxy, None);

@@ -33,7 +33,7 @@ use tokio::net::TcpStream;
 use crate::admission::AdmissionClaims;
 use crate::identity::{Device, cookie, header_bytes};
 use crate::metrics::{Outcome, Route};
-use crate::proxy::{IDENTITY_HEADERS, bearer, cookies_without_admission};
+use crate::proxy::{IDENTITY_HEADERS, bearer, upstream_credentials};
 use crate::reject::Reject;
 use crate::state::{EdgeState, Upstream};
 
@@ -181,21 +181,20 @@ fn request_head(req: &httparse::Request<'_, '_>, fwd: &Forwarding<'_>) -> Vec<u8
         if DROPPED_REQUEST.iter().chain(IDENTITY_HEADERS.iter()).any(|d| name.eq_ignore_ascii_case(d)) {
             continue;
         }
-        if admitted_room.is_some() {
-            // The origin gets the verified identity, never the token.
-            if name.eq_ignore_ascii_case("cookie") {
-                continue; // written once below, without the admission cookie
-            }
-            if name.eq_ignore_ascii_case("authorization") && h.value.starts_with(b"Bearer ") {
-                continue;
-            }
+        if admitted_room.is_some() && (name.eq_ignore_ascii_case("cookie") || name.eq_ignore_ascii_case("authorization")) {
+            continue; // written below as the proxy passes them on: never the admission token
         }
         push_header(&mut out, name.as_bytes(), h.value);
     }
-    if let Some(room) = admitted_room {
+    if admitted_room.is_some() {
         let cookies = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("cookie")).map(|h| h.value);
-        if let Some(kept) = cookies_without_admission(cookies, room) {
+        let authorization = req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("authorization")).map(|h| h.value);
+        let (cookies, authorization) = upstream_credentials(cookies, authorization, admitted_room, false);
+        if let Some(kept) = cookies {
             push_header(&mut out, b"cookie", kept.as_bytes());
+        }
+        if let Some(a) = authorization {
+            push_header(&mut out, b"authorization", a);
         }
     }
     if let Some((room, claims)) = &fwd.admitted {

@@ -27,7 +27,10 @@
 //!   status poll).
 //! - [`front`]: the public listeners' app: the TLS handshake, then [`fast_h2`] or [`fast`].
 //! - [`fast_h2`]: HTTP/2 connections on the HTTPS listener: Pingora's accept loop with the same
-//!   fast answers given on the connection, the rest handed to the proxy.
+//!   fast answers given on the connection, the rest handed to the proxy within the connection's
+//!   upstream slots ([`cancel`]: at most 100 at the upstream, a budget of cancelled streams).
+//! - [`forward`]: the forwarded fast path (plain `GET`/`HEAD` for a plain-HTTP origin, admission
+//!   checked, answered from the origin over the edge's own pooled connections).
 //! - [`path`]: the one canonical request path and the one set of head rules (both paths use them).
 //! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
 //! - [`limit`]: nginx `limit_req` semantics on governor; `[[edge.limits]]`.
@@ -80,6 +83,7 @@ pub mod admission;
 pub mod anomaly;
 pub mod blocklist;
 pub mod bot;
+pub mod cancel;
 pub mod check;
 pub mod config;
 pub mod console;

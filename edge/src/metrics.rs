@@ -104,6 +104,8 @@ pub struct Metrics {
     pub captcha: IntCounterVec,
     /// PoW verifications by outcome.
     pub pow: IntCounterVec,
+    /// HTTP/2 streams the client reset while the proxy served them.
+    pub client_resets: prometheus::IntCounter,
     /// `process_resident_memory_bytes`, read at each scrape.
     resident_memory: prometheus::IntGauge,
 }
@@ -146,6 +148,11 @@ impl Metrics {
             "outcome",
         ])
         .expect("valid metric");
+        let client_resets = prometheus::IntCounter::new(
+            "wicket_edge_client_resets_total",
+            "HTTP/2 streams the client reset (RST_STREAM) while the edge was serving them",
+        )
+        .expect("valid metric");
         let resident_memory = wicket_core::metrics::resident_memory_gauge();
         for c in [
             Box::new(resident_memory.clone()) as Box<dyn prometheus::core::Collector>,
@@ -156,6 +163,7 @@ impl Metrics {
             Box::new(limiter_keys.clone()),
             Box::new(captcha.clone()),
             Box::new(pow.clone()),
+            Box::new(client_resets.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
@@ -173,6 +181,7 @@ impl Metrics {
             limiter_keys,
             captcha,
             pow,
+            client_resets,
             resident_memory,
         }
     }

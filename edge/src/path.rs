@@ -18,8 +18,9 @@
 //! [`check_head`] is the one set of rules for the rest of a request head, applied by the fast
 //! path and by the proxy alike: exactly one valid `Host` for HTTP/1.1 (no user info), at most one
 //! `Content-Length` made of digits, never `Content-Length` together with `Transfer-Encoding`, and
-//! `Transfer-Encoding: chunked` only (RFC 9112 §6.3: a proxy must not forward an ambiguous
-//! framing).
+//! `Transfer-Encoding: chunked` only and never in HTTP/1.0 (RFC 9112 §6.3: a proxy must not
+//! forward an ambiguous framing), and an absolute-form target only with the Host's authority.
+//! [`announces_body`] says whether a head has a body that an answer must consume or close on.
 
 use std::borrow::Cow;
 
@@ -46,8 +47,10 @@ pub enum HeadError {
     Host,
     /// More than one `Content-Length`, or one that is not a number.
     ContentLength,
-    /// `Transfer-Encoding` with `Content-Length`, or other than `chunked`.
+    /// `Transfer-Encoding` with `Content-Length`, other than `chunked`, or in HTTP/1.0.
     TransferEncoding,
+    /// An absolute-form target whose authority is not the `Host` (or not a plain one).
+    Authority,
 }
 
 impl HeadError {
@@ -64,7 +67,8 @@ impl HeadError {
             HeadError::Fragment => "a '#' (fragment) in the request target is ambiguous",
             HeadError::Host => "exactly one valid Host header is required",
             HeadError::ContentLength => "Content-Length must appear at most once and be a number",
-            HeadError::TransferEncoding => "Transfer-Encoding must be 'chunked' and not come with Content-Length",
+            HeadError::TransferEncoding => "Transfer-Encoding must be 'chunked', not come with Content-Length, and not be sent in HTTP/1.0",
+            HeadError::Authority => "an absolute-form request target must name the Host's authority (http or https, no user info)",
         }
     }
 }
@@ -233,13 +237,33 @@ fn valid_host(v: &[u8]) -> bool {
         && v.iter().all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']'))
 }
 
-/// The head rules (see the module doc), over the head's `(name, value)` pairs. `http11`: the
-/// request is HTTP/1.1 (a Host is then required).
-pub fn check_head<'a>(http11: bool, headers: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Result<(), HeadError> {
+/// The protocol a head came in, for the rules that differ by version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// HTTP/1.0: no Host required, and no `Transfer-Encoding` (RFC 9112 §6.1: faulty framing).
+    Http10,
+    /// HTTP/1.1: exactly one Host.
+    Http11,
+    /// HTTP/2 (`:authority` stands for Host; the codec refuses connection-specific fields).
+    H2,
+}
+
+impl Proto {
+    /// The protocol of an HTTP/1.x head by httparse's minor version (`1`: HTTP/1.1).
+    pub fn http1(minor: Option<u8>) -> Proto {
+        if minor == Some(1) { Proto::Http11 } else { Proto::Http10 }
+    }
+}
+
+/// The head rules (see the module doc), over the head's `(name, value)` pairs and its request
+/// target (an absolute-form target's authority must be the Host, as Pingora requires).
+pub fn check_head<'a>(proto: Proto, target: &str, headers: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Result<(), HeadError> {
     let (mut hosts, mut lengths, mut te) = (0u32, 0u32, false);
+    let mut host: &[u8] = b"";
     for (name, value) in headers {
         if name.eq_ignore_ascii_case(b"host") {
             hosts += 1;
+            host = value;
             if !valid_host(value) {
                 return Err(HeadError::Host);
             }
@@ -255,16 +279,40 @@ pub fn check_head<'a>(http11: bool, headers: impl Iterator<Item = (&'a [u8], &'a
             te = true;
         }
     }
-    if hosts > 1 || (http11 && hosts == 0) {
+    if hosts > 1 || (proto == Proto::Http11 && hosts == 0) {
         return Err(HeadError::Host);
     }
     if lengths > 1 {
         return Err(HeadError::ContentLength);
     }
-    if te && lengths > 0 {
+    if te && (lengths > 0 || proto == Proto::Http10) {
         return Err(HeadError::TransferEncoding);
     }
+    if !target.starts_with('/') && target != "*" && absolute_authority(target).is_none_or(|a| a.as_bytes() != host) {
+        return Err(HeadError::Authority);
+    }
     Ok(())
+}
+
+/// The authority of an absolute-form target (`http://a.test/x` → `a.test`) when it is a plain
+/// one: an `http`/`https` scheme, a valid authority, no user info.
+fn absolute_authority(target: &str) -> Option<&str> {
+    let (scheme, rest) = target.split_once("://")?;
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return None;
+    }
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    (!authority.is_empty() && !authority.contains('@') && http::uri::Authority::try_from(authority).is_ok()).then_some(authority)
+}
+
+/// Whether a request head announces a body: a `Content-Length` other than 0, or any
+/// `Transfer-Encoding` (the head passed [`check_head`]). An answer the edge gives without
+/// reading such a body must close the connection: the unread body would be read as the next
+/// request (request smuggling through the edge).
+pub fn announces_body<'a>(mut headers: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> bool {
+    headers.any(|(name, value)| {
+        name.eq_ignore_ascii_case(b"transfer-encoding") || (name.eq_ignore_ascii_case(b"content-length") && value.iter().any(|&b| b != b'0'))
+    })
 }
 
 /// A configured path prefix (protected paths, limits, cache rules, core prefixes...) must be
@@ -347,11 +395,11 @@ mod tests {
         assert_eq!(canonical_target("/a#/../b"), Err(HeadError::Fragment));
         assert_eq!(canonical_target("/a?x#y"), Err(HeadError::Fragment));
         assert_eq!(canonical_target("http://h/a/../b?q").unwrap(), "/b");
-        let h = |v: &[(&str, &str)]| check_head(true, v.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())));
+        let h = |v: &[(&str, &str)]| check_head(Proto::Http11, "/", v.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())));
         assert_eq!(h(&[("Host", "x")]), Ok(()));
         assert_eq!(h(&[("Host", "x:80"), ("Content-Length", "44")]), Ok(()));
         assert_eq!(h(&[]), Err(HeadError::Host));
-        assert_eq!(check_head(false, std::iter::empty()), Ok(()), "HTTP/1.0 may omit Host");
+        assert_eq!(check_head(Proto::Http10, "/", std::iter::empty()), Ok(()), "HTTP/1.0 may omit Host");
         assert_eq!(h(&[("Host", "x"), ("host", "y")]), Err(HeadError::Host));
         assert_eq!(h(&[("Host", "user@x")]), Err(HeadError::Host));
         assert_eq!(h(&[("Host", "")]), Err(HeadError::Host));
@@ -362,6 +410,20 @@ mod tests {
         assert_eq!(h(&[("Host", "x"), ("Content-Length", "1"), ("Transfer-Encoding", "chunked")]), Err(HeadError::TransferEncoding));
         assert_eq!(h(&[("Host", "x"), ("Transfer-Encoding", "gzip, chunked")]), Err(HeadError::TransferEncoding));
         assert_eq!(h(&[("Host", "x"), ("Transfer-Encoding", "chunked")]), Ok(()));
+        let te = [("Host".as_bytes(), "x".as_bytes()), (b"Transfer-Encoding", b"chunked")];
+        assert_eq!(check_head(Proto::Http10, "/", te.into_iter()), Err(HeadError::TransferEncoding), "HTTP/1.0 has no chunked framing");
+        // Absolute-form: only with the Host's own authority (Pingora refuses the others bare).
+        let abs = |target: &str, host: &str| check_head(Proto::Http11, target, [("Host".as_bytes(), host.as_bytes())].into_iter());
+        assert_eq!(abs("http://x/index.html", "x"), Ok(()));
+        assert_eq!(abs("HTTPS://x:8443/a?q", "x:8443"), Ok(()));
+        assert_eq!(abs("http://x/index.html", "y"), Err(HeadError::Authority));
+        assert_eq!(abs("http://x:80/", "x"), Err(HeadError::Authority), "byte for byte, as Pingora compares");
+        assert_eq!(abs("http://u@x/", "x"), Err(HeadError::Authority));
+        assert_eq!(abs("ftp://x/", "x"), Err(HeadError::Authority));
+        assert_eq!(abs("x/y", "x"), Err(HeadError::Authority));
+        let body = |v: &[(&str, &str)]| announces_body(v.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())));
+        assert!(body(&[("Content-Length", "3")]) && body(&[("transfer-encoding", "chunked")]) && body(&[("content-length", "00010")]));
+        assert!(!body(&[("Content-Length", "0")]) && !body(&[("Content-Length", "000")]) && !body(&[("Host", "x")]));
     }
 
     /// Reference: the same rules written the slow, obvious way (full decode, then split).

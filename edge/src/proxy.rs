@@ -75,6 +75,11 @@ pub struct RequestCtx {
 /// trusted proxies, about the request named by `X-Original-URI` and `X-Original-Method`.
 pub const AUTH_PATH: &str = "/wicket/auth";
 
+/// Where nginx reports an origin's `Wicket-Revoke: 1` (nginx-compat/: `post_action`): answered
+/// only to trusted proxies, about the request named by `X-Original-URI`, whose admission token
+/// (cookie or bearer, as the original request carried it) ends its session.
+pub const REVOKE_PATH: &str = "/wicket/revoke";
+
 /// The `ProxyHttp` implementation.
 pub struct EdgeProxy {
     /// Shared state.
@@ -124,6 +129,15 @@ impl EdgeProxy {
         if let Some(d) = &ctx.device {
             h.insert_header("wicket-device", d.id())?;
         }
+        // What the origin may see of the client's credentials: the same as the direct edge
+        // forwards (`upstream_credentials`); nginx sets both from these (wicket-protect.conf).
+        let (cookies, authorization) = credentials_of(session.req_header(), ctx.admitted.as_ref().map(|(room, _)| room.as_str()), false);
+        if let Some(c) = cookies {
+            h.insert_header("wicket-forward-cookie", c)?;
+        }
+        if let Some(a) = authorization {
+            h.insert_header("wicket-forward-authorization", a.to_vec())?;
+        }
         match self.auth_cache_seconds(session.req_header(), ctx) {
             Some(ttl) => {
                 h.insert_header("x-accel-expires", ttl.to_string())?;
@@ -136,6 +150,27 @@ impl EdgeProxy {
         for c in ctx.cookies.drain(..) {
             h.append_header(header::SET_COOKIE, c)?;
         }
+        session.write_response_header(Box::new(h), true).await?;
+        Ok(true)
+    }
+
+    /// [`REVOKE_PATH`]: ends the session of the admission token the original request carried
+    /// (the origin answered it with `Wicket-Revoke: 1`); 204 whether there was one or not.
+    async fn revoke_original(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let st = Arc::clone(&self.state);
+        ctx.auth = true;
+        if let Err(r) = self.become_original(session.req_header_mut()) {
+            return self.reject(session, ctx, r).await;
+        }
+        let req = session.req_header();
+        if let Some(p) = st.rooms.protection().find(req.uri.path())
+            && let Some(check) = &st.admission
+            && let Some(claims) = cookie(req, &p.cookie).or_else(|| bearer(req)).and_then(|t| check.verify(t, &p.rule).ok())
+        {
+            st.rooms.revoke(&p.rule.room, &claims.sub).await;
+        }
+        let mut h = ResponseHeader::build(204, Some(1))?;
+        h.insert_header(header::CACHE_CONTROL, "no-store")?;
         session.write_response_header(Box::new(h), true).await?;
         Ok(true)
     }
@@ -398,6 +433,13 @@ fn origin_form(canonical: &str, query: Option<&str>) -> std::result::Result<http
     http::Uri::try_from(target).map_err(|_| crate::path::HeadError::BadEscape)
 }
 
+/// An HTTP/2 client that reset its stream (or closed its connection) while it was served: a fan
+/// who closed a tab, or a client cancelling what it asked for (counted per connection by
+/// [`crate::fast_h2`]).
+fn client_reset(e: &Error) -> bool {
+    e.esource() == &ErrorSource::Downstream && e.etype() == &ErrorType::H2Error
+}
+
 /// A failed write to the client: from Pingora's proxying (source downstream) or from a phase
 /// answering itself (source unset: an event stream or a file whose client went away).
 fn client_write_failed(e: &Error) -> bool {
@@ -450,16 +492,46 @@ fn admission_cookie_for_core(st: &EdgeState, req: &RequestHeader, path: &str) ->
     found
 }
 
-/// Removes the room's admission token (cookie `wicket_a_<room>`, and `Authorization: Bearer`
-/// unless `keep_bearer`: the core verifies it itself) from a request going upstream: the verified
-/// identity travels in `Wicket-*` headers instead.
+/// The `Cookie` and `Authorization` values an upstream receives of a request (`None`: the
+/// header is left out): the one rule of the proxy, the forwarded fast path ([`crate::forward`])
+/// and the nginx path ([`EdgeProxy::allow`]). For a request admitted to `room`, without the
+/// room's admission token (cookie `wicket_a_<room>`, and a bearer `Authorization` unless
+/// `keep_bearer`: the core verifies it itself), whose verified identity travels in `Wicket-*`
+/// headers instead; else as the client sent them.
+pub(crate) fn upstream_credentials<'a>(
+    cookies: impl Iterator<Item = &'a [u8]>,
+    authorization: Option<&'a [u8]>,
+    room: Option<&str>,
+    keep_bearer: bool,
+) -> (Option<String>, Option<&'a [u8]>) {
+    let cookies = match room {
+        Some(room) => cookies_without_admission(cookies, room),
+        None => {
+            let all: Vec<&str> = cookies.filter_map(|v| std::str::from_utf8(v).ok()).collect();
+            (!all.is_empty()).then(|| all.join("; "))
+        }
+    };
+    let authorization = authorization.filter(|a| room.is_none() || keep_bearer || !a.starts_with(b"Bearer "));
+    (cookies, authorization)
+}
+
+/// [`upstream_credentials`] of a parsed request head.
+fn credentials_of<'a>(req: &'a RequestHeader, room: Option<&str>, keep_bearer: bool) -> (Option<String>, Option<&'a [u8]>) {
+    let cookies = req.headers.get_all(header::COOKIE).into_iter().map(|v| v.as_bytes());
+    upstream_credentials(cookies, req.headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()), room, keep_bearer)
+}
+
+/// Removes the room's admission token from a request going upstream ([`upstream_credentials`]).
 fn strip_admission_token(req: &mut RequestHeader, room: &str, keep_bearer: bool) {
-    let kept = cookies_without_admission(req.headers.get_all(header::COOKIE).iter().map(|v| v.as_bytes()), room);
+    let (cookies, keep_authorization) = {
+        let (cookies, authorization) = credentials_of(req, Some(room), keep_bearer);
+        (cookies, authorization.is_some())
+    };
     req.remove_header(&header::COOKIE);
-    if let Some(kept) = kept {
+    if let Some(kept) = cookies {
         let _ = req.insert_header(header::COOKIE, kept);
     }
-    if !keep_bearer && bearer(req).is_some() {
+    if !keep_authorization {
         req.remove_header(&header::AUTHORIZATION);
     }
 }
@@ -569,11 +641,22 @@ impl ProxyHttp for EdgeProxy {
             return self.reject(session, ctx, Reject::BadRequest(e.message())).await;
         }
         let req = session.req_header();
-        let http11 = req.version == http::Version::HTTP_11;
-        if let Err(e) = crate::path::check_head(http11, req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()))) {
+        let proto = match req.version {
+            http::Version::HTTP_11 => crate::path::Proto::Http11,
+            http::Version::HTTP_2 => crate::path::Proto::H2,
+            _ => crate::path::Proto::Http10,
+        };
+        // The target is origin-form here (`canonicalize` rewrote it); the front checked the raw one.
+        if let Err(e) = crate::path::check_head(proto, "/", req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()))) {
             return self.reject(session, ctx, Reject::BadRequest(e.message())).await;
         }
         let peer = session.client_addr().and_then(|a| a.as_inet()).map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
+        if session.req_header().uri.path() == REVOKE_PATH {
+            if !st.client_ip.is_trusted(&st.client_ip.resolve_peer(peer)) {
+                return self.reject(session, ctx, Reject::NotFound).await;
+            }
+            return self.revoke_original(session, ctx).await;
+        }
         if session.req_header().uri.path() == AUTH_PATH {
             if !st.client_ip.is_trusted(&st.client_ip.resolve_peer(peer)) {
                 return self.reject(session, ctx, Reject::NotFound).await;
@@ -849,7 +932,7 @@ impl ProxyHttp for EdgeProxy {
         let reject = ctx.fail.take().or_else(|| match (e.esource(), e.etype()) {
             // Writing to the client failed (our phases' own answers: an event stream, a file):
             // the client went away. Pingora leaves the source of those errors unset.
-            _ if client_write_failed(e) => None,
+            _ if client_write_failed(e) || client_reset(e) => None,
             // The client: gone, or too slow to send its body or read the answer.
             (ErrorSource::Downstream, ErrorType::ReadTimedout) => Some(Reject::RequestTimeout),
             (
@@ -874,9 +957,16 @@ impl ProxyHttp for EdgeProxy {
         FailToProxy { error_code: code, can_reuse_downstream: false }
     }
 
-    /// Default: every failed request is logged at ERROR. Here: a client that went away or was
-    /// too slow is an everyday event, logged at DEBUG.
+    /// Default: every failed request is logged at ERROR. Here: a client that went away, reset its
+    /// stream or was too slow is an everyday event (and one a client can repeat at will: never a
+    /// line per request at a level operators keep), logged at DEBUG and counted.
     fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, e: &Error) -> bool {
+        if client_reset(e) {
+            self.state.metrics.client_resets.inc();
+            crate::cancel::note_client_reset();
+            tracing::debug!("{e}");
+            return true;
+        }
         let client = client_write_failed(e)
             || e.esource() == &ErrorSource::Downstream
                 && matches!(

@@ -66,7 +66,7 @@ async fn a_session_reads_and_changes_only_with_its_csrf_token_from_its_own_origi
     assert_eq!((v.status, v.json()["csrf"].as_str()), (200, Some(csrf.as_str())));
     // The page's EventSource sends only the cookie.
     let mut s = tokio::net::TcpStream::connect(edge.admin).await.unwrap();
-    s.write_all(format!("GET /admin/stream HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n\r\n").as_bytes()).await.unwrap();
+    s.write_all(format!("GET /admin/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {cookie}\r\n\r\n").as_bytes()).await.unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !got.windows(6).any(|w| w == b"data: ") {

@@ -102,34 +102,52 @@ impl Client {
 }
 
 /// The edge (with `edge_extra` in `[edge]`), an origin that echoes what it received, and a real
-/// nginx in front with the shipped snippets: `/buy/ev-1` is room r1's protected path.
+/// nginx in front with the shipped snippets guarding the whole site: `/buy/ev-1` is room r1's
+/// protected path.
 async fn compat_site(edge_extra: &str) -> (TestUpstream, TestEdge, NginxWith) {
     let origin = TestUpstream::start("origin").await;
+    let edge = compat_edge(edge_extra);
+    let nginx = compat_nginx(&edge, &format!("location / {{\n   include {{c}}/wicket-protect.conf;\n   proxy_pass http://{};\n  }}", origin.addr));
+    (origin, edge, nginx)
+}
+
+/// The edge behind nginx: trusting it, users from `x-user-id`, a limit on `/limited/`, room r1
+/// guarding `/buy/ev-1` and admitting at once.
+fn compat_edge(edge_extra: &str) -> TestEdge {
     let k = keys_dir();
-    let edge = TestEdge::start(&format!(
+    TestEdge::start(&format!(
         "user-header = \"x-user-id\"\ntrusted-proxies = [\"127.0.0.1\"]\n{edge_extra}\n\
          [[edge.limits]]\npath = \"/limited/\"\nkey = \"ip\"\nrate = \"1r/m\"\n\
          [tokens]\nissuer = \"wicket\"\nsigning-kid = \"ed-1\"\n\
          [[tokens.keys]]\nkid = \"ed-1\"\nalg = \"EdDSA\"\nprivate-key-file = \"{k}/demo-ed25519.pem\"\npublic-key-file = \"{k}/demo-ed25519.pub.pem\"\n\
          [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
          release = {{ mode = \"fixed\", rate = 1000.0 }}\n"
-    ));
+    ))
+}
+
+/// A real nginx in front of `edge` with the shipped files: wicket-http.conf in `http`, wicket.conf
+/// in the server, then `locations` (where `{c}` names the folder of the shipped snippets).
+fn compat_nginx(edge: &TestEdge, locations: &str) -> NginxWith {
     let compat = compat_dir().canonicalize().unwrap();
     let port = free_port();
-    // The cache zone wicket-http.conf declares, in the test's own folder (relative to nginx's -p).
-    let nginx = start_nginx(
+    let locations = locations.replace("{c}", &compat.display().to_string());
+    start_nginx(
         port,
         &format!(
-            " upstream wicket_edge {{ server {}; keepalive 8; }}\n\
-             proxy_cache_path wicket-auth keys_zone=wicket_auth:1m inactive=60s use_temp_path=off;\n\
-             server {{\n  listen 127.0.0.1:{port};\n  include {c}/wicket.conf;\n\
-             location / {{\n   include {c}/wicket-protect.conf;\n   proxy_pass http://{};\n  }}\n }}",
+            " upstream wicket_edge {{ server {}; keepalive 8; }}\n{}\n\
+             server {{\n  listen 127.0.0.1:{port};\n  include {}/wicket.conf;\n  {locations}\n }}",
             edge.addr,
-            origin.addr,
-            c = compat.display()
+            shipped_http_conf(),
+            compat.display()
         ),
-    );
-    (origin, edge, nginx)
+    )
+}
+
+/// The shipped wicket-http.conf, its cache zone in the test's own folder (relative to nginx's -p).
+fn shipped_http_conf() -> String {
+    let text = std::fs::read_to_string(compat_dir().join("wicket-http.conf")).unwrap();
+    assert!(text.contains("/var/lib/nginx/wicket-auth"), "{text}");
+    text.replace("/var/lib/nginx/wicket-auth", "wicket-auth")
 }
 
 /// Joins room r1 through nginx and polls until admitted.
@@ -437,4 +455,115 @@ async fn cached_auth_passes_stay_per_client_and_expire_within_the_cache_time() {
     tokio::time::sleep(Duration::from_millis(3300).saturating_sub(cached_at.elapsed())).await;
     let r = fan.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await;
     assert_eq!(r.status, 403, "the block after the cache time: {}", r.text());
+}
+
+/// An origin that reads paths the ways application servers do: Java servlet containers drop
+/// `;` path parameters, IIS reads `\` (raw or escaped) as `/`. It answers 200 with what it saw.
+async fn lenient_origin() -> (std::net::SocketAddr, std::sync::Arc<parking_lot::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).into_owned();
+                let raw = head.split(' ').nth(1).unwrap_or("").to_owned();
+                let read_as = raw.replace("%5C", "/").replace("%5c", "/").replace('\\', "/");
+                let read_as = read_as.split('/').map(|seg| seg.split(';').next().unwrap_or("")).collect::<Vec<_>>().join("/");
+                let cookie = head.lines().find_map(|l| l.strip_prefix("Cookie: ").or_else(|| l.strip_prefix("cookie: "))).unwrap_or("").to_owned();
+                let auth = head.lines().find_map(|l| l.strip_prefix("Authorization: ").or_else(|| l.strip_prefix("authorization: "))).unwrap_or("").to_owned();
+                log.lock().push(read_as.clone());
+                let body = serde_json::json!({"raw": raw, "read_as": read_as, "cookie": cookie, "authorization": auth}).to_string();
+                let revoke = if read_as.ends_with("/done") { "Wicket-Revoke: 1\r\n" } else { "" };
+                let answer = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{revoke}Content-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                let _ = s.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// The nginx path as example-site.conf lays it out (only `/buy/` guarded, the rest of the site
+/// straight to the origin) holds what the direct edge holds: the origin never sees the admission
+/// token (cookie or bearer), spellings that escape nginx's guarded location are refused with the
+/// edge's JSON 400 before any origin sees them, and `Wicket-Revoke: 1` from the origin ends the
+/// session for every copy of the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nginx_path_strips_refuses_and_revokes_what_the_edge_does() {
+    let (origin, seen) = lenient_origin().await;
+    let edge = compat_edge("");
+    let nginx = compat_nginx(
+        &edge,
+        &format!("location /buy/ {{\n   include {{c}}/wicket-protect.conf;\n   proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"),
+    );
+    let url = |p: &str| format!("http://{}{p}", nginx.addr);
+    let mut fan = Client { user: "alice".into(), ..Client::default() };
+    admit(&mut fan, &url).await;
+    let token = fan.jar.get("wicket_a_r1").cloned().expect("admission cookie");
+    fan.jar.insert("site".into(), "1".into());
+
+    // The origin gets the fan's other cookies and credentials, never the admission token.
+    let r = fan.send(&url("/buy/ev-1/seat"), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert!(v["cookie"].as_str().unwrap().contains("site=1"), "{v}");
+    assert!(!v["cookie"].as_str().unwrap().contains("wicket_a_"), "{v}");
+    let bearer = format!("Bearer {token}");
+    let mut only_bearer = Client { user: "alice".into(), jar: fan.jar.iter().filter(|(k, _)| *k != "wicket_a_r1").map(|(k, v)| (k.clone(), v.clone())).collect() };
+    let r = only_bearer.send(&url("/buy/ev-1/seat"), &[("authorization", &bearer)]).await;
+    assert_eq!(r.status, 200, "admitted on the bearer token: {}", r.text());
+    assert_eq!(r.json()["authorization"], "", "the admission bearer token reached the origin: {}", r.text());
+    let r = fan.send(&url("/buy/ev-1/seat"), &[("authorization", "Basic c2l0ZTpwYXNz")]).await;
+    assert_eq!(r.json()["authorization"], "Basic c2l0ZTpwYXNz", "the site's own credentials pass");
+
+    // Spellings the origin reads as /buy/… but nginx matches to `location /`: refused by the edge.
+    let before = seen.lock().len();
+    for spelling in ["/buy;x=1/ev-1", "/buy;jsessionid=1/ev-1/seat", "/buy%5Cev-1", "/buy%5cev-1", "/buy\\ev-1", "/buy%2Fev-1", "/buy/ev-1;x=1"] {
+        let ask = format!("GET {spelling} HTTP/1.1\r\nHost: shop.test\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
+        let r = raw(nginx.addr, ask.as_bytes()).await.unwrap_or_else(|| panic!("{spelling}: no answer"));
+        assert_eq!(r.status, 400, "{spelling}: {r:?}");
+        assert_eq!(r.json()["error"], "bad_request", "{spelling}: the edge's JSON");
+    }
+    assert_eq!(seen.lock().len(), before, "an ambiguous spelling reached the origin: {:?}", &seen.lock()[before..]);
+    // A `;` in the query is no path parameter: it passes.
+    let cookie = fan.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    let ask = format!("GET /buy/ev-1/seat?a=;b HTTP/1.1\r\nHost: shop.test\r\nX-User-Id: alice\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n");
+    let r = raw(nginx.addr, ask.as_bytes()).await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+
+    // Revoke: the last page of the purchase ends the session, for the browser and for any copy.
+    let mut stolen = Client { user: "alice".into(), jar: fan.jar.clone() };
+    let r = fan.send(&url("/buy/ev-1/done"), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("wicket-revoke").is_none(), "the origin's revoke header reached the client");
+    let cleared = r.headers.get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()).any(|c| c.starts_with("wicket_a_r1=;") && c.contains("Max-Age=0"));
+    assert!(cleared, "the admission cookie is not cleared: {:?}", r.headers);
+    assert!(fan.jar.get("wicket_a_r1").is_none_or(|v| v.is_empty()), "{:?}", fan.jar);
+    // The copy passes at most until nginx's cached pass (auth-cache-seconds = 1) expires.
+    let revoked_at = Instant::now();
+    let mut refused_after = None;
+    while revoked_at.elapsed() < Duration::from_secs(4) {
+        if stolen.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await.status == 403 {
+            refused_after = Some(revoked_at.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused_after = refused_after.expect("a copy of the revoked token still passes 4 s later");
+    assert!(refused_after <= Duration::from_millis(2500), "refused only after {refused_after:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(stolen.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await.status, 403, "and stays refused");
+    drop(nginx);
 }

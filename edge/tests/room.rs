@@ -451,7 +451,7 @@ async fn rooms_admin_api_pause_resume_queue_all_release_stats_stream() {
     let stream = tokio::net::TcpStream::connect(edge.admin).await.unwrap();
     let (mut rd, mut wr) = stream.into_split();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    wr.write_all(format!("GET /admin/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\r\n").as_bytes()).await.unwrap();
+    wr.write_all(format!("GET /admin/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\r\n").as_bytes()).await.unwrap();
     let mut got = String::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     while got.matches("data: ").count() < 2 && Instant::now() < deadline {

@@ -302,7 +302,7 @@ async fn either_edges_console_shows_and_controls_a_shared_room() {
     assert_eq!(fan.status(&base_a, "r9").await["state"], "waiting");
     let mut stream = tokio::net::TcpStream::connect(b.admin).await.unwrap();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    stream.write_all(format!("GET /admin/stream HTTP/1.1\r\nHost: x\r\nCookie: {}\r\n\r\n", console.cookie).as_bytes()).await.unwrap();
+    stream.write_all(format!("GET /admin/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {}\r\n\r\n", console.cookie).as_bytes()).await.unwrap();
     let (mut seen, mut buf) = (String::new(), [0u8; 8192]);
     let (what, deadline) = until("B's stream shows A's fan queued in r9", 6);
     while !seen.split("data: ").filter_map(|f| serde_json::from_str::<serde_json::Value>(f.trim()).ok()).any(|f| {

@@ -197,6 +197,11 @@ async fn ambiguous_and_malformed_heads_get_a_json_400_and_never_reach_the_origin
         ("bad request line", b"GET\x01/ HTTP/1.1\r\nHost: x\r\n\r\n"),
         ("a fragment in the target", b"GET /open#/../form HTTP/1.1\r\nHost: x\r\n\r\n"),
         ("a byte the proxy's URI parser refuses", b"GET /form` HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("absolute-form naming another host", b"GET http://x/index.html HTTP/1.1\r\nHost: y\r\n\r\n"),
+        ("absolute-form with another port", b"GET http://x:80/index.html HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("absolute-form with user info", b"GET http://u@x/index.html HTTP/1.1\r\nHost: u@x\r\n\r\n"),
+        ("absolute-form of another scheme", b"GET ftp://x/index.html HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("HTTP/1.0 with transfer-encoding", b"POST /form HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
     ];
     for (what, req) in cases {
         let r = raw(edge.addr, req).await.unwrap_or_else(|| panic!("{what}: no answer"));
@@ -209,6 +214,10 @@ async fn ambiguous_and_malformed_heads_get_a_json_400_and_never_reach_the_origin
     let r = raw(edge.addr, huge.as_bytes()).await.unwrap();
     assert_eq!(r.status, 431);
     assert_eq!(origin.hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // Absolute-form naming the Host is served as its path.
+    let r = raw(edge.addr, b"GET http://x/index.html HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.text().contains("Prehistoric park"));
     // A well-formed request still passes.
     assert_eq!(raw(edge.addr, b"POST /form HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nConnection: close\r\n\r\nabcd").await.unwrap().status, 200);
 }
