@@ -58,6 +58,8 @@ pub struct RequestCtx {
     /// A reject decided in a phase that cannot answer itself (upstream_peer).
     fail: Option<Reject>,
     upstream_started: Option<Instant>,
+    /// The request head was sent upstream (a reset after that leaves the upstream working).
+    sent_upstream: bool,
     tries: usize,
     /// When the request head was done (the body-rate floor counts from here), and body bytes
     /// seen so far.
@@ -606,6 +608,7 @@ impl ProxyHttp for EdgeProxy {
             to_core: false,
             fail: None,
             upstream_started: None,
+            sent_upstream: false,
             tries: 0,
             head_done: None,
             body_bytes: 0,
@@ -871,6 +874,7 @@ impl ProxyHttp for EdgeProxy {
         };
         upstream_request.insert_header("x-forwarded-for", xff)?;
         ctx.upstream_started = Some(Instant::now());
+        ctx.sent_upstream = true;
         Ok(())
     }
 
@@ -960,10 +964,14 @@ impl ProxyHttp for EdgeProxy {
     /// Default: every failed request is logged at ERROR. Here: a client that went away, reset its
     /// stream or was too slow is an everyday event (and one a client can repeat at will: never a
     /// line per request at a level operators keep), logged at DEBUG and counted.
-    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, e: &Error) -> bool {
+    fn suppress_error_log(&self, _session: &Session, ctx: &RequestCtx, e: &Error) -> bool {
         if client_reset(e) {
             self.state.metrics.client_resets.inc();
-            crate::cancel::note_client_reset();
+            // Only a stream the upstream is working on spends the connection's budget: a fan
+            // closing the queue page's event stream (the edge's own) costs nothing upstream.
+            if ctx.sent_upstream {
+                crate::cancel::note_client_reset();
+            }
             tracing::debug!("{e}");
             return true;
         }

@@ -403,3 +403,35 @@ async fn paths_spelled_otherwise_and_oversized_heads_over_h2_get_the_proxys_answ
     assert_eq!(head.status, 431);
     assert_eq!(get(&send, "/", &[]).await.0.status, 200);
 }
+
+/// The cancellation budget (`edge/src/cancel.rs`) counts only streams the upstream was working
+/// on: a fan who leaves the queue page's event stream (the edge's own answer) again and again
+/// keeps the connection, and so does one cancelling now and then among many served pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_closing_event_streams_and_now_and_then_a_page_keeps_the_connection() {
+    let site = Site::start("").await;
+    let (send, conn) = site.connect().await;
+    let who = [("x-user-id", "kai"), ("accept", "text/html")];
+    let (queued, _) = get(&send, "/queue/r1", &who).await;
+    let cookies = cookies_set(&queued);
+    let who = [("x-user-id", "kai"), ("cookie", cookies.as_str())];
+    for i in 0..80 {
+        // The event stream answers at once; the fan navigates away (RST_STREAM) mid-stream.
+        let mut events = open(&send, "/queue/r1/events", &who).await;
+        assert!(events.data().await.is_some(), "event stream {i}: no frame");
+        drop(events);
+        // Now and then a page of the origin, cancelled as a browser cancels a navigation.
+        if i % 8 == 0 {
+            let req = http::Request::get(format!("https://a.test:{}/slow/300", site.port)).header("x-user-id", "kai");
+            let (answer, mut stream) = send.clone().ready().await.unwrap().send_request(req.body(()).unwrap(), true).unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            stream.send_reset(h2::Reason::CANCEL);
+            drop(answer);
+        }
+        let (page, _) = get(&send, "/events/1", &[("x-user-id", "kai")]).await;
+        assert_eq!(page.status, 200, "page {i}");
+    }
+    assert!(!conn.is_finished(), "the connection was closed");
+    let (page, _) = get(&send, "/", &[]).await;
+    assert_eq!(page.status, 200);
+}
