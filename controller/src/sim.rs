@@ -617,6 +617,7 @@ pub fn run(scn: &Scenario, policy: &mut dyn ReleasePolicy) -> SimResult {
                 exits_per_s: exits as f64,
                 metrics_age_ms: 0,
                 sold_out: scn.sold_out_at_s.is_some_and(|s| sec >= s),
+                fair_share: None,
             };
             let input = match (scn.stale, &last_fresh) {
                 (Some((a, b)), Some((at, old))) if sec >= a && sec < b => TickInput {
