@@ -33,6 +33,14 @@
 //! delay's growth before the first bad P99 arrives, and the overshoot then takes a session length to
 //! drain. Tuning and the figures behind the defaults: bench/controller/README-notes.
 //!
+//! # Rooms sharing a core, and memory that ages
+//! Every room of an edge reads the same core figures, so one room's load is every room's pressure.
+//! Over target only a room holding at least its fair share of the core ([`fair_share`]: an equal
+//! part of the rooms' total occupancy, among rooms with people queued or admitted) cuts and learns
+//! a slow-start threshold; one under its share holds ([`Reason::OverShared`]) and keeps at least
+//! its minimum rate. What pressure taught ages: after `pressure_memory_ms` (60 s) without a tick over
+//! target, ssthresh and the last cut's level are forgotten; light load grows past any ssthresh.
+//!
 //! # Errors alone are an outage, not congestion
 //! Errors cut the budget like latency does (a core that fails is not to be fed), and the cut sets the
 //! slow-start threshold. When the latency and the utilisation stayed under target, though, the errors
