@@ -33,6 +33,14 @@
 //! delay's growth before the first bad P99 arrives, and the overshoot then takes a session length to
 //! drain. Tuning and the figures behind the defaults: bench/controller/README-notes.
 //!
+//! # Rooms sharing a core, and memory that ages
+//! Every room of an edge reads the same core figures, so one room's load is every room's pressure.
+//! Over target only a room holding at least its fair share of the core ([`fair_share`]: an equal
+//! part of the rooms' total occupancy, among rooms with people queued or admitted) cuts and learns
+//! a slow-start threshold; one under its share holds ([`Reason::OverShared`]) and keeps at least
+//! its minimum rate. What pressure taught ages: after `pressure_memory_ms` (60 s) without a tick over
+//! target, ssthresh and the last cut's level are forgotten; light load grows past any ssthresh.
+//!
 //! # Errors alone are an outage, not congestion
 //! Errors cut the budget like latency does (a core that fails is not to be fed), and the cut sets the
 //! slow-start threshold. When the latency and the utilisation stayed under target, though, the errors
@@ -321,6 +329,12 @@ pub struct ControllerConfig {
     pub slew_rel: f64,
     /// Smallest budget a cut can leave (default 1 session).
     pub min_budget: f64,
+    /// Pressure memory ages: after this long without a tick over target (default 60 s, two
+    /// longest cool-downs), the slow-start threshold and the level of the last mild cut are
+    /// forgotten ([`ControlEventKind::PressureForgotten`]): the core of a minute ago — another room's load on
+    /// it, a capacity since added, a blip — says little about the core now, and slow start, with
+    /// its lead bound and exit pressure, finds the level again within a few ticks.
+    pub pressure_memory_ms: u64,
 }
 
 impl ControllerConfig {
@@ -368,6 +382,7 @@ impl Default for ControllerConfig {
             slew_abs: 10.0,
             slew_rel: 0.25,
             min_budget: 1.0,
+            pressure_memory_ms: 60_000,
         }
     }
 }
@@ -430,6 +445,21 @@ pub struct TickInput {
     pub metrics_age_ms: u64,
     /// The core says the event is sold out.
     pub sold_out: bool,
+    /// When other rooms' admissions load the same core: the occupancy this room is entitled to
+    /// ([`fair_share`]). Over target, only a room at or above its share cuts (and learns a
+    /// slow-start threshold); one under it holds: it did not cause the pressure, and cutting it
+    /// would hand its part of the core to the room that did. `None`: the room is alone on its core.
+    pub fair_share: Option<f64>,
+}
+
+/// A room's fair share of a core shared by `rooms_in_play` rooms that have people queued or
+/// admitted, with `total_occupancy` over all of them: an equal part each (max-min fairness by
+/// room, not by fan: a big sale and a small one get the same part of the core, and the small one
+/// uses only what it needs, the rest going to the others as they grow). `None` with one room in
+/// play or none: nothing to share.
+pub fn fair_share(total_occupancy: f64, rooms_in_play: usize) -> Option<f64> {
+    (rooms_in_play > 1 && total_occupancy.is_finite())
+        .then(|| total_occupancy.max(0.0) / rooms_in_play as f64)
 }
 
 /// Light load: the budget doubles once this share of it is in use (as much as any growth asks:
@@ -465,11 +495,21 @@ pub enum Reason {
     /// Too few requests in the window and some of them slow or failing: the budget is held.
     ThinMetrics,
     /// Light load: few requests, all fast and none failing, and the budget in use: the budget
-    /// doubles each tick (at most twice the occupancy, never past the level where pressure last
-    /// appeared), as slow start would.
+    /// doubles each tick (at most twice the occupancy), as slow start would — past any ssthresh:
+    /// light load is itself the measurement that the core has room, and growing past the level
+    /// where pressure once appeared forgets that level.
     LightLoad,
-    /// Under target but the occupancy does not fill the budget: the budget is held.
+    /// Under target but the occupancy does not fill the budget: the budget is held. Never when the
+    /// occupancy is at or over the budget.
     BudgetUnfilled,
+    /// The budget is in use, but the metrics still show the lower occupancy of one actuation delay
+    /// ago: held until the load shows (growing past what has been measured is how a delayed loop
+    /// overshoots).
+    AwaitingLoad,
+    /// Over target while other rooms load the same core, and this room holds less than its fair
+    /// share of it: no cut (the rooms over their share cut), the budget is held.
+    OverShared,
+
     /// Slow start: the budget grows geometrically.
     SlowStart,
     /// Pressure reached the slow-start exit: ssthresh set, budget held.
@@ -505,6 +545,8 @@ impl Reason {
             Reason::ThinMetrics => "thin_metrics",
             Reason::LightLoad => "light_load",
             Reason::BudgetUnfilled => "budget_unfilled",
+            Reason::AwaitingLoad => "awaiting_load",
+            Reason::OverShared => "over_shared",
             Reason::SlowStart => "slow_start",
             Reason::SlowStartExit => "slow_start_exit",
             Reason::Grow => "grow",
@@ -561,6 +603,9 @@ pub enum ControlEventKind {
     ErrorCutUndone { from: f64, to: f64, ssthresh: f64 },
     /// Slow start ended at this budget.
     SlowStartEnded { budget: f64, pressure: f64 },
+    /// No pressure for `pressure_memory_ms` (or light load grew the budget past it): the slow-start
+    /// threshold (`null` when infinite) and the last mild cut's level are forgotten.
+    PressureForgotten { ssthresh: f64, cut_from: f64 },
     /// Metrics went stale (true) or came back (false).
     MetricsStale { stale: bool, age_ms: u64 },
     /// The core's sold-out flag changed.
@@ -593,6 +638,9 @@ pub struct ReleaseController {
     healthy_streak: u32,
     /// When the last cut happened: cuts are off until it has shown (cool-down).
     last_cut_ms: Option<u64>,
+    /// When pressure last appeared (a tick over target, or slow start ending at its exit
+    /// pressure): the pressure memory (ssthresh, cut level) is forgotten `pressure_memory_ms` after.
+    last_pressure_ms: u64,
     /// Rate of the previous tick, for the slew limiter.
     prev_rate: f64,
     /// Occupancy of the last ticks (ms, occ), a ring: what the core feels now was released one actuation
@@ -623,6 +671,7 @@ impl ReleaseController {
             error_cut: None,
             healthy_streak: 0,
             last_cut_ms: None,
+            last_pressure_ms: 0,
             prev_rate,
             history: [(0, 0.0); HISTORY],
             history_len: 0,
@@ -828,8 +877,35 @@ impl ReleaseController {
         let over_latency = pressure.is_some_and(|x| x > 1.0);
         let over_errors = enough && err > cfg.error_threshold;
         let over = !stale && (over_latency || over_errors);
+        // A saturated core (every worker busy over the whole window) is far over whatever its P99
+        // says yet: the queue behind it grows every second a mild cut waits for confirmation.
+        let saturated = !stale && input.utilisation.is_some_and(|u| u.is_finite() && u >= 1.0);
         let far = pressure.is_some_and(|x| x >= cfg.far_pressure)
+            || saturated
             || (enough && err >= 5.0 * cfg.error_threshold);
+        // Other rooms load the same core and this one holds less than its part of it: the pressure
+        // is theirs, and so are the cuts and the thresholds it teaches.
+        let under_share = input
+            .fair_share
+            .is_some_and(|share| share.is_finite() && occ < share);
+        if over {
+            self.last_pressure_ms = now;
+        }
+        // Pressure memory ages: a calm core for `pressure_memory_ms` forgets where it was once
+        // too much (another room's load, a blip, a capacity since added).
+        let calm = pressure.is_some_and(|x| x <= cfg.slow_start_exit_pressure) && err == 0.0;
+        if calm
+            && !over
+            && (self.ssthresh.is_finite() || self.cut_from > 0.0)
+            && now.saturating_sub(self.last_pressure_ms) >= cfg.pressure_memory_ms
+            && self.last_cut_ms.is_none_or(|c| now.saturating_sub(c) >= cfg.pressure_memory_ms)
+        {
+            let (ssthresh, cut_from) = (self.ssthresh, self.cut_from);
+            self.ssthresh = f64::INFINITY;
+            self.cut_from = 0.0;
+            self.push_event(now, ControlEventKind::PressureForgotten { ssthresh, cut_from });
+        }
+        let cfg = &self.config;
 
         // Undoing error-only cuts. Errors with the latency and the utilisation under target are an
         // outage (a core restart, a network blip), not load: once the core has been healthy for a few
@@ -883,7 +959,17 @@ impl ReleaseController {
         let reason = if undone {
             Reason::ErrorsCleared
         } else if over {
-            if in_cooldown {
+            if under_share {
+                Reason::OverShared
+            } else if in_cooldown {
+                // The cut is taking effect and the core is still over target with the occupancy
+                // under the budget: the cut was not deep enough (a capacity drop bigger than the
+                // cut). The budget follows the occupancy down, so that the core is not refilled to
+                // a level it has just been seen over target at.
+                if occ < self.budget {
+                    self.budget = occ.max(cfg.min_budget);
+                    self.ssthresh = self.ssthresh.min(self.budget);
+                }
                 Reason::CoolDown
             } else if !far && self.over_streak < cfg.confirm_ticks {
                 Reason::Confirming
@@ -929,18 +1015,34 @@ impl ReleaseController {
                 Reason::ThinMetrics
             } else if in_cooldown {
                 Reason::CoolDown
-            } else if occ < LIGHT_FILL * self.budget || self.budget >= self.ssthresh {
-                // Not in use enough — or already at a level where pressure once appeared (ssthresh):
-                // past it only real measurements may grow the budget.
+            } else if occ < LIGHT_FILL * self.budget {
                 Reason::BudgetUnfilled
             } else {
-                self.budget = (self.budget * 2.0).min(occ.max(1.0) * LIGHT_LEAD).min(self.ssthresh).max(self.budget);
+                // At any ssthresh: the few requests, all fast, are the measurement that the core has
+                // room now, whoever's load once set that threshold. Pressure, when it comes, shows
+                // as slow requests (held above) or as enough of them for the loaded rules.
+                self.budget = (self.budget * 2.0).min(occ.max(1.0) * LIGHT_LEAD).max(self.budget);
+                if self.budget > self.ssthresh {
+                    let (ssthresh, cut_from) = (self.ssthresh, self.cut_from);
+                    self.ssthresh = f64::INFINITY;
+                    self.cut_from = 0.0;
+                    self.push_event(now, ControlEventKind::PressureForgotten { ssthresh, cut_from });
+                }
                 Reason::LightLoad
             }
         } else if in_cooldown {
+            // Under target again but still at the setpoint while the cut drains: the budget keeps
+            // following the occupancy down until the pressure is under the hold level, so the core
+            // is refilled from a level it carried with room, not from the knee.
+            if pressure.is_some_and(|x| x >= cfg.hold_pressure) && occ < self.budget && !under_share {
+                self.budget = occ.max(cfg.min_budget);
+                self.ssthresh = self.ssthresh.min(self.budget);
+            }
             Reason::CoolDown
-        } else if occ < cfg.near_fraction * self.budget || measured_occ.is_none() {
+        } else if occ < cfg.near_fraction * self.budget {
             Reason::BudgetUnfilled
+        } else if measured_occ.is_none() {
+            Reason::AwaitingLoad
         } else {
             let x = pressure.unwrap_or(0.0);
             // How far the budget may run ahead of the occupancy the metrics reflect: as far as the
@@ -963,9 +1065,14 @@ impl ReleaseController {
             );
             let ceiling = measured_occ.unwrap_or(0.0) * lead;
             if self.budget >= ceiling {
-                Reason::BudgetUnfilled
+                Reason::AwaitingLoad
+            } else if self.budget < self.ssthresh && under_share && x >= cfg.hold_pressure {
+                // Another room's load holds the core near its setpoint: hold, and learn no
+                // threshold from pressure this room did not cause.
+                Reason::Hold
             } else if self.budget < self.ssthresh {
-                if x > cfg.slow_start_exit_pressure {
+                if x > cfg.slow_start_exit_pressure && !under_share {
+                    self.last_pressure_ms = now;
                     self.ssthresh = self.budget;
                     let budget = self.budget;
                     self.push_event(
@@ -1006,6 +1113,13 @@ impl ReleaseController {
         let raw = (self.budget - occ) / horizon_s + exits;
         let b = cfg.bounds;
         let mut rate = raw.clamp(b.min_rate, b.max_rate.max(b.min_rate));
+        if reason == Reason::CoolDown && over {
+            // A cut taking effect and the core still over target: the cut was not deep enough yet
+            // (the occupancy the metrics show is still draining). Refilling the budget now, as the
+            // occupancy passes under it, is what brings a second episode over target after a
+            // capacity drop; let it drain at the minimum until the pressure is under target.
+            rate = b.min_rate;
+        }
         let up = self.prev_rate + (cfg.slew_abs).max(cfg.slew_rel * self.prev_rate);
         rate = rate.min(up);
         let (rate, reason) = self.apply_cap(rate, reason, occ);
@@ -1138,6 +1252,7 @@ mod tests {
             exits_per_s: 10.0,
             metrics_age_ms: 100,
             sold_out: false,
+            fair_share: None,
         }
     }
 
@@ -1149,7 +1264,7 @@ mod tests {
         assert_eq!(d.budget, 500.0);
         // Filled now, but the metrics still show the load of 5 s ago (10 sessions): no growth yet.
         let d = c.tick(&calm(1000, 480.0));
-        assert_eq!(d.reason, Reason::BudgetUnfilled);
+        assert_eq!(d.reason, Reason::AwaitingLoad);
         for s in 2..=5 {
             c.tick(&calm(s * 1000, 480.0));
         }
@@ -1358,6 +1473,136 @@ mod tests {
         assert_eq!(c.tick(&none).reason, Reason::ThinMetrics);
     }
 
+    /// Issue 26: a cautious room (start 2/s, min 1/s) at an idle core. One slow second (the edge
+    /// busy as 300 fans join, or another room's load) cut it and set ssthresh at 24; light load
+    /// then never grew past that ssthresh, and the loop said `budget_unfilled` with the occupancy
+    /// four times the budget while it released at its minimum.
+    #[test]
+    fn light_load_grows_past_an_old_ssthresh_and_unfilled_means_unfilled() {
+        let cfg = ControllerConfig::for_room(100.0, 2.0, Bounds { min_rate: 1.0, max_rate: 2000.0, total_active_max: None });
+        let mut c = ReleaseController::new(cfg);
+        let light = |now_ms: u64, occupancy: f64| TickInput { samples: 6, p99_ms: Some(2.0), utilisation: None, exits_per_s: 0.0, ..calm(now_ms, occupancy) };
+        let mut decisions = vec![c.tick(&light(0, 20.0))];
+        assert_eq!(decisions[0].budget, 40.0);
+        let mut blip = light(1000, 48.0);
+        blip.p99_ms = Some(300.0);
+        let d = c.tick(&blip);
+        assert_eq!((d.reason, d.budget, d.ssthresh), (Reason::CutFar, 20.0, 20.0));
+        // The occupancy keeps growing at the minimum rate (tokens out, fans arriving) past the cut.
+        let mut occ = 48.0;
+        for s in 2..40u64 {
+            occ += d.rate.max(1.0);
+            decisions.push(c.tick(&light(s * 1000, occ)));
+        }
+        for d in &decisions {
+            assert!(
+                d.reason != Reason::BudgetUnfilled || d.occupancy < d.budget,
+                "budget_unfilled at occupancy {} ≥ budget {}",
+                d.occupancy,
+                d.budget
+            );
+        }
+        let last = decisions.last().unwrap();
+        assert!(last.budget > 2.0 * 20.0, "light load grows past the old ssthresh: {last:?}");
+        assert!(last.rate > 1.0, "the release is not held at its minimum: {last:?}");
+        assert!(decisions.iter().any(|d| d.reason == Reason::LightLoad && d.budget > 20.0));
+        assert!(c.drain_events().iter().any(|e| matches!(e.kind, ControlEventKind::PressureForgotten { ssthresh, .. } if ssthresh == 20.0)));
+    }
+
+    /// Pressure memory ages: a threshold learnt a minute ago (another room's load, a blip, a
+    /// smaller core) is forgotten once the core has been calm that long, and slow start resumes.
+    #[test]
+    fn pressure_memory_ages() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let mut hot = calm(0, 400.0);
+        hot.p99_ms = Some(90.0);
+        c.tick(&hot);
+        hot.now_ms = 1000;
+        assert_eq!(c.tick(&hot).reason, Reason::CutMild);
+        assert_eq!(c.ssthresh(), 280.0);
+        let mut forgot = None;
+        for s in 2..90u64 {
+            let d = c.tick(&calm(s * 1000, c.budget()));
+            if d.ssthresh.is_infinite() && forgot.is_none() {
+                forgot = Some(s);
+            }
+        }
+        assert_eq!(forgot, Some(61), "forgotten 60 s after the last tick over target");
+        assert!(c.drain_events().iter().any(|e| matches!(e.kind, ControlEventKind::PressureForgotten { ssthresh, .. } if ssthresh == 280.0)));
+        // Then it grows as slow start does again (×1.15 a tick at most, within the lead bound).
+        let b = c.budget();
+        let d = c.tick(&calm(90_000, b));
+        assert_eq!(d.reason, Reason::SlowStart, "{d:?}");
+    }
+
+    /// Rooms on one core: over target, only a room at or over its fair share cuts; one under it
+    /// holds and learns no threshold from pressure it did not cause.
+    #[test]
+    fn a_room_under_its_share_of_a_shared_core_does_not_cut() {
+        let cfg = ControllerConfig::for_room(100.0, 2.0, Bounds { min_rate: 1.0, max_rate: 2000.0, total_active_max: None });
+        let mut small = ReleaseController::new(cfg.clone());
+        let mut big = ReleaseController::new(ControllerConfig::default());
+        let share = fair_share(20.0 + 1200.0, 2);
+        assert_eq!(share, Some(610.0));
+        for s in 0..10u64 {
+            let mut hot = calm(s * 1000, 20.0);
+            hot.p99_ms = Some(200.0);
+            hot.fair_share = share;
+            let d = small.tick(&hot);
+            assert_eq!(d.reason, Reason::OverShared, "second {s}");
+            assert_eq!((d.budget, d.ssthresh), (20.0, f64::INFINITY));
+            assert!(d.rate >= 1.0);
+            hot.occupancy = 1200.0;
+            let d = big.tick(&hot);
+            if s == 0 {
+                assert_eq!(d.reason, Reason::CutFar);
+            }
+        }
+        assert!(big.ssthresh() < 1200.0);
+        // Near the setpoint from the other room's load: held, not taught a threshold either.
+        let mut warm = calm(10_000, 20.0);
+        warm.p99_ms = Some(60.0); // x = 0.75: past the slow-start exit
+        warm.utilisation = Some(0.5);
+        warm.fair_share = share;
+        for s in 10..20u64 {
+            warm.now_ms = s * 1000;
+            let d = small.tick(&warm);
+            assert_ne!(d.reason, Reason::SlowStartExit);
+            assert_eq!(d.ssthresh, f64::INFINITY);
+        }
+        // Alone on its core the same pressure cuts as before.
+        assert_eq!(fair_share(20.0, 1), None);
+        let mut alone = ReleaseController::new(cfg);
+        let mut hot = calm(0, 20.0);
+        hot.p99_ms = Some(200.0);
+        assert_eq!(alone.tick(&hot).reason, Reason::CutFar);
+    }
+
+    /// After a capacity drop deeper than the cut, the core stays over target while the occupancy
+    /// drains under the budget: the release stays at its minimum and the budget follows the
+    /// occupancy down (no refill to a level the core was just over target at); a saturated core
+    /// is cut at once, without a confirming tick.
+    #[test]
+    fn a_cut_too_shallow_drains_and_follows_the_occupancy() {
+        let mut c = ReleaseController::new(ControllerConfig::default());
+        let mut hot = calm(0, 1000.0);
+        hot.p99_ms = Some(85.0); // x = 1.06: mild...
+        hot.utilisation = Some(1.0); // ...but every worker busy: far
+        let d = c.tick(&hot);
+        assert_eq!((d.reason, d.budget), (Reason::CutFar, 250.0), "from min(L, occ) = 500");
+        // Occupancy draining under the budget, the core still over target.
+        for (s, occ) in [(1u64, 400.0), (2, 300.0), (3, 240.0), (4, 200.0)] {
+            hot.now_ms = s * 1000;
+            hot.occupancy = occ;
+            hot.utilisation = Some(0.9);
+            let d = c.tick(&hot);
+            assert_eq!(d.reason, Reason::CoolDown);
+            assert_eq!(d.rate, 5.0, "second {s}: drains at the minimum");
+            assert_eq!(d.budget, occ.min(250.0), "second {s}");
+        }
+        assert_eq!(c.ssthresh(), 200.0);
+    }
+
     #[test]
     fn stale_or_thin_metrics_never_grow() {
         let mut c = ReleaseController::new(ControllerConfig::default());
@@ -1496,6 +1741,7 @@ mod tests {
             exits_per_s: -3.0,
             metrics_age_ms: 0,
             sold_out: false,
+            fair_share: None,
         };
         let d = c.tick(&t);
         assert!(d.rate.is_finite() && d.rate >= 0.0);

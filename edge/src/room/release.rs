@@ -59,6 +59,7 @@ impl Rooms {
             .map(|u| u as f64 / 1000.0);
         let newest = self.latency_updated_ms.load(Ordering::Relaxed).max(if util.is_some() { util_at } else { 0 });
         let sold_out = room.sold_out.load(Ordering::Relaxed);
+        let fair_share = self.fair_share(room, active);
         let input = TickInput {
             now_ms,
             p99_ms: stats.p99_ms,
@@ -69,6 +70,7 @@ impl Rooms {
             exits_per_s: exits as f64 * 1000.0 / dt_ms as f64,
             metrics_age_ms: if newest == 0 { u64::MAX / 2 } else { now_ms.saturating_sub(newest) },
             sold_out,
+            fair_share,
         };
         let (decision, events, mode) = {
             let mut ctl = room.controller.lock();
@@ -115,6 +117,25 @@ impl Rooms {
         }
         b.last_serving = Some(serving);
         Ok(())
+    }
+
+    /// `room`'s fair share of the core, which every room of this edge shares (one core, one latency
+    /// window): an equal part of the rooms' total occupancy for each room in play — people queued
+    /// or sessions active — ([`crate::controller::fair_share`]). Over target only the rooms at or
+    /// over their share cut, so one room's surge neither cuts another's budget nor teaches it a
+    /// threshold, and no room is held below its minimum rate. `active` is `room`'s occupancy of
+    /// this tick (the others' are from their last sweep).
+    pub fn fair_share(&self, room: &Room, active: u64) -> Option<f64> {
+        let (mut total, mut in_play) = (0u64, 0usize);
+        for r in self.all() {
+            let occ = if r.id == room.id { active } else { r.active.load(Ordering::Relaxed) };
+            let c = r.state.counters();
+            if occ > 0 || c.issued > c.serving {
+                total += occ;
+                in_play += 1;
+            }
+        }
+        crate::controller::fair_share(total as f64, in_play)
     }
 
     /// Ticks every room (after applying room changes published by other edges).

@@ -280,3 +280,39 @@ fn an_operator_override_from_another_edge_is_applied_once_and_a_bad_one_not_at_a
     }
     assert_eq!(b.mode(), ReleaseMode::Fixed(7.0));
 }
+
+/// Issue 26: rooms on one edge share one core. A room in play next to a busy one gets an equal
+/// part of their total occupancy as its fair share; a room alone, or next to idle rooms, has none.
+#[tokio::test]
+async fn rooms_on_one_core_get_an_equal_share() {
+    let rooms = rooms_with("");
+    let a = rooms.get("r1").unwrap();
+    // Alone: nothing to share.
+    assert_eq!(rooms.fair_share(&a, 1200), None);
+    let mut spec = a.spec().as_ref().clone();
+    spec.id = "r2".into();
+    rooms.insert(spec);
+    let b = rooms.get("r2").unwrap();
+    // A second room with nobody in it is not in play.
+    assert_eq!(rooms.fair_share(&a, 1200), None);
+    // Someone queued in the second room: it is in play, and each room's share is half the total.
+    rooms.join(&b, "fan-1", "fan-1").await.unwrap();
+    a.active.store(1200, Ordering::Relaxed);
+    assert_eq!(rooms.fair_share(&b, 0), Some(600.0));
+    assert_eq!(rooms.fair_share(&a, 1200), Some(600.0));
+    // The controller of the new room, under its share while the core is over target from the
+    // other room's load, holds instead of cutting.
+    let mut input = crate::controller::TickInput {
+        now_ms: 1000,
+        p99_ms: Some(300.0),
+        samples: 1000,
+        occupancy: 0.0,
+        fair_share: rooms.fair_share(&b, 0),
+        ..Default::default()
+    };
+    let d = b.controller.lock().tick(&input);
+    assert_eq!(d.reason, crate::controller::Reason::OverShared);
+    input.occupancy = 1200.0;
+    input.fair_share = rooms.fair_share(&a, 1200);
+    assert_eq!(a.controller.lock().tick(&input).reason, crate::controller::Reason::CutFar);
+}
