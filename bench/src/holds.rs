@@ -11,6 +11,8 @@ use serde_json::json;
 use wicket_core::config::CoreConfig;
 use wicket_core::token::Keyring;
 
+use crate::procs::free_port;
+
 const ADMIN: &str = "bench-admin-token-0123456789";
 const HS: &str = "bench-hs256-secret-0123456789abcdef";
 
@@ -23,10 +25,6 @@ pub struct HoldFigures {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub errors: u64,
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
 
 /// Whether `holds-vs-evalsha --pin` asked for CPU pinning of the processes it starts.

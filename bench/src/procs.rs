@@ -17,8 +17,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::holds::free_port;
-
 pub const ADMIN: &str = "bench-admin-token-0123456789";
 const CALLBACK: &str = "bench-callback-secret-0123456789";
 const HS: &str = "bench-hs256-secret-0123456789abcdef";
@@ -26,6 +24,11 @@ pub const EVENT: &str = "ev";
 pub const ROOM: &str = "ev";
 /// Proof-of-work difficulty of the bench's room (bits): ~4,000 hashes a join, ~1-2 ms of a core.
 const POW_DIFFICULTY: u8 = 12;
+
+/// A loopback port that was free a moment ago (for a process this bench starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
 
 /// Finds a decimal nonce whose `sha256(challenge ‖ nonce)` starts with `difficulty` zero bits.
 pub fn solve_pow(challenge: &str, difficulty: u32) -> String {

@@ -69,7 +69,7 @@ pub struct Core {
     /// This instance's name in the sweeper lease.
     instance: String,
     /// The Redis run ids last seen, and whether a re-check is owed ([`recheck`]).
-    watch: tokio::sync::Mutex<recheck::Watch>,
+    watch: tokio::sync::Mutex<StoreWatch>,
 }
 
 impl Core {
@@ -91,7 +91,7 @@ impl Core {
             tuning: config.core.clone(),
             grace_ms: config.payment.unknown_grace_ms(),
             instance: format!("{}-{}", std::process::id(), ulid::Ulid::new()),
-            watch: tokio::sync::Mutex::new(recheck::Watch::default()),
+            watch: tokio::sync::Mutex::new(StoreWatch::default()),
         };
         for file in &config.event_files {
             core.put_event_file(file).await?;
@@ -142,20 +142,7 @@ impl Core {
             });
         }
         if self.state.store.is_external() {
-            self.state.set_rechecking(true);
-            let core = self.clone();
-            let mut stop = shutdown.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(recheck::WATCH_PERIOD);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    // A shutdown also ends a pass in progress: every step of it is a compare-and-set.
-                    tokio::select! {
-                        _ = async { tick.tick().await; core.watch_store_once().await } => {}
-                        _ = stop.changed() => break,
-                    }
-                }
-            });
+            self.spawn_restart_watcher(shutdown.clone());
         }
         let core = self.clone();
         let mut stop = shutdown.clone();
@@ -182,6 +169,17 @@ impl Core {
             }
         });
     }
+}
+
+/// What the restart watcher ([`recheck`]) remembers between checks of the store's servers. It lives
+/// here, beside the [`Core`] that holds it, so that the crate root does not import a module that
+/// extends [`Core`] (which would make the two import each other).
+#[derive(Debug, Default)]
+pub(crate) struct StoreWatch {
+    /// The servers of the last successful check; `None` before the first one since start.
+    pub(crate) seen: Option<Vec<store::ServerId>>,
+    /// Why a pass is owed and not yet complete (`startup` or `restart`).
+    pub(crate) pending: Option<&'static str>,
 }
 
 /// Environment variable of a test hook: the durable embedded store pretends its disk has this many bytes
