@@ -1,6 +1,6 @@
 //! What `[redis] wait-replicas = 1` costs (issue #17 item 5): holds/s and latency through the real
 //! `wicket-core` binary on a Redis master with one replica, the wait off vs on, same machine, same load.
-//! A stand-in for `wicket-bench holds` (whose build pulls in the edge): the same load shape (N clients with
+//! A stand-in for `wicket-bench holds` that builds with the core alone: the same load shape (N clients with
 //! keep-alive, a fresh HS256 token and idempotency key per hold, one general-admission pool).
 //!
 //! ```sh
