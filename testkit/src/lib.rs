@@ -1,7 +1,7 @@
-//! Wicket's test support, shared by the integration tests of `wicket-core` and `wicket-edge` (a
-//! dev-dependency of both): a real `redis-server` (and a Redis Cluster, with or without replicas) on free
-//! loopback ports, each with its own temp dir; never port 6379, never shared data; killed on drop. And a
-//! test CA for the HTTPS tests.
+//! Wicket's test support, shared by the integration tests of every crate of the workspace (a
+//! dev-dependency of each): a real `redis-server` (and a Redis Cluster, with or without replicas) on free
+//! loopback ports, each with its own temp dir; never port 6379, never shared data; killed on drop. A
+//! test CA for the HTTPS tests, and the import-circle check of every crate's structure test.
 //!
 //! # Layout
 //!
@@ -13,6 +13,8 @@
 //! - [`Spawned`]: a server binary under test, stderr in a file, started once its port accepts, killed on drop.
 //! - [`pki`]: a test CA and certificates made with the `openssl` command, and `curl` against them (the
 //!   HTTPS tests of core and edge).
+//! - [`structure`]: a crate's file-to-file import graph read from its source, and the check every
+//!   crate's `tests/structure.rs` runs: no import circle.
 //!
 //! ```ignore
 //! let redis = RedisServer::start();                 // no persistence
@@ -27,6 +29,7 @@
 //! `WICKET_REDIS_CLI`.
 
 pub mod pki;
+pub mod structure;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
