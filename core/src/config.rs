@@ -350,8 +350,12 @@ impl CoreConfig {
                     .collect();
                 if let Some(mut cfg) = cfg {
                     cfg.rebase(base);
-                    let more: Vec<FieldError> =
-                        cfg.validate().into_iter().filter(|e| !errs.iter().any(|s| s.path == e.path)).collect();
+                    // What a rule says about a value that was itself wrong adds nothing.
+                    let more: Vec<FieldError> = cfg
+                        .validate()
+                        .into_iter()
+                        .filter(|e| !errs.iter().any(|s| crate::problems::within(&e.path, &s.path)))
+                        .collect();
                     errs.extend(located(text, more));
                 }
                 Err(ConfigError::Invalid(errs))
@@ -559,18 +563,14 @@ impl CoreConfig {
                 let key = format!("event-files[{i}]");
                 match std::fs::read(f) {
                     Err(e) => err(&key, format!("{}: {e}", f.display())),
-                    Ok(bytes) => match crate::strict_json::object_from_slice_all::<crate::model::EventSpec>(&bytes) {
-                        Err(es) => {
-                            for e in es {
-                                err(&key, format!("{}: {e}", f.display()));
+                    Ok(bytes) => {
+                        for e in crate::model::EventSpec::read_checked(&bytes).err().unwrap_or_default() {
+                            match e.path.as_str() {
+                                "" => err(&key, format!("{}: {}", f.display(), e.message)),
+                                path => err(&key, format!("{}: {path}: {}", f.display(), e.message)),
                             }
                         }
-                        Ok(spec) => {
-                            for e in spec.validate() {
-                                err(&key, format!("{}: {}: {}", f.display(), e.path, e.message));
-                            }
-                        }
-                    },
+                    }
                 }
             }
         }
