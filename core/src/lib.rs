@@ -1,23 +1,30 @@
 //! Wicket's sale core: holds, orders, payments and stock, on an embedded or a Redis store.
 //!
 //! # Layout
-//! - [`config`]: the TOML config (`CoreConfig`), strict, with `validate()` listing every problem by path.
+//! - [`config`]: the TOML config (`CoreConfig`), strict, with `validate()` listing every problem by path;
+//!   it composes the sections its parts own (`[tls]`: [`tls::TlsConfig`]) and imports no module that
+//!   imports it (tests/structure.rs).
+//! - [`problems`]: every shape problem of a TOML or JSON document at once, each with its path (and line):
+//!   a stand-in for each wrong or missing value lets the rest read on to the semantic checks.
 //! - [`model`]: events, pools, SKUs, limits, orders and the typed outcomes of every store operation.
 //! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process: durable through
 //!   [`store::journal`], or memory only) and [`store::redis`] (Lua from lua/, `close` and `refund` with the
 //!   one give-back of lua/lib/give_back.lua; optionally each acknowledged change waits for replicas / the
 //!   AOF, `[redis]` in the config). Its tests start real Redis servers and Clusters through the
-//!   `wicket-testkit` crate (testkit/), shared with the edge's tests.
+//!   `wicket-testkit` crate (testkit/), shared with the other crates' tests.
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
 //! - [`payment`]: signed callbacks and the provider's status query.
 //! - [`serve`]: the HTTP/1 server: accepts connections, deadline on request heads (and idle keep-alive);
 //!   with `[tls]`, a TLS handshake first ([`tls`]: OpenSSL, the edge's TLS stack; its own deadline).
 //! - [`http`]: the axum router: guard (in-flight limit, latency) → handler → one store call → JSON.
-//! - [`strict_json`]: how every JSON body is read: objects by field name only, errors with their path.
+//! - [`strict_json`]: how every JSON body is read: objects by field name only, errors with their path
+//!   (every one at once through [`problems`]).
 //! - [`sweeper`]: closes expired holds, asking the provider first; [`reconciler`]: counters vs orders.
 //! - [`recheck`]: watches the Redis run ids; at start and after a restart, holds wait while every CREATED
 //!   order is re-checked with the provider (the sweeper's query), then reopen. The durable embedded store
-//!   gets the same pass once at start, after its state is rebuilt from disk.
+//!   gets the same pass once at start, after its state is rebuilt from disk. Like [`sweeper`] and
+//!   [`reconciler`] it extends [`Core`]; what it remembers between checks (`StoreWatch`) is defined here,
+//!   beside `Core`, so this root file imports none of the three.
 //! - [`metrics`]: Prometheus text at `/metrics`. [`clock`]: time source, manual in tests.
 //! - [`logging`]: `log-format` (text or JSON lines, colour only on a terminal), for this crate's binary and
 //!   the edge's.
