@@ -1,9 +1,9 @@
 //! The release controller vs a fixed rate vs a clairvoyant oracle, on the simulated core of
-//! `wicket_edge::controller::sim` (known capacity curve, real actuation delay): cold start, −50% and +50%
+//! `wicket_controller::sim` (known capacity curve, real actuation delay): cold start, −50% and +50%
 //! capacity steps, over several seeds.
 
 use serde_json::json;
-use wicket_edge::controller::sim::{compare, standard_scenarios, summary_table};
+use wicket_controller::sim::{compare, standard_scenarios, summary_table};
 
 /// Runs the comparison over `seeds`; returns the summary.json value and the RESULTS.md text.
 pub fn run(seeds: &[u64]) -> (serde_json::Value, String) {

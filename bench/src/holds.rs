@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use wicket_core::config::CoreConfig;
 use wicket_core::token::Keyring;
+use wicket_testkit::core_toml::CoreToml;
+use wicket_testkit::free_port;
 
 const ADMIN: &str = "bench-admin-token-0123456789";
 const HS: &str = "bench-hs256-secret-0123456789abcdef";
@@ -23,10 +25,6 @@ pub struct HoldFigures {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub errors: u64,
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
 
 /// Whether `holds-vs-evalsha --pin` asked for CPU pinning of the processes it starts.
@@ -66,25 +64,11 @@ impl Drop for CoreProcess {
 
 /// The core's config on `store`; the durable embedded store keeps its files in `data_dir`.
 fn config_text(port: u16, store: &str, data_dir: Option<&std::path::Path>) -> String {
-    let data = data_dir.map(|d| format!("data-dir = {:?}\n", d.display().to_string())).unwrap_or_default();
-    format!(
-        r#"listen = "127.0.0.1:{port}"
-admin-token = "{ADMIN}"
-store = "{store}"
-{data}[payment]
-callback-secret = "bench-callback-secret-0123456789"
-[core]
-sweeper-period-ms = 1000
-max-inflight = 100000
-[tokens]
-issuer = "wicket"
-signing-kid = "hs"
-[[tokens.keys]]
-kid = "hs"
-alg = "HS256"
-secret = "{HS}"
-"#
-    )
+    let mut cfg = CoreToml::new(ADMIN, "bench-callback-secret-0123456789", HS).listen(port).store(store);
+    if let Some(d) = data_dir {
+        cfg = cfg.data_dir(&d.display().to_string());
+    }
+    cfg.core("sweeper-period-ms = 1000").core("max-inflight = 100000").build()
 }
 
 /// Starts the core on `store` (`embedded`: durable, its data dir in the process's temp dir; `memory`; or a

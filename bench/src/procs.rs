@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-
-use crate::holds::free_port;
+use wicket_testkit::core_toml::CoreToml;
+use wicket_testkit::free_port;
 
 pub const ADMIN: &str = "bench-admin-token-0123456789";
 const CALLBACK: &str = "bench-callback-secret-0123456789";
@@ -207,27 +207,17 @@ impl Stack {
         };
         let data_dir = if redis.is_some() { "" } else { "data-dir = \"core-data\"\n" };
         let config = |edge_port: u16, admin_port: u16| {
+            let core = CoreToml::new(ADMIN, CALLBACK, HS)
+                .listen(core_port)
+                .store(&store)
+                .top(data_dir)
+                .top(&format!("event-files = [\"{EVENT}.json\"]"))
+                .payment(&payment_query)
+                .core("sweeper-period-ms = 500")
+                .core("max-inflight = 256")
+                .build();
             format!(
-                r#"listen = "127.0.0.1:{core_port}"
-admin-token = "{ADMIN}"
-store = "{store}"
-{data_dir}event-files = ["{EVENT}.json"]
-
-[payment]
-callback-secret = "{CALLBACK}"
-{payment_query}
-[core]
-sweeper-period-ms = 500
-max-inflight = 256
-
-[tokens]
-issuer = "wicket"
-signing-kid = "hs"
-[[tokens.keys]]
-kid = "hs"
-alg = "HS256"
-secret = "{HS}"
-
+                r#"{core}
 [edge]
 listen = "127.0.0.1:{edge_port}"
 admin-listen = "127.0.0.1:{admin_port}"

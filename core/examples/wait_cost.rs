@@ -1,6 +1,6 @@
 //! What `[redis] wait-replicas = 1` costs (issue #17 item 5): holds/s and latency through the real
 //! `wicket-core` binary on a Redis master with one replica, the wait off vs on, same machine, same load.
-//! A stand-in for `wicket-bench holds` (whose build pulls in the edge): the same load shape (N clients with
+//! A stand-in for `wicket-bench holds` that builds with the core alone: the same load shape (N clients with
 //! keep-alive, a fresh HS256 token and idempotency key per hold, one general-admission pool).
 //!
 //! ```sh
@@ -8,11 +8,11 @@
 //! target/release/examples/wait_cost --clients 64 --seconds 5 --rounds 3
 //! # one line per round and store, then one JSON line: {"off":{..},"on":{..},"redis_wait_vs_nowait":..}
 //! ```
-//! `redis-server` from `PATH`; the core binary next to this example's folder (`target/release/wicket-core`)
-//! or `WICKET_CORE_BIN`. Each core runs in its own process; rounds alternate off/on so drift hits both.
+//! `redis-server` from `PATH` (or `WICKET_REDIS_SERVER`: `wicket_testkit::RedisServer`); the core binary
+//! next to this example's folder (`target/release/wicket-core`) or `WICKET_CORE_BIN`. Each core runs in its own process; rounds alternate off/on so drift hits both.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use wicket_core::config::CoreConfig;
 use wicket_core::token::Keyring;
+use wicket_testkit::core_toml::CoreToml;
+use wicket_testkit::{RedisServer, free_port};
 
 const ADMIN: &str = "bench-admin-token-0123456789";
 const HS: &str = "bench-hs256-secret-0123456789abcdef";
@@ -38,10 +40,6 @@ struct Args {
     wait_timeout_ms: u64,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
-}
-
 /// A child process, killed on drop.
 struct Proc(Child, #[allow(dead_code)] tempfile::TempDir);
 
@@ -52,43 +50,13 @@ impl Drop for Proc {
     }
 }
 
-fn redis(extra: &[&str]) -> anyhow::Result<(Proc, u16)> {
-    let dir = tempfile::tempdir()?;
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(dir.path())
-        .args(extra)
-        .stdout(Stdio::null())
-        .spawn()?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        anyhow::ensure!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok((Proc(child, dir), port))
-}
-
 fn config_text(port: u16, store: &str, wait: &str) -> String {
-    format!(
-        r#"listen = "127.0.0.1:{port}"
-admin-token = "{ADMIN}"
-store = "{store}"
-[payment]
-callback-secret = "bench-callback-secret-0123456789"
-[core]
-max-inflight = 100000
-[tokens]
-issuer = "wicket"
-signing-kid = "hs"
-[[tokens.keys]]
-kid = "hs"
-alg = "HS256"
-secret = "{HS}"
-{wait}
-"#
-    )
+    CoreToml::new(ADMIN, "bench-callback-secret-0123456789", HS)
+        .listen(port)
+        .store(store)
+        .core("max-inflight = 100000")
+        .then(wait)
+        .build()
 }
 
 fn core_bin() -> anyhow::Result<PathBuf> {
@@ -208,9 +176,9 @@ async fn run(keys: Arc<Keyring>, base: &str, event: &str, clients: usize, durati
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let (_master, mport) = redis(&[])?;
-    let (_replica, _) = redis(&["--replicaof", "127.0.0.1", &mport.to_string()])?;
-    let url = format!("redis://127.0.0.1:{mport}/0");
+    let master = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&master);
+    let url = master.url();
     let wait = format!("[redis]\nwait-replicas = 1\nwait-timeout-ms = {}\n", args.wait_timeout_ms);
     let (_off, off_base) = start_core(&url, "").await?;
     let (_on, on_base) = start_core(&url, &wait).await?;

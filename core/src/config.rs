@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::model::FieldError;
+use crate::store::redis::{DEFAULT_WAIT_TIMEOUT_MS, WaitPolicy};
+/// `[tls]`'s settings live beside the listener that uses them ([`crate::tls`]).
+pub use crate::tls::TlsConfig;
 
 /// The whole file as the core sees it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -119,13 +122,10 @@ pub struct RedisConfig {
     pub wait_timeout_ms: Option<u64>,
 }
 
-/// Default of `redis.wait-timeout-ms`.
-pub const DEFAULT_WAIT_TIMEOUT_MS: u64 = 100;
-
 impl RedisConfig {
-    /// What the Redis store waits for ([`crate::store::redis::WaitPolicy`]).
-    pub fn wait_policy(&self) -> crate::store::redis::WaitPolicy {
-        crate::store::redis::WaitPolicy {
+    /// What the Redis store waits for ([`WaitPolicy`]).
+    pub fn wait_policy(&self) -> WaitPolicy {
+        WaitPolicy {
             replicas: self.wait_replicas,
             aof: self.wait_aof,
             timeout: std::time::Duration::from_millis(self.wait_timeout_ms.unwrap_or(DEFAULT_WAIT_TIMEOUT_MS)),
@@ -222,26 +222,6 @@ pub struct KeyConfig {
     pub secret: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_env: Option<String>,
-}
-
-/// `[tls]`: the core's listener speaks HTTPS ([`crate::tls`]): TLS 1.2 or 1.3, ALPN `http/1.1`. The files
-/// are read at start (a new certificate takes a restart).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct TlsConfig {
-    /// The certificate chain, leaf first (PEM), relative to the config file's folder. Required. The edge
-    /// checks it for the host of its `core = "https://host:port"` URL.
-    pub cert_file: PathBuf,
-    /// The certificate's private key (PEM), relative to the config file's folder. Required.
-    pub key_file: PathBuf,
-    /// A handshake must finish within this many milliseconds, or the connection is closed (the request
-    /// head then has its own `core.header-timeout-ms`). 100..=120000, default 10000.
-    #[serde(default = "default_handshake_timeout_ms")]
-    pub handshake_timeout_ms: u64,
-}
-
-fn default_handshake_timeout_ms() -> u64 {
-    10_000
 }
 
 /// Run-time tuning of the core.
@@ -370,8 +350,12 @@ impl CoreConfig {
                     .collect();
                 if let Some(mut cfg) = cfg {
                     cfg.rebase(base);
-                    let more: Vec<FieldError> =
-                        cfg.validate().into_iter().filter(|e| !errs.iter().any(|s| s.path == e.path)).collect();
+                    // What a rule says about a value that was itself wrong adds nothing.
+                    let more: Vec<FieldError> = cfg
+                        .validate()
+                        .into_iter()
+                        .filter(|e| !errs.iter().any(|s| crate::problems::within(&e.path, &s.path)))
+                        .collect();
                     errs.extend(located(text, more));
                 }
                 Err(ConfigError::Invalid(errs))
@@ -579,18 +563,14 @@ impl CoreConfig {
                 let key = format!("event-files[{i}]");
                 match std::fs::read(f) {
                     Err(e) => err(&key, format!("{}: {e}", f.display())),
-                    Ok(bytes) => match crate::strict_json::object_from_slice_all::<crate::model::EventSpec>(&bytes) {
-                        Err(es) => {
-                            for e in es {
-                                err(&key, format!("{}: {e}", f.display()));
+                    Ok(bytes) => {
+                        for e in crate::model::EventSpec::read_checked(&bytes).err().unwrap_or_default() {
+                            match e.path.as_str() {
+                                "" => err(&key, format!("{}: {}", f.display(), e.message)),
+                                path => err(&key, format!("{}: {path}: {}", f.display(), e.message)),
                             }
                         }
-                        Ok(spec) => {
-                            for e in spec.validate() {
-                                err(&key, format!("{}: {}: {}", f.display(), e.path, e.message));
-                            }
-                        }
-                    },
+                    }
                 }
             }
         }

@@ -366,19 +366,10 @@ async fn put_event(
             json!({"error": "bad_request", "message": errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), "errors": errs}),
         )
     };
-    let spec: EventSpec = match strict_json::object_from_slice_all(&bytes) {
+    let spec = match EventSpec::read_checked(&bytes) {
         Ok(spec) => spec,
-        Err(es) => {
-            return Ok(bad(es
-                .into_iter()
-                .map(|e| FieldError { path: e.path().to_owned(), message: e.message().to_owned() })
-                .collect()));
-        }
+        Err(errs) => return Ok(bad(errs)),
     };
-    let errs = spec.validate();
-    if !errs.is_empty() {
-        return Ok(bad(errs));
-    }
     match st.store.put_event(&event, &spec, force).await? {
         PutEventOutcome::Created => {
             tracing::info!(event, "event created");

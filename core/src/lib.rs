@@ -1,23 +1,30 @@
 //! Wicket's sale core: holds, orders, payments and stock, on an embedded or a Redis store.
 //!
 //! # Layout
-//! - [`config`]: the TOML config (`CoreConfig`), strict, with `validate()` listing every problem by path.
+//! - [`config`]: the TOML config (`CoreConfig`), strict, with `validate()` listing every problem by path;
+//!   it composes the sections its parts own (`[tls]`: [`tls::TlsConfig`]) and imports no module that
+//!   imports it (tests/structure.rs).
+//! - [`problems`]: every shape problem of a TOML or JSON document at once, each with its path (and line):
+//!   a stand-in for each wrong or missing value lets the rest read on to the semantic checks.
 //! - [`model`]: events, pools, SKUs, limits, orders and the typed outcomes of every store operation.
 //! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process: durable through
 //!   [`store::journal`], or memory only) and [`store::redis`] (Lua from lua/, `close` and `refund` with the
 //!   one give-back of lua/lib/give_back.lua; optionally each acknowledged change waits for replicas / the
 //!   AOF, `[redis]` in the config). Its tests start real Redis servers and Clusters through the
-//!   `wicket-testkit` crate (testkit/), shared with the edge's tests.
+//!   `wicket-testkit` crate (testkit/), shared with the other crates' tests.
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
 //! - [`payment`]: signed callbacks and the provider's status query.
 //! - [`serve`]: the HTTP/1 server: accepts connections, deadline on request heads (and idle keep-alive);
 //!   with `[tls]`, a TLS handshake first ([`tls`]: OpenSSL, the edge's TLS stack; its own deadline).
 //! - [`http`]: the axum router: guard (in-flight limit, latency) → handler → one store call → JSON.
-//! - [`strict_json`]: how every JSON body is read: objects by field name only, errors with their path.
+//! - [`strict_json`]: how every JSON body is read: objects by field name only, errors with their path
+//!   (every one at once through [`problems`]).
 //! - [`sweeper`]: closes expired holds, asking the provider first; [`reconciler`]: counters vs orders.
 //! - [`recheck`]: watches the Redis run ids; at start and after a restart, holds wait while every CREATED
 //!   order is re-checked with the provider (the sweeper's query), then reopen. The durable embedded store
-//!   gets the same pass once at start, after its state is rebuilt from disk.
+//!   gets the same pass once at start, after its state is rebuilt from disk. Like [`sweeper`] and
+//!   [`reconciler`] it extends [`Core`]; what it remembers between checks (`StoreWatch`) is defined here,
+//!   beside `Core`, so this root file imports none of the three.
 //! - [`metrics`]: Prometheus text at `/metrics`. [`clock`]: time source, manual in tests.
 //! - [`logging`]: `log-format` (text or JSON lines, colour only on a terminal), for this crate's binary and
 //!   the edge's.
@@ -69,7 +76,7 @@ pub struct Core {
     /// This instance's name in the sweeper lease.
     instance: String,
     /// The Redis run ids last seen, and whether a re-check is owed ([`recheck`]).
-    watch: tokio::sync::Mutex<recheck::Watch>,
+    watch: tokio::sync::Mutex<StoreWatch>,
 }
 
 impl Core {
@@ -91,7 +98,7 @@ impl Core {
             tuning: config.core.clone(),
             grace_ms: config.payment.unknown_grace_ms(),
             instance: format!("{}-{}", std::process::id(), ulid::Ulid::new()),
-            watch: tokio::sync::Mutex::new(recheck::Watch::default()),
+            watch: tokio::sync::Mutex::new(StoreWatch::default()),
         };
         for file in &config.event_files {
             core.put_event_file(file).await?;
@@ -142,20 +149,7 @@ impl Core {
             });
         }
         if self.state.store.is_external() {
-            self.state.set_rechecking(true);
-            let core = self.clone();
-            let mut stop = shutdown.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(recheck::WATCH_PERIOD);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    // A shutdown also ends a pass in progress: every step of it is a compare-and-set.
-                    tokio::select! {
-                        _ = async { tick.tick().await; core.watch_store_once().await } => {}
-                        _ = stop.changed() => break,
-                    }
-                }
-            });
+            self.spawn_restart_watcher(shutdown.clone());
         }
         let core = self.clone();
         let mut stop = shutdown.clone();
@@ -182,6 +176,17 @@ impl Core {
             }
         });
     }
+}
+
+/// What the restart watcher ([`recheck`]) remembers between checks of the store's servers. It lives
+/// here, beside the [`Core`] that holds it, so that the crate root does not import a module that
+/// extends [`Core`] (which would make the two import each other).
+#[derive(Debug, Default)]
+pub(crate) struct StoreWatch {
+    /// The servers of the last successful check; `None` before the first one since start.
+    pub(crate) seen: Option<Vec<store::ServerId>>,
+    /// Why a pass is owed and not yet complete (`startup` or `restart`).
+    pub(crate) pending: Option<&'static str>,
 }
 
 /// Environment variable of a test hook: the durable embedded store pretends its disk has this many bytes

@@ -166,6 +166,20 @@ impl EventSpec {
         self.limits.iter().find(|l| l.dimension == d).map(|l| l.max)
     }
 
+    /// Reads an event body (JSON, API.md "Event body") and checks it, naming every problem in one answer,
+    /// each with its path: every wrong type, unknown and missing field ([`crate::strict_json`]), and every
+    /// rule of [`validate`](Self::validate) on the body as read with a stand-in for each wrong or missing
+    /// value, except what a rule says about such a value itself ([`crate::problems::within`]).
+    pub fn read_checked(bytes: &[u8]) -> Result<EventSpec, Vec<FieldError>> {
+        let (spec, shape) = crate::strict_json::object_from_slice_partial::<EventSpec>(bytes);
+        let mut errs: Vec<FieldError> =
+            shape.iter().map(|e| FieldError { path: e.path().to_owned(), message: e.message().to_owned() }).collect();
+        let Some(spec) = spec else { return Err(errs) };
+        let rules = spec.validate();
+        errs.extend(rules.into_iter().filter(|r| !shape.iter().any(|s| crate::problems::within(&r.path, s.path()))));
+        if errs.is_empty() { Ok(spec) } else { Err(errs) }
+    }
+
     /// Every problem of the body, each with its path; empty when valid.
     pub fn validate(&self) -> Vec<FieldError> {
         let mut errs = Vec::new();
@@ -587,6 +601,22 @@ pub fn rfc3339_ms(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Type and rule problems in one pass (issue #25): a negative capacity and an SKU naming an unknown
+    /// pool are both named with their paths.
+    #[test]
+    fn read_checked_names_type_and_rule_problems_together() {
+        let body = br#"{"name": "x", "opens_at": "2026-01-01T00:00:00Z", "closes_at": "2026-01-02T00:00:00Z",
+            "hold_seconds": 900, "pools": [{"id": "park", "capacity": -5}],
+            "skus": [{"id": "s", "pools": ["nowhere"], "price_cents": 100}]}"#;
+        let errs = EventSpec::read_checked(body).unwrap_err();
+        let got: Vec<(&str, &str)> = errs.iter().map(|e| (e.path.as_str(), e.message.as_str())).collect();
+        assert_eq!(got, [("pools[0].capacity", "invalid value: integer `-5`, expected u32"), ("skus[0].pools[0]", "unknown pool")]);
+        let good = br#"{"name": "x", "opens_at": "2026-01-01T00:00:00Z", "closes_at": "2026-01-02T00:00:00Z",
+            "hold_seconds": 900, "pools": [{"id": "park", "capacity": 5}],
+            "skus": [{"id": "s", "pools": ["park"], "price_cents": 100}]}"#;
+        assert!(EventSpec::read_checked(good).is_ok());
+    }
 
     #[test]
     fn order_ids_carry_their_event() {

@@ -3,10 +3,16 @@
 //! A config file or an event body with three mistakes should cost its author one round, not three. Serde's
 //! derived `Deserialize` gives up at the first wrong type, unknown key or missing field, so [`collect`] reads
 //! the document again and again: each time it notes the problem serde found (with its path, from
-//! `serde_path_to_error` or the reader's own path), takes the offending key out, and tries once more, until the
-//! rest reads cleanly. A "missing field" that only follows from a key it took out is not reported twice. The
-//! TOML readers add the line and column of each problem ([`locate`]) and turn "unknown field ..., expected one
-//! of ..." into the nearest valid key ([`nearest`]).
+//! `serde_path_to_error` or the reader's own path), puts a stand-in that reads in place of a wrong or missing
+//! value (or, when none reads, takes the offending key out), and tries once more, until the rest reads
+//! cleanly. A "missing field" that only follows from a key it took out is not reported twice. The TOML
+//! readers add the line and column of each problem ([`locate`]) and turn "unknown field ..., expected one of
+//! ..." into the nearest valid key ([`nearest`]).
+//!
+//! The document as read with its stand-ins goes on to the semantic checks (`validate()`), so one pass names
+//! type, missing and rule problems together: a limit without `path` and with a wrong `key` still has its
+//! `rate` checked. A stand-in keeps the key present (a wrong `capacity` is not also "needs capacity or
+//! seats"), and what the checks say about a value that was itself wrong is left out ([`within`]).
 
 use serde::de::DeserializeOwned;
 
@@ -62,10 +68,14 @@ pub fn parse_path(path: &str) -> Vec<Seg> {
 pub trait Tree: Clone {
     /// Removes the value at `path` (its last step a key); false when there is none.
     fn remove(&mut self, path: &[Seg]) -> bool;
-    /// Sets the value at `path` (its last step a key, its parent a table); false when there is none.
+    /// Sets the value at `path` (its last step a key, its parent a table), in the key's place when it is
+    /// there (so that a reader going in order meets it where it met the old value); false when there is
+    /// no such table.
     fn insert(&mut self, path: &[Seg], value: Self) -> bool;
-    /// Stand-ins for a required key whose own value was wrong, tried in order until one reads, so that
-    /// reading goes on past it to the rest of the document.
+    /// A string value (a stand-in for an enum: one of the values its error message names).
+    fn text(s: &str) -> Self;
+    /// Stand-ins for a wrong or missing value, tried in order until one reads, so that reading goes on
+    /// past it to the rest of the document.
     fn stand_ins() -> Vec<Self>;
 }
 
@@ -95,6 +105,10 @@ impl Tree for toml::Value {
         toml_table_at(self, parent).map(|t| t.insert(last.clone(), value)).is_some()
     }
 
+    fn text(s: &str) -> Self {
+        toml::Value::String(s.to_owned())
+    }
+
     fn stand_ins() -> Vec<Self> {
         use toml::Value as V;
         vec![
@@ -111,9 +125,9 @@ impl Tree for toml::Value {
 pub const STAND_IN_TIME: &str = "1970-01-01T00:00:00Z";
 
 /// Reads `T` from `doc` with `read`, which answers the path and message of the first problem; collects every
-/// problem by taking each offending key out and reading again (at most 64 rounds). Also answers what the
-/// document reads as without those keys (their defaults in their place), when it reads at all, so that the
-/// caller can check the rest too.
+/// problem by putting a stand-in in place of each wrong or missing value (or taking the offending key out)
+/// and reading again (at most 64 rounds). Also answers what the document reads as with those stand-ins (a
+/// key taken out at its default), when it reads at all, so that the caller can check the rest too.
 pub fn collect<D: Tree, T>(doc: &D, read: impl Fn(D) -> Result<T, (Vec<Seg>, String)>) -> (Option<T>, Vec<Problem>) {
     let mut doc = doc.clone();
     let mut problems = Vec::new();
@@ -128,39 +142,40 @@ pub fn collect<D: Tree, T>(doc: &D, read: impl Fn(D) -> Result<T, (Vec<Seg>, Str
             p.push(Seg::Key(f.to_owned()));
             p
         });
-        // A field missing only because a problem of its own was taken out: reported already; a
-        // stand-in takes its place so that reading goes on. A field missing from the start is
-        // reported at its own path.
         match &missing {
-            Some(m) if removed.contains(m) => {
-                let mut next = None;
-                for v in D::stand_ins() {
-                    let mut d = doc.clone();
-                    if !d.insert(m, v) {
-                        break;
-                    }
-                    match read(d.clone()) {
-                        Ok(t) => return (Some(t), problems),
-                        Err((p, msg)) if p != *m && !(p == path && msg == message) => {
-                            next = Some(d);
-                            break;
-                        }
-                        Err(_) => {}
-                    }
+            // A field missing only because a problem of its own was taken out: reported already; a
+            // stand-in takes its place so that reading goes on.
+            Some(m) if removed.contains(m) => match stand_in(&doc, m, Vec::new(), &read) {
+                Some(d) => {
+                    doc = d;
+                    continue;
                 }
-                match next {
-                    Some(d) => {
-                        doc = d;
-                        continue;
-                    }
-                    None => break,
+                None => break,
+            },
+            // A field missing from the start is reported at its own path; a stand-in takes its place, so
+            // that the rest of its table is still read and checked.
+            Some(m) => {
+                problems.push(Problem { path: display(m), message });
+                if let Some(d) = stand_in(&doc, m, Vec::new(), &read) {
+                    doc = d;
+                    continue;
                 }
             }
-            Some(m) => problems.push(Problem { path: display(m), message }),
-            None => problems.push(Problem { path: display(&path), message }),
+            None => {
+                let wrong_value = !message.starts_with("unknown field") && matches!(path.last(), Some(Seg::Key(_)));
+                let named: Vec<D> = expected_values(&message).into_iter().map(D::text).collect();
+                problems.push(Problem { path: display(&path), message });
+                // A wrong value: a stand-in (one of the values it names, if the message names any) keeps the
+                // key present for the checks of the rest.
+                if wrong_value && let Some(d) = stand_in(&doc, &path, named, &read) {
+                    doc = d;
+                    continue;
+                }
+            }
         }
-        // Take out the innermost key at or above the problem: a wrong value, an unknown key, or the
-        // table a required key is missing from. Array elements stay (later indices keep their numbers).
+        // Take out the innermost key at or above the problem: an unknown key, a value no stand-in replaces,
+        // or the table a required key no stand-in fills is missing from. Array elements stay (later indices
+        // keep their numbers).
         let Some(cut) = path.iter().rposition(|s| matches!(s, Seg::Key(_))) else { break };
         let target = path[..=cut].to_vec();
         if !doc.remove(&target) {
@@ -169,6 +184,46 @@ pub fn collect<D: Tree, T>(doc: &D, read: impl Fn(D) -> Result<T, (Vec<Seg>, Str
         removed.push(target);
     }
     (None, problems)
+}
+
+/// `doc` with a stand-in at `at` (`first`, then [`Tree::stand_ins`]) past which reading goes on: the read
+/// succeeds, or its first problem lies outside `at`. `None` when no stand-in does.
+fn stand_in<D: Tree, T>(
+    doc: &D,
+    at: &[Seg],
+    first: Vec<D>,
+    read: &impl Fn(D) -> Result<T, (Vec<Seg>, String)>,
+) -> Option<D> {
+    for v in first.into_iter().chain(D::stand_ins()) {
+        let mut d = doc.clone();
+        if !d.insert(at, v) {
+            return None;
+        }
+        match read(d.clone()) {
+            Ok(_) => return Some(d),
+            Err((p, _)) if !p.starts_with(at) => return Some(d),
+            Err(_) => {}
+        }
+    }
+    None
+}
+
+/// The values serde's "unknown variant `x`, expected one of `a`, `b`" names (`a`, `b`); none for other
+/// messages.
+fn expected_values(message: &str) -> Vec<&str> {
+    let Some(rest) = message.strip_prefix("unknown variant `") else { return Vec::new() };
+    let Some((_, expected)) = rest.split_once("`, expected ") else { return Vec::new() };
+    expected.split('`').skip(1).step_by(2).collect()
+}
+
+/// Whether a problem at `path` is about the value at `shape` or inside it (`pools[0].capacity` is within
+/// `pools[0].capacity` and within `pools[0]`, not within `pools[1]`): what a semantic check says about a
+/// value a stand-in replaced adds nothing to the shape problem already reported there.
+pub fn within(path: &str, shape: &str) -> bool {
+    match path.strip_prefix(shape) {
+        Some(rest) => rest.is_empty() || rest.starts_with('.') || rest.starts_with('[') || shape.is_empty(),
+        None => false,
+    }
 }
 
 /// The field name of serde's "missing field `x`".
@@ -365,6 +420,57 @@ mod tests {
         // ... and reading goes on past it (a stand-in takes its place) to the problems after it.
         let ps = problems("name = 5\nthreads = \"x\"\n[inner]\na = -1\n");
         assert_eq!(ps.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["name", "threads", "inner.a"], "{ps:#?}");
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Rules {
+        #[serde(default)]
+        rules: Vec<Rule>,
+    }
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Rule {
+        path: String,
+        key: Key,
+        rate: String,
+        #[serde(default)]
+        cap: Option<u64>,
+    }
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "kebab-case")]
+    enum Key {
+        Ip,
+        User,
+    }
+
+    /// A missing field, a wrong enum value and a wrong optional value of one array element are each
+    /// reported, and the element still reads (with stand-ins) so that its other values reach the checks:
+    /// the element is not dropped, `rate` is kept as written, and `cap` stays present.
+    #[test]
+    fn stand_ins_keep_the_rest_of_a_table_for_the_checks() {
+        let v: toml::Value = toml::from_str("[[rules]]\nkey = \"face\"\nrate = \"ten per second\"\ncap = -1\n").unwrap();
+        let (read, ps) = read_toml::<Rules>(&v, &[]);
+        let mut paths: Vec<&str> = ps.iter().map(|p| p.path.as_str()).collect();
+        paths.sort_unstable();
+        assert_eq!(paths, ["rules[0].cap", "rules[0].key", "rules[0].path"], "{ps:#?}");
+        let read = read.expect("the rest reads");
+        assert_eq!(read.rules.len(), 1);
+        assert_eq!(read.rules[0].rate, "ten per second");
+        assert_eq!(read.rules[0].key, Key::Ip, "the first value the error names stands in");
+        assert!(read.rules[0].cap.is_some());
+    }
+
+    #[test]
+    fn within_means_the_same_value_or_inside_it() {
+        assert!(within("pools[0].capacity", "pools[0].capacity"));
+        assert!(within("pools[0].capacity", "pools[0]"));
+        assert!(within("pools[0]", "pools"));
+        assert!(!within("pools[0]", "pools[0].capacity"));
+        assert!(!within("pools[10]", "pools[1]"));
+        assert!(!within("skus[0].pools[0]", "pools"));
     }
 
     #[test]

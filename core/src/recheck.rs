@@ -31,6 +31,7 @@
 //! runs once ([`Core::recheck_at_start`], reason `startup`), with holds refused until it is done.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -43,15 +44,6 @@ use crate::sweeper::{Asked, QUERY_CONCURRENCY};
 pub const WATCH_PERIOD: Duration = Duration::from_millis(200);
 /// CREATED orders read per store call during a pass.
 const PAGE: usize = 500;
-
-/// What the watcher remembers between checks.
-#[derive(Debug, Default)]
-pub(crate) struct Watch {
-    /// The servers of the last successful check; `None` before the first one since start.
-    seen: Option<Vec<ServerId>>,
-    /// Why a pass is owed and not yet complete (`startup` or `restart`).
-    pending: Option<&'static str>,
-}
 
 /// What one pass found, order by order.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -90,6 +82,24 @@ fn restarted(prev: &[ServerId], now: &[ServerId]) -> bool {
 }
 
 impl Core {
+    /// Refuses holds until the first pass is done, and checks the store's servers every [`WATCH_PERIOD`]
+    /// until `stop` fires (an external store only: [`Core::spawn_background`]).
+    pub(crate) fn spawn_restart_watcher(self: &Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        self.state.set_rechecking(true);
+        let core = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(WATCH_PERIOD);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                // A shutdown also ends a pass in progress: every step of it is a compare-and-set.
+                tokio::select! {
+                    _ = async { tick.tick().await; core.watch_store_once().await } => {}
+                    _ = stop.changed() => break,
+                }
+            }
+        });
+    }
+
     /// One check of the store's servers, and the re-check pass when one is owed (the first check since
     /// start, or a restart). The background watcher calls it every [`WATCH_PERIOD`].
     pub async fn watch_store_once(&self) -> WatchOutcome {

@@ -78,22 +78,31 @@ pub fn object_from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, JsonErr
 /// and missing field with its path, [`crate::problems`]), not only the first. A syntax error is still one
 /// error (with serde_json's line and column): nothing after it can be read.
 pub fn object_from_slice_all<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Vec<JsonError>> {
-    let node: Node = serde_json::from_slice(bytes).map_err(|e| vec![JsonError { path: None, message: e.to_string() }])?;
+    match object_from_slice_partial(bytes) {
+        (Some(t), es) if es.is_empty() => Ok(t),
+        (_, es) => Err(es),
+    }
+}
+
+/// [`object_from_slice_all`], also answering what the body reads as with a stand-in for each wrong or
+/// missing value ([`crate::problems::collect`]), when it reads at all: for the caller's semantic checks of
+/// the rest.
+pub fn object_from_slice_partial<T: DeserializeOwned>(bytes: &[u8]) -> (Option<T>, Vec<JsonError>) {
+    let node: Node = match serde_json::from_slice(bytes) {
+        Ok(n) => n,
+        Err(e) => return (None, vec![JsonError { path: None, message: e.to_string() }]),
+    };
     if !matches!(node, Node::Object(_)) {
         let e: JsonError = de::Error::invalid_type(node.unexpected(), &"a JSON object");
-        return Err(vec![e.at(&Path::Root)]);
+        return (None, vec![e.at(&Path::Root)]);
     }
     let read = |n: Node| {
         T::deserialize(NodeDeserializer { node: &n, path: Path::Root })
             .map_err(|e| (crate::problems::parse_path(e.path()), e.message))
     };
-    match crate::problems::collect(&node, read) {
-        (Some(t), ps) if ps.is_empty() => Ok(t),
-        (_, ps) => Err(ps
-            .into_iter()
-            .map(|p| JsonError { path: (!p.path.is_empty()).then_some(p.path), message: p.message })
-            .collect()),
-    }
+    let (t, ps) = crate::problems::collect(&node, read);
+    let es = ps.into_iter().map(|p| JsonError { path: (!p.path.is_empty()).then_some(p.path), message: p.message }).collect();
+    (t, es)
 }
 
 impl Node {
@@ -128,9 +137,17 @@ impl crate::problems::Tree for Node {
     fn insert(&mut self, path: &[crate::problems::Seg], value: Self) -> bool {
         let Some((crate::problems::Seg::Key(last), parent)) = path.split_last() else { return false };
         let Some(entries) = self.object_at(parent) else { return false };
-        entries.retain(|(k, _)| k != last);
-        entries.push((last.clone(), value));
+        // In place when the key is there, so the reader meets the stand-in where it met the wrong value
+        // (after the fields that read, before those not read yet).
+        match entries.iter_mut().find(|(k, _)| k == last) {
+            Some((_, v)) => *v = value,
+            None => entries.push((last.clone(), value)),
+        }
         true
+    }
+
+    fn text(s: &str) -> Self {
+        Node::String(s.to_owned())
     }
 
     fn stand_ins() -> Vec<Self> {

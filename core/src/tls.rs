@@ -12,17 +12,36 @@
 //! bytes that are not TLS (plain HTTP on the TLS port, a scanner) fail the handshake at once: the
 //! connection is closed without an answer.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use openssl::ssl::{AlpnError, Ssl, SslAcceptor, SslMethod, SslRef, select_next_proto};
 use openssl::x509::X509;
+use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
 
-use crate::config::TlsConfig;
+/// `[tls]`: the core's listener speaks HTTPS: TLS 1.2 or 1.3, ALPN `http/1.1`. The files
+/// are read at start (a new certificate takes a restart).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TlsConfig {
+    /// The certificate chain, leaf first (PEM), relative to the config file's folder. Required. The edge
+    /// checks it for the host of its `core = "https://host:port"` URL.
+    pub cert_file: PathBuf,
+    /// The certificate's private key (PEM), relative to the config file's folder. Required.
+    pub key_file: PathBuf,
+    /// A handshake must finish within this many milliseconds, or the connection is closed (the request
+    /// head then has its own `core.header-timeout-ms`). 100..=120000, default 10000.
+    #[serde(default = "default_handshake_timeout_ms")]
+    pub handshake_timeout_ms: u64,
+}
+
+fn default_handshake_timeout_ms() -> u64 {
+    10_000
+}
 
 /// ALPN protocols offered (wire format): HTTP/1.1 only.
 const ALPN_H1: &[u8] = b"\x08http/1.1";

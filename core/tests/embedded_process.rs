@@ -12,7 +12,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,37 +22,22 @@ use parking_lot::Mutex;
 use rand::Rng;
 use serde_json::{Value, json};
 use wicket_core::token::Keyring;
+use wicket_testkit::core_toml::CoreToml;
+use wicket_testkit::{Spawned, free_port};
 
 const CAPACITY: u64 = 100_000;
 
-fn free_port() -> u16 {
-    wicket_testkit::free_port()
-}
-
 fn config(port: u16, data: &Path, extra: &str) -> String {
-    format!(
-        r#"listen = "127.0.0.1:{port}"
-admin-token = "{ADMIN}"
-store = "embedded"
-data-dir = "{data}"
-snapshot-every-mb = 1
-event-files = ["ev.json"]
-{extra}
-[payment]
-callback-secret = "{CALLBACK_SECRET}"
-[core]
-sweeper-period-ms = 200
-reconciler-period-seconds = 1
-[tokens]
-issuer = "wicket"
-signing-kid = "hs"
-[[tokens.keys]]
-kid = "hs"
-alg = "HS256"
-secret = "{HS_SECRET}"
-"#,
-        data = data.display()
-    )
+    CoreToml::new(ADMIN, CALLBACK_SECRET, HS_SECRET)
+        .listen(port)
+        .store("embedded")
+        .data_dir(&data.display().to_string())
+        .top("snapshot-every-mb = 1")
+        .top(r#"event-files = ["ev.json"]"#)
+        .top(extra)
+        .core("sweeper-period-ms = 200")
+        .core("reconciler-period-seconds = 1")
+        .build()
 }
 
 /// A temp dir with the event file; the data dir inside it.
@@ -81,9 +66,8 @@ fn keyring() -> Keyring {
 
 /// A running `wicket-core serve`.
 struct Core {
-    child: Child,
+    process: Spawned,
     base: String,
-    log: PathBuf,
 }
 
 impl Core {
@@ -95,17 +79,16 @@ impl Core {
         let log = dir.join(format!("core-{port}.log"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_wicket-core"));
         cmd.args(["serve", "--config"]).arg(&cfg).env("RUST_LOG", "info").stdout(Stdio::null());
-        cmd.stderr(std::fs::File::create(&log).unwrap());
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("run wicket-core");
+        let mut process = Spawned::spawn(&mut cmd, &log, "wicket-core");
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("wicket-core exited ({status}): {}", std::fs::read_to_string(&log).unwrap_or_default());
+            if let Some(status) = process.exited() {
+                panic!("wicket-core exited ({status}): {}", process.log_text());
             }
             if let Ok(r) = http.get(format!("{base}/healthz")).send().await
                 && let Ok(v) = r.json::<Value>().await
@@ -113,25 +96,18 @@ impl Core {
             {
                 break;
             }
-            assert!(Instant::now() < deadline, "wicket-core did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            assert!(Instant::now() < deadline, "wicket-core did not start: {}", process.log_text());
             tokio::time::sleep(Duration::from_millis(30)).await;
         }
-        Core { child, base, log }
+        Core { process, base }
     }
 
     fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill9();
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Core {
-    fn drop(&mut self) {
-        self.kill9();
+        self.process.log_text()
     }
 }
 

@@ -377,6 +377,18 @@ async fn bad_input_is_refused_without_state_change() {
     assert_eq!(paths, ["hold_seconds", "opens_at", "pools[0].capacity", "skus"], "{v}");
     assert!(v["message"].as_str().unwrap().contains("skus: missing field `skus`"), "{v}");
     assert_eq!(c.get_json("/v1/events/bad", false).await.0, 404);
+    // A wrong type and a broken rule in one pass (issue #25): the rules are checked on the rest of the
+    // body although `capacity` is wrong, and that pool's own rules say nothing more about it.
+    let mut both = event_body(5, 5, 1, json!([]));
+    both["pools"][0]["capacity"] = json!(-5);
+    both["skus"][0]["pools"] = json!(["nowhere"]);
+    let r = c.http.put(c.url("/v1/events/bad")).bearer_auth(ADMIN).json(&both).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    let got: Vec<(&str, &str)> =
+        v["errors"].as_array().unwrap().iter().map(|e| (e["path"].as_str().unwrap(), e["message"].as_str().unwrap())).collect();
+    assert_eq!(got, [("pools[0].capacity", "invalid value: integer `-5`, expected u32"), ("skus[0].pools[0]", "unknown pool")], "{v}");
+    assert_eq!(c.get_json("/v1/events/bad", false).await.0, 404);
     let unknown_field = json!({"name": "x", "opens_at": "2026-01-01T00:00:00Z", "closes_at": "2026-01-02T00:00:00Z", "pools": [], "skus": [], "colour": "red"});
     let r = c.http.put(c.url("/v1/events/bad")).bearer_auth(ADMIN).json(&unknown_field).send().await.unwrap();
     assert_eq!(r.status(), 400);

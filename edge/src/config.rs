@@ -266,8 +266,7 @@ impl WicketConfig {
         };
         cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         cfg.source = Some(path.to_path_buf());
-        let more: Vec<ConfigIssue> =
-            cfg.validate().into_iter().filter(|i| !issues.iter().any(|s| s.path == i.path)).collect();
+        let more = cfg.validate().into_iter().filter(|i| !issues.iter().any(|s| problems::within(&i.path, &s.path))).collect();
         issues.extend(with_lines(&text, more));
         (Some(cfg), issues)
     }
@@ -279,13 +278,14 @@ impl WicketConfig {
     }
 
     /// `Ok` when the file read cleanly; else its problems and, so that one answer lists every problem,
-    /// what `validate()` finds in the rest (the file read without its wrong keys).
+    /// what `validate()` finds in the rest (the file read with a stand-in for each wrong or missing value,
+    /// [`wicket_core::problems`]).
     fn with_the_rest(self, mut issues: Vec<ConfigIssue>, text: &str) -> Result<Self, ConfigErrors> {
         if issues.is_empty() {
             return Ok(self);
         }
-        let more: Vec<ConfigIssue> =
-            self.validate().into_iter().filter(|i| !issues.iter().any(|s| s.path == i.path)).collect();
+        // What a check says about a value that was itself wrong (a stand-in took its place) adds nothing.
+        let more = self.validate().into_iter().filter(|i| !issues.iter().any(|s| problems::within(&i.path, &s.path))).collect();
         issues.extend(with_lines(text, more));
         Err(ConfigErrors(issues))
     }
@@ -710,6 +710,29 @@ mod tests {
         assert_eq!(problems("provider = \"turnstile\"\nca-file = \"/no/such/ca.pem\"")[0].0, "edge.bot.captcha.ca-file");
         assert_eq!(problems("verify-url = \"ftp://x\"")[0].0, "edge.bot.captcha.verify-url");
         assert!(WicketConfig::from_toml_str("[edge.bot.captcha]\nprovider = \"recaptchaa\"\n").is_err());
+    }
+
+    /// Type, missing and rule problems in one pass (issue #25): the limit without `path` and with a
+    /// wrong `key` still has its `rate` checked, and `listen` is checked beside them.
+    #[test]
+    fn type_missing_and_rule_problems_come_in_one_answer() {
+        let err = WicketConfig::from_toml_str(
+            "[edge]\nlisten = \"nowhere\"\n[[edge.limits]]\nkey = \"face\"\nrate = \"ten per second\"\n",
+        )
+        .unwrap_err();
+        let mut got: Vec<(&str, &str)> = err.0.iter().map(|i| (i.path.as_str(), i.message.as_str())).collect();
+        got.sort();
+        assert_eq!(got.len(), 4, "{got:#?}");
+        let want = [
+            ("edge.limits[0].key", "unknown variant `face`, expected one of `ip`, `user`, `device`"),
+            ("edge.limits[0].path", "missing field `path`"),
+            ("edge.limits[0].rate", "rate must look like \"10r/s\" or \"30r/m\": \"ten per second\""),
+            ("edge.listen", "not an address like 0.0.0.0:8080: \"nowhere\""),
+        ];
+        for ((path, message), (want_path, want_message)) in got.iter().zip(want) {
+            assert_eq!(*path, want_path, "{got:#?}");
+            assert!(message.starts_with(want_message), "{path}: {message:?} does not start with {want_message:?}");
+        }
     }
 
     #[test]

@@ -70,6 +70,27 @@ fn a_bad_config_lists_every_problem_with_its_path_and_exits_non_zero() {
     assert_eq!(wicket().arg("check-config").arg(&f).output().unwrap().status.code(), Some(2));
 }
 
+/// Type, missing and rule problems in one pass (issue #25): a bad `listen` (a rule), a limit without
+/// `path` (missing), `key = "face"` (a wrong value) and `rate = "ten per second"` (a rule of that same
+/// limit) are all named, each with its path.
+#[test]
+fn check_config_names_type_missing_and_rule_problems_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bad.toml");
+    std::fs::write(&f, "[edge]\nlisten = \"nowhere\"\n[[edge.limits]]\nkey = \"face\"\nrate = \"ten per second\"\n").unwrap();
+    let out = wicket().arg("check-config").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "edge.listen: not an address like 0.0.0.0:8080: \"nowhere\"",
+        "edge.limits[0].path: missing field `path`",
+        "edge.limits[0].key: unknown variant `face`",
+        "edge.limits[0].rate: rate must look like \"10r/s\" or \"30r/m\": \"ten per second\"",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+}
+
 /// Wrong types, unknown keys and out-of-range values of the edge's part, `[tokens]` and the embedded
 /// core's part come in one answer, each with its path and line, an unknown key with the nearest valid
 /// one; the same file with them fixed is ok, with `tokens.issuer` defaulted alike by both parts.

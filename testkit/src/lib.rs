@@ -1,7 +1,7 @@
-//! Wicket's test support, shared by the integration tests of `wicket-core` and `wicket-edge` (a
-//! dev-dependency of both): a real `redis-server` (and a Redis Cluster, with or without replicas) on free
-//! loopback ports, each with its own temp dir; never port 6379, never shared data; killed on drop. And a
-//! test CA for the HTTPS tests.
+//! Wicket's test support, shared by the integration tests of every crate of the workspace (a
+//! dev-dependency of each): a real `redis-server` (and a Redis Cluster, with or without replicas) on free
+//! loopback ports, each with its own temp dir; never port 6379, never shared data; killed on drop. A
+//! test CA for the HTTPS tests, and the import-circle check of every crate's structure test.
 //!
 //! # Layout
 //!
@@ -10,9 +10,15 @@
 //! - [`RedisCluster`]: `n` masters (and a replica each, with a short node timeout for failover tests), made
 //!   with `redis-cli --cluster create`; its seed URLs and the master of a key's slot.
 //! - [`send_inline`], [`cli`]: one command to a port, inline or through `redis-cli`.
-//! - [`Spawned`]: a server binary under test, stderr in a file, started once its port accepts, killed on drop.
+//! - [`free_port`]: a loopback port for a process under test, never the same one twice.
+//! - [`Spawned`]: a server binary under test, stderr in a file, started once its port accepts (or left to
+//!   the caller's own readiness check), killed on drop.
+//! - [`core_toml`]: the config file of a core under test (one HS256 key; listen, store, sections as
+//!   needed), for the tests of wicket-core, its examples and the benchmarks.
 //! - [`pki`]: a test CA and certificates made with the `openssl` command, and `curl` against them (the
 //!   HTTPS tests of core and edge).
+//! - [`structure`]: a crate's file-to-file import graph read from its source, and the check every
+//!   crate's `tests/structure.rs` runs: no import circle.
 //!
 //! ```ignore
 //! let redis = RedisServer::start();                 // no persistence
@@ -26,7 +32,9 @@
 //! The binaries come from `PATH` (`redis-server`, `redis-cli`), or `WICKET_REDIS_SERVER` /
 //! `WICKET_REDIS_CLI`.
 
+pub mod core_toml;
 pub mod pki;
+pub mod structure;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -368,18 +376,35 @@ impl Spawned {
     /// Runs `cmd` (`RUST_LOG` removed, stderr into `log`) and waits up to 20 s until `port` on loopback
     /// accepts connections; `what` names it in the failure, which shows the log.
     pub fn start(cmd: &mut std::process::Command, log: &std::path::Path, port: u16, what: &str) -> Spawned {
-        let child = cmd
-            .env_remove("RUST_LOG")
-            .stderr(std::fs::File::create(log).expect("the log file"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let spawned = Spawned { child, log: log.to_path_buf() };
+        let spawned = Self::spawn(cmd.env_remove("RUST_LOG"), log, what);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(std::time::Instant::now() < deadline, "{what} did not start: {}", spawned.log_text());
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         spawned
+    }
+
+    /// Runs `cmd` as it is, stderr into `log`, and returns at once: for a caller that waits on its own
+    /// terms (a health answer) and watches [`exited`](Self::exited) meanwhile. `what` names it in the
+    /// failure to start.
+    pub fn spawn(cmd: &mut std::process::Command, log: &std::path::Path, what: &str) -> Spawned {
+        let child = cmd
+            .stderr(std::fs::File::create(log).expect("the log file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        Spawned { child, log: log.to_path_buf() }
+    }
+
+    /// How it ended, once it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// SIGKILL, and reap it: no shutdown of its own.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Its process id (to send it signals).
@@ -395,7 +420,6 @@ impl Spawned {
 
 impl Drop for Spawned {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill9();
     }
 }

@@ -58,6 +58,9 @@ pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections that carry waited changes (each `WAIT` blocks its connection until the replicas answer).
 pub const WAIT_CONNECTIONS: usize = 16;
 
+/// Default of `redis.wait-timeout-ms`: the longest one wait may take.
+pub const DEFAULT_WAIT_TIMEOUT_MS: u64 = 100;
+
 /// What every acknowledged change waits for before its answer (config `[redis]`). Off by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitPolicy {
@@ -71,7 +74,7 @@ pub struct WaitPolicy {
 
 impl Default for WaitPolicy {
     fn default() -> Self {
-        WaitPolicy { replicas: 0, aof: false, timeout: Duration::from_millis(crate::config::DEFAULT_WAIT_TIMEOUT_MS) }
+        WaitPolicy { replicas: 0, aof: false, timeout: Duration::from_millis(DEFAULT_WAIT_TIMEOUT_MS) }
     }
 }
 

@@ -8,6 +8,7 @@ use wicket_core::Core;
 use wicket_core::config::CoreConfig;
 use wicket_core::store::DynStore;
 use wicket_core::token::{AdmissionClaims, Keyring};
+use wicket_testkit::core_toml::CoreToml;
 
 pub const ADMIN: &str = "test-admin-token-0123456789";
 pub const CALLBACK_SECRET: &str = "test-callback-secret-0123456789";
@@ -26,29 +27,15 @@ pub struct TestCore {
 /// The test config: HS256 key `hs` (signing) and the demo EdDSA key `ed`.
 pub fn config_text(query_url: Option<&str>, max_inflight: usize) -> String {
     let keys = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/keys");
-    let query = query_url.map(|u| format!("query-url = \"{u}\"\nunknown-grace-seconds = 60\n")).unwrap_or_default();
-    format!(
-        r#"
-admin-token = "{ADMIN}"
-[payment]
-callback-secret = "{CALLBACK_SECRET}"
-{query}
-[core]
-max-inflight = {max_inflight}
-[tokens]
-issuer = "wicket"
-signing-kid = "hs"
-[[tokens.keys]]
-kid = "hs"
-alg = "HS256"
-secret = "{HS_SECRET}"
-[[tokens.keys]]
-kid = "ed"
-alg = "EdDSA"
-private-key-file = "{keys}/demo-ed25519.pem"
-public-key-file = "{keys}/demo-ed25519.pub.pem"
-"#
-    )
+    let mut cfg = CoreToml::new(ADMIN, CALLBACK_SECRET, HS_SECRET);
+    if let Some(u) = query_url {
+        cfg = cfg.payment(&format!("query-url = \"{u}\"")).payment("unknown-grace-seconds = 60");
+    }
+    cfg.core(&format!("max-inflight = {max_inflight}"))
+        .key(&format!(
+            "kid = \"ed\"\nalg = \"EdDSA\"\nprivate-key-file = \"{keys}/demo-ed25519.pem\"\npublic-key-file = \"{keys}/demo-ed25519.pub.pem\""
+        ))
+        .build()
 }
 
 impl TestCore {

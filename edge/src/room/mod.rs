@@ -5,9 +5,13 @@
 //! - [`config`]: a room's config (`[[rooms]]`, admin body), defaults, validation with paths.
 //! - [`state`]: the [`state::RoomState`] trait and its embedded implementation (counters, not lists).
 //! - [`redis`]: the Redis implementation (several edges, one queue, a leader with a lease).
+//! - [`state_backend`] (inline below): which of the two new rooms get, embedded or one shared Redis
+//!   connection.
 //! - [`ticket`]: the signed `wicket_q_<room>` cookie.
 //! - [`shuffle`]: the random method's O(1) permutation of the pre-queue.
 //! - [`http`]: `/queue/<room>[/join|/status|/events|/challenge]` on the public port.
+//! - [`page`]: the queue page rendered on the server for each visit (`[edge.queue-page]` template,
+//!   the fan's language, the room's branding and real figures).
 //! - [`admin`]: `/admin/rooms...` and `/admin/stream` on the admin port.
 //! - [`release`]: the background service ticking every room once a second (controller, batches,
 //!   sold-out and core metrics polls, leader lease).
