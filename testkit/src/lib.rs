@@ -13,6 +13,8 @@
 //! - [`Spawned`]: a server binary under test, stderr in a file, started once its port accepts, killed on drop.
 //! - [`pki`]: a test CA and certificates made with the `openssl` command, and `curl` against them (the
 //!   HTTPS tests of core and edge).
+//! - [`deploy`]: the files under deploy/ (compose, systemd units, Kubernetes manifests) as the deployment tests
+//!   read them: each program's command line, its config file, its secrets.
 //!
 //! ```ignore
 //! let redis = RedisServer::start();                 // no persistence
@@ -26,6 +28,7 @@
 //! The binaries come from `PATH` (`redis-server`, `redis-cli`), or `WICKET_REDIS_SERVER` /
 //! `WICKET_REDIS_CLI`.
 
+pub mod deploy;
 pub mod pki;
 
 use std::io::{Read, Write};
