@@ -148,7 +148,7 @@ fn compose_ports_and_names_agree_with_the_configs_and_the_image() {
 #[test]
 fn the_image_runs_unprivileged_through_with_secrets_with_a_health_check() {
     let containerfile = std::fs::read_to_string(deploy::root().join("deploy/container/Containerfile")).unwrap();
-    let last = |instr: &str| containerfile.lines().filter(|l| l.starts_with(instr)).last().map(|l| l[instr.len()..].trim().to_owned());
+    let last = |instr: &str| containerfile.lines().rfind(|l| l.starts_with(instr)).map(|l| l[instr.len()..].trim().to_owned());
     let user = last("USER ").expect("USER");
     let uid: u32 = user.split(':').next().unwrap().parse().expect("USER as a number (runAsNonRoot checks it)");
     assert_ne!(uid, 0);
