@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of Wicket on a fresh Debian machine: installs what is missing (cmake for Pingora's
-# zlib-ng, redis-server and redis-cli, nginx, wrk, h2load, promtool), then the whole workspace's tests with
-# cargo-nextest.
+# zlib-ng, redis-server and redis-cli, nginx, wrk, h2load, promtool, systemd-analyze, the schema checkers of
+# deploy/), then the whole workspace's tests with cargo-nextest.
 # Tests start their own servers on free loopback ports; nothing here starts a shared one.
 #
 #   bash scripts/test.sh            # everything
@@ -29,6 +29,10 @@ command -v chromium >/dev/null || need+=(chromium)
 dpkg -s fonts-noto-cjk >/dev/null 2>&1 || need+=(fonts-noto-cjk)
 # promtool (Debian's prometheus package) checks the metric names, the alert rules and their unit tests.
 command -v promtool >/dev/null || need+=(prometheus)
+# The deployment tests (edge/tests/deploy.rs, core/tests/deploy.rs): systemd-analyze verifies the units, and a
+# Python virtualenv holds the schema checkers of the manifests and the compose file (below).
+command -v systemd-analyze >/dev/null || need+=(systemd)
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -43,6 +47,15 @@ if [[ " ${need[*]} " == *" prometheus "* ]]; then
 fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
+fi
+# kubernetes-validate (the Kubernetes schemas, shipped in the package: nothing is fetched when it runs) and
+# check-jsonschema (the Compose schema, likewise), pinned, in target/deploy-venv: the deployment tests look there.
+deploy_venv=target/deploy-venv
+if ! "$deploy_venv/bin/kubernetes-validate" --version >/dev/null 2>&1 || ! "$deploy_venv/bin/check-jsonschema" --version >/dev/null 2>&1; then
+  echo "installing kubernetes-validate and check-jsonschema into $deploy_venv"
+  rm -rf "$deploy_venv"
+  python3 -m venv "$deploy_venv"
+  "$deploy_venv/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0 check-jsonschema==0.39.0
 fi
 
 export PATH="$PATH:/usr/sbin"

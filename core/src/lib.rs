@@ -67,6 +67,12 @@ use crate::payment::PaymentQuery;
 use crate::store::DynStore;
 use crate::token::Keyring;
 
+/// What `--version` prints after the binary's name, for `wicket` and `wicket-core` alike: the crate version, the
+/// commit and the build date, e.g. `0.1.0 (3f2a9c1d0b7e 2026-05-02)` (build.rs says where each comes from; the
+/// commit is `unknown` when the source had no git history and no `WICKET_COMMIT` was given).
+pub const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (", env!("WICKET_COMMIT"), " ", env!("WICKET_BUILD_DATE"), ")");
+
 /// A configured core: the shared state of its handlers and what its background tasks need.
 pub struct Core {
     pub state: Shared,

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use wicket_core::config::CoreConfig;
 
 #[derive(Parser)]
-#[command(name = "wicket-core", about = "Wicket's sale core", version)]
+#[command(name = "wicket-core", about = "Wicket's sale core", version = wicket_core::VERSION)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -22,7 +22,7 @@ const LOG_FILTER: &str = "warn,wicket_edge=info,wicket_core=info";
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "wicket", version, about = "Virtual waiting room and flash-sale edge")]
+#[command(name = "wicket", version = wicket_core::VERSION, about = "Virtual waiting room and flash-sale edge")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

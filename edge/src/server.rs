@@ -87,7 +87,9 @@ impl BackgroundService for Upkeep {
     }
 }
 
-/// Reloads the TLS certificates on SIGHUP (a bad file keeps the old ones; the log says why).
+/// Reloads the TLS certificates on SIGHUP (a bad file keeps the old ones; the log says why). Runs without
+/// `[edge.tls]` too, so that a SIGHUP (`systemctl reload`, a certificate renewal hook) never stops an edge: the
+/// signal's default action is to end the process.
 struct ReloadOnHangup {
     state: Arc<EdgeState>,
 }
@@ -98,13 +100,14 @@ impl BackgroundService for ReloadOnHangup {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
         loop {
             tokio::select! {
-                _ = hup.recv() => {
-                    if let Some(tls) = &self.state.tls
-                        && let Err(problems) = tls.reload()
-                    {
-                        tracing::warn!("SIGHUP: TLS certificates not reloaded, the old ones stay: {}", problems.join("; "));
+                _ = hup.recv() => match &self.state.tls {
+                    Some(tls) => {
+                        if let Err(problems) = tls.reload() {
+                            tracing::warn!("SIGHUP: TLS certificates not reloaded, the old ones stay: {}", problems.join("; "));
+                        }
                     }
-                }
+                    None => tracing::info!("SIGHUP: no [edge.tls], nothing to reload"),
+                },
                 _ = shutdown.changed() => return,
             }
         }
@@ -157,8 +160,8 @@ pub fn build(state: Arc<EdgeState>) -> Server {
         let mut secure = Service::new("wicket edge tls".to_owned(), front);
         secure.add_listener(ListenerConfig::tcp(cfg.listen.clone()).l4_buffer(L4BufferSettings::new(0, TLS_WRITE_BUFFER)));
         server.add_service(secure);
-        server.add_service(background_service("wicket tls reload", ReloadOnHangup { state: state.clone() }));
     }
+    server.add_service(background_service("wicket tls reload", ReloadOnHangup { state: state.clone() }));
     let mut admin = Service::new("wicket admin".to_owned(), AdminService { state: state.clone(), sessions: Default::default() });
     admin.threads = Some(1);
     admin.add_tcp(&e.admin_listen);

@@ -19,6 +19,8 @@
 //!   HTTPS tests of core and edge).
 //! - [`structure`]: a crate's file-to-file import graph read from its source, and the check every
 //!   crate's `tests/structure.rs` runs: no import circle.
+//! - [`deploy`]: the files under deploy/ (compose, systemd units, Kubernetes manifests) as the deployment tests
+//!   read them: each program's command line, its config file, its secrets.
 //!
 //! ```ignore
 //! let redis = RedisServer::start();                 // no persistence
@@ -33,6 +35,7 @@
 //! `WICKET_REDIS_CLI`.
 
 pub mod core_toml;
+pub mod deploy;
 pub mod pki;
 pub mod structure;
 
