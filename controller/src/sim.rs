@@ -578,17 +578,7 @@ pub fn run(scn: &Scenario, policy: &mut dyn ReleasePolicy) -> SimResult {
             sessions.pop();
             exits += 1;
         }
-        while let Some(&Reverse((at, l))) = observed.peek() {
-            if at > t {
-                break;
-            }
-            observed.pop();
-            if l == u64::MAX {
-                window.record_error(at / 1000);
-            } else {
-                window.record_success(at / 1000, l);
-            }
-        }
+        record_observed(&mut observed, &window, t);
         inflight_sum += core.in_service(t) as f64;
         inflight_n += 1;
 
@@ -1427,17 +1417,7 @@ pub fn run_rooms(scn: &RoomsScenario, share: bool) -> RoomsResult {
                 live.exits += 1;
             }
         }
-        while let Some(&Reverse((at, l))) = observed.peek() {
-            if at > t {
-                break;
-            }
-            observed.pop();
-            if l == u64::MAX {
-                window.record_error(at / 1000);
-            } else {
-                window.record_success(at / 1000, l);
-            }
-        }
+        record_observed(&mut observed, &window, t);
         inflight_sum += core.in_service(t) as f64;
         inflight_n += 1;
         if t % US == 0 {
@@ -1641,6 +1621,22 @@ pub fn rooms_table(seeds: &[u64]) -> String {
         }
     }
     out
+}
+
+/// Hands the window the latencies (or errors, `u64::MAX`) the policy has seen by `t` (µs):
+/// `observed` holds (seen at, latency) pairs.
+fn record_observed(observed: &mut BinaryHeap<Reverse<(u64, u64)>>, window: &LatencyWindow, t: u64) {
+    while let Some(&Reverse((at, l))) = observed.peek() {
+        if at > t {
+            break;
+        }
+        observed.pop();
+        if l == u64::MAX {
+            window.record_error(at / 1000);
+        } else {
+            window.record_success(at / 1000, l);
+        }
+    }
 }
 
 #[cfg(test)]
