@@ -1,9 +1,10 @@
 //! The release controller vs a fixed rate vs a clairvoyant oracle, on the simulated core of
 //! `wicket_controller::sim` (known capacity curve, real actuation delay): cold start, −50% and +50%
-//! capacity steps, over several seeds.
+//! capacity steps, over several seeds; and several rooms on one core (one after another, at once
+//! with one surging) and light load (`rooms_scenarios`).
 
 use serde_json::json;
-use wicket_controller::sim::{compare, standard_scenarios, summary_table};
+use wicket_controller::sim::{compare, rooms_scenarios, rooms_table, run_rooms, standard_scenarios, summary_table};
 
 /// Runs the comparison over `seeds`; returns the summary.json value and the RESULTS.md text.
 pub fn run(seeds: &[u64]) -> (serde_json::Value, String) {
@@ -45,6 +46,34 @@ pub fn run(seeds: &[u64]) -> (serde_json::Value, String) {
             }),
         );
     }
-    let table = summary_table(seeds);
-    (json!({"seeds": seeds, "scenarios": per_scenario}), table)
+    let mut table = summary_table(seeds);
+    table.push('\n');
+    table.push_str(&rooms_table(seeds));
+    (json!({"seeds": seeds, "scenarios": per_scenario, "rooms": rooms(seeds)}), table)
+}
+
+/// Per multi-room scenario and room, over `seeds` (worst seed): fans admitted, the longest wait,
+/// and the ticks at which the controller set a rate under the room's minimum.
+fn rooms(seeds: &[u64]) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for i in 0..rooms_scenarios(0).len() {
+        let runs: Vec<_> = seeds.iter().map(|&s| run_rooms(&rooms_scenarios(s).swap_remove(i), true)).collect();
+        let name = rooms_scenarios(0).swap_remove(i).name;
+        let mut per_room = serde_json::Map::new();
+        for k in 0..runs[0].rooms.len() {
+            let outcomes: Vec<_> = runs.iter().map(|r| &r.rooms[k]).collect();
+            let wait = outcomes.iter().map(|o| o.max_wait_s).try_fold(0.0f64, |w, o| o.map(|o| w.max(o)));
+            per_room.insert(
+                outcomes[0].name.to_string(),
+                json!({
+                    "fans": outcomes[0].fans,
+                    "admitted_min": outcomes.iter().map(|o| o.admitted).min().unwrap_or(0),
+                    "max_wait_seconds": wait.map(|w| (w * 10.0).round() / 10.0),
+                    "ticks_below_min": outcomes.iter().map(|o| o.ticks_below_min).sum::<usize>(),
+                }),
+            );
+        }
+        out.insert(name.to_string(), serde_json::Value::Object(per_room));
+    }
+    serde_json::Value::Object(out)
 }
