@@ -677,6 +677,18 @@ mod tests {
     }
 
     #[test]
+    fn admin_host_names_are_names_without_ports() {
+        let paths = |hosts: &str| -> Vec<String> {
+            let cfg = WicketConfig::from_toml_str(&format!("[edge]\nsecret = \"sixteen-chars-at-least\"\nadmin-hosts = {hosts}\n")).unwrap();
+            cfg.validate().into_iter().filter(|i| i.path.starts_with("edge.admin-hosts")).map(|i| i.path).collect()
+        };
+        assert!(paths(r#"["wicket-admin.internal", "admin-1"]"#).is_empty());
+        let long = "a".repeat(254);
+        let bad = format!(r#"["ok.internal", "admin:9090", "", "a b", "x/y", "*.internal", "{long}"]"#);
+        assert_eq!(paths(&bad), ["edge.admin-hosts[1]", "edge.admin-hosts[2]", "edge.admin-hosts[3]", "edge.admin-hosts[4]", "edge.admin-hosts[5]", "edge.admin-hosts[6]"]);
+    }
+
+    #[test]
     fn queue_page_problems_are_config_errors_with_their_paths() {
         let cfg = WicketConfig::from_toml_str(
             "[edge.queue-page]\ntemplate = \"no-such-template.html\"\n[edge.queue-page.colours]\naccent = \"blue\"\n\

@@ -215,7 +215,7 @@ impl FastFront {
         // The one rule for every answer written here: a request that announces a body, or whose
         // client does not keep the connection, gets its answer and then the connection closes
         // (the unread body would otherwise be read as the next request: smuggling).
-        let keep = !crate::path::announces_body(fields()) && keeps_alive(proto, fields());
+        let keep = crate::path::reusable_without_body(proto, fields());
         if let Some(port) = self.https_redirect
             && !canonical.starts_with("/.well-known/acme-challenge/")
         {
@@ -298,21 +298,6 @@ impl FastFront {
     fn next_request(&self, stream: Stream, buf: &[u8], len: usize, keep: bool) -> Option<Stream> {
         keep.then(|| crate::replay::put_back(stream, &buf[len.min(buf.len())..]))
     }
-}
-
-/// Whether the client keeps the connection after this request: HTTP/1.1 unless it says
-/// `Connection: close`, HTTP/1.0 only when it says `Connection: keep-alive`.
-fn keeps_alive<'a>(proto: crate::path::Proto, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> bool {
-    let mut keep = proto != crate::path::Proto::Http10;
-    for (_, value) in fields.filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")) {
-        for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-            if token.eq_ignore_ascii_case(b"close") {
-                return false;
-            }
-            keep |= token.eq_ignore_ascii_case(b"keep-alive");
-        }
-    }
-    keep
 }
 
 /// A 308 to the same URL over HTTPS (`Host` without its port, then `port` unless it is 443);

@@ -310,9 +310,33 @@ fn absolute_authority(target: &str) -> Option<&str> {
 /// reading such a body must close the connection: the unread body would be read as the next
 /// request (request smuggling through the edge).
 pub fn announces_body<'a>(mut headers: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> bool {
-    headers.any(|(name, value)| {
-        name.eq_ignore_ascii_case(b"transfer-encoding") || (name.eq_ignore_ascii_case(b"content-length") && value.iter().any(|&b| b != b'0'))
-    })
+    headers.any(|(name, value)| announces_body_field(name, value))
+}
+
+fn announces_body_field(name: &[u8], value: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"transfer-encoding") || (name.eq_ignore_ascii_case(b"content-length") && value.iter().any(|&b| b != b'0'))
+}
+
+/// Whether the connection may take another request after an answer that did not read this
+/// request's body, in one pass over the head: not when it announces a body ([`announces_body`]),
+/// nor when the client does not keep the connection (`Connection: close`; HTTP/1.0 without
+/// `Connection: keep-alive`).
+pub fn reusable_without_body<'a>(proto: Proto, headers: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> bool {
+    let mut keep = proto != Proto::Http10;
+    for (name, value) in headers {
+        if announces_body_field(name, value) {
+            return false;
+        }
+        if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    return false;
+                }
+                keep |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+    }
+    keep
 }
 
 /// A configured path prefix (protected paths, limits, cache rules, core prefixes...) must be
@@ -424,6 +448,11 @@ mod tests {
         let body = |v: &[(&str, &str)]| announces_body(v.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())));
         assert!(body(&[("Content-Length", "3")]) && body(&[("transfer-encoding", "chunked")]) && body(&[("content-length", "00010")]));
         assert!(!body(&[("Content-Length", "0")]) && !body(&[("Content-Length", "000")]) && !body(&[("Host", "x")]));
+        let reusable = |proto, v: &[(&str, &str)]| reusable_without_body(proto, v.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())));
+        assert!(reusable(Proto::Http11, &[("Host", "x")]) && reusable(Proto::Http11, &[("Content-Length", "0")]));
+        assert!(!reusable(Proto::Http11, &[("Content-Length", "3")]) && !reusable(Proto::Http11, &[("Transfer-Encoding", "chunked")]));
+        assert!(!reusable(Proto::Http11, &[("Connection", "keep-alive, Close")]), "close wins");
+        assert!(!reusable(Proto::Http10, &[("Host", "x")]) && reusable(Proto::Http10, &[("Connection", "Keep-Alive")]));
     }
 
     /// Reference: the same rules written the slow, obvious way (full decode, then split).

@@ -567,3 +567,57 @@ async fn the_nginx_path_strips_refuses_and_revokes_what_the_edge_does() {
     assert_eq!(stolen.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await.status, 403, "and stays refused");
     drop(nginx);
 }
+
+/// The revoke endpoint as a hostile client would use it: not there for an untrusted peer, a forged
+/// or foreign token ends nothing, a malformed original is refused, and every spelling of a
+/// protected path finds its room (the session of a real token ends, whatever the spelling).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_revoke_endpoint_ends_only_real_sessions_and_only_for_trusted_proxies() {
+    let (_origin, edge, nginx) = compat_site("auth-cache-seconds = 0").await;
+    let url = |p: &str| format!("http://{}{p}", nginx.addr);
+    let mut fan = Client { user: "alice".into(), ..Client::default() };
+    admit(&mut fan, &url).await;
+    let token = fan.jar.get("wicket_a_r1").cloned().unwrap();
+    let passes = |fan: &mut Client| {
+        let mut copy = Client { user: fan.user.clone(), jar: fan.jar.clone() };
+        async move { copy.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await.status }
+    };
+    let revoke = |original: &str, cookie: &str| {
+        format!("GET /wicket/revoke HTTP/1.1\r\nHost: x\r\nX-Original-URI: {original}\r\nX-User-Id: alice\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n").into_bytes()
+    };
+    // From an address the edge does not trust: not there, and nothing ends.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut s = sock.connect(edge.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut s, &revoke("/buy/ev-1", &format!("wicket_a_r1={token}"))).await.unwrap();
+    assert_eq!(read_answer(&mut s).await.unwrap().status, 404);
+    assert_eq!(passes(&mut fan).await, 200, "an untrusted peer ended the session");
+    // Forged tokens, another room's path, an unprotected path: 204, nothing ends.
+    let forged = mint_token("r1", "ev-1", "alice", 120, "wicket", "ed-1", "not-the-key-0123456789abcdef0123456789");
+    for (original, cookie) in [
+        ("/buy/ev-1", format!("wicket_a_r1={forged}")),
+        ("/buy/ev-1", format!("wicket_a_r1={}x", &token)),
+        ("/open", format!("wicket_a_r1={token}")),
+        ("/buy/ev-1", format!("wicket_a_r2={token}")),
+    ] {
+        let r = raw(edge.addr, &revoke(original, &cookie)).await.unwrap();
+        assert_eq!(r.status, 204, "{original} {cookie}: {r:?}");
+        assert_eq!(passes(&mut fan).await, 200, "{original} with {cookie} ended the session");
+    }
+    // A malformed or missing original is refused (the edge's 400 as an auth answer).
+    for bad in ["/buy%2Fev-1", "/open#/../buy/ev-1"] {
+        let r = raw(edge.addr, &revoke(bad, &format!("wicket_a_r1={token}"))).await.unwrap();
+        assert_ne!(r.status, 204, "{bad}: {r:?}");
+        assert_eq!(passes(&mut fan).await, 200, "{bad} ended the session");
+    }
+    let r = raw(edge.addr, b"GET /wicket/revoke HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    assert_ne!(r.status, 204, "no original: {r:?}");
+    // The real token, the path spelled another way: the session ends, and stays ended.
+    let r = raw(edge.addr, &revoke("//buy/./%65v-1/seat", &format!("wicket_a_r1={token}"))).await.unwrap();
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(passes(&mut fan).await, 403, "the revoked session still passes");
+    let r = raw(edge.addr, &revoke("/buy/ev-1", &format!("wicket_a_r1={token}"))).await.unwrap();
+    assert_eq!(r.status, 204, "a replayed revoke is answered the same: {r:?}");
+    assert_eq!(passes(&mut fan).await, 403);
+    drop(nginx);
+}
