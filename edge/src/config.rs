@@ -115,6 +115,10 @@ pub struct EdgeConfig {
     /// connection, the same checks; see README "Which requests take which path"). `false` sends
     /// every forwarded request through Pingora's proxy. Default true.
     pub fast_forward: bool,
+    /// Answer files, queued visitors' status polls and refusals at the HTTP/1.1 and HTTP/2 doors
+    /// themselves (the same decision, [`crate::decide`]). `false` sends every request through
+    /// Pingora's proxy (slower; for comparing doors and troubleshooting). Default true.
+    pub fast_path: bool,
     /// Idle keep-alive timeout of client connections, seconds. Default 60.
     pub keepalive_seconds: u64,
     /// A request head must arrive whole within this many milliseconds of its first byte (slow
@@ -198,6 +202,7 @@ impl Default for EdgeConfig {
             retries: 1,
             origin_ca_file: None,
             fast_forward: true,
+            fast_path: true,
             keepalive_seconds: 60,
             header_timeout_ms: 10_000,
             body_timeout_ms: 10_000,

@@ -1,5 +1,8 @@
-//! The fast path: plain `GET`/`HEAD` of a file from memory, and a queued visitor's status poll,
-//! answered before Pingora's HTTP machinery sees the request.
+//! The HTTP/1.1 door: plain `GET`/`HEAD` of a file from memory, a queued visitor's status poll,
+//! refusals, and plain requests for the origin ([`crate::forward`]), answered before Pingora's
+//! HTTP machinery sees the request. What the edge decides is [`crate::decide`]'s (this door asks
+//! it as [`crate::decide::Door::Http1`] and carries the decision out); this module holds the
+//! transport: reading and checking the head, writing answers, handing over to the proxy.
 //!
 //! Pingora builds a request header map, a session, a context and a chain of boxed phase futures
 //! for every request; for a page that is a hash lookup and one write, that is most of the cost
@@ -41,14 +44,13 @@ use pingora::proxy::HttpProxy;
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::limit::LimitKey;
-use crate::identity::{DEVICE_COOKIE, HeadView, cookie, header_bytes};
+use crate::decide::{Ask, Decision, Door, decide};
+use crate::identity::header_bytes;
 use crate::metrics::{Outcome, Route};
 use crate::proxy::EdgeProxy;
 use crate::reject::MAX_REQUEST_HEAD;
-use crate::room::ticket::{QueueTicket, cookie_name};
-use crate::state::{EdgeState, QUEUE_PREFIX};
-use crate::statics::{Asset, none_match};
+use crate::state::EdgeState;
+use crate::statics::none_match;
 
 /// The first read of a request head, into the worker thread's buffer (`front::first_read`); longer
 /// heads are read on into a buffer of their own (up to [`MAX_REQUEST_HEAD`]).
@@ -91,44 +93,7 @@ impl Hsts {
     }
 }
 
-/// What the fast path does with a request.
-pub(crate) enum Fast<'b> {
-    /// Serve this file (`head`: no body).
-    Static { asset: Arc<Asset>, head: bool, path: &'b str },
-    /// A status poll of this room.
-    Status { room: &'b str, path: &'b str },
-    /// A plain request for the origin: the forwarded fast path ([`crate::forward`]).
-    Forward { path: &'b str },
-    /// Anything else: the proxy.
-    Proxy,
-}
-
 impl FastFront {
-    /// Whether the IP blocklist or an IP limit applies to a fast-path request for `path`.
-    pub(crate) fn needs_guard(&self, path: &str) -> bool {
-        let st = &self.state;
-        st.blocklist.any() || st.limits.rules.iter().any(|r| r.applies(path, QUEUE_PREFIX))
-    }
-
-    /// IP blocklist and IP limits for a fast-path request; `Some(())` when the proxy must answer.
-    pub(crate) async fn guard(&self, peer: Option<std::net::IpAddr>, path: &str) -> Option<()> {
-        let st = &self.state;
-        if !self.needs_guard(path) {
-            return None;
-        }
-        let Some(peer) = peer else { return Some(()) };
-        let ip = st.client_ip.resolve_peer(peer);
-        if st.blocklist.ip(&ip) {
-            return Some(());
-        }
-        // Only IP rules apply here (classify sends user and device limits to the proxy).
-        let Ok(paced) = st.check_limits(path, ip, None, None) else { return Some(()) };
-        for (i, subject) in paced {
-            st.limits.rules[i].pace(&subject).await;
-        }
-        None
-    }
-
     async fn to_proxy(self: &Arc<Self>, stream: Stream, read: &[u8], shutdown: &ShutdownWatch) -> Option<Stream> {
         // Put the bytes back so the proxy reads the request from its start; on plain HTTP, with
         // its writes gathered until a flush (the listener has no write buffer: see server.rs).
@@ -227,41 +192,38 @@ impl FastFront {
             st.metrics.request(Route::Edge, Outcome::Ok);
             return self.next_request(stream, buf, len, keep);
         }
-        // A path spelled other than canonically takes the proxy, which rewrites it.
-        let fast = match canonical {
-            std::borrow::Cow::Borrowed(_) if target.starts_with('/') => classify(st, &req),
-            _ => Fast::Proxy,
+        // A path spelled other than canonically takes the proxy, which rewrites it; so does a
+        // request this door cannot answer without reading on (a body, an upgrade, ...).
+        let canonical_spelling = matches!(canonical, std::borrow::Cow::Borrowed(_)) && target.starts_with('/');
+        let decision = match (req.method, canonical_spelling && crate::path::simple_head(&req)) {
+            (Some(method), true) => {
+                let Some(peer) = peer_ip(&stream) else { return self.to_proxy(stream, buf, shutdown).await };
+                let path = target.split_once('?').map_or(target, |(p, _)| p);
+                decide(st, &Ask { door: Door::Http1, method, path, head: &*req.headers, peer }).await
+            }
+            _ => Decision::HandOver,
         };
         let timeout = st.timeouts.client_write;
-        let (route, outcome) = match fast {
+        let (route, outcome) = match decision {
             // httparse takes some bytes in a target that the proxy's URI parser does not (it would
             // answer a bare 400): refuse those here, in the edge's words.
-            Fast::Proxy if !proxy_can_parse(target) => return self.refuse(stream, 400, "bad_request", "invalid characters in the request target").await,
-            Fast::Proxy => return self.to_proxy(stream, buf, shutdown).await,
-            Fast::Static { asset, head, path } => {
-                if self.guard(peer_ip(&stream), path).await.is_some() {
-                    // Blocked or over a limit: the proxy answers (a refused check consumed
-                    // nothing, so the proxy's own check refuses it again and renders the answer).
-                    return self.to_proxy(stream, buf, shutdown).await;
-                }
+            Decision::HandOver if !proxy_can_parse(target) => return self.refuse(stream, 400, "bad_request", "invalid characters in the request target").await,
+            Decision::HandOver => return self.to_proxy(stream, buf, shutdown).await,
+            Decision::Static { asset, route } => {
                 let ae = header_bytes(&*req.headers, "accept-encoding").unwrap_or_default();
                 let (_, variant) = asset.choose(ae);
                 let not_modified = header_bytes(&*req.headers, "if-none-match").is_some_and(|v| none_match(v, variant.etag.as_bytes()));
                 let heads = &variant.wire;
                 let date = pingora::protocols::http::date::get_cached_date();
                 let head_bytes = if not_modified { &heads.not_modified } else { &heads.ok };
-                let body: &[u8] = if not_modified || head { b"" } else { &variant.body };
+                let body: &[u8] = if not_modified || req.method == Some("HEAD") { b"" } else { &variant.body };
                 if write_answer(&mut stream, &[head_bytes, date.as_bytes(), self.hsts_line(), b"\r\n\r\n"], body, timeout).await.is_err() {
                     return None;
                 }
-                (Route::Static, if not_modified { Outcome::NotModified } else { Outcome::Ok })
+                (route, if not_modified { Outcome::NotModified } else { Outcome::Ok })
             }
-            Fast::Forward { path } => {
-                let Some(peer) = peer_ip(&stream) else { return self.to_proxy(stream, buf, shutdown).await };
-                let Some(fwd) = crate::forward::decide(st, peer, req.headers, path).await else {
-                    return self.to_proxy(stream, buf, shutdown).await;
-                };
-                match crate::forward::forward(st, &mut stream, &req, fwd, self.hsts_line()).await {
+            Decision::Pass(pass) => {
+                match crate::forward::forward(st, &mut stream, &req, pass, self.hsts_line()).await {
                     crate::forward::Forwarded::Done => {}
                     crate::forward::Forwarded::Close => return None,
                 }
@@ -270,21 +232,23 @@ impl FastFront {
                 }
                 return self.next_request(stream, buf, len, keep);
             }
-            Fast::Status { room, path } => {
-                // Only a poll this path answers is counted here: one it hands to the proxy (no or a
-                // bad ticket, the visitor's turn, ...) is counted by the proxy, once. The answer is
-                // write-free, so asking first changes nothing.
-                let Some(answer) = status_answer(st, req.headers, room, self.hsts_line()) else {
-                    return self.to_proxy(stream, buf, shutdown).await;
-                };
-                if self.guard(peer_ip(&stream), path).await.is_some() {
-                    return self.to_proxy(stream, buf, shutdown).await;
-                }
-                if write_answer(&mut stream, &[&answer], b"", timeout).await.is_err() {
+            Decision::Status { body } => {
+                if write_answer(&mut stream, &[&status_answer(&body, self.hsts_line())], b"", timeout).await.is_err() {
                     return None;
                 }
                 (Route::Edge, Outcome::Ok)
             }
+            Decision::Refuse(reject, visitor, route) => {
+                let words = crate::reject::html_lang(&*req.headers, target.split_once('?').map(|(_, q)| q)).map(|l| st.queue_page.words(l));
+                let answer = crate::reject::wire(&reject, words.as_ref().map(|w| w as &dyn crate::i18n::Words), keep, &visitor.cookies, self.hsts_line());
+                let body: &[u8] = if req.method == Some("HEAD") { b"" } else { &answer.1 };
+                if write_answer(&mut stream, &[&answer.0], body, timeout).await.is_err() {
+                    return None;
+                }
+                (route, Outcome::Rejected)
+            }
+            // Not given to this door (it can answer none of them).
+            Decision::Room(_) | Decision::Bot { .. } => return self.refuse(stream, 400, "bad_request", "not a decision of this door").await,
         };
         st.metrics.request(route, outcome);
         if *shutdown.borrow() {
@@ -415,88 +379,8 @@ impl FastFront {
     }
 }
 
-/// What the fast path does with a parsed HTTP/1.1 request head.
-fn classify<'b>(st: &EdgeState, req: &httparse::Request<'_, 'b>) -> Fast<'b> {
-    match (req.version, req.method) {
-        (Some(1), Some(method)) => classify_head(st, method, req.path.unwrap_or(""), req.headers.iter().map(|h| (h.name.as_bytes(), h.value))),
-        _ => Fast::Proxy,
-    }
-}
-
-/// What the fast path does with a request: its method, target and headers (HTTP/1.1 or HTTP/2).
-pub(crate) fn classify_head<'b, 'h>(st: &EdgeState, method: &str, target: &'b str, headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) -> Fast<'b> {
-    let head = match method {
-        "GET" => false,
-        "HEAD" => true,
-        _ => return Fast::Proxy,
-    };
-    // The path without its query.
-    let path = target.split_once('?').map_or(target, |(p, _)| p);
-    let fast = if let Some(asset) = st.statics.get(path) {
-        Fast::Static { asset: Arc::clone(asset), head, path }
-    } else if let Some(room) = path.strip_prefix(QUEUE_PREFIX).and_then(|r| r.strip_suffix("/status"))
-        && !head
-        && !room.contains('/')
-    {
-        Fast::Status { room, path }
-    } else if forwardable(st, path) {
-        Fast::Forward { path }
-    } else {
-        return Fast::Proxy;
-    };
-    if !matches!(fast, Fast::Forward { .. }) {
-        // A file under a protected prefix needs an admission check: the proxy does it.
-        if st.rooms.protection().find(path).is_some() {
-            return Fast::Proxy;
-        }
-        // Limits by user or device need the identity, and X-Forwarded-For needs the full
-        // header walk: those requests take the proxy. IP limits and the IP blocklist are applied
-        // here with the socket peer.
-        let mut limited = false;
-        for r in st.limits.rules.iter().filter(|r| r.applies(path, QUEUE_PREFIX)) {
-            if r.rule.key != LimitKey::Ip || !st.client_ip.is_plain() {
-                return Fast::Proxy;
-            }
-            limited = true;
-        }
-        if (limited || st.blocklist.any()) && !st.client_ip.is_plain() {
-            return Fast::Proxy;
-        }
-    }
-    for (n, value) in headers {
-        if n.eq_ignore_ascii_case(b"content-length") {
-            if value != b"0" {
-                return Fast::Proxy;
-            }
-        } else if n.eq_ignore_ascii_case(b"transfer-encoding")
-            || n.eq_ignore_ascii_case(b"upgrade")
-            || n.eq_ignore_ascii_case(b"expect")
-            || (n.eq_ignore_ascii_case(b"connection") && !value.eq_ignore_ascii_case(b"keep-alive"))
-        {
-            return Fast::Proxy;
-        }
-    }
-    fast
-}
-
-/// Whether a path not answered by the edge itself may take the forwarded fast path: a path of
-/// the origin (not the edge's, a room's or the core's) with no bot check on its route, without
-/// trusted proxies (whose `X-Forwarded-For` walk the proxy does), to a plain-HTTP origin (an
-/// `https://` origin takes the proxy's TLS connections).
-fn forwardable(st: &EdgeState, path: &str) -> bool {
-    st.fast_forward
-        && st.origin.as_ref().is_some_and(|o| !o.tls)
-        && st.client_ip.is_plain()
-        && !path.starts_with("/wicket/")
-        && !st.rooms.owns(path)
-        && !st.core_prefixes.iter().any(|p| path.starts_with(p.as_str()))
-        && (!st.bot.any() || st.bot.mode(path) == crate::bot::BotCheckMode::Off)
-}
-
-/// The whole HTTP/1.1 answer to a queued visitor's status poll, or `None` when the proxy must
-/// answer (see the module doc).
-fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str, extra: &[u8]) -> Option<Vec<u8>> {
-    let body = status_body(st, headers, room_id)?;
+/// The whole HTTP/1.1 answer to a queued visitor's status poll with its JSON `body`.
+fn status_answer(body: &[u8], extra: &[u8]) -> Vec<u8> {
     let date = pingora::protocols::http::date::get_cached_date();
     let mut out = Vec::with_capacity(160 + body.len());
     out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nContent-Length: ");
@@ -505,176 +389,13 @@ fn status_answer(st: &EdgeState, headers: &[httparse::Header<'_>], room_id: &str
     out.extend_from_slice(date.as_bytes());
     out.extend_from_slice(extra);
     out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(&body);
-    Some(out)
-}
-
-/// The JSON body of a queued visitor's status poll, or `None` when the proxy must answer. Runs
-/// the same identity checks as the proxy, in the same order.
-pub(crate) fn status_body<H: HeadView + ?Sized>(st: &EdgeState, headers: &H, room_id: &str) -> Option<Vec<u8>> {
-    let room = st.rooms.get(room_id)?;
-    let user = st.users.user(headers);
-    let device = cookie(headers, DEVICE_COOKIE).and_then(|v| st.devices.verify(v))?;
-    if st.identity_refused(user, &crate::identity::Device::Cookie(device.to_owned())) {
-        return None;
-    }
-    let ticket = cookie(headers, &cookie_name(&room.id))?;
-    let owner = st.rooms.owner(&room.id, user.unwrap_or(device));
-    let ticket = QueueTicket::decode(ticket, &st.rooms.signer, &room.id, device, &owner)
-        .filter(|t| room.ticket_valid(t.issued_at, crate::bot::unix_now()))?;
-    let status = st.rooms.waiting_status(&room, &ticket)?;
-    serde_json::to_vec(&status).ok()
+    out.extend_from_slice(body);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::WicketConfig;
-
-    fn state() -> EdgeState {
-        let text = "[edge]\nsecret = \"fast-path-test-secret-0123456789\"\nuser-header = \"x-user-id\"\n\
-                    [edge.anomaly]\ndevice-max-users = 2\n\
-                    [tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n\
-                    [[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"hs-secret-for-fast-tests-0123456789abcdef\"\n\
-                    [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
-                    release = { mode = \"fixed\", rate = 0.0 }\n";
-        EdgeState::build(WicketConfig::from_toml_str(text).unwrap()).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// A queued visitor's cookie header: device `wicket_d` and a ticket for place `n`'s holder.
-    async fn visitor(st: &EdgeState, user: &str) -> (String, String) {
-        let (device, device_cookie) = st.devices.issue();
-        let room = st.rooms.get("r1").unwrap();
-        let t = st.rooms.join(&room, user, &device).await.unwrap();
-        (device, format!("a=b; wicket_d={device_cookie}; wicket_q_r1={}", t.encode(&st.rooms.signer)))
-    }
-
-    fn poll(st: &EdgeState, cookies: &str, user: Option<&str>) -> Option<serde_json::Value> {
-        let mut headers = vec![httparse::Header { name: "Cookie", value: cookies.as_bytes() }];
-        if let Some(u) = user {
-            headers.push(httparse::Header { name: "X-User-Id", value: u.as_bytes() });
-        }
-        let answer = status_answer(st, &headers, "r1", b"")?;
-        let text = String::from_utf8(answer).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-        assert!(head.contains("Content-Type: application/json\r\n") && head.contains("Cache-Control: no-store\r\n"), "{head}");
-        assert!(head.contains(&format!("Content-Length: {}\r\n", body.len())), "{head}");
-        Some(serde_json::from_str(body).unwrap())
-    }
-
-    fn kind(st: &EdgeState, head: &str) -> &'static str {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        assert!(req.parse(head.as_bytes()).unwrap().is_complete());
-        match classify(st, &req) {
-            Fast::Static { .. } => "static",
-            Fast::Status { .. } => "status",
-            Fast::Forward { .. } => "forward",
-            Fast::Proxy => "proxy",
-        }
-    }
-
-    #[test]
-    fn status_polls_and_files_take_the_fast_path_and_nothing_else_does() {
-        let st = state();
-        let get = |path: &str, extra: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
-        assert_eq!(kind(&st, &get("/queue/r1/status", "")), "status");
-        assert_eq!(kind(&st, &get("/queue/r1/status?t=1", "Connection: keep-alive\r\n")), "status");
-        assert_eq!(kind(&st, &get("/static/queue.js", "")), "static");
-        for (head, why) in [
-            ("HEAD /queue/r1/status HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "HEAD"),
-            ("POST /queue/r1/status HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "POST"),
-            ("GET /queue/r1/status HTTP/1.0\r\nHost: x\r\n\r\n".to_string(), "HTTP/1.0"),
-            (get("/queue/r1/status", "Connection: close\r\n"), "connection close"),
-            (get("/queue/r1/status", "Content-Length: 3\r\n"), "a body"),
-            (get("/queue/r1/events", ""), "another queue endpoint"),
-            (get("/queue/r1/x/status", ""), "a nested path"),
-            (get("/queue/r1", ""), "the queue page"),
-        ] {
-            assert_eq!(kind(&st, &head), "proxy", "{why}");
-        }
-    }
-
-    #[test]
-    fn plain_origin_requests_take_the_forwarded_fast_path() {
-        let with = |extra: &str| {
-            let text = format!(
-                "[edge]\nsecret = \"fast-path-test-secret-0123456789\"\norigin = \"http://127.0.0.1:9\"\n\
-                 core = \"http://127.0.0.1:10\"\n{extra}\n[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\n\
-                 protected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n\
-                 [tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n\
-                 [[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"hs-secret-for-fast-tests-0123456789abcdef\"\n"
-            );
-            EdgeState::build(WicketConfig::from_toml_str(&text).unwrap()).unwrap_or_else(|e| panic!("{e}"))
-        };
-        let st = with("");
-        let get = |path: &str, extra: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
-        assert_eq!(kind(&st, &get("/events/42", "")), "forward");
-        assert_eq!(kind(&st, &get("/buy?x=1", "Cookie: a=b\r\n")), "forward", "protected: admission is checked on the fast path");
-        assert_eq!(kind(&st, "HEAD /events/42 HTTP/1.1\r\nHost: x\r\n\r\n"), "forward");
-        for (head, why) in [
-            ("POST /events/42 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n".to_string(), "a body"),
-            ("GET /events/42 HTTP/1.0\r\nHost: x\r\n\r\n".to_string(), "HTTP/1.0"),
-            (get("/events/42", "Connection: close\r\n"), "connection close"),
-            (get("/events/42", "Upgrade: websocket\r\nConnection: upgrade\r\n"), "an upgrade"),
-            (get("/events/42", "Expect: 100-continue\r\n"), "expect"),
-            (get("/v1/events/ev-1", ""), "the core"),
-            (get("/wicket/challenge", ""), "the edge's own"),
-            (get("/queue/r1", ""), "a room's page"),
-            (get("/queue/r1/events", ""), "a room's stream"),
-        ] {
-            assert_eq!(kind(&st, &head), "proxy", "{why}");
-        }
-        assert_eq!(kind(&with("fast-forward = false"), &get("/events/42", "")), "proxy", "switched off");
-        assert_eq!(kind(&with("trusted-proxies = [\"10.0.0.0/8\"]"), &get("/events/42", "")), "proxy", "X-Forwarded-For walk");
-        let bot = with("[edge.bot]\nproof = \"pow\"\n[[edge.bot.routes]]\npath = \"/events/\"\ncheck = \"always\"");
-        assert_eq!(kind(&bot, &get("/events/42", "")), "proxy", "a bot-checked route");
-    }
-
-    #[tokio::test]
-    async fn a_queued_visitor_is_answered_from_the_counters() {
-        let st = state();
-        let (_, first) = visitor(&st, "u1").await;
-        let (_, second) = visitor(&st, "u2").await;
-        let v = poll(&st, &first, Some("u1")).expect("fast answer");
-        assert_eq!((v["state"].as_str(), v["position"].as_u64(), v["ahead"].as_u64()), (Some("waiting"), Some(1), Some(0)), "{v}");
-        let v = poll(&st, &second, Some("u2")).expect("fast answer");
-        assert_eq!((v["position"].as_u64(), v["ahead"].as_u64()), (Some(2), Some(1)), "{v}");
-        assert!(v.get("token").is_none_or(serde_json::Value::is_null), "{v}");
-    }
-
-    #[tokio::test]
-    async fn everything_else_goes_to_the_proxy() {
-        let st = state();
-        let (device, cookies) = visitor(&st, "u1").await;
-        // No device cookie, a forged one, no ticket, another room: the proxy answers (and sets cookies).
-        assert!(poll(&st, &cookies.replace("wicket_d=", "x="), Some("u1")).is_none());
-        assert!(poll(&st, &cookies.replace("wicket_d=", "wicket_d=A"), Some("u1")).is_none());
-        assert!(poll(&st, &cookies.replace("wicket_q_r1=", "x="), Some("u1")).is_none());
-        let headers = [httparse::Header { name: "Cookie", value: cookies.as_bytes() }];
-        assert!(status_answer(&st, &headers, "nope", b"").is_none());
-        // A blocked user or device: the proxy refuses it.
-        st.blocklist.block_device_for(&device, Duration::from_secs(60));
-        assert!(poll(&st, &cookies, Some("u1")).is_none());
-        // The visitor's turn: admission writes a session and a token, so the proxy does it.
-        let st = state();
-        let (_, cookies) = visitor(&st, "u1").await;
-        st.rooms.get("r1").unwrap().state.advance("n", 1).await.unwrap();
-        assert!(poll(&st, &cookies, Some("u1")).is_none());
-    }
-
-    #[tokio::test]
-    async fn the_device_users_rule_is_observed_and_trips_on_the_fast_path() {
-        let st = state();
-        let (device, cookies) = visitor(&st, "u1").await;
-        assert!(poll(&st, &cookies, Some("u1")).is_some());
-        assert!(poll(&st, &cookies, Some("u2")).is_none(), "u1's ticket is not u2's: the proxy answers u2");
-        assert!(!st.blocklist.device(&device), "a second user on the device is within the rule");
-        assert!(poll(&st, &cookies, Some("u3")).is_none(), "the third trips it");
-        assert!(st.blocklist.device(&device), "and blocks the device");
-        assert!(poll(&st, &cookies, Some("u1")).is_none());
-    }
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 100_000, failure_persistence: None, ..Default::default() })]

@@ -7,15 +7,15 @@
 //! 0.55× nginx, with two `sendto` calls per request (the head, then the body, each flushed alone).
 //!
 //! [`serve`] runs the same accept loop with Pingora's own pieces (its handshake, its stream
-//! acceptance with the malformed-stream checks, its session type), and looks at each stream as
-//! the HTTP/1.1 fast path does ([`crate::fast::classify_head`]): a `GET`/`HEAD` of a file from
-//! memory or a queued visitor's status poll is answered right there, its head and body queued
-//! together on the connection (the body is reference-counted, sent as the peer's window allows),
-//! so the answers of every stream that arrived in one read leave in one write. A request the IP
-//! blocklist or an IP limit applies to is checked first on a task of its own (a limit may pace);
-//! everything else is handed to the proxy on its own task, as Pingora does. The answers are the
-//! proxy's: the same [`crate::proxy::static_response`] head and status JSON
-//! ([`crate::fast::status_body`]), plus `Strict-Transport-Security` when configured.
+//! acceptance with the malformed-stream checks, its session type), and asks the decision step
+//! about each stream as the HTTP/2 door ([`crate::decide`]): a file from memory, a queued
+//! visitor's status poll, or a refusal is answered right there, its head and body queued together
+//! on the connection (the body is reference-counted, sent as the peer's window allows), so the
+//! answers of every stream that arrived in one read leave in one write. A decision that has to
+//! wait (a limit's pacing, room state in Redis) finishes on a task of its own; everything the door
+//! cannot answer is handed to the proxy on its own task, as Pingora does. The answers are the
+//! proxy's: the same [`crate::statics::static_response`] head, status JSON and rendered refusal
+//! ([`crate::reject`]), plus `Strict-Transport-Security` when configured.
 //!
 //! The loop also closes a connection idle (no stream in flight, and no answer still being sent, or
 //! one that has not moved for as long) for `keepalive-seconds`, gives a
@@ -43,25 +43,17 @@ use pingora::server::ShutdownWatch;
 use tokio::sync::Notify;
 
 use crate::cancel::Upstreams;
-use crate::fast::{Fast, FastFront, classify_head, status_body};
+use crate::decide::{Ask, Decision, Door, decide};
+use crate::fast::FastFront;
+use crate::path::simple_fields;
 use crate::proxy::EdgeProxy;
 use crate::metrics::{Outcome, Route};
 use crate::replay::Polls;
-use crate::statics::Asset;
+use crate::statics::static_response;
 
 /// Malformed streams (refused by Pingora's acceptance checks) after which the connection closes.
 pub const MAX_REJECTED_STREAMS: usize = 32;
 
-
-/// What to do with one stream.
-enum Kind {
-    /// A file from memory (`head`: no body).
-    Static { asset: Arc<Asset> },
-    /// A status poll answered from the counters: its JSON body.
-    Status { body: Vec<u8> },
-    /// Anything else: the proxy.
-    Proxy,
-}
 
 /// Streams in flight on one connection, so that only an idle connection times out.
 #[derive(Default)]
@@ -220,85 +212,95 @@ impl Drop for CloseSlots {
     }
 }
 
-/// One accepted stream: answered here, checked then answered on a task, or given to the proxy.
-fn on_stream(front: &Arc<FastFront>, mut session: HttpSession, peer: Option<IpAddr>, active: &Arc<Active>, upstreams: &Arc<Upstreams>, shutdown: &ShutdownWatch) {
-    let (kind, guarded) = classify(front, &session);
-    let to_proxy = |session: HttpSession| {
+/// One stream: the decision step ([`crate::decide`], as the HTTP/2 door) on the connection's own
+/// task, its answer (a file, a status poll, a refusal) queued right there; a decision that has to
+/// wait (a limit's pacing, the room state in Redis) finishes on a task of its own; what this door
+/// cannot answer goes to the proxy on its own task, as Pingora does.
+fn on_stream(front: &Arc<FastFront>, session: HttpSession, peer: Option<IpAddr>, active: &Arc<Active>, upstreams: &Arc<Upstreams>, shutdown: &ShutdownWatch) {
+    let to_proxy = |session: HttpSession, in_flight: InFlight| {
         let proxy = Arc::clone(&front.proxy);
         let shutdown = shutdown.clone();
-        let in_flight = active.start();
         let upstreams = Arc::clone(upstreams);
         tokio::spawn(async move {
             let _in_flight = in_flight;
             hand_on(&upstreams, &proxy, session, &shutdown).await;
         });
     };
-    match kind {
-        Kind::Proxy => to_proxy(session),
-        kind if let Some(path) = guarded => {
-            let front = Arc::clone(front);
+    let Some(peer) = peer.filter(|_| simple(&session)) else { return to_proxy(session, active.start()) };
+    let door = Arc::clone(front);
+    let mut task = Box::pin(async move {
+        let mut session = session;
+        let decision = {
+            let req = session.req_header();
+            let path = req.uri.path();
+            decide(&door.state, &Ask { door: Door::H2, method: req.method.as_str(), path, head: req, peer }).await
+        };
+        match decision {
+            Decision::HandOver => Some(session),
+            decision => {
+                answer(&door, &mut session, decision);
+                None
+            }
+        }
+    });
+    match task.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(None) => {}
+        std::task::Poll::Ready(Some(session)) => to_proxy(session, active.start()),
+        std::task::Poll::Pending => {
+            // Polled again at once by the runtime, which then holds the waker.
             let in_flight = active.start();
+            let front = Arc::clone(front);
+            let upstreams = Arc::clone(upstreams);
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 let _in_flight = in_flight;
-                if front.guard(peer, &path).await.is_some() {
-                    // Blocked or over a limit: the proxy renders the refusal.
-                    front.proxy.process_new_http(ServerSession::new_http2(session), &shutdown).await;
-                } else {
-                    answer(&front, &mut session, kind);
+                if let Some(session) = task.await {
+                    hand_on(&upstreams, &front.proxy, session, &shutdown).await;
                 }
             });
         }
-        kind => answer(front, &mut session, kind),
     }
 }
 
-/// What the fast path does with a stream, and the request's path when the IP blocklist or an IP
-/// limit must be checked first ([`FastFront::needs_guard`]).
-fn classify(front: &FastFront, session: &HttpSession) -> (Kind, Option<String>) {
-    let st = &front.state;
+/// Whether this door can take the stream without the proxy's rewriting or refusing: a canonical
+/// path within the head size limit, the head rules kept, no body. Transport rules only.
+fn simple(session: &HttpSession) -> bool {
     let req = session.req_header();
-    let Some(target) = req.uri.path_and_query().map(|p| p.as_str()) else { return (Kind::Proxy, None) };
-    let path = req.uri.path();
-    // Only a request that needs nothing of the proxy's head rules: a canonical path within the
-    // head size limit, no body. Anything else takes the proxy, which rewrites or refuses it.
+    let Some(target) = req.uri.path_and_query().map(|p| p.as_str()) else { return false };
+    let fields = || req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()));
     let head_len = target.len() + req.headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum::<usize>();
-    if head_len > crate::reject::MAX_REQUEST_HEAD
-        || !target.starts_with('/')
-        || !matches!(crate::path::canonical_target(target), Ok(std::borrow::Cow::Borrowed(_)))
-        || crate::path::check_head(crate::path::Proto::H2, target, req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()))).is_err()
-        || !session.is_body_empty()
-    {
-        return (Kind::Proxy, None);
-    }
-    let headers = req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()));
-    let kind = match classify_head(st, req.method.as_str(), target, headers) {
-        Fast::Static { asset, .. } => Kind::Static { asset },
-        // Only a poll this path answers is counted here; the proxy counts the others once.
-        Fast::Status { room, .. } => match status_body(st, req, room) {
-            Some(body) => Kind::Status { body },
-            None => Kind::Proxy,
-        },
-        // The forwarded fast path is HTTP/1.1's; over HTTP/2 the proxy forwards.
-        Fast::Forward { .. } | Fast::Proxy => Kind::Proxy,
-    };
-    let guarded = (!matches!(kind, Kind::Proxy) && front.needs_guard(path)).then(|| path.to_owned());
-    (kind, guarded)
+    head_len <= crate::reject::MAX_REQUEST_HEAD
+        && target.starts_with('/')
+        && matches!(crate::path::canonical_target(target), Ok(std::borrow::Cow::Borrowed(_)))
+        && crate::path::check_head(crate::path::Proto::H2, target, fields()).is_ok()
+        && simple_fields(fields())
+        && session.is_body_empty()
 }
 
-/// Queues a fast answer's head and body on the connection. A stream the client has reset is
-/// dropped quietly (as a fan closing a tab is).
-fn answer(front: &FastFront, session: &mut HttpSession, kind: Kind) {
+/// Queues the answer of a decision on the stream. A stream the client has reset is dropped
+/// quietly (as a fan closing a tab is).
+fn answer(front: &FastFront, session: &mut HttpSession, decision: Decision) {
     let st = &front.state;
-    let built = match kind {
-        Kind::Static { asset } => crate::proxy::static_response(&asset, session.req_header()).map(|(h, body, outcome)| (h, body, Route::Static, outcome)),
-        Kind::Status { body } => pingora::http::ResponseHeader::build_no_case(200, Some(4)).and_then(|mut h| {
+    let built = match decision {
+        Decision::Static { asset, route } => static_response(&asset, session.req_header()).map(|(h, body, outcome)| (h, body, route, outcome)),
+        Decision::Status { body } => pingora::http::ResponseHeader::build_no_case(200, Some(4)).and_then(|mut h| {
             h.insert_header(header::CONTENT_TYPE, "application/json")?;
             h.insert_header(header::CACHE_CONTROL, "no-store")?;
             h.insert_header(header::CONTENT_LENGTH, body.len())?;
             Ok((h, Some(bytes::Bytes::from(body)), Route::Edge, Outcome::Ok))
         }),
-        Kind::Proxy => return,
+        Decision::Refuse(reject, visitor, route) => {
+            let req = session.req_header();
+            let words = crate::reject::html_lang(req, req.uri.query()).map(|l| st.queue_page.words(l));
+            let (mut h, body) = reject.render_with(words.as_ref().map(|w| w as &dyn crate::i18n::Words));
+            for c in visitor.cookies {
+                let _ = h.append_header(header::SET_COOKIE, c);
+            }
+            let body = (req.method != http::Method::HEAD && !body.is_empty()).then_some(body);
+            Ok((h, body, route, Outcome::Rejected))
+        }
+        // Not given to this door.
+        Decision::HandOver | Decision::Room(_) | Decision::Bot { .. } | Decision::Pass(_) => return,
     };
     let Ok((mut head, body, route, outcome)) = built else { return };
     if let Some(h) = &front.hsts {

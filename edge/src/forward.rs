@@ -4,13 +4,11 @@
 //! Pingora's proxy builds a header map, a session, a context and a chain of boxed phase futures
 //! for every request, and re-frames the answer; for a page that is most of the cost (issue #12
 //! measured the full path at 0.38× nginx `proxy_pass` on one core). [`crate::fast::FastFront`]
-//! hands a request here only when it is simple (HTTP/1.1 `GET`/`HEAD`, no body, no `Upgrade`,
-//! `Expect` or `Transfer-Encoding`, canonically spelled, not an edge, room or core path, no bot
-//! check on the route, no trusted proxies, an origin configured, `fast-forward` on). Then
-//! [`decide`] runs the proxy's checks with the same functions (identity, user/device blocklist
-//! and device-users rule, admission with its session, then limits), and hands anything it would
-//! refuse back to the proxy, which refuses it and renders the answer. Limits come last so a
-//! request handed over is counted once, by the proxy (a refused limit check consumes nothing).
+//! carries out a [`crate::decide::Decision::Pass`] here: the decision step gives the HTTP/1.1 door
+//! a pass only for a simple request (HTTP/1.1 `GET`/`HEAD`, no body, no `Upgrade`, `Expect` or
+//! `Transfer-Encoding`, canonically spelled, not an edge, room or core path, no bot check on the
+//! route, no trusted proxies, an origin configured, `fast-forward` on), after the same checks as
+//! every door (blocklists, identity, limits, admission with its session).
 //!
 //! [`forward`] then writes the request head as the proxy would send it (`Wicket-*` identity
 //! headers and `X-Forwarded-For` set, incoming copies and hop-by-hop headers removed, the
@@ -23,17 +21,15 @@
 //! an origin that fails before answering is the proxy's 502/504.
 
 use std::cell::RefCell;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use pingora::protocols::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::admission::AdmissionClaims;
-use crate::identity::{Device, cookie, header_bytes};
-use crate::metrics::{Outcome, Route};
-use crate::proxy::{IDENTITY_HEADERS, bearer, upstream_credentials};
+use crate::decide::{IDENTITY_HEADERS, Pass, upstream_credentials};
+use crate::metrics::Outcome;
 use crate::reject::Reject;
 use crate::state::{EdgeState, Upstream};
 
@@ -51,50 +47,6 @@ const HEAD_ROOM: usize = 1024;
 /// Request headers never forwarded: hop-by-hop ones, and those the edge sets itself.
 const DROPPED_REQUEST: [&str; 4] = ["connection", "keep-alive", "proxy-connection", "x-forwarded-for"];
 
-/// What the edge decided about a request it forwards on the fast path.
-pub struct Forwarding<'h> {
-    route: Route,
-    ip: IpAddr,
-    user: Option<&'h str>,
-    device: Device,
-    /// `Set-Cookie` values to add to the answer.
-    cookies: Vec<String>,
-    admitted: Option<(String, AdmissionClaims)>,
-}
-
-/// Runs the proxy's checks for a request the fast path may forward; `None` when the proxy must
-/// take it (it would refuse it, or set something the fast path does not).
-pub async fn decide<'h>(st: &EdgeState, peer: IpAddr, headers: &'h [httparse::Header<'h>], path: &str) -> Option<Forwarding<'h>> {
-    let ip = st.client_ip.resolve_peer(peer);
-    if st.blocklist.ip(&ip) {
-        return None;
-    }
-    let id = st.identify(headers, ip);
-    if st.identity_refused(id.user, &id.device) {
-        return None;
-    }
-    let mut route = Route::Origin;
-    let mut admitted = None;
-    let protected = st.rooms.protection().find(path).cloned();
-    if let Some(p) = protected {
-        route = Route::Protected;
-        let token = cookie(headers, &p.cookie).or_else(|| bearer(headers))?;
-        let claims = st.admission.as_ref()?.verify(token, &p.rule).ok()?;
-        // Not alive, or the state unreadable: the proxy answers (403, or 503 to retry).
-        if !matches!(st.rooms.session_ok(&p.rule.room, &claims.sub, id.user, Some(id.device.id())).await, Ok(true)) {
-            return None;
-        }
-        admitted = Some((p.rule.room.clone(), claims));
-    }
-    // Limits last: anything refused before them goes to the proxy uncounted, so the proxy's own
-    // check counts it once (a limit check that refuses consumes nothing).
-    let paced = st.check_limits(path, ip, id.user, Some(id.device.id())).ok()?;
-    for (i, subject) in paced {
-        st.limits.rules[i].pace(&subject).await;
-    }
-    Some(Forwarding { route, ip, user: id.user, device: id.device, cookies: id.cookie.into_iter().collect(), admitted })
-}
-
 /// How forwarding ended.
 pub enum Forwarded {
     /// Answered in full; the client connection may take its next request.
@@ -105,7 +57,7 @@ pub enum Forwarded {
 
 /// Forwards a decided request to the origin and relays the answer to the client.
 /// `extra` is added to the answer's head as it is (the HTTPS listener's `Strict-Transport-Security` line).
-pub async fn forward(st: &EdgeState, client: &mut Stream, req: &httparse::Request<'_, '_>, fwd: Forwarding<'_>, extra: &[u8]) -> Forwarded {
+pub async fn forward(st: &EdgeState, client: &mut Stream, req: &httparse::Request<'_, '_>, fwd: Pass, extra: &[u8]) -> Forwarded {
     let Some(up) = st.origin.as_ref() else { return Forwarded::Close };
     let head_only = req.method == Some("HEAD");
     let request = request_head(req, &fwd);
@@ -169,7 +121,7 @@ pub async fn forward(st: &EdgeState, client: &mut Stream, req: &httparse::Reques
 }
 
 /// The request head as the proxy sends it upstream.
-fn request_head(req: &httparse::Request<'_, '_>, fwd: &Forwarding<'_>) -> Vec<u8> {
+fn request_head(req: &httparse::Request<'_, '_>, fwd: &Pass) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(req.method.unwrap_or("GET").as_bytes());
     out.push(b' ');
@@ -201,12 +153,14 @@ fn request_head(req: &httparse::Request<'_, '_>, fwd: &Forwarding<'_>) -> Vec<u8
         push_header(&mut out, b"wicket-user", claims.sub.as_bytes());
         push_header(&mut out, b"wicket-room", room.as_bytes());
         push_header(&mut out, b"wicket-position", claims.pos.to_string().as_bytes());
-    } else if let Some(u) = fwd.user {
+    } else if let Some(u) = &fwd.visitor.user {
         push_header(&mut out, b"wicket-user", u.as_bytes());
     }
-    push_header(&mut out, b"wicket-device", fwd.device.id().as_bytes());
+    if let Some(d) = &fwd.visitor.device {
+        push_header(&mut out, b"wicket-device", d.id().as_bytes());
+    }
     out.extend_from_slice(b"x-forwarded-for: ");
-    let _ = std::io::Write::write_fmt(&mut out, format_args!("{}\r\n", fwd.ip));
+    let _ = std::io::Write::write_fmt(&mut out, format_args!("{}\r\n", fwd.visitor.ip));
     out.extend_from_slice(b"\r\n");
     out
 }
@@ -385,8 +339,8 @@ const DROPPED_RESPONSE: [&str; 5] = ["connection", "keep-alive", "proxy-connecti
 /// The client's response head: the origin's status line and headers, with the edge's `Date`,
 /// `Connection`, cookies and `Wicket-Revoke` handling (as the proxy's `response_filter` and
 /// Pingora's writer do).
-async fn finish_response_head(st: &EdgeState, out: &mut Vec<u8>, resp: &ResponseHead, framing: Framing, fwd: &Forwarding<'_>, extra: &[u8]) {
-    for c in &fwd.cookies {
+async fn finish_response_head(st: &EdgeState, out: &mut Vec<u8>, resp: &ResponseHead, framing: Framing, fwd: &Pass, extra: &[u8]) {
+    for c in &fwd.visitor.cookies {
         push_header(out, b"set-cookie", c.as_bytes());
     }
     if resp.revoke
@@ -605,19 +559,16 @@ async fn connect(up: &Upstream) -> std::io::Result<TcpStream> {
 
 /// Answers an origin failure before any byte of its answer as the proxy does (502, or 504 on a
 /// timeout); the client's connection stays open (the request had no body).
-async fn fail(st: &EdgeState, client: &mut Stream, headers: &[httparse::Header<'_>], fwd: &Forwarding<'_>, e: std::io::Error) -> Forwarded {
+async fn fail(st: &EdgeState, client: &mut Stream, headers: &[httparse::Header<'_>], fwd: &Pass, e: std::io::Error) -> Forwarded {
     tracing::warn!("origin {}: {e}", st.origin.as_ref().map_or(String::new(), |u| u.addr.to_string()));
     let reject = if e.kind() == std::io::ErrorKind::TimedOut { Reject::GatewayTimeout } else { Reject::BadGateway };
     st.metrics.rejects.with_label_values(&[reject.reason()]).inc();
     st.metrics.request(fwd.route, Outcome::Error);
-    let html = header_bytes(headers, "accept").is_some_and(|a| a.windows(9).any(|w| w == b"text/html"));
-    // As the proxy's `wants_html` (the `?lang=` of the target is the queue page's business).
-    let lang = html.then(|| {
-        let accept_language = header_bytes(headers, "accept-language").and_then(|v| std::str::from_utf8(v).ok());
-        crate::reject::page_lang(None, crate::identity::cookie(headers, crate::i18n::LANG_COOKIE), accept_language)
-    });
-    let words = lang.map(|l| st.queue_page.words(l));
-    let answer = crate::reject::wire(&reject, words.as_ref().map(|w| w as &dyn crate::i18n::Words), true);
+    // As every door's refusals (the `?lang=` of the target is the queue page's business).
+    let words = crate::reject::html_lang(headers, None).map(|l| st.queue_page.words(l));
+    let (head, body) = crate::reject::wire(&reject, words.as_ref().map(|w| w as &dyn crate::i18n::Words), true, &[], b"");
+    let mut answer = head;
+    answer.extend_from_slice(&body);
     match write_client(client, &answer, st.timeouts.client_write).await {
         Ok(()) => Forwarded::Done,
         Err(_) => Forwarded::Close,

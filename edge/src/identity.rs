@@ -89,14 +89,22 @@ impl ClientIp {
     /// The socket peer, unless it is a trusted proxy: then the right-most `X-Forwarded-For`
     /// entry that is not itself a trusted proxy. A malformed entry stops the walk at the last
     /// address known to be good.
-    pub fn resolve(&self, peer: IpAddr, req: &RequestHeader) -> IpAddr {
+    pub fn resolve<H: HeadView + ?Sized>(&self, peer: IpAddr, req: &H) -> IpAddr {
         let peer = canonical(peer);
         if self.trusted.is_empty() || !self.is_trusted(&peer) {
             return peer;
         }
+        let mut values: Vec<&[u8]> = Vec::new();
+        req.each("x-forwarded-for", &mut |v| {
+            values.push(v);
+            false
+        });
         let mut current = peer;
-        for value in req.headers.get_all("x-forwarded-for").iter().rev() {
-            let Ok(s) = value.to_str() else { return current };
+        for value in values.iter().rev() {
+            // What `HeaderValue::to_str` takes: visible ASCII and tabs.
+            let Some(s) = value.iter().all(|b| *b == b'\t' || (0x20..0x7f).contains(b)).then(|| std::str::from_utf8(value).ok()).flatten() else {
+                return current;
+            };
             for entry in s.rsplit(',') {
                 let Some(ip) = parse_forwarded_ip(entry.trim()) else { return current };
                 current = canonical(ip);

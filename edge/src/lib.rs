@@ -53,6 +53,11 @@
 //!   pages and queue.js.
 //! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token);
 //!   [`admin_reply`]: the JSON answers and token comparison its handlers share.
+//! - [`decide`]: the one decision step: a request (its door, method, canonical path, head, peer)
+//!   in, a `Decision` out (a file, a status poll, the room, the bot endpoints, a refusal, a pass to
+//!   the core or origin, or — for a fast door — hand over to the proxy); the only place that knows
+//!   the order of the checks. Every door carries its decisions out (tests/structure.rs fails when
+//!   a door calls a check itself; tests/doors.rs sends one table through all five doors).
 //! - [`console`]: the operator console: its page and files (static/console/, gzipped), browser
 //!   sessions, the sign-in lock-out per client address.
 //! - [`demo`]: `wicket demo` (edge + embedded core + a stand-in site with a buy page and a stand-in
@@ -64,18 +69,19 @@
 //! # The path of a request
 //!
 //! `fast::FastFront` reads every request head first (within `header-timeout-ms` and 32 KiB),
-//! refuses malformed or ambiguous ones ([`path`]), answers plain `GET`/`HEAD` of unprotected static
-//! files and status polls of queued visitors (same identity checks, same JSON) straight from the
-//! connection (over HTTP/2, `fast_h2` gives the same answers per stream); everything else goes
-//! to the proxy, where `request_filter` first rewrites the target
-//! to its canonical path (what every decision and the upstream see), then
-//! `proxy::EdgeProxy::request_filter` resolves the client IP (`identity`), refuses blocked IPs
-//! (`blocklist`), and answers static files from memory (`statics`) after the limits (`limit`).
-//! Other requests get a user and device (`identity`), pass the user/device blocklist and anomaly
-//! rule (`anomaly`), the limits, the route's bot check (`bot`) and, on protected paths, the
-//! admission check (`admission`); refusals are rendered by `reject`. What remains goes to the
-//! core (core prefixes) or the origin, with verified `Wicket-*` identity headers; upstream
-//! failures become 502/504 pages in `fail_to_proxy`.
+//! refuses malformed or ambiguous ones ([`path`]), and asks [`decide`] about a simple, canonically
+//! spelled one as the HTTP/1.1 door: files, status polls of queued visitors, refusals and plain
+//! origin requests are carried out on the connection (over HTTP/2, `fast_h2` does the same per
+//! stream as the HTTP/2 door). Everything a fast door cannot carry out is handed over before any
+//! check counts it, to the proxy, whose `request_filter` rewrites the target to its canonical path
+//! (what every decision and the upstream see) and asks [`decide`] as the proxy door (or, for
+//! nginx's `/wicket/auth`, about the original request). The decision runs, in one order: client IP
+//! (`identity`), IP blocklist (`blocklist`), unprotected files after the limits (`limit`), user
+//! and device, the user/device blocklist and anomaly rule (`anomaly`), the limits, the rooms'
+//! paths, the bot endpoints and the route's bot check (`bot`), the core's public routes, and on
+//! protected paths the admission check (`admission`) with its session; refusals are counted there
+//! and rendered by `reject`. What remains goes to the core (core prefixes) or the origin, with
+//! verified `Wicket-*` identity headers; upstream failures become 502/504 pages in `fail_to_proxy`.
 
 pub mod admin;
 pub mod admin_reply;
@@ -87,6 +93,7 @@ pub mod cancel;
 pub mod check;
 pub mod config;
 pub mod console;
+pub mod decide;
 /// The release controller lives in its own crate (no Pingora, no tokio): `wicket-controller`.
 pub use wicket_controller as controller;
 pub mod demo;

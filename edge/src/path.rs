@@ -355,6 +355,31 @@ pub fn prefix_problem(p: &str) -> Option<String> {
     }
 }
 
+/// Whether this door can take the request without reading past its head: no body, no upgrade,
+/// no `Expect`, and a client that keeps its connection (`Connection: keep-alive` or none).
+/// Transport rules only: what the edge decides about the request is [`crate::decide`]'s.
+pub fn simple_head(req: &httparse::Request<'_, '_>) -> bool {
+    req.version == Some(1) && simple_fields(req.headers.iter().map(|h| (h.name.as_bytes(), h.value)))
+}
+
+/// [`simple_head`] over a head's fields (HTTP/1.1 or HTTP/2).
+pub fn simple_fields<'h>(headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) -> bool {
+    for (n, value) in headers {
+        if n.eq_ignore_ascii_case(b"content-length") {
+            if value != b"0" {
+                return false;
+            }
+        } else if n.eq_ignore_ascii_case(b"transfer-encoding")
+            || n.eq_ignore_ascii_case(b"upgrade")
+            || n.eq_ignore_ascii_case(b"expect")
+            || (n.eq_ignore_ascii_case(b"connection") && !value.eq_ignore_ascii_case(b"keep-alive"))
+        {
+            return false;
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

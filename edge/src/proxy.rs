@@ -3,10 +3,10 @@
 //! ```text
 //! early_request_filter   keep-alive timeout
 //!        │
-//! request_filter         client IP → IP blocklist → static file? ─ yes ─▶ limits → 200/304 from memory
-//!        │                    │ no
-//!        │               identity (user, device) → user/device blocklist → anomaly (device users)
-//!        │               → limits (429) → /wicket/* endpoints → bot check (403) → protected (302/403)
+//! request_filter         head rules, canonical path, nginx's /wicket/auth and /wicket/revoke, then
+//!        │               the decision ([`crate::decide`]: blocklists, identity, limits, rooms,
+//!        │               bot check, core routes, protected paths) carried out: a file, the room,
+//!        │               the bot endpoints, a refusal, or on to the upstream
 //!        ▼
 //! upstream_peer          core (core prefixes) or origin; none → 502
 //! upstream_request_filter strip and set Wicket-* identity headers, X-Forwarded-For
@@ -30,29 +30,20 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{ErrorSource, Result};
 
 use crate::admission::AdmissionClaims;
-use crate::anomaly::Tripped;
-use crate::bot::{CHALLENGE_PATH, CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, VERIFY_PATH, unix_now};
-use crate::bot::{BotCheckMode, BotProofKind};
-use crate::identity::{DEVICE_COOKIE, Device, cookie, header as header_str};
-use crate::limit::Subject;
+use crate::bot::{ProofBody, unix_now};
+use crate::decide::{Ask, Decision, Door, IDENTITY_HEADERS, Pass, Visitor, bearer, upstream_credentials};
+use crate::identity::header as header_str;
 use crate::metrics::{Outcome, Route};
 use crate::i18n::Words;
 use crate::reject::{Reject, send, send_json, wants_html};
 use crate::state::{EdgeState, Upstream};
-use crate::statics::{Asset, Encoding, none_match};
-
-/// Identity headers the edge sets for the core and origin; incoming copies are removed.
-pub const IDENTITY_HEADERS: [&str; 4] = ["wicket-user", "wicket-device", "wicket-room", "wicket-position"];
+use crate::statics::{Asset, static_response};
 
 /// Per-request state carried between phases.
 pub struct RequestCtx {
     route: Route,
-    ip: IpAddr,
-    identified: bool,
-    user: Option<String>,
-    device: Option<Device>,
-    /// `Set-Cookie` values to add to the answer.
-    cookies: Vec<String>,
+    /// Who asks, as the decision found out (client address, user, device, cookies to set).
+    v: Visitor,
     admitted: Option<(String, AdmissionClaims)>,
     to_core: bool,
     /// A reject decided in a phase that cannot answer itself (upstream_peer).
@@ -91,18 +82,19 @@ pub struct EdgeProxy {
 }
 
 impl EdgeProxy {
-    /// Answers a reject, counts it, and feeds the anomaly rule for clients that keep hitting
-    /// limits or failing checks.
+    /// Counts and answers a refusal the proxy itself finds (a head it cannot take, an endpoint's
+    /// bad input); the decision's refusals are counted where they are decided.
     async fn reject(&self, session: &mut Session, ctx: &mut RequestCtx, r: Reject) -> Result<bool> {
+        crate::decide::count_refusal(&self.state, ctx.v.ip, &r);
+        self.render(session, ctx, r).await
+    }
+
+    /// Answers a refusal: JSON or the fan's page, or for `/wicket/auth` nginx's 401/403.
+    async fn render(&self, session: &mut Session, ctx: &mut RequestCtx, r: Reject) -> Result<bool> {
         let st = &self.state;
-        st.metrics.rejects.with_label_values(&[r.reason()]).inc();
-        if matches!(r, Reject::RateLimited { .. } | Reject::BotCheckFailed(_)) && st.anomaly.observe_reject(ctx.ip) {
-            st.blocklist.block_ip_for(ctx.ip, st.anomaly.block_for());
-            st.metrics.anomalies.with_label_values(&[Tripped::ClientRejects.label()]).inc();
-        }
         if ctx.auth {
             let mut h = r.render_auth();
-            for c in ctx.cookies.drain(..) {
+            for c in ctx.v.cookies.drain(..) {
                 h.append_header(header::SET_COOKIE, c)?;
             }
             send(session, h, Bytes::new()).await?;
@@ -110,7 +102,7 @@ impl EdgeProxy {
         }
         let words = wants_html(session).map(|l| st.queue_page.words(l));
         let (mut h, body) = r.render_with(words.as_ref().map(|w| w as &dyn Words));
-        for c in ctx.cookies.drain(..) {
+        for c in ctx.v.cookies.drain(..) {
             h.append_header(header::SET_COOKIE, c)?;
         }
         send(session, h, body).await?;
@@ -125,10 +117,10 @@ impl EdgeProxy {
             h.insert_header("wicket-user", claims.sub.as_str())?;
             h.insert_header("wicket-room", room.as_str())?;
             h.insert_header("wicket-position", claims.pos.to_string())?;
-        } else if let Some(u) = &ctx.user {
+        } else if let Some(u) = &ctx.v.user {
             h.insert_header("wicket-user", u.as_str())?;
         }
-        if let Some(d) = &ctx.device {
+        if let Some(d) = &ctx.v.device {
             h.insert_header("wicket-device", d.id())?;
         }
         // What the origin may see of the client's credentials: the same as the direct edge
@@ -149,7 +141,7 @@ impl EdgeProxy {
             }
             None => h.insert_header(header::CACHE_CONTROL, "no-store")?,
         }
-        for c in ctx.cookies.drain(..) {
+        for c in ctx.v.cookies.drain(..) {
             h.append_header(header::SET_COOKIE, c)?;
         }
         session.write_response_header(Box::new(h), true).await?;
@@ -159,18 +151,12 @@ impl EdgeProxy {
     /// [`REVOKE_PATH`]: ends the session of the admission token the original request carried
     /// (the origin answered it with `Wicket-Revoke: 1`); 204 whether there was one or not.
     async fn revoke_original(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        let st = Arc::clone(&self.state);
         ctx.auth = true;
         if let Err(r) = self.become_original(session.req_header_mut()) {
             return self.reject(session, ctx, r).await;
         }
         let req = session.req_header();
-        if let Some(p) = st.rooms.protection().find(req.uri.path())
-            && let Some(check) = &st.admission
-            && let Some(claims) = cookie(req, &p.cookie).or_else(|| bearer(req)).and_then(|t| check.verify(t, &p.rule).ok())
-        {
-            st.rooms.revoke(&p.rule.room, &claims.sub).await;
-        }
+        crate::decide::revoke(&self.state, req, req.uri.path()).await;
         let mut h = ResponseHeader::build(204, Some(1))?;
         h.insert_header(header::CACHE_CONTROL, "no-store")?;
         session.write_response_header(Box::new(h), true).await?;
@@ -182,7 +168,7 @@ impl EdgeProxy {
     /// admission token expires within the cache time.
     fn auth_cache_seconds(&self, req: &RequestHeader, ctx: &RequestCtx) -> Option<u64> {
         let ttl = self.state.config.edge.auth_cache_seconds;
-        if ttl == 0 || !ctx.cookies.is_empty() || self.state.limits_cover(req.uri.path()) {
+        if ttl == 0 || !ctx.v.cookies.is_empty() || !crate::decide::auth_cacheable(&self.state, req.uri.path()) {
             return None;
         }
         if let Some((_, claims)) = &ctx.admitted
@@ -208,38 +194,6 @@ impl EdgeProxy {
         Ok(())
     }
 
-    /// Fills in user and device once ([`EdgeState::identify`]).
-    fn identify(&self, req: &RequestHeader, ctx: &mut RequestCtx) {
-        if ctx.identified {
-            return;
-        }
-        ctx.identified = true;
-        let id = self.state.identify(req, ctx.ip);
-        ctx.user = id.user.map(str::to_owned);
-        ctx.cookies.extend(id.cookie);
-        ctx.device = Some(id.device);
-    }
-
-    /// Counts the request against every applicable rule ([`EdgeState::check_limits`]); returns
-    /// the pacing each needs.
-    fn check_limits(&self, req: &RequestHeader, ctx: &mut RequestCtx) -> std::result::Result<Vec<(usize, Subject)>, Reject> {
-        let st = &self.state;
-        let path = req.uri.path();
-        if st.limits_need_identity(path) {
-            self.identify(req, ctx);
-        }
-        st.check_limits(path, ctx.ip, ctx.user.as_deref(), ctx.device.as_ref().map(Device::id))
-            .map_err(|retry_after| Reject::RateLimited { retry_after })
-    }
-
-    async fn limits(&self, session: &mut Session, ctx: &mut RequestCtx) -> std::result::Result<(), Reject> {
-        let paced = self.check_limits(session.req_header(), ctx)?;
-        for (i, subject) in paced {
-            self.state.limits.rules[i].pace(&subject).await;
-        }
-        Ok(())
-    }
-
     /// Serves a file from memory ([`static_response`]).
     async fn serve_static(&self, session: &mut Session, asset: &Asset) -> Result<Outcome> {
         let (h, body, outcome) = static_response(asset, session.req_header())?;
@@ -252,7 +206,7 @@ impl EdgeProxy {
 
     /// `/wicket/challenge` and `/wicket/verify`.
     async fn bot_endpoint(&self, session: &mut Session, ctx: &mut RequestCtx, verify: bool) -> Result<bool> {
-        let st = &self.state;
+        let st = Arc::clone(&self.state);
         if !verify {
             let (challenge, difficulty) = st.bot.pow.issue(unix_now());
             let v = serde_json::json!({"challenge": challenge, "difficulty": difficulty, "expires_in": st.bot.pow.ttl()});
@@ -263,17 +217,18 @@ impl EdgeProxy {
         if session.req_header().method != http::Method::POST {
             return self.reject(session, ctx, Reject::BadRequest("use POST")).await;
         }
-        let body = match self.read_body(session).await {
+        let body = match st.read_body(session).await {
             Ok(b) => b,
             Err(r) => return self.reject(session, ctx, r).await,
         };
         let Ok(proof) = serde_json::from_slice::<ProofBody>(&body) else {
             return self.reject(session, ctx, Reject::BadRequest("body must be {\"pow\":{...}} or {\"captcha\":\"...\"}")).await;
         };
-        if let Err(r) = self.check_proof(proof.pow.as_ref().map(|p| (p.challenge.as_str(), p.nonce.as_str())), proof.captcha.as_deref(), ctx.ip).await {
+        let pow = proof.pow.as_ref().map(|p| (p.challenge.as_str(), p.nonce.as_str()));
+        if let Err(r) = crate::decide::check_proof(&st, pow, proof.captcha.as_deref(), ctx.v.ip).await {
             return self.reject(session, ctx, r).await;
         }
-        let pass = self.grant_pass(ctx);
+        let pass = ctx.v.grant_pass(&st);
         let v = serde_json::json!({"ok": true, "pass": pass, "expires_in": st.bot.pass_seconds()});
         let extra = self.cookie_headers(ctx);
         send_json(session, 200, &v, &extra).await?;
@@ -281,121 +236,67 @@ impl EdgeProxy {
     }
 
     fn cookie_headers(&self, ctx: &mut RequestCtx) -> Vec<(http::HeaderName, http::HeaderValue)> {
-        ctx.cookies
+        ctx.v
+            .cookies
             .drain(..)
             .filter_map(|c| http::HeaderValue::from_str(&c).ok().map(|v| (header::SET_COOKIE, v)))
             .collect()
     }
 
-    /// Issues a bot pass bound to the device (a fresh device cookie when it had none).
-    fn grant_pass(&self, ctx: &mut RequestCtx) -> String {
-        let st = &self.state;
-        let binding = match &ctx.device {
-            Some(Device::Cookie(id)) => id.clone(),
-            _ => {
-                // The fingerprint cookie set in identify() is replaced by one we know the id of.
-                ctx.cookies.retain(|c| !c.starts_with(DEVICE_COOKIE));
-                let (id, value) = st.devices.issue();
-                ctx.cookies.push(st.cookie(DEVICE_COOKIE, &value, 400 * 86_400));
-                ctx.device = Some(Device::Cookie(id.clone()));
-                id
-            }
-        };
-        let pass = st.bot.issue_pass(&binding, unix_now());
-        ctx.cookies.push(st.cookie(PASS_COOKIE, &pass, st.bot.pass_seconds()));
-        pass
-    }
-
-    /// A device id the client holds a signed cookie for (a fresh one replaces a fingerprint), so
-    /// the waiting room can bind tickets and places to it.
-    fn stable_device(&self, ctx: &mut RequestCtx) -> String {
-        if let Some(Device::Cookie(id)) = &ctx.device {
-            return id.clone();
-        }
-        let st = &self.state;
-        ctx.cookies.retain(|c| !c.starts_with(DEVICE_COOKIE));
-        let (id, value) = st.devices.issue();
-        ctx.cookies.push(st.cookie(DEVICE_COOKIE, &value, 400 * 86_400));
-        ctx.device = Some(Device::Cookie(id.clone()));
-        id
-    }
-
-    /// Verifies a PoW or CAPTCHA proof per the current policy.
-    async fn check_proof(&self, pow: Option<(&str, &str)>, captcha: Option<&str>, ip: IpAddr) -> std::result::Result<(), Reject> {
-        let st = &self.state;
-        match (st.bot.proof(), pow, captcha) {
-            (BotProofKind::Pow, Some((c, n)), _) => match st.bot.pow.verify(c, n, unix_now()) {
-                Ok(()) => {
-                    st.metrics.pow.with_label_values(&["pass"]).inc();
-                    Ok(())
-                }
-                Err(e) => {
-                    st.metrics.pow.with_label_values(&["fail"]).inc();
-                    Err(Reject::BotCheckFailed(e.text()))
-                }
-            },
-            (BotProofKind::Captcha, _, Some(resp)) if !resp.is_empty() && resp.len() <= 4096 => {
-                let Some(c) = &st.bot.captcha else { return Err(Reject::BotCheckUnavailable) };
-                let outcome = c.siteverify(resp, ip).await;
-                let label = match outcome {
-                    CaptchaOutcome::Pass => "pass",
-                    CaptchaOutcome::Fail => "fail",
-                    CaptchaOutcome::Unavailable => "unavailable",
-                };
-                st.metrics.captcha.with_label_values(&[label]).inc();
-                match outcome {
-                    CaptchaOutcome::Pass => Ok(()),
-                    CaptchaOutcome::Fail => Err(Reject::BotCheckFailed("captcha not solved")),
-                    CaptchaOutcome::Unavailable if c.fail_open() => Ok(()),
-                    CaptchaOutcome::Unavailable => Err(Reject::BotCheckUnavailable),
-                }
-            }
-            _ => Err(Reject::BotCheckRequired),
-        }
-    }
-
-    /// Reads the request body (see [`EdgeState::read_body`]).
-    async fn read_body(&self, session: &mut Session) -> std::result::Result<Bytes, Reject> {
-        self.state.read_body(session).await
-    }
-
-    /// The bot check of a route: a valid pass, or a proof in the request's headers.
-    async fn bot_gate(&self, session: &mut Session, ctx: &mut RequestCtx) -> std::result::Result<(), Reject> {
-        let st = &self.state;
-        let req = session.req_header();
-        let mode = st.bot.mode(req.uri.path());
-        let binding = ctx.device.as_ref().map(Device::id).unwrap_or_default();
-        let suspicious = || {
-            req.headers.get(header::USER_AGENT).is_none()
-                || req.headers.get(header::ACCEPT_LANGUAGE).is_none()
-                || !matches!(ctx.device, Some(Device::Cookie(_)))
-                || st.anomaly.recent_rejects(&ctx.ip) > 0
-        };
-        let needed = match mode {
-            BotCheckMode::Off => false,
-            BotCheckMode::Always => true,
-            BotCheckMode::Suspicious => suspicious(),
-        };
-        if !needed {
-            return Ok(());
-        }
-        let now = unix_now();
-        let pass = cookie(req, PASS_COOKIE).or_else(|| header_str(req, PASS_HEADER));
-        if pass.is_some_and(|p| st.bot.check_pass(p, binding, now)) {
-            return Ok(());
-        }
-        let pow = header_str(req, "wicket-pow").and_then(|v| v.split_once(' ')).map(|(c, n)| (c.to_owned(), n.to_owned()));
-        let captcha = header_str(req, "wicket-captcha").map(str::to_owned);
-        if pow.is_none() && captcha.is_none() {
-            return Err(Reject::BotCheckRequired);
-        }
-        self.check_proof(pow.as_ref().map(|(c, n)| (c.as_str(), n.as_str())), captcha.as_deref(), ctx.ip).await?;
-        self.grant_pass(ctx);
-        Ok(())
-    }
-
     fn upstream(&self, ctx: &RequestCtx) -> Option<&Upstream> {
         if ctx.to_core { self.state.core.as_ref() } else { self.state.origin.as_ref() }
+    }
+
+    /// Carries out the decision about the request ([`crate::decide`]); `Ok(false)`: forward it.
+    async fn carry_out(&self, session: &mut Session, ctx: &mut RequestCtx, decision: Decision) -> Result<bool> {
+        let st = Arc::clone(&self.state);
+        match decision {
+            Decision::Refuse(r, v, route) => {
+                ctx.v = v;
+                ctx.route = route;
+                if route == Route::Static {
+                    // `logging` leaves files to whoever answers them.
+                    st.metrics.request(route, Outcome::Rejected);
+                }
+                self.render(session, ctx, r).await
+            }
+            Decision::Static { asset, route } => {
+                let outcome = self.serve_static(session, &asset).await?;
+                st.metrics.request(route, outcome);
+                ctx.route = Route::Static;
+                Ok(true)
+            }
+            Decision::Room(v) => {
+                ctx.v = v;
+                // The waiting room answers its rooms' paths and runs the room's bot check itself.
+                let device = ctx.v.stable_device(&st);
+                let mut q = crate::room::http::QueueRequest {
+                    ip: ctx.v.ip,
+                    user: ctx.v.user.clone(),
+                    device,
+                    cookies: std::mem::take(&mut ctx.v.cookies),
+                };
+                crate::room::http::serve(&st, session, &mut q).await
+            }
+            Decision::Bot { verify, visitor } => {
+                ctx.v = visitor;
+                self.bot_endpoint(session, ctx, verify).await
+            }
+            Decision::Pass(Pass { visitor, route, to_core, admitted, core_bearer }) => {
+                ctx.v = visitor;
+                ctx.route = route;
+                ctx.to_core = to_core;
+                ctx.admitted = admitted;
+                ctx.core_bearer = core_bearer;
+                if ctx.auth {
+                    return self.allow(session, ctx).await;
+                }
+                ctx.head_done = Some(Instant::now());
+                Ok(false)
+            }
+            // Only the fast doors are handed over or answer polls from the counters.
+            Decision::HandOver | Decision::Status { .. } => self.reject(session, ctx, Reject::BadRequest("not a proxy decision")).await,
+        }
     }
 }
 
@@ -449,74 +350,6 @@ fn client_write_failed(e: &Error) -> bool {
         && matches!(e.etype(), ErrorType::WriteError | ErrorType::WriteTimedout | ErrorType::ConnectionClosed)
 }
 
-/// The core's routes that fans and payment providers reach through the public port (API.md
-/// "Core": event, stock, holds, own orders, payment callbacks). Everything else under the core
-/// prefixes — creating events, pause and resume, outbox, reconcile, redeem, refund — is the
-/// admin's, and answers 404 at the edge.
-pub fn core_route_public(method: &http::Method, path: &str) -> bool {
-    use http::Method;
-    let read = method == Method::GET || method == Method::HEAD;
-    let post = method == Method::POST;
-    let mut segs = path.strip_prefix('/').unwrap_or(path).split('/');
-    let s: [Option<&str>; 5] = [segs.next(), segs.next(), segs.next(), segs.next(), segs.next()];
-    match s {
-        [Some("v1"), Some("events"), Some(_), None, None] => read,
-        [Some("v1"), Some("events"), Some(_), Some("stock"), None] => read,
-        [Some("v1"), Some("events"), Some(_), Some("holds"), None] => post,
-        [Some("v1"), Some("orders"), Some(_), None, None] => read,
-        [Some("v1"), Some("orders"), Some(_), Some("cancel"), None] => post,
-        [Some("v1"), Some("payments"), Some("callback"), None, None] => post,
-        _ => false,
-    }
-}
-
-/// The admission cookie to present to the core for a request without a token: the cookie of
-/// the room whose event the path names (`/v1/events/{event}/…`), or, for the fan's own orders,
-/// the only admission cookie the request carries.
-fn admission_cookie_for_core(st: &EdgeState, req: &RequestHeader, path: &str) -> Option<(String, String)> {
-    // Most core requests (stock polls of the detail page) carry no admission cookie at all.
-    if !req.headers.get_all(header::COOKIE).iter().any(|v| v.as_bytes().windows(9).any(|w| w == b"wicket_a_")) {
-        return None;
-    }
-    let event = path.strip_prefix("/v1/events/").and_then(|r| r.split('/').next());
-    let mut found: Option<(String, String)> = None;
-    for room in st.rooms.all() {
-        if event.is_some_and(|e| e != room.spec().config.event) {
-            continue;
-        }
-        if let Some(t) = cookie(req, &format!("wicket_a_{}", room.id)).filter(|t| crate::admission::is_admission_jwt(t)) {
-            if found.is_some() {
-                return None; // several rooms' cookies and no event to choose by
-            }
-            found = Some((room.id.clone(), t.to_owned()));
-        }
-    }
-    found
-}
-
-/// The `Cookie` and `Authorization` values an upstream receives of a request (`None`: the
-/// header is left out): the one rule of the proxy, the forwarded fast path ([`crate::forward`])
-/// and the nginx path ([`EdgeProxy::allow`]). For a request admitted to `room`, without the
-/// room's admission token (cookie `wicket_a_<room>`, and a bearer `Authorization` unless
-/// `keep_bearer`: the core verifies it itself), whose verified identity travels in `Wicket-*`
-/// headers instead; else as the client sent them.
-pub(crate) fn upstream_credentials<'a>(
-    cookies: impl Iterator<Item = &'a [u8]>,
-    authorization: Option<&'a [u8]>,
-    room: Option<&str>,
-    keep_bearer: bool,
-) -> (Option<String>, Option<&'a [u8]>) {
-    let cookies = match room {
-        Some(room) => cookies_without_admission(cookies, room),
-        None => {
-            let all: Vec<&str> = cookies.filter_map(|v| std::str::from_utf8(v).ok()).collect();
-            (!all.is_empty()).then(|| all.join("; "))
-        }
-    };
-    let authorization = authorization.filter(|a| room.is_none() || keep_bearer || !a.starts_with(b"Bearer "));
-    (cookies, authorization)
-}
-
 /// [`upstream_credentials`] of a parsed request head.
 fn credentials_of<'a>(req: &'a RequestHeader, room: Option<&str>, keep_bearer: bool) -> (Option<String>, Option<&'a [u8]>) {
     let cookies = req.headers.get_all(header::COOKIE).into_iter().map(|v| v.as_bytes());
@@ -538,51 +371,6 @@ fn strip_admission_token(req: &mut RequestHeader, room: &str, keep_bearer: bool)
     }
 }
 
-/// The request's cookies without the room's admission cookie, as one `Cookie` value (`None`
-/// when nothing is left).
-pub(crate) fn cookies_without_admission<'a>(values: impl Iterator<Item = &'a [u8]>, room: &str) -> Option<String> {
-    let name = format!("wicket_a_{room}=");
-    let kept: Vec<&str> = values
-        .filter_map(|v| std::str::from_utf8(v).ok())
-        .flat_map(|v| v.split(';'))
-        .map(str::trim)
-        .filter(|c| !c.is_empty() && !c.starts_with(&name))
-        .collect();
-    (!kept.is_empty()).then(|| kept.join("; "))
-}
-
-/// The answer to a `GET` or `HEAD` of a file from memory: 200 or 304, no body for HEAD and 304,
-/// `Content-Length` always. The proxy and the HTTP/2 fast path ([`crate::fast_h2`]) both answer
-/// with it; the HTTP/1.1 fast path writes the same from precomputed bytes.
-pub(crate) fn static_response(asset: &Asset, req: &RequestHeader) -> Result<(ResponseHeader, Option<Bytes>, Outcome)> {
-    let ae = req.headers.get(header::ACCEPT_ENCODING).map_or(&b""[..], |v| v.as_bytes());
-    let (encoding, variant) = asset.choose(ae);
-    let not_modified = req.headers.get(header::IF_NONE_MATCH).is_some_and(|inm| none_match(inm.as_bytes(), variant.etag.as_bytes()));
-    let mut h = ResponseHeader::build_no_case(if not_modified { 304 } else { 200 }, Some(8))?;
-    h.insert_header(header::ETAG, variant.etag.clone())?;
-    h.insert_header(header::CACHE_CONTROL, asset.cache_control.clone())?;
-    if asset.varies() {
-        h.insert_header(header::VARY, http::HeaderValue::from_static("accept-encoding"))?;
-    }
-    if not_modified {
-        return Ok((h, None, Outcome::NotModified));
-    }
-    h.insert_header(header::CONTENT_TYPE, asset.content_type.clone())?;
-    h.insert_header(header::CONTENT_LENGTH, variant.length.clone())?;
-    match encoding {
-        Encoding::Identity => {}
-        Encoding::Gzip => h.insert_header(header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"))?,
-        Encoding::Brotli => h.insert_header(header::CONTENT_ENCODING, http::HeaderValue::from_static("br"))?,
-    }
-    let body = (req.method != http::Method::HEAD).then(|| variant.body.clone());
-    Ok((h, body, Outcome::Ok))
-}
-
-/// The bearer token of `Authorization`, if any.
-pub(crate) fn bearer<H: crate::identity::HeadView + ?Sized>(req: &H) -> Option<&str> {
-    header_str(req, "authorization").and_then(|v| v.strip_prefix("Bearer ")).map(str::trim)
-}
-
 #[async_trait]
 impl ProxyHttp for EdgeProxy {
     type CTX = RequestCtx;
@@ -599,11 +387,7 @@ impl ProxyHttp for EdgeProxy {
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             route: Route::Edge,
-            ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            identified: false,
-            user: None,
-            device: None,
-            cookies: Vec::new(),
+            v: Visitor { ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED), user: None, device: None, cookies: Vec::new() },
             admitted: None,
             to_core: false,
             fail: None,
@@ -654,152 +438,27 @@ impl ProxyHttp for EdgeProxy {
             return self.reject(session, ctx, Reject::BadRequest(e.message())).await;
         }
         let peer = session.client_addr().and_then(|a| a.as_inet()).map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
-        if session.req_header().uri.path() == REVOKE_PATH {
+        ctx.v.ip = st.client_ip.resolve(peer, session.req_header());
+        let path = session.req_header().uri.path();
+        if path == REVOKE_PATH || path == AUTH_PATH {
+            // nginx's endpoints: for the proxies it trusts, nobody else.
             if !st.client_ip.is_trusted(&st.client_ip.resolve_peer(peer)) {
                 return self.reject(session, ctx, Reject::NotFound).await;
             }
-            return self.revoke_original(session, ctx).await;
-        }
-        if session.req_header().uri.path() == AUTH_PATH {
-            if !st.client_ip.is_trusted(&st.client_ip.resolve_peer(peer)) {
-                return self.reject(session, ctx, Reject::NotFound).await;
+            if path == REVOKE_PATH {
+                return self.revoke_original(session, ctx).await;
             }
             ctx.auth = true;
             if let Err(r) = self.become_original(session.req_header_mut()) {
                 return self.reject(session, ctx, r).await;
             }
         }
-        ctx.ip = st.client_ip.resolve(peer, session.req_header());
-        if st.blocklist.ip(&ctx.ip) {
-            return self.reject(session, ctx, Reject::Blocked).await;
-        }
-        let req = session.req_header();
-        let method = &req.method;
-        if (method == http::Method::GET || method == http::Method::HEAD)
-            && let Some(asset) = st.statics.get(req.uri.path())
-            && st.rooms.protection().find(req.uri.path()).is_none()
-        {
-            let asset = Arc::clone(asset);
-            ctx.route = Route::Static;
-            if let Err(r) = self.limits(session, ctx).await {
-                return self.reject(session, ctx, r).await;
-            }
-            if ctx.auth {
-                return self.allow(session, ctx).await;
-            }
-            let outcome = self.serve_static(session, &asset).await?;
-            st.metrics.request(Route::Static, outcome);
-            return Ok(true);
-        }
-
-        self.identify(req, ctx);
-        if let Some(device) = &ctx.device
-            && st.identity_refused(ctx.user.as_deref(), device)
-        {
-            return self.reject(session, ctx, Reject::Blocked).await;
-        }
-        if let Err(r) = self.limits(session, ctx).await {
-            return self.reject(session, ctx, r).await;
-        }
-
-        if ctx.auth && (st.rooms.owns(session.req_header().uri.path()) || session.req_header().uri.path().starts_with("/wicket/")) {
-            // The queue's and the edge's own paths: nginx sends them to the edge itself.
-            return self.allow(session, ctx).await;
-        }
-        if st.rooms.owns(session.req_header().uri.path()) {
-            // The waiting room answers its rooms' paths and runs the room's bot check itself.
-            let device = self.stable_device(ctx);
-            let mut q = crate::room::http::QueueRequest {
-                ip: ctx.ip,
-                user: ctx.user.clone(),
-                device,
-                cookies: std::mem::take(&mut ctx.cookies),
-            };
-            return crate::room::http::serve(&st, session, &mut q).await;
-        }
-        let path = session.req_header().uri.path();
-        if path == CHALLENGE_PATH || path == VERIFY_PATH {
-            let verify = path == VERIFY_PATH;
-            return self.bot_endpoint(session, ctx, verify).await;
-        }
-        if st.bot.any()
-            && let Err(r) = self.bot_gate(session, ctx).await
-        {
-            return self.reject(session, ctx, r).await;
-        }
-
-        let req = session.req_header();
-        let path = req.uri.path();
-        ctx.to_core = st.core_prefixes.iter().any(|p| path.starts_with(p.as_str()));
-        ctx.route = if ctx.to_core { Route::Core } else { Route::Origin };
-        if ctx.to_core && !core_route_public(&req.method, path) {
-            // The core's admin routes are for the admin network, never the public port.
-            return self.reject(session, ctx, Reject::NotFound).await;
-        }
-        if ctx.to_core && bearer(req).is_none() {
-            // A browser holds its admission token as a cookie; the core wants it as a bearer.
-            ctx.core_bearer = admission_cookie_for_core(&st, req, path);
-        }
-        if ctx.to_core
-            && let (Some(token), Some(check)) = (
-                bearer(req).filter(|b| crate::admission::is_admission_jwt(b)).or(ctx.core_bearer.as_ref().map(|(_, t)| t.as_str())),
-                &st.admission,
-            )
-        {
-            // An admitted fan at the core (a hold, an order): their session is in use.
-            let token = token.to_owned();
-            st.rooms.touch_by_token(&token, check.as_ref()).await;
-        }
-        let protected = st.rooms.protection().find(path).cloned();
-        if let Some(p) = protected {
-            ctx.route = Route::Protected;
-            let token = cookie(req, &p.cookie).or_else(|| bearer(req));
-            let verdict = match (token, &st.admission) {
-                (Some(t), Some(check)) => check.verify(t, &p.rule).ok(),
-                _ => None,
-            };
-            // A room's token also needs its session (not revoked, not expired) and its holder:
-            // the token's `sub` is the visitor's user or device.
-            let verdict = match verdict {
-                Some(c) => {
-                    let device = ctx.device.as_ref().map(|d| d.id().to_owned());
-                    match st.rooms.session_ok(&p.rule.room, &c.sub, ctx.user.as_deref(), device.as_deref()).await {
-                        Ok(ok) => ok.then_some(c),
-                        Err(e) => {
-                            tracing::warn!(room = %p.rule.room, "admission check: {e}");
-                            return self.reject(session, ctx, Reject::RoomStateUnavailable).await;
-                        }
-                    }
-                }
-                None => None,
-            };
-            match verdict {
-                Some(claims) => ctx.admitted = Some((p.rule.room.clone(), claims)),
-                None => {
-                    let room = p.rule.room.clone();
-                    return self.reject(session, ctx, Reject::NotAdmitted { room }).await;
-                }
-            }
-            if ctx.auth {
-                return self.allow(session, ctx).await;
-            }
-            // A protected file of the site: served from memory once admitted.
+        let decision = {
             let req = session.req_header();
-            if (req.method == http::Method::GET || req.method == http::Method::HEAD)
-                && let Some(asset) = st.statics.get(req.uri.path())
-            {
-                let asset = Arc::clone(asset);
-                let outcome = self.serve_static(session, &asset).await?;
-                st.metrics.request(Route::Protected, outcome);
-                ctx.route = Route::Static;
-                return Ok(true);
-            }
-        }
-        if ctx.auth {
-            return self.allow(session, ctx).await;
-        }
-        ctx.head_done = Some(Instant::now());
-        Ok(false)
+            let door = if ctx.auth { Door::Auth } else { Door::Proxy };
+            crate::decide::decide(&st, &Ask { door, method: req.method.as_str(), path: req.uri.path(), head: req, peer }).await
+        };
+        self.carry_out(session, ctx, decision).await
     }
 
     /// Phase: each piece of the request body on its way upstream. Default: nothing.
@@ -857,10 +516,10 @@ impl ProxyHttp for EdgeProxy {
             upstream_request.insert_header("wicket-user", claims.sub.as_str())?;
             upstream_request.insert_header("wicket-room", room.as_str())?;
             upstream_request.insert_header("wicket-position", claims.pos.to_string())?;
-        } else if let Some(u) = &ctx.user {
+        } else if let Some(u) = &ctx.v.user {
             upstream_request.insert_header("wicket-user", u.as_str())?;
         }
-        if let Some(d) = &ctx.device {
+        if let Some(d) = &ctx.v.device {
             upstream_request.insert_header("wicket-device", d.id())?;
         }
         if let Some((room, token)) = &ctx.core_bearer {
@@ -869,8 +528,8 @@ impl ProxyHttp for EdgeProxy {
         }
         let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
         let xff = match (peer, header_str(session.req_header(), "x-forwarded-for")) {
-            (Some(p), Some(prev)) if p != ctx.ip => format!("{prev}, {p}"),
-            _ => ctx.ip.to_string(),
+            (Some(p), Some(prev)) if p != ctx.v.ip => format!("{prev}, {p}"),
+            _ => ctx.v.ip.to_string(),
         };
         upstream_request.insert_header("x-forwarded-for", xff)?;
         ctx.upstream_started = Some(Instant::now());
@@ -905,7 +564,7 @@ impl ProxyHttp for EdgeProxy {
             // 103 Early Hints pass as they are: cookies belong on the final answer.
             return Ok(());
         }
-        for c in ctx.cookies.drain(..) {
+        for c in ctx.v.cookies.drain(..) {
             resp.append_header(header::SET_COOKIE, c)?;
         }
         if resp.remove_header("wicket-revoke").is_some_and(|v| v.as_bytes() == b"1")

@@ -267,34 +267,42 @@ fn retry_secs(d: Duration) -> u64 {
     s.max(1)
 }
 
-/// A refusal as bytes on the wire (status line, the rendered headers, `Date`, `Connection`,
-/// body), for paths that answer without Pingora's session ([`crate::forward`]).
-pub fn wire(reject: &Reject, page: Option<&dyn Words>, keep_alive: bool) -> Vec<u8> {
+/// A refusal as bytes on the wire, for the doors that answer without Pingora's session
+/// ([`crate::fast`], [`crate::forward`]): the head (status line, the rendered headers, the
+/// `cookies` to set, `Date`, `extra` as it is, `Connection`), and the body.
+pub fn wire(reject: &Reject, page: Option<&dyn Words>, keep_alive: bool, cookies: &[String], extra: &[u8]) -> (Vec<u8>, Bytes) {
     let (h, body) = reject.render_with(page);
-    let mut out = Vec::with_capacity(256 + body.len());
+    let mut out = Vec::with_capacity(256);
     out.extend_from_slice(format!("HTTP/1.1 {} {}\r\n", h.status.as_u16(), h.status.canonical_reason().unwrap_or("")).as_bytes());
-    for (name, value) in h.headers.iter() {
-        out.extend_from_slice(name.as_str().as_bytes());
+    let fields = h.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+    for (name, value) in fields.chain(cookies.iter().map(|c| (&b"set-cookie"[..], c.as_bytes()))) {
+        out.extend_from_slice(name);
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"date: ");
     out.extend_from_slice(pingora::protocols::http::date::get_cached_date().as_bytes());
+    out.extend_from_slice(extra);
     out.extend_from_slice(if keep_alive { b"\r\nconnection: keep-alive\r\n\r\n" } else { b"\r\nconnection: close\r\n\r\n" });
-    out.extend_from_slice(&body);
-    out
+    (out, body)
+}
+
+/// The language of the page a client wants, or `None` when it wants JSON (no `text/html` in
+/// `Accept`): the one rule of every door.
+pub fn html_lang<H: crate::identity::HeadView + ?Sized>(head: &H, query: Option<&str>) -> Option<Lang> {
+    let header = |name: &str| crate::identity::header(head, name);
+    if !header("accept").is_some_and(|a| a.contains("text/html")) {
+        return None;
+    }
+    Some(page_lang(query, crate::identity::cookie(head, LANG_COOKIE), header("accept-language")))
 }
 
 /// The language of the page the client wants, or `None` when it wants JSON (no `text/html` in
 /// `Accept`).
 pub fn wants_html(session: &Session) -> Option<Lang> {
     let req = session.req_header();
-    let header = |name: http::HeaderName| req.headers.get(name).and_then(|v| v.to_str().ok());
-    if !header(http::header::ACCEPT).is_some_and(|a| a.contains("text/html")) {
-        return None;
-    }
-    Some(page_lang(req.uri.query(), crate::identity::cookie(req, LANG_COOKIE), header(http::header::ACCEPT_LANGUAGE)))
+    html_lang(req, req.uri.query())
 }
 
 /// The language of a page for a request: `?lang=`, the `wicket_lang` cookie, `Accept-Language`.

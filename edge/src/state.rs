@@ -112,6 +112,8 @@ pub struct EdgeState {
     pub retries: usize,
     /// Plain origin requests take the forwarded fast path ([`crate::forward`]).
     pub fast_forward: bool,
+    /// The fast doors answer what they can (`fast-path`); else everything takes the proxy.
+    pub fast_path: bool,
     /// Start time (for health).
     pub started: Instant,
     /// The waiting rooms.
@@ -279,6 +281,7 @@ impl EdgeState {
             },
             retries: e.retries,
             fast_forward: e.fast_forward,
+            fast_path: e.fast_path,
             started: Instant::now(),
             rooms,
             queue_page,

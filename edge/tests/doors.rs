@@ -299,3 +299,180 @@ async fn the_admin_port_answers_only_its_own_names_and_metrics_are_never_cached(
     }
     assert_eq!(request("GET", &edge.admin_url("/healthz"), &[("host", "rebind.example")], b"").await.status, 200);
 }
+
+/// A row of the five-door table: what, method, path, headers, an edge file, the status.
+type Row<'a> = (&'a str, &'a str, &'a str, Vec<(&'a str, String)>, bool, u16);
+
+/// What a door's answer says, in the terms every door must agree on: the status, the error
+/// code, where a browser is sent, whether `Retry-After` is there, and — for an answer of the
+/// origin — the identity and credentials the origin saw.
+#[derive(Debug, PartialEq, Eq)]
+struct Said {
+    status: u16,
+    error: Option<String>,
+    message: Option<String>,
+    location: Option<String>,
+    retry_after: bool,
+    origin_saw: Option<Vec<(String, String)>>,
+}
+
+/// The origin's echo of what it was sent: the headers the decision sets or strips (the device
+/// id by presence: a fingerprint's id is per edge secret and peer).
+fn origin_saw(body: &[u8]) -> Option<Vec<(String, String)>> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    (v["upstream"] == "origin").then(|| {
+        let h = &v["headers"];
+        let mut out: Vec<(String, String)> = ["wicket-user", "wicket-room", "wicket-position", "cookie", "authorization"]
+            .iter()
+            .filter_map(|k| h[*k].as_str().map(|s| (k.to_string(), s.to_owned())))
+            .collect();
+        out.push(("wicket-device".into(), h["wicket-device"].as_str().map_or("absent", |_| "present").into()));
+        out.sort();
+        out
+    })
+}
+
+fn said(status: u16, header: &dyn Fn(&str) -> Option<String>, body: &[u8]) -> Said {
+    let json: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    Said {
+        status,
+        error: json.as_ref().and_then(|j| j["error"].as_str().map(str::to_owned)),
+        message: json.as_ref().and_then(|j| j["message"].as_str().map(str::to_owned)),
+        location: header("location"),
+        retry_after: header("retry-after").is_some(),
+        origin_saw: origin_saw(body),
+    }
+}
+
+/// One request of the table through an HTTP/1.1 door (the edge's port, or nginx's).
+async fn over_http1(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&str, String)]) -> Said {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    let r = raw(addr, req.as_bytes()).await.unwrap_or_else(|| panic!("{method} {path}: no answer"));
+    let header = |name: &str| r.head.lines().find_map(|l| l.strip_prefix(&format!("{name}:")).map(|v| v.trim().to_owned()));
+    said(r.status, &header, &r.body)
+}
+
+/// One request of the table over HTTP/2 (its own connection, as a fan's browser tab).
+async fn over_h2(ca: &std::path::Path, port: u16, method: &str, path: &str, headers: &[(&str, String)]) -> Said {
+    let (send, conn) = h2::client::handshake(tls_h2(ca, port).await).await.unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::builder().method(method).uri(format!("https://a.test{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, v.as_str());
+    }
+    let mut send = send.ready().await.unwrap();
+    let (answer, _) = send.send_request(req.body(()).unwrap(), true).unwrap();
+    let (parts, mut body) = answer.await.unwrap_or_else(|e| panic!("{method} {path}: {e}")).into_parts();
+    let mut out = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        out.extend_from_slice(&chunk);
+    }
+    let header = |name: &str| parts.headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+    said(parts.status.as_u16(), &header, &out)
+}
+
+/// The five doors of docs/DESIGN.md §7 carry out one decision (issue #25): the same table of
+/// requests — files, the origin, identity headers sent and forged, a blocked user, a limit and
+/// its refusal, a bot-checked route, a protected path without, with a forged and with a valid
+/// admission token (cookie and bearer), the queue, the core's admin route, other spellings —
+/// through the HTTP/1.1 front, the HTTP/1.1 proxy (`fast-path = false`), the HTTP/2 fast path,
+/// the HTTP/2 proxy and nginx's `auth_request` with the shipped snippets, each door on an edge
+/// of its own with the same settings (a limit counts per edge), gives the same status, error
+/// code, redirect, `Retry-After`, and the same identity at the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_door_gives_the_same_answer_to_the_same_request() {
+    let origin = TestUpstream::start("origin").await;
+    let pki = Pki::new();
+    let cert = pki.leaf("a", &["a.test"], 30);
+    let ca = pki.path("ca.pem");
+    let core = dead_addr();
+    let edge = |keys: &str, tls_port: Option<u16>| {
+        let tls = tls_port.map(|p| tls_config(p, std::slice::from_ref(&cert), "")).unwrap_or_default();
+        TestEdge::start(&format!(
+            "origin = \"{}\"\ncore = \"http://{core}\"\nuser-header = \"x-user-id\"\n{keys}\n{tls}\n\
+             [[edge.limits]]\npath = \"/limited/\"\nkey = \"ip\"\nrate = \"1r/m\"\n\
+             [edge.blocklist]\nusers = [\"mallory\"]\n\
+             [edge.bot]\nproof = \"pow\"\n[[edge.bot.routes]]\npath = \"/botted/\"\ncheck = \"always\"\n\
+             [[edge.protected]]\npath = \"/members/\"\nroom = \"vip\"\n{}\
+             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+             release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+            origin.url(),
+            hs_tokens(),
+        ))
+    };
+    let (h2_fast_port, h2_proxy_port) = (free_port(), free_port());
+    let h1_fast = edge("", None);
+    let h1_proxy = edge("fast-path = false", None);
+    let _h2_fast = edge("", Some(h2_fast_port));
+    let _h2_proxy = edge("fast-path = false", Some(h2_proxy_port));
+    let behind_nginx = edge("trusted-proxies = [\"127.0.0.1\"]", None);
+    let nginx = compat_nginx(&behind_nginx, &format!("location / {{\n   include {{c}}/wicket-protect.conf;\n   proxy_pass http://{};\n  }}", origin.addr));
+
+    let token = mint_token("vip", "vip", "alice", 120, "wicket", "hs-1", HS_SECRET);
+    let forged = mint_token("vip", "vip", "alice", 120, "wicket", "hs-1", "not-the-secret-0123456789abcdef0123");
+    let json = ("accept", "application/json".to_string());
+    let html = ("accept", "text/html".to_string());
+    let user = |u: &str| ("x-user-id", u.to_string());
+    // (what, method, path, headers, an edge file (nginx's location serves the origin's instead),
+    // the status every door must give)
+    let table: Vec<Row> = vec![
+        ("a file", "GET", "/app.js", vec![], true, 200),
+        ("a file, HEAD", "HEAD", "/app.js", vec![], true, 200),
+        ("a file, query", "GET", "/app.js?v=2", vec![json.clone()], true, 200),
+        ("the origin", "GET", "/events/42", vec![json.clone()], false, 200),
+        ("the origin, a user", "GET", "/events/42", vec![json.clone(), user("alice")], false, 200),
+        ("forged identity headers", "GET", "/events/42", vec![json.clone(), ("wicket-user", "root".into()), ("wicket-room", "r1".into())], false, 200),
+        ("a blocked user", "GET", "/events/42", vec![json.clone(), user("mallory")], false, 403),
+        ("a blocked user, a file", "GET", "/app.js", vec![json.clone(), user("mallory")], true, 200),
+        ("a limit, first", "GET", "/limited/a", vec![json.clone()], false, 200),
+        ("a limit, over", "GET", "/limited/a", vec![json.clone()], false, 429),
+        ("a limit, over, a browser", "GET", "/limited/a", vec![html.clone()], false, 429),
+        ("a bot-checked route", "GET", "/botted/x", vec![json.clone()], false, 403),
+        ("a bot-checked route, a bad pass", "GET", "/botted/x", vec![json.clone(), ("cookie", "wicket_pass=forged".into())], false, 403),
+        ("protected, no token", "GET", "/buy/ev-1", vec![json.clone()], false, 403),
+        ("protected, no token, a browser", "GET", "/buy/ev-1", vec![html.clone()], false, 302),
+        ("protected, a forged token", "GET", "/members/x", vec![json.clone(), user("alice"), ("cookie", format!("wicket_a_vip={forged}"))], false, 403),
+        ("protected, a token", "GET", "/members/x", vec![json.clone(), user("alice"), ("cookie", format!("a=1; wicket_a_vip={token}; b=2"))], false, 200),
+        ("protected, a bearer", "GET", "/members/x", vec![json.clone(), user("alice"), ("authorization", format!("Bearer {token}"))], false, 200),
+        // An edge-only rule (no room, so no session to bind it to) takes the token as the identity.
+        ("protected, another's token", "GET", "/members/x", vec![json.clone(), user("bob"), ("cookie", format!("wicket_a_vip={token}"))], false, 200),
+        ("protected, a token, a blocked user", "GET", "/members/x", vec![json.clone(), user("mallory"), ("cookie", format!("wicket_a_vip={token}"))], false, 403),
+        ("the core's admin route", "POST", "/v1/events/ev-1/reconcile", vec![json.clone()], false, 404),
+        ("a status poll without a ticket", "GET", "/queue/r1/status", vec![json.clone()], false, 401),
+        ("a room nobody runs", "GET", "/queue/nope/status", vec![json.clone()], false, 200),
+        ("another spelling of a protected path", "GET", "/buy//ev-1", vec![json.clone()], false, 403),
+        ("an escaped spelling of a protected path", "GET", "/buy/%65v-1", vec![json.clone()], false, 403),
+        ("an escaped slash", "GET", "/buy%2fev-1", vec![json.clone()], false, 400),
+    ];
+    let mut differences = Vec::new();
+    for (what, method, path, headers, file, status) in &table {
+        let h1 = over_http1(h1_fast.addr, method, path, headers).await;
+        assert_eq!(h1.status, *status, "{what}: {h1:?}");
+        let doors = [
+            ("HTTP/1.1 proxy", over_http1(h1_proxy.addr, method, path, headers).await),
+            ("HTTP/2 fast", over_h2(&ca, h2_fast_port, method, path, headers).await),
+            ("HTTP/2 proxy", over_h2(&ca, h2_proxy_port, method, path, headers).await),
+            ("nginx auth_request", over_http1(nginx.addr, method, path, headers).await),
+        ];
+        for (door, got) in doors {
+            let same = if door.starts_with("nginx") && *file { got.status == h1.status } else { got == h1 };
+            if !same {
+                differences.push(format!("{what} ({method} {path}): HTTP/1.1 front {h1:?}\n    {door} {got:?}"));
+            }
+        }
+        if *what == "protected, a token" {
+            let saw = h1.origin_saw.clone().unwrap_or_default();
+            assert!(saw.contains(&("wicket-user".into(), "alice".into())) && saw.contains(&("cookie".into(), "a=1; b=2".into())), "{h1:?}");
+        }
+        if *what == "forged identity headers" {
+            assert!(!h1.origin_saw.clone().unwrap_or_default().iter().any(|(k, _)| k == "wicket-user" || k == "wicket-room"), "{h1:?}");
+        }
+    }
+    assert!(differences.is_empty(), "the doors disagree:\n  {}", differences.join("\n  "));
+}

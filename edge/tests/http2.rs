@@ -9,26 +9,12 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
 use h2::client::SendRequest;
 use wicket_testkit::pki::Pki;
-
-/// A TLS connection to the edge's HTTPS port as `a.test` that chose `h2` by ALPN.
-async fn tls_h2(ca: &Path, port: u16) -> tokio_openssl::SslStream<tokio::net::TcpStream> {
-    let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
-    b.set_ca_file(ca).unwrap();
-    b.set_alpn_protos(b"\x02h2").unwrap();
-    let ssl = b.build().configure().unwrap().into_ssl("a.test").unwrap();
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
-    std::pin::Pin::new(&mut tls).connect().await.unwrap();
-    assert_eq!(tls.ssl().selected_alpn_protocol(), Some(&b"h2"[..]));
-    tls
-}
 
 /// An edge on HTTPS with room `r1` guarding `/buy/ev-1` (fixed rate 0: visitors stay queued),
 /// users from `x-user-id`, HSTS, a 200 KB `/big.bin`, an origin, and `extra` `[edge]` keys.

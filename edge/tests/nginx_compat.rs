@@ -6,71 +6,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-
-fn compat_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../nginx-compat")
-}
-
-fn nginx_bin() -> &'static str {
-    ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("nginx")
-}
-
-/// A real nginx running `http_body` (inside `http { }`) on a port of its own.
-struct NginxWith {
-    addr: std::net::SocketAddr,
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for NginxWith {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn nginx_conf(dir: &Path, http_body: &str) -> PathBuf {
-    let d = dir.display();
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
-         events {{ worker_connections 512; }}\n\
-         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
-         fastcgi_temp_path {d}/fcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n{http_body}\n}}\n"
-    );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    path
-}
-
-fn start_nginx(port: u16, http_body: &str) -> NginxWith {
-    let dir = tempfile::tempdir().unwrap();
-    let conf = nginx_conf(dir.path(), http_body);
-    let child = Command::new(nginx_bin())
-        .arg("-p")
-        .arg(dir.path())
-        .arg("-c")
-        .arg(&conf)
-        .arg("-e")
-        .arg(dir.path().join("error.log"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nginx (scripts/test.sh installs it)");
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_err() {
-        let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
-        assert!(Instant::now() < deadline, "nginx did not start: {log}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    NginxWith { addr, child, dir }
-}
 
 fn keys_dir() -> String {
     format!("{}/../core/examples/keys", env!("CARGO_MANIFEST_DIR"))
@@ -123,31 +63,6 @@ fn compat_edge(edge_extra: &str) -> TestEdge {
          [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
          release = {{ mode = \"fixed\", rate = 1000.0 }}\n"
     ))
-}
-
-/// A real nginx in front of `edge` with the shipped files: wicket-http.conf in `http`, wicket.conf
-/// in the server, then `locations` (where `{c}` names the folder of the shipped snippets).
-fn compat_nginx(edge: &TestEdge, locations: &str) -> NginxWith {
-    let compat = compat_dir().canonicalize().unwrap();
-    let port = free_port();
-    let locations = locations.replace("{c}", &compat.display().to_string());
-    start_nginx(
-        port,
-        &format!(
-            " upstream wicket_edge {{ server {}; keepalive 8; }}\n{}\n\
-             server {{\n  listen 127.0.0.1:{port};\n  include {}/wicket.conf;\n  {locations}\n }}",
-            edge.addr,
-            shipped_http_conf(),
-            compat.display()
-        ),
-    )
-}
-
-/// The shipped wicket-http.conf, its cache zone in the test's own folder (relative to nginx's -p).
-fn shipped_http_conf() -> String {
-    let text = std::fs::read_to_string(compat_dir().join("wicket-http.conf")).unwrap();
-    assert!(text.contains("/var/lib/nginx/wicket-auth"), "{text}");
-    text.replace("/var/lib/nginx/wicket-auth", "wicket-auth")
 }
 
 /// Joins room r1 through nginx and polls until admitted.

@@ -40,3 +40,37 @@ fn the_config_module_is_imported_by_no_part_it_composes() {
         assert!(reach.contains(&vec![part.to_string()]), "config does not compose {part}: the check above reads too little");
     }
 }
+
+/// The order of the edge's checks exists once (issue #25, docs/DESIGN.md §7): the doors — the
+/// HTTP/1.1 front, the HTTP/2 fast path, the forwarded fast path, Pingora's proxy and the
+/// listener app — carry out `decide::decide`'s decision and call none of the checks themselves
+/// (blocklists, identity, limits, protection, admission token, session, bot check); the decision
+/// step calls each of them.
+#[test]
+fn only_the_decision_step_runs_the_checks() {
+    let checks = [
+        "blocklist.ip(",
+        ".identify(",
+        "identity_refused(",
+        "check_limits(",
+        "protection()",
+        ".admission",
+        "session_ok(",
+        "check_pass(",
+        "bot.mode(",
+        "touch_by_token(",
+    ];
+    let code = |file: &str| {
+        let text = std::fs::read_to_string(format!("{SRC}/{file}")).unwrap();
+        // Code only: comments may name the checks.
+        text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+    };
+    for door in ["fast.rs", "fast_h2.rs", "forward.rs", "proxy.rs", "front.rs"] {
+        let text = code(door);
+        let found: Vec<&str> = checks.iter().copied().filter(|c| text.contains(c)).collect();
+        assert!(found.is_empty(), "{door} runs checks of the decision step itself: {found:?}");
+    }
+    let step = code("decide.rs");
+    let missing: Vec<&str> = checks.iter().copied().filter(|c| !step.contains(c)).collect();
+    assert!(missing.is_empty(), "the decision step does not run {missing:?}: the list above names the wrong calls");
+}

@@ -8,7 +8,8 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -581,4 +582,103 @@ pub fn sign_raw(header: &serde_json::Value, claims: &serde_json::Value, secret: 
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(input.as_bytes());
     format!("{input}.{}", b64.encode(mac.finalize().into_bytes()))
+}
+
+// nginx with the shipped nginx-compat/ files (nginx_compat.rs, doors.rs).
+
+pub fn compat_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../nginx-compat")
+}
+
+pub fn nginx_bin() -> &'static str {
+    ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("nginx")
+}
+
+/// A real nginx running `http_body` (inside `http { }`) on a port of its own.
+pub struct NginxWith {
+    pub addr: std::net::SocketAddr,
+    pub child: std::process::Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for NginxWith {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn nginx_conf(dir: &Path, http_body: &str) -> PathBuf {
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
+         events {{ worker_connections 512; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n{http_body}\n}}\n"
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    path
+}
+
+pub fn start_nginx(port: u16, http_body: &str) -> NginxWith {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = nginx_conf(dir.path(), http_body);
+    let child = Command::new(nginx_bin())
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(&conf)
+        .arg("-e")
+        .arg(dir.path().join("error.log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx (scripts/test.sh installs it)");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "nginx did not start: {log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    NginxWith { addr, child, dir }
+}
+
+/// The shipped wicket-http.conf, its cache zone in the test's own folder (relative to nginx's -p).
+pub fn shipped_http_conf() -> String {
+    let text = std::fs::read_to_string(compat_dir().join("wicket-http.conf")).unwrap();
+    assert!(text.contains("/var/lib/nginx/wicket-auth"), "{text}");
+    text.replace("/var/lib/nginx/wicket-auth", "wicket-auth")
+}
+
+/// A TLS connection to the edge's HTTPS port as `a.test` that chose `h2` by ALPN.
+pub async fn tls_h2(ca: &Path, port: u16) -> tokio_openssl::SslStream<tokio::net::TcpStream> {
+    let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+    b.set_ca_file(ca).unwrap();
+    b.set_alpn_protos(b"\x02h2").unwrap();
+    let ssl = b.build().configure().unwrap().into_ssl("a.test").unwrap();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
+    std::pin::Pin::new(&mut tls).connect().await.unwrap();
+    assert_eq!(tls.ssl().selected_alpn_protocol(), Some(&b"h2"[..]));
+    tls
+}
+
+/// A real nginx in front of `edge` with the shipped files: wicket-http.conf in `http`, wicket.conf
+/// in the server, then `locations` (where `{c}` names the folder of the shipped snippets).
+pub fn compat_nginx(edge: &TestEdge, locations: &str) -> NginxWith {
+    let compat = compat_dir().canonicalize().unwrap();
+    let port = free_port();
+    let locations = locations.replace("{c}", &compat.display().to_string());
+    start_nginx(
+        port,
+        &format!(
+            " upstream wicket_edge {{ server {}; keepalive 8; }}\n{}\n\
+             server {{\n  listen 127.0.0.1:{port};\n  include {}/wicket.conf;\n  {locations}\n }}",
+            edge.addr,
+            shipped_http_conf(),
+            compat.display()
+        ),
+    )
 }
