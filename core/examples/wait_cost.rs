@@ -1,11 +1,14 @@
-//! What `[redis] wait-replicas = 1` costs (issue #17 item 5): holds/s and latency through the real
-//! `wicket-core` binary on a Redis master with one replica, the wait off vs on, same machine, same load.
+//! What waiting for a replica costs (issue #17 item 5; issue #27: the default `wait-replicas = "auto"`):
+//! holds/s and latency through the real `wicket-core` binary on a Redis master with one replica, the wait off
+//! (`wait-replicas = 0`) vs on (`--wait auto`, the default: the config has no `[redis]` table and the core
+//! finds the replica; or `--wait 1`), same machine, same load.
 //! A stand-in for `wicket-bench holds` that builds with the core alone: the same load shape (N clients with
 //! keep-alive, a fresh HS256 token and idempotency key per hold, one general-admission pool).
 //!
 //! ```sh
 //! cargo build --release -p wicket-core --bin wicket-core --example wait_cost
-//! target/release/examples/wait_cost --clients 64 --seconds 5 --rounds 3
+//! target/release/examples/wait_cost --clients 64 --seconds 5 --rounds 3            # auto vs 0
+//! target/release/examples/wait_cost --clients 64 --seconds 5 --rounds 3 --wait 1   # 1 vs 0
 //! # one line per round and store, then one JSON line: {"off":{..},"on":{..},"redis_wait_vs_nowait":..}
 //! ```
 //! `redis-server` from `PATH` (or `WICKET_REDIS_SERVER`: `wicket_testkit::RedisServer`); the core binary
@@ -38,6 +41,10 @@ struct Args {
     /// `redis.wait-timeout-ms` of the waiting core.
     #[arg(long, default_value_t = 100)]
     wait_timeout_ms: u64,
+    /// `redis.wait-replicas` of the waiting core: `auto` (the default, written as no setting at all unless
+    /// `--wait-timeout-ms` differs from 100) or a number ≥ 1.
+    #[arg(long, default_value = "auto")]
+    wait: String,
 }
 
 /// A child process, killed on drop.
@@ -69,12 +76,21 @@ fn core_bin() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-async fn start_core(store: &str, wait: &str) -> anyhow::Result<(Proc, String)> {
+/// A core on `store` with the `[redis]` text `wait`; its start-up log must say `policy` (the wait policy it
+/// chose), so a measurement never runs on a policy other than the one it names.
+async fn start_core(store: &str, wait: &str, policy: &str) -> anyhow::Result<(Proc, String)> {
     let dir = tempfile::tempdir()?;
     let port = free_port();
     let cfg = dir.path().join("core.toml");
     std::fs::write(&cfg, config_text(port, store, wait))?;
-    let child = Command::new(core_bin()?).args(["serve", "--config"]).arg(&cfg).env("RUST_LOG", "warn").spawn()?;
+    let log = dir.path().join("core.log");
+    let child = Command::new(core_bin()?)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let child = Proc(child, dir);
     let base = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -87,7 +103,11 @@ async fn start_core(store: &str, wait: &str) -> anyhow::Result<(Proc, String)> {
         anyhow::ensure!(Instant::now() < deadline, "the core did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok((Proc(child, dir), base))
+    let text = std::fs::read_to_string(&log)?;
+    let line = text.lines().find(|l| l.contains("redis.wait-replicas")).unwrap_or("(no wait policy logged)");
+    anyhow::ensure!(line.contains(policy), "expected a core that {policy}, its log says: {line}");
+    eprintln!("{line}");
+    Ok((child, base))
 }
 
 async fn put_event(base: &str, event: &str) -> anyhow::Result<()> {
@@ -179,9 +199,16 @@ async fn main() -> anyhow::Result<()> {
     let master = RedisServer::start();
     let _replica = RedisServer::start_replica_of(&master);
     let url = master.url();
-    let wait = format!("[redis]\nwait-replicas = 1\nwait-timeout-ms = {}\n", args.wait_timeout_ms);
-    let (_off, off_base) = start_core(&url, "").await?;
-    let (_on, on_base) = start_core(&url, &wait).await?;
+    let wait = match (args.wait.as_str(), args.wait_timeout_ms) {
+        ("auto", 100) => String::new(),
+        ("auto", ms) => format!("[redis]\nwait-timeout-ms = {ms}\n"),
+        (n, ms) => {
+            let n: u32 = n.parse().ok().filter(|n| *n >= 1).ok_or_else(|| anyhow::anyhow!("--wait: auto or a number >= 1, got {n:?}"))?;
+            format!("[redis]\nwait-replicas = {n}\nwait-timeout-ms = {ms}\n")
+        }
+    };
+    let (_off, off_base) = start_core(&url, "[redis]\nwait-replicas = 0\n", "redis.wait-replicas = 0").await?;
+    let (_on, on_base) = start_core(&url, &wait, "every acknowledged change waits for").await?;
     put_event(&off_base, "bench-off").await?;
     put_event(&on_base, "bench-on").await?;
     let cfg = CoreConfig::from_toml_str(&config_text(1, "memory", "")).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -214,7 +241,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "{}",
         serde_json::json!({
-            "clients": args.clients, "seconds": args.seconds, "rounds": args.rounds, "wait_timeout_ms": args.wait_timeout_ms,
+            "clients": args.clients, "seconds": args.seconds, "rounds": args.rounds, "wait_timeout_ms": args.wait_timeout_ms, "wait": args.wait,
             "off": summary(&results[0]), "on": summary(&results[1]),
             "redis_wait_vs_nowait": (ratio * 100.0).round() / 100.0,
         })

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::model::FieldError;
-use crate::store::redis::{DEFAULT_WAIT_TIMEOUT_MS, WaitPolicy};
+use crate::store::redis::{DEFAULT_WAIT_TIMEOUT_MS, WaitReplicas, WaitSettings};
 /// `[tls]`'s settings live beside the listener that uses them ([`crate::tls`]).
 pub use crate::tls::TlsConfig;
 
@@ -107,9 +107,11 @@ impl Default for StoreConfig {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RedisConfig {
     /// After every change the core acknowledges, wait until this many replicas have it (`WAIT`), on the
-    /// connection (and so the master) that made it. 0..=16; default 0 (off: replication is asynchronous).
+    /// connection (and so the master) that made it. 0..=16 (0: off, replication is asynchronous), or
+    /// `"auto"` (default): 1 when the store has replicas when the core connects (or once one connects
+    /// later), else 0 ([`WaitReplicas::Auto`]).
     #[serde(default)]
-    pub wait_replicas: u32,
+    pub wait_replicas: WaitReplicas,
     /// After every change the core acknowledges, wait until the master's AOF has it on disk (`WAITAOF`,
     /// Redis ≥ 7.2 with `appendonly yes`); with `wait-replicas`, until that many replicas have it in their
     /// AOF. Default false.
@@ -123,9 +125,9 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// What the Redis store waits for ([`WaitPolicy`]).
-    pub fn wait_policy(&self) -> WaitPolicy {
-        WaitPolicy {
+    /// What the Redis store is asked to wait for; it resolves `"auto"` when it connects.
+    pub fn wait_settings(&self) -> WaitSettings {
+        WaitSettings {
             replicas: self.wait_replicas,
             aof: self.wait_aof,
             timeout: std::time::Duration::from_millis(self.wait_timeout_ms.unwrap_or(DEFAULT_WAIT_TIMEOUT_MS)),
@@ -423,8 +425,11 @@ impl CoreConfig {
             }
         }
         let r = &self.redis;
-        if *r != RedisConfig::default() && !self.is_redis() {
-            let key = if r.wait_replicas > 0 {
+        // `wait-replicas = 0` says what a store without replicas does anyway: accepted everywhere, as before
+        // "auto" was the default.
+        let asks = r.wait_aof || r.wait_timeout_ms.is_some() || matches!(r.wait_replicas, WaitReplicas::Count(1..));
+        if asks && !self.is_redis() {
+            let key = if matches!(r.wait_replicas, WaitReplicas::Count(1..)) {
                 "redis.wait-replicas"
             } else if r.wait_aof {
                 "redis.wait-aof"
@@ -433,14 +438,14 @@ impl CoreConfig {
             };
             err(key, "only the Redis store (store = \"redis://...\" or { cluster = [...] }) has these settings".into());
         }
-        if r.wait_replicas > 16 {
-            err("redis.wait-replicas", format!("must be 0..=16, got {}", r.wait_replicas));
+        if let WaitReplicas::Count(n @ 17..) = r.wait_replicas {
+            err("redis.wait-replicas", format!("must be a number of replicas (0..=16) or \"auto\", got {n}"));
         }
         if let Some(t) = r.wait_timeout_ms {
             if !(1..=1000).contains(&t) {
                 err("redis.wait-timeout-ms", format!("must be 1..=1000, got {t}"));
-            } else if r.wait_replicas == 0 && !r.wait_aof {
-                err("redis.wait-timeout-ms", "has no effect without redis.wait-replicas or redis.wait-aof".into());
+            } else if r.wait_replicas == WaitReplicas::Count(0) && !r.wait_aof {
+                err("redis.wait-timeout-ms", "has no effect with redis.wait-replicas = 0 and without redis.wait-aof".into());
             }
         }
         if self.data_dir.is_some() && !self.is_durable_embedded() {
@@ -771,29 +776,67 @@ mod tests {
             Err(e) => vec![e.to_string()],
             Ok(_) => vec![],
         };
-        // Old configs: no [redis] table, the wait is off.
-        let cfg = CoreConfig::from_toml_str(&format!("store = \"redis://127.0.0.1:6379/0\"\n{base}")).unwrap();
-        assert!(!cfg.redis.wait_policy().is_on());
+        let redis = "store = \"redis://127.0.0.1:6379/0\"\n";
+        // No [redis] table: "auto" (wait for one replica when the store has replicas), 100 ms.
+        let cfg = CoreConfig::from_toml_str(&format!("{redis}{base}")).unwrap();
+        assert_eq!(cfg.redis.wait_settings(), WaitSettings::default());
+        let p = cfg.redis.wait_settings();
+        assert_eq!((p.replicas, p.aof, p.timeout.as_millis()), (WaitReplicas::Auto, false, 100));
+        let p = CoreConfig::from_toml_str(&format!("{redis}{base}\n[redis]\nwait-replicas = \"auto\"\nwait-timeout-ms = 250\n"))
+            .unwrap()
+            .redis
+            .wait_settings();
+        assert_eq!((p.replicas, p.timeout.as_millis()), (WaitReplicas::Auto, 250));
+        // 0 turns it off.
+        let p = CoreConfig::from_toml_str(&format!("{redis}{base}\n[redis]\nwait-replicas = 0\n")).unwrap().redis.wait_settings();
+        assert_eq!(p.replicas, WaitReplicas::Count(0));
         // Both store forms take it.
-        let text = format!("store = \"redis://127.0.0.1:6379/0\"\n{base}\n[redis]\nwait-replicas = 1\nwait-timeout-ms = 50\n");
-        let cfg = CoreConfig::from_toml_str(&text).unwrap();
-        let p = cfg.redis.wait_policy();
-        assert_eq!((p.replicas, p.aof, p.timeout.as_millis()), (1, false, 50));
+        let text = format!("{redis}{base}\n[redis]\nwait-replicas = 1\nwait-timeout-ms = 50\n");
+        let p = CoreConfig::from_toml_str(&text).unwrap().redis.wait_settings();
+        assert_eq!((p.replicas, p.aof, p.timeout.as_millis()), (WaitReplicas::Count(1), false, 50));
         let text = format!("store = {{ cluster = [\"redis://127.0.0.1:7000\"] }}\n{base}\n[redis]\nwait-aof = true\n");
-        let p = CoreConfig::from_toml_str(&text).unwrap().redis.wait_policy();
-        assert_eq!((p.replicas, p.aof, p.timeout.as_millis()), (0, true, 100));
-        // Problems, each with its path.
+        let p = CoreConfig::from_toml_str(&text).unwrap().redis.wait_settings();
+        assert_eq!((p.replicas, p.aof, p.timeout.as_millis()), (WaitReplicas::Auto, true, 100));
+        // The embedded store: a wait is refused, 0 and "auto" (what it does anyway) are not.
         let e = errs(format!("{base}\n[redis]\nwait-replicas = 1\n"));
         assert!(e.len() == 1 && e[0].starts_with("redis.wait-replicas: only the Redis store"), "{e:?}");
-        let redis = "store = \"redis://127.0.0.1:6379/0\"\n";
+        for fine in ["0", "\"auto\""] {
+            assert!(CoreConfig::from_toml_str(&format!("{base}\n[redis]\nwait-replicas = {fine}\n")).is_ok(), "{fine}");
+        }
+        // Problems, each with its path.
         let e = errs(format!("{redis}{base}\n[redis]\nwait-replicas = 17\n"));
-        assert!(e.len() == 1 && e[0].starts_with("redis.wait-replicas: must be 0..=16"), "{e:?}");
+        assert_eq!(e, ["redis.wait-replicas: must be a number of replicas (0..=16) or \"auto\", got 17"]);
+        for (bad, shown) in [
+            ("\"two\"", "\"two\""),
+            ("-1", "-1"),
+            ("\"Auto\"", "\"Auto\""),
+            ("\"\"", "\"\""),
+            ("1.5", "1.5"),
+            ("true", "true"),
+            ("4294967296", "4294967296"),
+        ] {
+            let e = errs(format!("{redis}{base}\n[redis]\nwait-replicas = {bad}\n"));
+            let want = format!("redis.wait-replicas: must be a number of replicas (0..=16) or \"auto\", got {shown} (line ");
+            assert!(e.len() == 1 && e[0].starts_with(&want), "{bad}: {e:?}");
+        }
+        let e = errs(format!("{redis}{base}\n[redis]\nwait-replicas = [1]\n"));
+        assert!(e.len() == 1 && e[0].starts_with("redis.wait-replicas: "), "{e:?}");
         for bad in [0, 1001] {
             let e = errs(format!("{redis}{base}\n[redis]\nwait-replicas = 1\nwait-timeout-ms = {bad}\n"));
             assert!(e.len() == 1 && e[0].starts_with("redis.wait-timeout-ms: must be 1..=1000"), "{e:?}");
         }
-        let e = errs(format!("{redis}{base}\n[redis]\nwait-timeout-ms = 50\n"));
+        let e = errs(format!("{redis}{base}\n[redis]\nwait-replicas = 0\nwait-timeout-ms = 50\n"));
         assert!(e.len() == 1 && e[0].starts_with("redis.wait-timeout-ms: has no effect"), "{e:?}");
+        // From a file: the line too.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("core.toml");
+        std::fs::write(&file, format!("{redis}{base}\n[redis]\nwait-replicas = \"two\"\n")).unwrap();
+        match CoreConfig::from_file(&file) {
+            Err(ConfigError::Invalid(e)) => {
+                assert!(e.len() == 1 && e[0].path.starts_with("redis.wait-replicas") && e[0].message.contains("got \"two\""), "{e:?}")
+            }
+            other => panic!("{other:?}"),
+        }
         let e = errs(format!("{redis}{base}\n[redis]\nwait-replica = 1\n"));
         assert!(e.len() == 1 && e[0].contains("wait-replica"), "{e:?}");
     }

@@ -9,8 +9,9 @@
 //! - [`model`]: events, pools, SKUs, limits, orders and the typed outcomes of every store operation.
 //! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process: durable through
 //!   [`store::journal`], or memory only) and [`store::redis`] (Lua from lua/, `close` and `refund` with the
-//!   one give-back of lua/lib/give_back.lua; optionally each acknowledged change waits for replicas / the
-//!   AOF, `[redis]` in the config). Its tests start real Redis servers and Clusters through the
+//!   one give-back of lua/lib/give_back.lua; each acknowledged change waits for a replica when the store
+//!   has replicas — `[redis] wait-replicas = "auto"`, the default, resolved when it connects — or as
+//!   `[redis]` says: a number of replicas, 0 for none, the AOF). Its tests start real Redis servers and Clusters through the
 //!   `wicket-testkit` crate (testkit/), shared with the other crates' tests.
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
 //! - [`payment`]: signed callbacks and the provider's status query.
@@ -33,8 +34,8 @@
 //! within the deadline) → [`http`] (body ≤ 64 KiB, strict JSON by [`strict_json`], token verified by
 //! [`token`]; a replay is answered from its order before the sold-out flag is trusted) →
 //! [`store::SaleStore::hold`] (one atomic step; on the durable embedded store, answered once its journal
-//! record is on disk; on Redis with `[redis]` wait settings, once the replicas
-//! confirmed it) → 201 with the order.
+//! record is on disk; on Redis with replicas (by default) or other `[redis]` wait settings, once the
+//! replicas confirmed it) → 201 with the order.
 
 pub mod clock;
 pub mod config;
@@ -217,20 +218,40 @@ pub async fn open_store(config: &CoreConfig) -> anyhow::Result<DynStore> {
             Ok(Arc::new(store))
         }
         StoreConfig::Url(u) if u == "memory" => Ok(Arc::new(store::embedded::EmbeddedStore::new())),
-        StoreConfig::Url(u) => Ok(Arc::new(store::redis::RedisStore::connect_with(u, config.redis.wait_policy()).await?)),
-        StoreConfig::Cluster { cluster } => {
-            Ok(Arc::new(store::redis::RedisStore::connect_cluster_with(cluster, config.redis.wait_policy()).await?))
-        }
+        StoreConfig::Url(_) | StoreConfig::Cluster { .. } => Ok(Arc::new(open_redis_store(config).await?)),
     }
+}
+
+/// Opens the configured Redis store (`store = "redis://..."` or `{ cluster = [...] }`) with the `[redis]`
+/// wait settings, as [`open_store`] does; `"auto"` is resolved here, and the policy in force logged.
+pub async fn open_redis_store(config: &CoreConfig) -> anyhow::Result<store::redis::RedisStore> {
+    let wait = config.redis.wait_settings();
+    let store = match &config.store {
+        StoreConfig::Url(u) if u.starts_with("redis://") || u.starts_with("rediss://") => {
+            store::redis::RedisStore::connect_with(u, wait).await
+        }
+        StoreConfig::Cluster { cluster } => store::redis::RedisStore::connect_cluster_with(cluster, wait).await,
+        StoreConfig::Url(u) => anyhow::bail!("store = {u:?} is not a Redis store"),
+    };
+    Ok(store?)
 }
 
 /// How the configured store is named in the start-up log line.
 pub fn describe_store(config: &CoreConfig) -> String {
-    let wait = config.redis.wait_policy();
+    use store::redis::WaitReplicas;
+    let wait = config.redis.wait_settings();
+    let ms = wait.timeout.as_millis();
     let wait = match (wait.replicas, wait.aof) {
-        (0, false) => String::new(),
-        (n, false) => format!(", each change waits for {n} replica(s) (WAIT, {} ms)", wait.timeout.as_millis()),
-        (n, true) => format!(", each change waits for the AOF and {n} replica AOF(s) (WAITAOF, {} ms)", wait.timeout.as_millis()),
+        _ if !config.is_redis() => String::new(),
+        (WaitReplicas::Count(0), false) => ", changes not waited for (wait-replicas = 0)".into(),
+        (WaitReplicas::Count(n), false) => format!(", each change waits for {n} replica(s) (WAIT, {ms} ms)"),
+        (WaitReplicas::Auto, false) => {
+            format!(", each change waits for 1 replica if the store has replicas (wait-replicas \"auto\", WAIT, {ms} ms)")
+        }
+        (WaitReplicas::Count(n), true) => format!(", each change waits for the AOF and {n} replica AOF(s) (WAITAOF, {ms} ms)"),
+        (WaitReplicas::Auto, true) => format!(
+            ", each change waits for the AOF and, if the store has replicas, 1 replica AOF (wait-replicas \"auto\", WAITAOF, {ms} ms)"
+        ),
     };
     let what = match &config.store {
         StoreConfig::Url(u) if u == "embedded" => {

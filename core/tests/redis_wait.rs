@@ -1,14 +1,21 @@
 //! The Redis store's wait settings (`[redis]` `wait-replicas` / `wait-aof`, issue #17 item 5): every
-//! acknowledged change is confirmed by a replica before its answer.
+//! acknowledged change is confirmed by a replica before its answer; by default (`wait-replicas = "auto"`,
+//! issue #27 item 0) whenever the store has replicas.
 //!
+//! - the default config, built as the binary builds it (`wicket_core::open_redis_store`): a lone Redis →
+//!   no wait (a hold is 201 where `WAIT 1` would be 503), until a replica connects (then it waits: the
+//!   replica killed → 503 `durability_timeout`); a master with a replica → every change waits (hold,
+//!   payment, event put, pause: 503 once the replica is gone); `wait-replicas = 0` → no wait even with a
+//!   replica;
 //! - the conformance suite on a master with one replica, every change waited;
 //! - a replica that is gone: 503 `durability_timeout` (counted), the change stays on the master, and a retry
 //!   with the same idempotency key answers with its order once a replica confirms it;
 //! - `wait-aof` where WAITAOF cannot work refuses to start;
 //! - failover: a 3-master Cluster with a replica each, a burst of holds over HTTP, the master of the
-//!   event's slot SIGKILLed mid-burst, its replica promoted: every hold the waiting core acknowledged is an
-//!   order on the new master. `WICKET_FAILOVER_ROUNDS` rounds (default 2; 20 for the long run). A second
-//!   core without the wait runs the same burst; its losses are printed, not asserted (they are a matter of
+//!   event's slot SIGKILLed mid-burst, its replica promoted: every hold acknowledged by a core with the
+//!   default config (no `[redis]` table: "auto", which finds the replicas and waits for 1) is an order on
+//!   the new master. `WICKET_FAILOVER_ROUNDS` rounds (default 2; 20 for the long run). A second core with
+//!   `wait-replicas = 0` runs the same burst; its losses are printed, not asserted (they are a matter of
 //!   timing).
 //!
 //! `cargo nextest run -p wicket-core --test redis_wait`
@@ -21,13 +28,118 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::core_server::{TestCore, event_body};
+use common::core_server::{TestCore, config_text, event_body};
 use conformance::OnRedis;
-use wicket_core::store::redis::{RedisStore, WaitPolicy};
+use wicket_core::config::CoreConfig;
+use wicket_core::store::redis::{AUTO_REDETECT, DEFAULT_WAIT_TIMEOUT_MS, RedisStore, WaitPolicy};
 use wicket_testkit::{RedisCluster, RedisServer};
 
 fn wait_one(ms: u64) -> WaitPolicy {
     WaitPolicy { replicas: 1, aof: false, timeout: Duration::from_millis(ms) }
+}
+
+/// The test core's config on `store` (a TOML value), with `redis` appended (`""`: no `[redis]` table, the
+/// defaults).
+fn config_on(store: &str, redis: &str) -> CoreConfig {
+    let text = format!("store = {store}\n{}\n{redis}", config_text(None, 4096));
+    CoreConfig::from_toml_str(&text).expect("test config is valid")
+}
+
+/// The store and core `wicket-core serve` would build from `cfg`.
+async fn core_from(cfg: CoreConfig) -> (RedisStore, TestCore) {
+    let store = wicket_core::open_redis_store(&cfg).await.expect("the store opens");
+    let core = TestCore::start_config(Arc::new(store.clone()), cfg).await;
+    (store, core)
+}
+
+/// What the default config (`wait-replicas = "auto"`) waits for once it found a replica.
+const AUTO_ON: WaitPolicy = WaitPolicy { replicas: 1, aof: false, timeout: Duration::from_millis(DEFAULT_WAIT_TIMEOUT_MS) };
+
+/// `(status, error code)` of a hold of one `park` ticket with key `key`.
+async fn hold_one(c: &TestCore, event: &str, key: &str) -> (u16, serde_json::Value) {
+    c.hold(event, &format!("u-{key}"), &serde_json::json!({"sku": "park", "qty": 1, "idempotency_key": key})).await
+}
+
+/// The default config on a lone Redis: nothing to wait for, so nothing waits (with `WAIT 1` every change
+/// would answer 503 here). A replica that connects later is found within [`AUTO_REDETECT`]: from then on
+/// every change waits for it (killed → 503 `durability_timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn auto_on_a_lone_redis_does_not_wait_until_a_replica_connects() {
+    let master = RedisServer::start();
+    let (store, c) = core_from(config_on(&format!("{:?}", master.url()), "")).await;
+    assert_eq!(store.wait_policy(), None, "a lone Redis: no wait");
+    assert_eq!(c.put_event("lone", &event_body(100, 10, 1, serde_json::json!([]))).await, 201);
+    for i in 0..5 {
+        let (s, b) = hold_one(&c, "lone", &format!("k{i}")).await;
+        assert_eq!(s, 201, "{b}");
+    }
+    let (s, _) = c.post_admin("/v1/events/lone/pause", None).await;
+    assert_eq!(s, 200);
+    let (s, _) = c.post_admin("/v1/events/lone/resume", None).await;
+    assert_eq!(s, 200);
+
+    let mut replica = RedisServer::start_replica_of(&master);
+    let found = Instant::now();
+    while store.wait_policy().is_none() {
+        assert!(found.elapsed() < AUTO_REDETECT * 4, "the new replica was not found");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(store.wait_policy(), Some(AUTO_ON));
+    let (s, b) = hold_one(&c, "lone", "after-replica").await;
+    assert_eq!(s, 201, "{b}");
+    replica.kill9();
+    let (s, b) = hold_one(&c, "lone", "replica-gone").await;
+    assert_eq!((s, b["error"].as_str()), (503, Some("durability_timeout")), "the wait stays on: {b}");
+}
+
+/// The default config on a master with a replica: every acknowledged change waits for the replica — hold,
+/// payment, event put, pause: with the replica killed, each answers 503 `durability_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn auto_on_a_master_with_a_replica_waits_for_it() {
+    let master = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&master);
+    let (store, c) = core_from(config_on(&format!("{:?}", master.url()), "")).await;
+    assert_eq!(store.wait_policy(), Some(AUTO_ON));
+    assert_eq!(c.put_event("rep", &event_body(100, 10, 1, serde_json::json!([]))).await, 201);
+    let (s, held) = hold_one(&c, "rep", "k1").await;
+    assert_eq!(s, 201, "{held}");
+    let order = held["order_id"].as_str().unwrap().to_string();
+
+    replica.kill9();
+    let dt = |s: u16, b: &serde_json::Value| (s, b["error"].as_str().map(str::to_string));
+    let want = (503, Some("durability_timeout".to_string()));
+    let (s, b) = hold_one(&c, "rep", "k2").await;
+    assert_eq!(dt(s, &b), want, "hold: {b}");
+    let (s, b) = c.pay(&order, "txn-1", 100).await;
+    assert_eq!(dt(s, &b), want, "payment: {b}");
+    let r = c
+        .http
+        .put(c.url("/v1/events/rep2"))
+        .bearer_auth(common::core_server::ADMIN)
+        .json(&event_body(100, 10, 1, serde_json::json!([])))
+        .send()
+        .await
+        .unwrap();
+    let s = r.status().as_u16();
+    let b: serde_json::Value = r.json().await.unwrap_or_default();
+    assert_eq!(dt(s, &b), want, "event put: {b}");
+    let (s, b) = c.post_admin("/v1/events/rep/pause", None).await;
+    assert_eq!(dt(s, &b), want, "pause: {b}");
+}
+
+/// `wait-replicas = 0` turns the wait off even with a replica: the replica killed, holds are still 201.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wait_replicas_zero_does_not_wait_even_with_a_replica() {
+    let master = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&master);
+    let (store, c) = core_from(config_on(&format!("{:?}", master.url()), "[redis]\nwait-replicas = 0\n")).await;
+    assert_eq!(store.wait_policy(), None);
+    assert_eq!(c.put_event("off", &event_body(100, 10, 1, serde_json::json!([]))).await, 201);
+    replica.kill9();
+    let (s, b) = hold_one(&c, "off", "k1").await;
+    assert_eq!(s, 201, "{b}");
+    let (s, _) = c.post_admin("/v1/events/off/pause", None).await;
+    assert_eq!(s, 200);
 }
 
 /// A master and its replica.
@@ -172,10 +284,13 @@ async fn failover_of_the_slot_master_loses_no_acknowledged_hold() {
     let rounds: usize = std::env::var("WICKET_FAILOVER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     let mut cluster = RedisCluster::start_with_replicas(3, 500);
     let seeds = cluster.seeds();
-    let waited = RedisStore::connect_cluster_with(&seeds, wait_one(200)).await.expect("connect");
-    let plain = RedisStore::connect_cluster(&seeds).await.expect("connect");
-    let core_w = Arc::new(TestCore::start(Arc::new(waited)).await);
-    let core_p = Arc::new(TestCore::start(Arc::new(plain)).await);
+    let store = format!("{{ cluster = {seeds:?} }}");
+    // The waiting core has the default config (no [redis] table: "auto"), the plain one turns the wait off.
+    let (waited, core_w) = core_from(config_on(&store, "")).await;
+    assert_eq!(waited.wait_policy(), Some(AUTO_ON), "every master has a replica: the default waits for 1");
+    let (plain, core_p) = core_from(config_on(&store, "[redis]\nwait-replicas = 0\n")).await;
+    assert_eq!(plain.wait_policy(), None);
+    let (core_w, core_p) = (Arc::new(core_w), Arc::new(core_p));
     let (mut lost_waited, mut lost_plain, mut acked_waited, mut acked_plain) = (0, 0, 0, 0);
     for round in 0..rounds {
         let event = format!("fo{round}");
@@ -225,7 +340,8 @@ async fn failover_of_the_slot_master_loses_no_acknowledged_hold() {
             mp.len(),
             p.statuses
         );
-        assert!(mw.is_empty(), "round {round}: holds acknowledged with the wait on are gone: {mw:?}");
+        assert!(!w.acked.is_empty(), "round {round}: the waiting core acknowledged nothing: {:?}", w.statuses);
+        assert!(mw.is_empty(), "round {round}: holds acknowledged by the default config are gone: {mw:?}");
         lost_waited += mw.len();
         lost_plain += mp.len();
         acked_waited += w.acked.len();

@@ -13,7 +13,8 @@
 //! a 100,000-seat event legitimately takes longer than a hold may.
 //!
 //! Constructors: [`RedisStore::connect`] (`redis://host:port/db`) and [`RedisStore::connect_cluster`]
-//! (seed URLs of a Redis Cluster); `connect_with` / `connect_cluster_with` take a [`WaitPolicy`].
+//! (seed URLs of a Redis Cluster), both without waiting for replicas; `connect_with` /
+//! `connect_cluster_with` take a fixed [`WaitPolicy`] or the config's [`WaitSettings`].
 //!
 //! # Waiting for replicas (`[redis]` wait settings)
 //! Replication is asynchronous: a change a master acknowledged can be missing on the replica promoted after
@@ -27,10 +28,17 @@
 //! stays applied on the master, and a retry with the same idempotency key answers from it). `WAIT` blocks
 //! its connection until the replicas answer, so waited calls go over a pool of [`WAIT_CONNECTIONS`]
 //! connections (Redis confirms all waiting clients with one replica round trip); reads keep the shared one.
+//!
+//! The config's default is `wait-replicas = "auto"` ([`WaitReplicas::Auto`]): when connecting, `INFO
+//! replication` on every master (the one server, or each master of the Cluster) counts its connected
+//! replicas; any master with one → every change waits for 1 replica; none (a lone Redis) → no wait, and the
+//! masters are looked at again every [`AUTO_REDETECT`] until a replica shows up, when the wait turns on for
+//! good (it never turns itself off: a replica lost later means 503 `durability_timeout` until one is back, or
+//! a restart of the core without replicas). The policy in force and why are logged.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -61,7 +69,95 @@ pub const WAIT_CONNECTIONS: usize = 16;
 /// Default of `redis.wait-timeout-ms`: the longest one wait may take.
 pub const DEFAULT_WAIT_TIMEOUT_MS: u64 = 100;
 
-/// What every acknowledged change waits for before its answer (config `[redis]`). Off by default.
+/// How often a store whose `wait-replicas = "auto"` found no replica at start looks again: a replica that
+/// connects later turns the wait on within this long (and it stays on).
+pub const AUTO_REDETECT: Duration = Duration::from_secs(5);
+
+/// `redis.wait-replicas`: a number of replicas, or `"auto"` (the default): wait for one replica when the
+/// store has replicas, for none when it has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitReplicas {
+    /// Look at the masters when connecting (`INFO replication`, `connected_slaves`, on every master): any
+    /// master with a connected replica → wait for 1; none → no wait, looked at again every
+    /// [`AUTO_REDETECT`] until a replica shows up (then the wait is on for good).
+    #[default]
+    Auto,
+    /// Exactly this many (0: no wait).
+    Count(u32),
+}
+
+impl std::fmt::Display for WaitReplicas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitReplicas::Auto => f.write_str("\"auto\""),
+            WaitReplicas::Count(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl serde::Serialize for WaitReplicas {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            WaitReplicas::Auto => s.serialize_str("auto"),
+            WaitReplicas::Count(n) => s.serialize_u32(*n),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for WaitReplicas {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        const WANT: &str = "must be a number of replicas (0..=16) or \"auto\"";
+        impl serde::de::Visitor<'_> for V {
+            type Value = WaitReplicas;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number of replicas (0..=16) or \"auto\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<WaitReplicas, E> {
+                u32::try_from(v).map(WaitReplicas::Count).map_err(|_| E::custom(format!("{WANT}, got {v}")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<WaitReplicas, E> {
+                u32::try_from(v).map(WaitReplicas::Count).map_err(|_| E::custom(format!("{WANT}, got {v}")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<WaitReplicas, E> {
+                if v == "auto" { Ok(WaitReplicas::Auto) } else { Err(E::custom(format!("{WANT}, got {v:?}"))) }
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<WaitReplicas, E> {
+                Err(E::custom(format!("{WANT}, got {v}")))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<WaitReplicas, E> {
+                Err(E::custom(format!("{WANT}, got {v}")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What the config asks every acknowledged change to wait for (`[redis]`); a store resolves it into the
+/// [`WaitPolicy`] in force when it connects (`"auto"`: from the replicas it finds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitSettings {
+    pub replicas: WaitReplicas,
+    pub aof: bool,
+    pub timeout: Duration,
+}
+
+impl Default for WaitSettings {
+    /// The config's defaults: `wait-replicas = "auto"`, no AOF wait, 100 ms.
+    fn default() -> Self {
+        WaitSettings { replicas: WaitReplicas::Auto, aof: false, timeout: Duration::from_millis(DEFAULT_WAIT_TIMEOUT_MS) }
+    }
+}
+
+impl From<WaitPolicy> for WaitSettings {
+    /// A fixed policy: nothing is detected.
+    fn from(p: WaitPolicy) -> Self {
+        WaitSettings { replicas: WaitReplicas::Count(p.replicas), aof: p.aof, timeout: p.timeout }
+    }
+}
+
+/// What every acknowledged change waits for before its answer: the policy in force. [`Default`]: no wait
+/// (what [`RedisStore::connect`] uses; the config's default is [`WaitSettings::default`], `"auto"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitPolicy {
     /// Replicas that must have the change (`WAIT`), or, with `aof`, have it in their AOF (`WAITAOF`).
@@ -131,16 +227,84 @@ impl WaitPolicy {
 }
 
 /// The waited path of a store: the policy and the connections that carry it.
-#[derive(Clone)]
 struct Waiter {
-    policy: WaitPolicy,
-    pool: Arc<[Conn]>,
-    next: Arc<AtomicUsize>,
+    /// Replicas waited for: fixed, except that `"auto"` with `wait-aof` may raise it from 0 to 1 once.
+    replicas: AtomicU32,
+    aof: bool,
+    timeout: Duration,
+    pool: Box<[Conn]>,
+    next: AtomicUsize,
 }
 
 impl Waiter {
+    fn new(policy: WaitPolicy, pool: Vec<Conn>) -> Waiter {
+        Waiter {
+            replicas: AtomicU32::new(policy.replicas),
+            aof: policy.aof,
+            timeout: policy.timeout,
+            pool: pool.into(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn policy(&self) -> WaitPolicy {
+        WaitPolicy { replicas: self.replicas.load(Ordering::Relaxed), aof: self.aof, timeout: self.timeout }
+    }
+
     fn conn(&self) -> Conn {
         self.pool[self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len()].clone()
+    }
+}
+
+/// Where a store's connections go: what opens one more (the waited pool, opened when the wait turns on).
+#[derive(Clone)]
+enum Target {
+    Single(redis::Client),
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// A new connection whose replies may take `response`.
+    async fn open(&self, response: Duration) -> Result<Conn, StoreError> {
+        match self {
+            Target::Single(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(response))
+                    .set_number_of_retries(1)
+                    .set_min_delay(Duration::from_millis(20))
+                    .set_max_delay(Duration::from_millis(200));
+                let m = tokio::time::timeout(CALL_TIMEOUT * 2, ConnectionManager::new_with_config(client.clone(), config))
+                    .await
+                    .map_err(|_| StoreError::Unavailable("timed out connecting to Redis".into()))?
+                    .map_err(map_err)?;
+                Ok(Conn::Single(m))
+            }
+            Target::Cluster(seeds) => {
+                let client = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(response)
+                    .retries(2)
+                    .min_retry_wait(20)
+                    .max_retry_wait(200)
+                    .build()
+                    .map_err(|e| StoreError::Internal(format!("bad Redis Cluster seeds: {e}")))?;
+                let c = tokio::time::timeout(CALL_TIMEOUT * 2, client.get_async_connection())
+                    .await
+                    .map_err(|_| StoreError::Unavailable("timed out connecting to Redis Cluster".into()))?
+                    .map_err(map_err)?;
+                Ok(Conn::Cluster(c))
+            }
+        }
+    }
+
+    /// The waited pool of `policy`.
+    async fn waiter(&self, policy: WaitPolicy) -> Result<Waiter, StoreError> {
+        let mut pool = Vec::with_capacity(WAIT_CONNECTIONS);
+        for _ in 0..WAIT_CONNECTIONS {
+            pool.push(self.open(RESPONSE_TIMEOUT + policy.timeout).await?);
+        }
+        Ok(Waiter::new(policy, pool))
     }
 }
 
@@ -248,8 +412,9 @@ pub struct RedisStore {
     conn: Conn,
     /// Operator calls (`put_event`, `reconcile`): the same server, a long timeout.
     admin: Conn,
-    /// With a [`WaitPolicy`]: the connections acknowledged changes go over, each followed by its wait.
-    waiter: Option<Waiter>,
+    /// With a [`WaitPolicy`] in force: the connections acknowledged changes go over, each followed by its
+    /// wait. Set when connecting, or later (once) when `"auto"` finds a replica that was not there at start.
+    waiter: Arc<OnceLock<Waiter>>,
 }
 
 /// The key of the barrier write of a waited call on `event`'s slot.
@@ -414,42 +579,21 @@ fn dimension(s: &str) -> Option<Dimension> {
 }
 
 impl RedisStore {
-    /// Connects to one Redis, e.g. `redis://127.0.0.1:6379/0`. Fails when the URL is bad or Redis does not
-    /// answer now; afterwards the connection is re-established by itself whenever it drops.
+    /// Connects to one Redis, e.g. `redis://127.0.0.1:6379/0`, acknowledging changes without waiting for
+    /// replicas (`wait-replicas = 0`; the config's default is `"auto"`, [`WaitSettings::default`]). Fails when
+    /// the URL is bad or Redis does not answer now; afterwards the connection is re-established by itself
+    /// whenever it drops.
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         Self::connect_with(url, WaitPolicy::default()).await
     }
 
-    /// [`connect`](Self::connect), and every acknowledged change waits as `wait` says.
-    pub async fn connect_with(url: &str, wait: WaitPolicy) -> Result<RedisStore, StoreError> {
+    /// [`connect`](Self::connect), and every acknowledged change waits as `wait` says: a fixed
+    /// [`WaitPolicy`], or [`WaitSettings`] from the config, whose `"auto"` is resolved here from the replicas
+    /// the master has (the policy in force and why are logged).
+    pub async fn connect_with(url: &str, wait: impl Into<WaitSettings>) -> Result<RedisStore, StoreError> {
+        let wait = wait.into();
         let client = redis::Client::open(url).map_err(|e| StoreError::Internal(format!("bad Redis URL: {e}")))?;
-        let manager = |response: Duration| {
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                .set_response_timeout(Some(response))
-                .set_number_of_retries(1)
-                .set_min_delay(Duration::from_millis(20))
-                .set_max_delay(Duration::from_millis(200));
-            let client = client.clone();
-            async move {
-                tokio::time::timeout(CALL_TIMEOUT * 2, ConnectionManager::new_with_config(client, config))
-                    .await
-                    .map_err(|_| StoreError::Unavailable("timed out connecting to Redis".into()))?
-                    .map_err(map_err)
-            }
-        };
-        let conn = manager(RESPONSE_TIMEOUT).await?;
-        let admin = manager(ADMIN_TIMEOUT).await?;
-        let mut store = RedisStore { conn: Conn::Single(conn), admin: Conn::Single(admin), waiter: None };
-        store.now_ms().await?;
-        if wait.is_on() {
-            let mut pool = Vec::with_capacity(WAIT_CONNECTIONS);
-            for _ in 0..WAIT_CONNECTIONS {
-                pool.push(Conn::Single(manager(RESPONSE_TIMEOUT + wait.timeout).await?));
-            }
-            store.waiter = Some(Waiter { policy: wait, pool: pool.into(), next: Arc::new(AtomicUsize::new(0)) });
-            store.check_wait_policy().await?;
-        }
+        let store = Self::open(Target::Single(client), wait).await?;
         if !wait.aof {
             store.warn_unless_durable().await;
         }
@@ -472,72 +616,148 @@ impl RedisStore {
         }
     }
 
-    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each), acknowledging changes
+    /// without waiting for replicas (`wait-replicas = 0`).
     pub async fn connect_cluster(seeds: &[String]) -> Result<RedisStore, StoreError> {
         Self::connect_cluster_with(seeds, WaitPolicy::default()).await
     }
 
     /// [`connect_cluster`](Self::connect_cluster), and every acknowledged change waits as `wait` says, on the
-    /// master of the event's slot.
-    pub async fn connect_cluster_with(seeds: &[String], wait: WaitPolicy) -> Result<RedisStore, StoreError> {
-        let connect = |response: Duration| async move {
-            let client = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
-                .connection_timeout(CONNECT_TIMEOUT)
-                .response_timeout(response)
-                .retries(2)
-                .min_retry_wait(20)
-                .max_retry_wait(200)
-                .build()
-                .map_err(|e| StoreError::Internal(format!("bad Redis Cluster seeds: {e}")))?;
-            tokio::time::timeout(CALL_TIMEOUT * 2, client.get_async_connection())
-                .await
-                .map_err(|_| StoreError::Unavailable("timed out connecting to Redis Cluster".into()))?
-                .map_err(map_err)
-        };
-        let conn = connect(RESPONSE_TIMEOUT).await?;
-        let admin = connect(ADMIN_TIMEOUT).await?;
-        let mut store = RedisStore { conn: Conn::Cluster(conn), admin: Conn::Cluster(admin), waiter: None };
+    /// master of the event's slot (`"auto"`: resolved from the replicas of every master).
+    pub async fn connect_cluster_with(seeds: &[String], wait: impl Into<WaitSettings>) -> Result<RedisStore, StoreError> {
+        Self::open(Target::Cluster(seeds.to_vec()), wait.into()).await
+    }
+
+    /// The buyer's and the operator's connections, the policy in force and, when it waits, its pool.
+    async fn open(target: Target, wait: WaitSettings) -> Result<RedisStore, StoreError> {
+        let conn = target.open(RESPONSE_TIMEOUT).await?;
+        let admin = target.open(ADMIN_TIMEOUT).await?;
+        let store = RedisStore { conn, admin, waiter: Arc::new(OnceLock::new()) };
         store.now_ms().await?;
-        if wait.is_on() {
-            let mut pool = Vec::with_capacity(WAIT_CONNECTIONS);
-            for _ in 0..WAIT_CONNECTIONS {
-                pool.push(Conn::Cluster(connect(RESPONSE_TIMEOUT + wait.timeout).await?));
-            }
-            store.waiter = Some(Waiter { policy: wait, pool: pool.into(), next: Arc::new(AtomicUsize::new(0)) });
+        let policy = store.resolve(wait).await?;
+        if policy.is_on() {
+            let _ = store.waiter.set(target.waiter(policy).await?);
             store.check_wait_policy().await?;
+        }
+        if wait.replicas == WaitReplicas::Auto && policy.replicas == 0 {
+            store.spawn_redetect(target, policy);
         }
         Ok(store)
     }
 
-    /// The wait policy in force (`None` when changes are acknowledged without waiting).
-    pub fn wait_policy(&self) -> Option<WaitPolicy> {
-        self.waiter.as_ref().map(|w| w.policy)
-    }
-
-    /// The same command on every master (one server: that server): `(node, reply)` each.
-    async fn on_every_master(&self, cmd: Cmd) -> Result<Vec<(String, Value)>, StoreError> {
-        match &self.conn {
-            Conn::Single(_) => Ok(vec![(String::new(), self.cmd(&cmd).await?)]),
-            Conn::Cluster(c) => {
-                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-                let mut conn = c.clone();
-                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                let v = match tokio::time::timeout(CALL_TIMEOUT, conn.route_command(cmd, routing)).await {
-                    Ok(r) => r.map_err(map_err)?,
-                    Err(_) => return Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
-                };
-                let Value::Map(nodes) = v else { return Err(bad("a reply of every master")) };
-                Ok(nodes.into_iter().map(|(node, reply)| (text(&node).unwrap_or_default(), reply)).collect())
+    /// The policy in force for `wait` (`"auto"`: 1 replica when any master has a connected replica, else 0),
+    /// logged with why.
+    async fn resolve(&self, wait: WaitSettings) -> Result<WaitPolicy, StoreError> {
+        let with = |replicas| WaitPolicy { replicas, aof: wait.aof, timeout: wait.timeout };
+        let ms = wait.timeout.as_millis();
+        match wait.replicas {
+            WaitReplicas::Count(0) => {
+                // A fixed 0 works without knowing the replicas: a failed look only leaves the warning out.
+                match replicas_per_master(&self.conn).await {
+                    Ok(found) if found.iter().any(|(_, n)| *n > 0) => tracing::warn!(
+                        masters = %describe_replicas(&found),
+                        "redis.wait-replicas = 0 although the store has replicas: a change acknowledged just before \
+                         its master fails can be missing on the replica promoted (asynchronous replication); leave \
+                         the setting out (\"auto\") to have every change wait for one replica"
+                    ),
+                    _ => tracing::info!("redis.wait-replicas = 0: changes are acknowledged without waiting for a replica"),
+                }
+                Ok(with(0))
+            }
+            WaitReplicas::Count(n) => {
+                tracing::info!("redis.wait-replicas = {n}: every acknowledged change waits for {n} replica(s) ({ms} ms at most)");
+                Ok(with(n))
+            }
+            WaitReplicas::Auto => {
+                let found = replicas_per_master(&self.conn).await.map_err(|e| {
+                    StoreError::Unavailable(format!(
+                        "redis.wait-replicas = \"auto\" (the default) finds the replicas with INFO replication on \
+                         every master, which failed: {e} (set redis.wait-replicas to a number to skip it)"
+                    ))
+                })?;
+                let masters = describe_replicas(&found);
+                let with_replicas = found.iter().filter(|(_, n)| *n > 0).count();
+                if with_replicas > 0 {
+                    tracing::info!(
+                        masters = %masters,
+                        "redis.wait-replicas = \"auto\": {with_replicas} of {} master(s) have a connected replica, so \
+                         every acknowledged change waits for 1 replica ({ms} ms at most) before its answer",
+                        found.len()
+                    );
+                    Ok(with(1))
+                } else {
+                    tracing::info!(
+                        masters = %masters,
+                        "redis.wait-replicas = \"auto\": no master has a connected replica, so changes are \
+                         acknowledged without waiting; looked at again every {} s, and once a replica connects every \
+                         change waits for 1",
+                        AUTO_REDETECT.as_secs()
+                    );
+                    Ok(with(0))
+                }
             }
         }
+    }
+
+    /// `"auto"` found no replica: look again every [`AUTO_REDETECT`] while the store is in use; the first
+    /// time a master has a connected replica, the wait turns on, for good (a replica that goes away later
+    /// makes changes answer 503 `durability_timeout` until one is back, as with `wait-replicas = 1`).
+    fn spawn_redetect(&self, target: Target, policy: WaitPolicy) {
+        let slot = Arc::downgrade(&self.waiter);
+        let conn = self.conn.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(AUTO_REDETECT).await;
+                // Every clone of the store is gone: nothing to turn on.
+                let Some(slot) = slot.upgrade() else { return };
+                let found = match replicas_per_master(&conn).await {
+                    Ok(found) => found,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "redis.wait-replicas = \"auto\": looking for replicas failed; trying again");
+                        continue;
+                    }
+                };
+                if !found.iter().any(|(_, n)| *n > 0) {
+                    continue;
+                }
+                let on = WaitPolicy { replicas: 1, ..policy };
+                match slot.get() {
+                    // wait-aof: its pool is there already; it now waits for a replica's AOF too.
+                    Some(w) => w.replicas.store(1, Ordering::Relaxed),
+                    None => match target.waiter(on).await {
+                        Ok(w) => {
+                            let _ = slot.set(w);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "redis.wait-replicas = \"auto\": a replica connected, but the \
+                                 waiting connections could not be opened; trying again");
+                            continue;
+                        }
+                    },
+                }
+                tracing::info!(
+                    masters = %describe_replicas(&found),
+                    "redis.wait-replicas = \"auto\": a replica connected, so from now on every acknowledged change \
+                     waits for 1 replica ({} ms at most) before its answer",
+                    on.timeout.as_millis()
+                );
+                return;
+            }
+        });
+    }
+
+    /// The wait policy in force (`None` when changes are acknowledged without waiting). With `"auto"` it may
+    /// turn on after start ([`AUTO_REDETECT`]), never off.
+    pub fn wait_policy(&self) -> Option<WaitPolicy> {
+        self.waiter.get().map(Waiter::policy)
     }
 
     /// At start, with a wait policy: `WAITAOF` must work on every master (`redis.wait-aof`: Redis ≥ 7.2 with
     /// `appendonly yes`), else the core refuses to start; a master with fewer connected replicas than
     /// `redis.wait-replicas` is logged (every change on it will answer 503 until they are back).
     async fn check_wait_policy(&self) -> Result<(), StoreError> {
-        let Some(w) = &self.waiter else { return Ok(()) };
-        if w.policy.aof {
+        let Some(policy) = self.wait_policy() else { return Ok(()) };
+        if policy.aof {
             // numlocal 1 with nothing written on this connection answers at once, or fails when unsupported.
             let mut probe = redis::cmd("WAITAOF");
             probe.arg(1).arg(0).arg(1);
@@ -546,22 +766,21 @@ impl RedisStore {
                     "redis.wait-aof needs WAITAOF (Redis 7.2 or later) and appendonly yes on every master: {why}"
                 ))
             };
-            for (node, reply) in self.on_every_master(probe).await.map_err(|e| refused(e.to_string()))? {
+            for (node, reply) in on_every_master(&self.conn, probe).await.map_err(|e| refused(e.to_string()))? {
                 if let Value::ServerError(e) = reply {
                     return Err(refused(format!("{node} answered {e:?}")));
                 }
             }
         }
-        if w.policy.replicas > 0 {
-            for (node, reply) in self.on_every_master(redis::cmd("INFO").arg("replication").clone()).await? {
-                let connected = text(&reply).and_then(|i| info_field(&i, "connected_slaves")).and_then(|n| n.parse::<u32>().ok());
-                if connected.is_some_and(|n| n < w.policy.replicas) {
+        if policy.replicas > 0 {
+            for (node, connected) in replicas_per_master(&self.conn).await? {
+                if connected < policy.replicas {
                     tracing::warn!(
                         node = %node,
-                        connected_replicas = connected.unwrap_or(0),
-                        wait_replicas = w.policy.replicas,
-                        "redis.wait-replicas asks for more replicas than this master has: every change on it will \
-                         answer 503 durability_timeout until enough replicas are connected"
+                        connected_replicas = connected,
+                        wait_replicas = policy.replicas,
+                        "this master has fewer connected replicas than every change waits for: every change on it \
+                         will answer 503 durability_timeout until enough replicas are connected"
                     );
                 }
             }
@@ -636,7 +855,7 @@ impl RedisStore {
         event: &str,
         admin: bool,
     ) -> Result<Value, StoreError> {
-        match &self.waiter {
+        match self.waiter.get() {
             Some(w) => self.waited(w, Step::Script(script, keys, args), &barrier_key(event), admin).await,
             None if admin => self.run_admin(script, keys, args).await,
             None => self.run(script, keys, args).await,
@@ -657,13 +876,14 @@ impl RedisStore {
             }
             Step::Cmd(c) => c.clone(),
         };
+        let policy = w.policy();
         let mut pipe = redis::pipe();
-        pipe.ignore_errors().add_command(first).cmd("INCR").arg(barrier).add_command(w.policy.command());
+        pipe.ignore_errors().add_command(first).cmd("INCR").arg(barrier).add_command(policy.command());
         let (mut conn, bound) = if admin {
             self.ping_admin().await?;
-            (self.admin.clone(), ADMIN_TIMEOUT + w.policy.timeout)
+            (self.admin.clone(), ADMIN_TIMEOUT + policy.timeout)
         } else {
-            (w.conn(), CALL_TIMEOUT + w.policy.timeout)
+            (w.conn(), CALL_TIMEOUT + policy.timeout)
         };
         let attempt = async {
             // NOSCRIPT (a flush, a failover to a node without the script) and MOVED/ASK (a slot map older
@@ -698,7 +918,7 @@ impl RedisStore {
                 if let Value::ServerError(e) = &wait_reply {
                     return Err(StoreError::DurabilityTimeout(format!("the wait was refused: {e:?}")));
                 }
-                return w.policy.check(&wait_reply).map(|()| reply).map_err(StoreError::DurabilityTimeout);
+                return policy.check(&wait_reply).map(|()| reply).map_err(StoreError::DurabilityTimeout);
             }
         };
         match tokio::time::timeout(bound, attempt).await {
@@ -709,11 +929,7 @@ impl RedisStore {
 
     /// Runs a plain command, bounded by [`CALL_TIMEOUT`].
     async fn cmd(&self, cmd: &Cmd) -> Result<Value, StoreError> {
-        let mut conn = self.conn.clone();
-        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Value>(&mut conn)).await {
-            Ok(r) => r.map_err(map_err),
-            Err(_) => Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
-        }
+        cmd_on(&self.conn, cmd).await
     }
 
     /// Runs a transition script on an order: `(code, detail, order)`.
@@ -772,7 +988,7 @@ impl SaleStore for RedisStore {
             // Outside the event's slot, so not in the script; idempotent, and redone by any retried PUT.
             let mut sadd = redis::cmd("SADD");
             sadd.arg(EVENTS_KEY).arg(id);
-            match &self.waiter {
+            match self.waiter.get() {
                 Some(w) => {
                     self.waited(w, Step::Cmd(sadd), EVENTS_BARRIER_KEY, false).await?;
                 }
@@ -880,7 +1096,7 @@ impl SaleStore for RedisStore {
         }
         // A replay acknowledges the hold again: with a wait policy, the order is read in a waited call, so
         // the answer is confirmed on the replicas even when the hold's own answer was a durability timeout.
-        if let Some(w) = &self.waiter {
+        if let Some(w) = self.waiter.get() {
             let Some(ev) = event_of_order(order_id) else { return Err(bad("idempotency record")) };
             let mut read = redis::cmd("HGETALL");
             read.arg(&event_keys(ev, Some(order_id))[12]);
@@ -1068,6 +1284,58 @@ impl SaleStore for RedisStore {
         let v = self.run(&scripts::LEASE, &[key], &[holder, &ttl_ms.max(1).to_string()]).await?;
         Ok(matches!(v, Value::Int(1)))
     }
+}
+
+/// Runs a plain command on `conn`, bounded by [`CALL_TIMEOUT`].
+async fn cmd_on(conn: &Conn, cmd: &Cmd) -> Result<Value, StoreError> {
+    let mut conn = conn.clone();
+    match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Value>(&mut conn)).await {
+        Ok(r) => r.map_err(map_err),
+        Err(_) => Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
+    }
+}
+
+/// The same command on every master (one server: that server): `(node, reply)` each.
+async fn on_every_master(conn: &Conn, cmd: Cmd) -> Result<Vec<(String, Value)>, StoreError> {
+    match conn {
+        Conn::Single(_) => Ok(vec![("the server".to_string(), cmd_on(conn, &cmd).await?)]),
+        Conn::Cluster(c) => {
+            use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+            let mut conn = c.clone();
+            let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+            let v = match tokio::time::timeout(CALL_TIMEOUT, conn.route_command(cmd, routing)).await {
+                Ok(r) => r.map_err(map_err)?,
+                Err(_) => return Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
+            };
+            let Value::Map(nodes) = v else { return Err(bad("a reply of every master")) };
+            Ok(nodes.into_iter().map(|(node, reply)| (text(&node).unwrap_or_default(), reply)).collect())
+        }
+    }
+}
+
+/// `(node, connected replicas)` of every master (`INFO replication`, `connected_slaves`).
+async fn replicas_per_master(conn: &Conn) -> Result<Vec<(String, u32)>, StoreError> {
+    let mut out = Vec::new();
+    for (node, reply) in on_every_master(conn, redis::cmd("INFO").arg("replication").clone()).await? {
+        if let Value::ServerError(e) = &reply {
+            return Err(StoreError::Unavailable(format!("INFO replication on {node}: {e:?}")));
+        }
+        let connected = text(&reply)
+            .and_then(|i| info_field(&i, "connected_slaves"))
+            .and_then(|n| n.parse::<u32>().ok())
+            .ok_or_else(|| bad(&format!("INFO replication of {node} without connected_slaves")))?;
+        out.push((node, connected));
+    }
+    if out.is_empty() {
+        return Err(StoreError::Unavailable("no Redis master answered INFO replication".into()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `node: replicas, ...` for the log.
+fn describe_replicas(found: &[(String, u32)]) -> String {
+    found.iter().map(|(node, n)| format!("{node}: {n}")).collect::<Vec<_>>().join(", ")
 }
 
 /// One `name:value` line of an INFO reply.
