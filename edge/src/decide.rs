@@ -86,16 +86,18 @@ pub enum Decision {
     HandOver,
     /// Refuse (already counted: [`count_refusal`]); the route it is counted under.
     Refuse(Reject, Visitor, Route),
-    /// A file from memory (`route`: [`Route::Static`], or [`Route::Protected`] once admitted).
-    Static { asset: Arc<Asset>, route: Route },
+    /// A file from memory (`route`: [`Route::Static`], or [`Route::Protected`] once admitted),
+    /// with `Set-Cookie` values (a passthrough admission's; none otherwise).
+    Static { asset: Arc<Asset>, route: Route, cookies: Vec<String> },
     /// A fast door's answer to a queued visitor's status poll: the JSON body.
     Status { body: Vec<u8> },
     /// The waiting room answers ([`crate::room::http::serve`]).
     Room(Visitor),
     /// `/wicket/challenge` (`verify` false) or `/wicket/verify`.
     Bot { verify: bool, visitor: Visitor },
-    /// To the core or the origin; at `/wicket/auth`, allowed.
-    Pass(Pass),
+    /// To the core or the origin; at `/wicket/auth`, allowed. (Boxed: the claims are large, and
+    /// the decision lives in every request's future.)
+    Pass(Box<Pass>),
 }
 
 /// A request on its way upstream (or allowed, at `/wicket/auth`).
@@ -144,7 +146,7 @@ pub async fn decide<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> D
         if ask.door == Door::Auth {
             return pass(v, Route::Static);
         }
-        return Decision::Static { asset: Arc::clone(asset), route: Route::Static };
+        return Decision::Static { asset: Arc::clone(asset), route: Route::Static, cookies: Vec::new() };
     }
     identify(st, ask.head, &mut v);
     if let Some(device) = &v.device
@@ -218,24 +220,57 @@ pub async fn decide<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> D
             }
             None => None,
         };
-        let Some(claims) = claims else {
-            let room = p.rule.room.clone();
-            return refuse_on(st, Reject::NotAdmitted { room }, v, Route::Protected);
+        let (claims, passed) = match claims {
+            Some(c) => (c, false),
+            // A passthrough room lets the visitor straight in while nobody waits. (Boxed: its
+            // writes are a rare way, and every request's future would carry their size.)
+            None => match Box::pin(pass_through(st, p, &mut v)).await {
+                Ok(Some(c)) => (c, true),
+                Ok(None) => {
+                    let room = p.rule.room.clone();
+                    return refuse_on(st, Reject::NotAdmitted { room }, v, Route::Protected);
+                }
+                Err(e) => {
+                    tracing::warn!(room = %p.rule.room, "passthrough: {e}");
+                    return refuse_on(st, Reject::RoomStateUnavailable, v, Route::Protected);
+                }
+            },
         };
         admitted = Some((p.rule.room.clone(), claims));
         if ask.door != Door::Auth
             && read
             && let Some(asset) = st.statics.get(path)
         {
-            // A protected file of the site: served from memory once admitted.
-            return Decision::Static { asset: Arc::clone(asset), route: Route::Protected };
+            // A protected file of the site: served from memory once admitted (with the cookies
+            // of a passthrough admission).
+            let cookies = if passed { std::mem::take(&mut v.cookies) } else { Vec::new() };
+            return Decision::Static { asset: Arc::clone(asset), route: Route::Protected, cookies };
         }
     }
-    Decision::Pass(Pass { visitor: v, route, to_core, admitted, core_bearer })
+    Decision::Pass(Box::new(Pass { visitor: v, route, to_core, admitted, core_bearer }))
+}
+
+/// A passthrough room's admission of a visitor without a token ([`crate::room::Rooms::pass_through`]):
+/// the claims of the token it issued, set as the room's admission cookie on the answer (before the
+/// device cookie: nginx's `auth_request_set` passes the first `Set-Cookie` on). `None`: the room
+/// is not a passthrough room, or its queue is on.
+async fn pass_through(st: &EdgeState, p: &crate::admission::ProtectedPath, v: &mut Visitor) -> Result<Option<AdmissionClaims>, crate::room::RoomError> {
+    let Some(room) = st.rooms.get(&p.rule.room) else { return Ok(None) };
+    if !room.passing(&room.spec()) {
+        return Ok(None);
+    }
+    let device = v.stable_device(st);
+    let sub = v.user.clone().unwrap_or_else(|| device.clone());
+    let Some(status) = st.rooms.pass_through(&room, &sub, &device).await? else { return Ok(None) };
+    let (Some(token), Some(secs), Some(check)) = (&status.token, status.token_seconds, &st.admission) else { return Ok(None) };
+    let Ok(claims) = check.verify(token, &p.rule) else { return Ok(None) };
+    v.cookies.insert(0, st.cookie(&p.cookie, token, secs));
+    st.metrics.passthrough.inc();
+    Ok(Some(claims))
 }
 
 fn pass(visitor: Visitor, route: Route) -> Decision {
-    Decision::Pass(Pass { visitor, route, to_core: false, admitted: None, core_bearer: None })
+    Decision::Pass(Box::new(Pass { visitor, route, to_core: false, admitted: None, core_bearer: None }))
 }
 
 fn refuse(st: &EdgeState, r: Reject, v: Visitor) -> Decision {

@@ -209,7 +209,7 @@ impl FastFront {
             // answer a bare 400): refuse those here, in the edge's words.
             Decision::HandOver if !proxy_can_parse(target) => return self.refuse(stream, 400, "bad_request", "invalid characters in the request target").await,
             Decision::HandOver => return self.to_proxy(stream, buf, shutdown).await,
-            Decision::Static { asset, route } => {
+            Decision::Static { asset, route, cookies } => {
                 let ae = header_bytes(&*req.headers, "accept-encoding").unwrap_or_default();
                 let (_, variant) = asset.choose(ae);
                 let not_modified = header_bytes(&*req.headers, "if-none-match").is_some_and(|v| none_match(v, variant.etag.as_bytes()));
@@ -217,13 +217,14 @@ impl FastFront {
                 let date = pingora::protocols::http::date::get_cached_date();
                 let head_bytes = if not_modified { &heads.not_modified } else { &heads.ok };
                 let body: &[u8] = if not_modified || req.method == Some("HEAD") { b"" } else { &variant.body };
-                if write_answer(&mut stream, &[head_bytes, date.as_bytes(), self.hsts_line(), b"\r\n\r\n"], body, timeout).await.is_err() {
+                let cookies: Vec<u8> = cookies.iter().flat_map(|c| [&b"\r\nset-cookie: "[..], c.as_bytes()].concat()).collect();
+                if write_answer(&mut stream, &[head_bytes, date.as_bytes(), self.hsts_line(), &cookies, b"\r\n\r\n"], body, timeout).await.is_err() {
                     return None;
                 }
                 (route, if not_modified { Outcome::NotModified } else { Outcome::Ok })
             }
             Decision::Pass(pass) => {
-                match crate::forward::forward(st, &mut stream, &req, pass, self.hsts_line()).await {
+                match crate::forward::forward(st, &mut stream, &req, *pass, self.hsts_line()).await {
                     crate::forward::Forwarded::Done => {}
                     crate::forward::Forwarded::Close => return None,
                 }

@@ -282,7 +282,12 @@ fn simple(session: &HttpSession) -> bool {
 fn answer(front: &FastFront, session: &mut HttpSession, decision: Decision) {
     let st = &front.state;
     let built = match decision {
-        Decision::Static { asset, route } => static_response(&asset, session.req_header()).map(|(h, body, outcome)| (h, body, route, outcome)),
+        Decision::Static { asset, route, cookies } => static_response(&asset, session.req_header()).map(|(mut h, body, outcome)| {
+            for c in cookies {
+                let _ = h.append_header(header::SET_COOKIE, c);
+            }
+            (h, body, route, outcome)
+        }),
         Decision::Status { body } => pingora::http::ResponseHeader::build_no_case(200, Some(4)).and_then(|mut h| {
             h.insert_header(header::CONTENT_TYPE, "application/json")?;
             h.insert_header(header::CACHE_CONTROL, "no-store")?;

@@ -106,6 +106,8 @@ pub struct Metrics {
     pub pow: IntCounterVec,
     /// HTTP/2 streams the client reset while the proxy served them.
     pub client_resets: prometheus::IntCounter,
+    /// Visitors a passthrough room let straight in.
+    pub passthrough: prometheus::IntCounter,
     /// `process_resident_memory_bytes`, read at each scrape.
     resident_memory: prometheus::IntGauge,
 }
@@ -153,6 +155,11 @@ impl Metrics {
             "HTTP/2 streams the client reset (RST_STREAM) while the edge was serving them",
         )
         .expect("valid metric");
+        let passthrough = prometheus::IntCounter::new(
+            "wicket_edge_passthrough_total",
+            "Visitors a passthrough room (queue = \"when-needed\") let straight in",
+        )
+        .expect("valid metric");
         let resident_memory = wicket_core::metrics::resident_memory_gauge();
         for c in [
             Box::new(resident_memory.clone()) as Box<dyn prometheus::core::Collector>,
@@ -164,6 +171,7 @@ impl Metrics {
             Box::new(captcha.clone()),
             Box::new(pow.clone()),
             Box::new(client_resets.clone()),
+            Box::new(passthrough.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
@@ -182,6 +190,7 @@ impl Metrics {
             captcha,
             pow,
             client_resets,
+            passthrough,
             resident_memory,
         }
     }

@@ -195,8 +195,11 @@ impl EdgeProxy {
     }
 
     /// Serves a file from memory ([`static_response`]).
-    async fn serve_static(&self, session: &mut Session, asset: &Asset) -> Result<Outcome> {
-        let (h, body, outcome) = static_response(asset, session.req_header())?;
+    async fn serve_static(&self, session: &mut Session, asset: &Asset, cookies: Vec<String>) -> Result<Outcome> {
+        let (mut h, body, outcome) = static_response(asset, session.req_header())?;
+        for c in cookies {
+            h.append_header(header::SET_COOKIE, c)?;
+        }
         session.write_response_header(Box::new(h), body.is_none()).await?;
         if let Some(body) = body {
             session.write_response_body(Some(body), true).await?;
@@ -260,8 +263,8 @@ impl EdgeProxy {
                 }
                 self.render(session, ctx, r).await
             }
-            Decision::Static { asset, route } => {
-                let outcome = self.serve_static(session, &asset).await?;
+            Decision::Static { asset, route, cookies } => {
+                let outcome = self.serve_static(session, &asset, cookies).await?;
                 st.metrics.request(route, outcome);
                 ctx.route = Route::Static;
                 Ok(true)
@@ -282,7 +285,8 @@ impl EdgeProxy {
                 ctx.v = visitor;
                 self.bot_endpoint(session, ctx, verify).await
             }
-            Decision::Pass(Pass { visitor, route, to_core, admitted, core_bearer }) => {
+            Decision::Pass(pass) => {
+                let Pass { visitor, route, to_core, admitted, core_bearer } = *pass;
                 ctx.v = visitor;
                 ctx.route = route;
                 ctx.to_core = to_core;

@@ -347,3 +347,31 @@ async fn fan_sees(fan: &mut common::Fan, base: &str, state: &str, what: &str) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A passthrough room on two edges sharing Redis: either edge lets a fan straight in while nobody
+/// waits (no lease needed: `room_pass` serves exactly the caller's place), and once a fan waits —
+/// joined on the other edge, not yet served — neither lets anyone pass them (FIFO across edges).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passthrough_room_lets_fans_in_on_any_edge_until_someone_waits() {
+    let redis = RedisServer::start();
+    let room_toml = "queue = \"when-needed\"\nrelease = { mode = \"fixed\", rate = 0.0 }\n[rooms.passthrough]\nactive-max = 100\n";
+    let a = edge(&redis.url(), room_toml);
+    let b = edge(&redis.url(), room_toml);
+    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
+    let s = a.pass_through(&ra, "u1", "d1").await.unwrap().expect("edge a lets u1 in");
+    assert_eq!((s.state, s.position), (Phase::Admitted, Some(1)));
+    assert!(s.token.is_some());
+    let s = b.pass_through(&rb, "u2", "d2").await.unwrap().expect("edge b lets u2 in, without the lease");
+    assert_eq!((s.state, s.position), (Phase::Admitted, Some(2)));
+    // u3 joins the queue on edge a and is not served (rate 0): the queue is on.
+    let t3 = a.join(&ra, "u3", "d3").await.unwrap();
+    assert_eq!(t3.position, 3);
+    rb.state.refresh().await.unwrap();
+    assert!(b.pass_through(&rb, "u4", "d4").await.unwrap().is_none(), "u4 may not pass u3, who waits");
+    assert!(a.pass_through(&ra, "u5", "d5").await.unwrap().is_none());
+    let c = rb.state.refresh().await.unwrap();
+    assert_eq!(c.serving, 2, "nobody but the passed fans was served");
+    // u3's place comes first once the release serves it.
+    let s3 = status(a.status(&ra, &t3, "u3").await.unwrap());
+    assert_eq!(s3.state, Phase::Waiting);
+}

@@ -11,7 +11,7 @@ const TEXT = {
     bot_policy: "Bot policy", save: "Save", pause: "Pause", resume: "Resume", queue_all: "Queue all", apply: "Apply",
     confirm_pause: "Pause admissions of room {0}? Nobody new gets in until you resume.",
     confirm_queue_all: "Queue everyone in room {0}? Nobody new gets in until you resume.",
-    mode: "mode", queued: "queued", serving: "serving", issued: "joined", active: "active sessions", budget: "budget",
+    mode: "mode", queue_state: "queue", passing: "passing through", queueing: "queue on", always: "always", queued: "queued", serving: "serving", issued: "joined", active: "active sessions", budget: "budget",
     release: "release set / measured (/s)", p99: "core P99 edge / core / target (ms)", errors: "error fraction",
     util: "utilisation", available: "available", sold_out: "sold out", leader: "this edge leads", yes: "yes", no: "no",
     chart_queue: "Queue", chart_release: "Release rate (/s)", chart_p99: "Core P99 (ms)", chart_sessions: "Sessions",
@@ -27,7 +27,7 @@ const TEXT = {
     bot_policy: "防机器人策略", save: "保存", pause: "暂停", resume: "恢复", queue_all: "全部排队", apply: "应用",
     confirm_pause: "暂停房间 {0} 的放行？恢复之前不会再放人进入。",
     confirm_queue_all: "让房间 {0} 的所有人排队？恢复之前不会再放人进入。",
-    mode: "模式", queued: "排队中", serving: "已放行序号", issued: "已加入", active: "活跃会话", budget: "会话预算",
+    mode: "模式", queue_state: "排队", passing: "直接放行", queueing: "排队中（已开启）", always: "始终排队", queued: "排队中", serving: "已放行序号", issued: "已加入", active: "活跃会话", budget: "会话预算",
     release: "放行速率 设定 / 实测（每秒）", p99: "核心 P99 边缘 / 核心 / 目标（毫秒）", errors: "错误比例",
     util: "利用率", available: "剩余库存", sold_out: "已售罄", leader: "本节点为主", yes: "是", no: "否",
     chart_queue: "队列", chart_release: "放行速率（每秒）", chart_p99: "核心 P99（毫秒）", chart_sessions: "会话",
@@ -222,6 +222,7 @@ function updateRoom(s, at) {
   const overTarget = core.p99_ms_edge !== null && core.p99_ms_edge !== undefined && core.p99_target_ms && core.p99_ms_edge > core.p99_target_ms;
   room.figures.replaceChildren(
     figure(t("mode"), fmtMode(s.mode)),
+    figure(t("queue_state"), s.queue === "when-needed" ? t(s.passing ? "passing" : "queueing") : t("always")),
     figure(t("queued"), fmt(s.queued)),
     figure(t("serving"), fmt(s.serving)),
     figure(`${t("active")} / ${t("budget")}`, `${fmt(s.active)} / ${fmt(s.budget)}`),

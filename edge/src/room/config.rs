@@ -17,6 +17,8 @@
 //! | `batches` | none |
 //! | `max-qty` | 1 (the token's `max_qty`) |
 //! | `max-tracked` | 10,000,000 identities remembered for rejoin (embedded state) |
+//! | `queue` | `always`; `when-needed`: passthrough while the thresholds hold |
+//! | `passthrough` | `active-max` 1000 sessions, `new-per-minute` 600 per edge |
 
 use serde::{Deserialize, Serialize};
 
@@ -154,6 +156,45 @@ pub struct RoomConfig {
     /// Identities (user or device) remembered so a rejoin keeps its place. Default 10,000,000.
     #[serde(default = "default_max_tracked", alias = "max_tracked")]
     pub max_tracked: usize,
+    /// `always` (default): every visitor of a protected path meets the queue first.
+    /// `when-needed`: a passthrough room, invisible while its thresholds hold.
+    #[serde(default)]
+    pub queue: QueueWhen,
+    /// The thresholds of a passthrough room.
+    #[serde(default)]
+    pub passthrough: PassthroughConfig,
+}
+
+/// When a room queues its visitors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueueWhen {
+    /// Every visitor of a protected path queues first.
+    #[default]
+    Always,
+    /// Passthrough: a visitor of a protected path is admitted on their first request while the
+    /// room is open, nobody waits, and its thresholds hold ([`PassthroughConfig`]); the queue
+    /// forms (FIFO from then) when one is crossed and dissolves once it is empty again.
+    WhenNeeded,
+}
+
+/// `[rooms.passthrough]`: the thresholds of a `queue = "when-needed"` room.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct PassthroughConfig {
+    /// Admitted sessions active at once (the room's, across edges) below which visitors pass
+    /// straight through. Default 1000.
+    #[serde(alias = "active_max")]
+    pub active_max: u64,
+    /// New visitors let straight through per minute, per edge. Default 600.
+    #[serde(alias = "new_per_minute")]
+    pub new_per_minute: u64,
+}
+
+impl Default for PassthroughConfig {
+    fn default() -> Self {
+        PassthroughConfig { active_max: 1000, new_per_minute: 600 }
+    }
 }
 
 fn default_session() -> u64 {
@@ -293,6 +334,15 @@ impl RoomConfig {
         if self.batches.len() > 1000 {
             out.push(issue(format!("{path}.batches"), "at most 1000 batches"));
         }
+        if self.passthrough.active_max == 0 || self.passthrough.active_max > 100_000_000 {
+            out.push(issue(format!("{path}.passthrough.active-max"), "must be between 1 and 100000000"));
+        }
+        if self.passthrough.new_per_minute == 0 || self.passthrough.new_per_minute > 100_000_000 {
+            out.push(issue(format!("{path}.passthrough.new-per-minute"), "must be between 1 and 100000000"));
+        }
+        if self.queue == QueueWhen::WhenNeeded && self.method == QueueMethod::Random {
+            out.push(issue(format!("{path}.queue"), "\"when-needed\" needs method = \"fifo\" (a random draw has nobody to let through)"));
+        }
         let mut batches = Vec::new();
         for (i, b) in self.batches.iter().enumerate() {
             match parse_time(&b.at) {
@@ -312,13 +362,56 @@ impl RoomConfig {
 }
 
 /// Parses and validates every `[[rooms]]` table; all problems with their paths.
+/// Every problem of a room table that does not deserialise (serde stops at the first): each key is
+/// tried alone on a minimal valid room (its type problems, named by key), required keys that are
+/// missing are named, and the keys that are fine are compiled together for their semantic
+/// problems (those of stand-ins for missing or broken keys left out). `whole` is serde's own
+/// message, kept when nothing more precise is found.
+fn every_problem(v: &toml::Value, path: &str, whole: String) -> Vec<ConfigIssue> {
+    let Some(table) = v.as_table() else { return vec![issue(path.to_owned(), whole)] };
+    let mut base = toml::Table::new();
+    base.insert("event".into(), "stand-in".into());
+    base.insert("target".into(), "/stand-in".into());
+    base.insert("protected".into(), toml::Value::Array(vec!["/stand-in".into()]));
+    let mut out = Vec::new();
+    let mut good = base.clone();
+    let mut given = Vec::new();
+    for (k, val) in table {
+        let mut probe = base.clone();
+        probe.insert(k.clone(), val.clone());
+        match RoomConfig::deserialize(toml::Value::Table(probe)) {
+            Ok(_) => {
+                good.insert(k.clone(), val.clone());
+                given.push(k.clone());
+            }
+            Err(e) => out.push(issue(format!("{path}.{k}"), e.to_string().trim_end().to_owned())),
+        }
+    }
+    for required in ["event", "target", "protected"] {
+        if !table.contains_key(required) {
+            out.push(issue(format!("{path}.{required}"), "required"));
+        }
+    }
+    if let Ok(c) = RoomConfig::deserialize(toml::Value::Table(good)) {
+        let id = c.id.clone().unwrap_or_else(|| "stand-in".into());
+        if let Err(e) = c.compile(&id, path) {
+            let named = |p: &str| given.iter().any(|k| p == format!("{path}.{k}") || p.starts_with(&format!("{path}.{k}.")) || p.starts_with(&format!("{path}.{k}[")));
+            out.extend(e.into_iter().filter(|i| named(&i.path)));
+        }
+    }
+    if out.is_empty() {
+        out.push(issue(path.to_owned(), whole));
+    }
+    out
+}
+
 pub fn compile_rooms(rooms: &[toml::Value]) -> Result<Vec<RoomSpec>, Vec<ConfigIssue>> {
     let mut out = Vec::new();
     let mut specs: Vec<RoomSpec> = Vec::new();
     for (i, v) in rooms.iter().enumerate() {
         let path = format!("rooms[{i}]");
         match RoomConfig::from_toml(v) {
-            Err(m) => out.push(issue(path, m)),
+            Err(m) => out.extend(every_problem(v, &path, m)),
             Ok(c) => {
                 let Some(id) = c.id.clone() else {
                     out.push(issue(format!("{path}.id"), "required"));
@@ -340,6 +433,22 @@ pub fn compile_rooms(rooms: &[toml::Value]) -> Result<Vec<RoomSpec>, Vec<ConfigI
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Type, missing and semantic problems of one room, all in one pass, each with its path.
+    #[test]
+    fn every_problem_of_a_room_is_named_at_once() {
+        let v: toml::Value = toml::from_str(
+            "id = \"r1\"\ntarget = \"no-slash\"\nprotected = [\"/buy\"]\nrelease = { mode = \"fixed\", rate = \"ten per second\" }\n\
+             session-seconds = 0\nmax-qty = \"two\"\nqueue = \"sometimes\"\n",
+        )
+        .unwrap();
+        let issues = compile_rooms(&[v]).unwrap_err();
+        let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+        for want in ["rooms[0].release", "rooms[0].max-qty", "rooms[0].queue", "rooms[0].event", "rooms[0].target", "rooms[0].session-seconds"] {
+            assert!(paths.contains(&want), "{want} missing from {issues:?}");
+        }
+        assert!(!paths.iter().any(|p| p.contains("stand-in")), "{issues:?}");
+    }
 
     #[test]
     fn defaults_and_both_spellings() {

@@ -49,7 +49,7 @@ use crate::admission::{ProtectedRule, ProtectionTable, TokensConfig};
 use crate::check::{ConfigIssue, resolve};
 use crate::controller::{Bounds, ControllerConfig, Decision, LatencyWindow, ReleaseController, ReleaseMode};
 use crate::identity::Signer;
-use config::{QueueMethod, ReleaseModeConfig, RoomSpec};
+use config::{QueueMethod, QueueWhen, ReleaseModeConfig, RoomSpec};
 use shuffle::Shuffle;
 use state::{RoomState, StateError, Who};
 use ticket::QueueTicket;
@@ -112,6 +112,8 @@ pub struct Room {
     pub joins: AtomicU64,
     /// Admission tokens issued on this edge.
     pub admissions: AtomicU64,
+    /// Passthrough admissions of this edge in the current minute: (minute, count).
+    passed: Mutex<(u64, u64)>,
     /// The release loop's bookkeeping between ticks.
     pub(crate) book: Mutex<ReleaseBook>,
     /// The stamp of the operator override this edge made or applied last (0: none), so each
@@ -178,6 +180,7 @@ impl Room {
             touched: dashmap::DashMap::new(),
             joins: AtomicU64::new(0),
             admissions: AtomicU64::new(0),
+            passed: Mutex::new((0, 0)),
             book: Mutex::new(ReleaseBook::default()),
         };
         room.apply_mode(&spec);
@@ -390,6 +393,21 @@ impl Room {
         }
     }
 
+    /// Whether a passthrough room lets visitors straight in now (see [`Rooms::pass_through`];
+    /// the per-minute count aside).
+    pub fn passing(&self, spec: &RoomSpec) -> bool {
+        if spec.config.queue != QueueWhen::WhenNeeded || self.is_paused() || self.is_queue_all() || self.sold_out.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now_s = (unix_ms() / 1000) as i64;
+        let (opens_at, closes_at) = self.window(spec);
+        if opens_at.is_some_and(|o| now_s < o) || closes_at.is_some_and(|c| now_s >= c) {
+            return false;
+        }
+        let c = self.state.counters();
+        c.issued <= c.serving && self.active.load(Ordering::Relaxed) < spec.config.passthrough.active_max
+    }
+
     /// Stats for the admin API and the stream.
     pub fn stats(&self) -> serde_json::Value {
         let c = self.state.counters();
@@ -428,6 +446,8 @@ impl Room {
             "leader": self.leader.load(Ordering::Relaxed),
             "joins": self.joins.load(Ordering::Relaxed),
             "admissions": self.admissions.load(Ordering::Relaxed),
+            "queue": spec.config.queue,
+            "passing": self.passing(&spec),
             "tracked": self.state.tracked(),
             "decision": d,
         })
@@ -910,6 +930,38 @@ impl Rooms {
         s.eta_seconds = Some(Eta { low: 0, high: spec.config.session_seconds });
         s.poll_after_ms = jitter(2000);
         Ok(StatusOutcome::Status(s))
+    }
+
+    /// A passthrough room's straight way in (`queue = "when-needed"`): while the room is open
+    /// (not paused, not sold out, in its window), nobody waits, its active sessions are under
+    /// `passthrough.active-max` and this edge let fewer than `passthrough.new-per-minute` through
+    /// in the current minute, `sub` takes the next place, which is served at once
+    /// ([`RoomState::pass`]: only when every place ahead is served, so FIFO holds), and is admitted
+    /// (session and token). `Ok(None)`: the queue is on (the visitor queues as in any room).
+    pub async fn pass_through(&self, room: &Room, sub: &str, device: &str) -> Result<Option<Status>, RoomError> {
+        let spec = room.spec();
+        if !room.passing(&spec) {
+            return Ok(None);
+        }
+        let minute = unix_ms() / 60_000;
+        {
+            let mut passed = room.passed.lock();
+            if passed.0 != minute {
+                *passed = (minute, 0);
+            }
+            if passed.1 >= spec.config.passthrough.new_per_minute {
+                return Ok(None);
+            }
+            passed.1 += 1;
+        }
+        let t = self.join(room, sub, device).await?;
+        if !room.state.pass(t.position).await? {
+            return Ok(None);
+        }
+        match self.status(room, &t, sub).await? {
+            StatusOutcome::Status(s) if s.token.is_some() => Ok(Some(s)),
+            _ => Ok(None),
+        }
     }
 
     /// The status of a ticket's holder when answering it writes nothing: the room is closed, sold

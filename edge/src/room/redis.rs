@@ -36,6 +36,7 @@ static JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../..
 static FREEZE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_freeze.lua")));
 static LEAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_lead.lua")));
 static RESIGN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_resign.lua")));
+static PASS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_pass.lua")));
 static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_advance.lua")));
 static END_SESSION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_end_session.lua")));
 static SWEEP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_sweep.lua")));
@@ -304,6 +305,17 @@ impl RoomState for RedisRoom {
 
     async fn freeze(&self) -> Result<(), StateError> {
         self.run(&FREEZE, &[&self.issued, &self.prequeue, &self.shuffle], &[rand::random::<u64>().to_string()]).await.map(|_| ())
+    }
+
+    async fn pass(&self, position: u64) -> Result<bool, StateError> {
+        let v = self.run(&PASS, &[&self.serving], &[position.to_string()]).await?;
+        let served = int(&v) == Some(1);
+        if served {
+            let mut c = self.cache.lock();
+            c.serving = c.serving.max(position);
+            c.issued = c.issued.max(position);
+        }
+        Ok(served)
     }
 
     async fn advance(&self, node: &str, n: u64) -> Result<u64, StateError> {

@@ -55,6 +55,10 @@ pub trait RoomState: Send + Sync {
     async fn freeze(&self) -> Result<(), StateError>;
     /// Leader only: moves `serving` forward by up to `n`, never past `issued`; the new value.
     async fn advance(&self, node: &str, n: u64) -> Result<u64, StateError>;
+    /// Passthrough (`queue = "when-needed"`): serves `position` at once when every place ahead of
+    /// it is served (`serving` moves from `position - 1` to `position`); any instance may call
+    /// it. True when the place is served.
+    async fn pass(&self, position: u64) -> Result<bool, StateError>;
     /// Starts (or extends nothing of) `who`'s session, valid until `until_ms`; false when it was
     /// already running.
     async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError>;
@@ -189,6 +193,14 @@ impl RoomState for EmbeddedState {
     async fn freeze(&self) -> Result<(), StateError> {
         self.freeze_now();
         Ok(())
+    }
+
+    async fn pass(&self, position: u64) -> Result<bool, StateError> {
+        if position == 0 {
+            return Ok(false);
+        }
+        let r = self.serving.compare_exchange(position - 1, position, Ordering::SeqCst, Ordering::SeqCst);
+        Ok(r.is_ok() || self.serving.load(Ordering::SeqCst) >= position)
     }
 
     async fn advance(&self, _node: &str, n: u64) -> Result<u64, StateError> {
