@@ -76,6 +76,11 @@ echo "surge capacity-drop --quick: $(grep -E '"(sold|oversold|sellout_seconds|dr
 # the core and Redis are each SIGKILLed mid-sale and restarted (no paid order or place lost, still sells out).
 target/debug/wicket-bench surge crashes --quick --dry-run --check > target/surge-crashes-quick.json
 echo "surge crashes --quick: $(grep -E '"(sold|oversold|double_sold|fifo_tau|paid_lost|holds_lost|places_changed|places_shared)"' target/surge-crashes-quick.json | tr -d ' \n')"
+# Two sales on one edge (a separate core process), one after another and at once, each with a cautious
+# start at an idle core: fails unless every fan of each sale is admitted within 30 s (100 fans a sale here;
+# bench/RESULTS.md has the 300-fan figures of a release build).
+target/debug/wicket-bench rooms --fans 100 --dry-run --check > target/rooms-quick.txt
+echo "rooms --fans 100: $(grep -c '| yes |' target/rooms-quick.txt) of 4 sales within 30 s"
 # Every test of the workspace, last, so its summary closes the run. (The crates have no doc tests: their
 # code blocks are commands and sketches, marked `text`/`sh`/`ignore`.)
 cargo nextest run --workspace --no-fail-fast --profile ci "$@"

@@ -11,6 +11,7 @@ mod controller;
 mod holds;
 mod procs;
 mod report;
+mod rooms;
 mod stats;
 mod surge;
 mod svg;
@@ -69,6 +70,18 @@ enum Cmd {
         seeds: u64,
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Two sales on one edge (the real edge and a separate core process, embedded store), one after
+    /// another and at once, each with a cautious start at an idle core (issue #26).
+    Rooms {
+        /// Fans per sale.
+        #[arg(long, default_value_t = 300)]
+        fans: usize,
+        #[arg(long)]
+        dry_run: bool,
+        /// Exit non-zero unless every fan of each sale is admitted within 30 s.
+        #[arg(long)]
+        check: bool,
     },
     /// A flash sale end to end against the real edge and core: stararena | scenic | capacity-drop | bots | bots-nopow |
     /// crashes (two edges and the core on Redis with AOF; the leader edge, the core and Redis SIGKILLed mid-sale).
@@ -173,6 +186,30 @@ async fn main() -> anyhow::Result<()> {
                     ),
                 )?;
             }
+        }
+        Cmd::Rooms { fans, dry_run, check } => {
+            let r = rooms::run(fans).await?;
+            let table = r.table();
+            println!("{table}\n{}", serde_json::to_string_pretty(&r)?);
+            if !dry_run {
+                report::merge_summary("rooms_side_by_side", serde_json::to_value(&r)?)?;
+                report::write_section(
+                    "rooms",
+                    &format!(
+                        "## Two sales on one edge\n\n\
+                         Command: `cargo build --release -p wicket-edge -p wicket-core -p wicket-bench && target/release/wicket-bench rooms --fans {fans}`\n\n\
+                         Machine: {}. The real `wicket` edge and a separate `wicket-core` process (durable embedded store); two \
+                         rooms with a cautious start (auto release, start 2/s, min 1/s, max 2000/s, P99 target 100 ms) at an idle \
+                         core. Each sale has {fans} fans who join within 2 s, poll as told, hold one ticket through the edge once \
+                         admitted and stay on the site (a protected page every 5 s). One after another: sale A, then room b is \
+                         created through the admin API and sale B runs with A's fans still on the site. At once: a fresh stack, \
+                         both sales start together. Goal (issue #26): every fan of each sale admitted within 30 s of its first \
+                         join.\n\n{table}",
+                        report::machine()
+                    ),
+                )?;
+            }
+            anyhow::ensure!(!check || r.ok(), "not every fan of each sale was admitted within 30 s:\n{table}");
         }
         Cmd::Surge { scenario, quick, users, dry_run, check } => {
             let mut s = surge::Scenario::preset(&scenario, quick)?;

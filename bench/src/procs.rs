@@ -20,8 +20,8 @@ use wicket_testkit::core_toml::CoreToml;
 use wicket_testkit::free_port;
 
 pub const ADMIN: &str = "bench-admin-token-0123456789";
-const CALLBACK: &str = "bench-callback-secret-0123456789";
-const HS: &str = "bench-hs256-secret-0123456789abcdef";
+pub(crate) const CALLBACK: &str = "bench-callback-secret-0123456789";
+pub(crate) const HS: &str = "bench-hs256-secret-0123456789abcdef";
 pub const EVENT: &str = "ev";
 pub const ROOM: &str = "ev";
 /// Proof-of-work difficulty of the bench's room (bits): ~4,000 hashes a join, ~1-2 ms of a core.
@@ -606,7 +606,7 @@ async fn start_provider(provider: Arc<Provider>) -> anyhow::Result<SocketAddr> {
 
 /// A stand-in for the existing site: answers every path with a small page; `/done` pages (the end of a
 /// purchase) also end the visitor's session with `Wicket-Revoke: 1`, as a site does after checkout.
-async fn start_origin() -> anyhow::Result<SocketAddr> {
+pub(crate) async fn start_origin() -> anyhow::Result<SocketAddr> {
     let body = "<!doctype html><title>buy</title><p>the site's buy page</p>";
     let page = Arc::new(format!("HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\r\n{body}", body.len()));
     let done = Arc::new(format!(
