@@ -217,11 +217,12 @@ async fn rooms_made_changed_and_deleted_on_one_edge_reach_the_other() {
     assert_eq!(guard(&b, "/buy/r7b").as_deref(), Some("r1"), "r1 from the file is untouched");
 }
 
+/// The RoomState conformance suite (tests/common/room_state.rs) on a real Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_sessions_leave_the_budget_and_come_back_when_seen_on_redis() {
+async fn the_redis_room_state_passes_the_conformance_suite() {
     let redis = RedisServer::start();
     let rooms = RedisRooms::new(&redis.url()).unwrap();
-    wicket_edge::room::state::check_idle_sessions(&rooms.room("idle"), 1_000_000).await;
+    common::room_state::conformance(&rooms.room("conformance"), unix_ms()).await;
 }
 
 /// An admitted fan whose room state cannot be read (Redis down) is told to retry (503 with

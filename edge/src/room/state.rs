@@ -275,29 +275,3 @@ impl RoomState for EmbeddedState {
         self.created_s
     }
 }
-
-/// What every [`RoomState`] must do with idle sessions (run by the embedded tests and, on a real
-/// Redis, by edge/tests/room_redis.rs): a session counts as active while seen within the idle
-/// window, stops counting when idle, counts again when seen, and never after it ended.
-pub async fn check_idle_sessions(state: &dyn RoomState, t0: u64) {
-    let (a, b, c): (Who, Who, Who) = (11, 22, 33);
-    let idle = 10_000;
-    for who in [a, b, c] {
-        assert!(state.open_session(who, t0 + 600_000).await.unwrap());
-        state.touch(who, t0).await.unwrap();
-    }
-    assert_eq!(state.sweep(t0 + 1000, idle).await.unwrap().0, 3, "all three just seen");
-    // b is seen again later; a and c go idle.
-    state.touch(b, t0 + 8000).await.unwrap();
-    assert_eq!(state.sweep(t0 + 12_000, idle).await.unwrap().0, 1, "only b was seen within the window");
-    // a comes back.
-    state.touch(a, t0 + 13_000).await.unwrap();
-    assert_eq!(state.sweep(t0 + 14_000, idle).await.unwrap().0, 2);
-    // An ended session no longer counts, and its session is gone for session_alive.
-    assert!(state.end_session(a).await.unwrap());
-    assert_eq!(state.sweep(t0 + 15_000, idle).await.unwrap().0, 1);
-    assert!(state.session_alive(c, t0 + 15_000).await.unwrap(), "idle is not ended: c's token still works");
-    // Expired sessions leave too.
-    let (active, _) = state.sweep(t0 + 700_000, idle).await.unwrap();
-    assert_eq!(active, 0);
-}

@@ -233,11 +233,6 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
 }
 
 #[tokio::test]
-async fn idle_sessions_leave_the_budget_and_come_back_when_seen() {
-    super::state::check_idle_sessions(&super::state::EmbeddedState::new(1000), 1_000_000).await;
-}
-
-#[tokio::test]
 async fn tickets_from_the_future_or_older_than_the_longest_wait_are_refused() {
     let rooms = rooms_with("schedule = { opens-at = \"2020-01-01T00:00:00Z\", closes-at = \"2020-01-01T02:00:00Z\" }\n");
     let room = rooms.get("r1").unwrap();

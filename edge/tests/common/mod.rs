@@ -4,6 +4,8 @@
 //! (`wicket_testkit::pki`).
 #![allow(dead_code)]
 
+pub mod room_state;
+
 
 use std::collections::HashMap;
 use std::convert::Infallible;

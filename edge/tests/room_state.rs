@@ -1,0 +1,14 @@
+//! The RoomState conformance suite (tests/common/room_state.rs) on the embedded state; on Redis it
+//! runs in tests/room_redis.rs.
+//!
+//! `cargo nextest run -p wicket-edge --test room_state`
+
+mod common;
+
+use wicket_edge::room::state::EmbeddedState;
+use wicket_edge::room::unix_ms;
+
+#[tokio::test]
+async fn the_embedded_room_state_passes_the_conformance_suite() {
+    common::room_state::conformance(&EmbeddedState::new(1000), unix_ms()).await;
+}
