@@ -403,27 +403,68 @@ p99-target-ms = {p99}
             bot,
             cookies,
         );
-        let body = if self.pow {
-            // Ask for a challenge, solve it, join with the proof (as static/queue.js does).
-            let c: Value = Self::visitor(http.get(format!("{}/queue/{ROOM}/challenge", self.edges[edge].base)), user, ip, bot, cookies)
-                .send()
-                .await?
-                .json()
-                .await?;
-            let challenge = c["challenge"].as_str().unwrap_or_default().to_string();
-            let difficulty = c["difficulty"].as_u64().unwrap_or(0) as u32;
-            let nonce = tokio::task::spawn_blocking({
-                let challenge = challenge.clone();
-                move || solve_pow(&challenge, difficulty)
-            })
-            .await?;
-            json!({"pow": {"challenge": challenge, "nonce": nonce}})
-        } else {
-            json!({})
-        };
-        let r = rb.json(&body).send().await?;
+        if !self.pow {
+            let r = rb.json(&json!({})).send().await?;
+            let status = r.status().as_u16();
+            let headers = r.headers().clone();
+            return Ok((status, headers, r.json().await.unwrap_or(Value::Null)));
+        }
+        // As static/queue.js does: join first (the place is taken now, with the check owed; the
+        // answer carries a challenge), solve it, then give the proof for that place. A fan whose
+        // solving takes longer keeps the place of their arrival.
+        let r = rb.json(&json!({})).send().await?;
         let status = r.status().as_u16();
-        let headers = r.headers().clone();
+        let first = r.headers().clone();
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        let c = match &v["challenge"] {
+            c if c.is_object() => c.clone(),
+            // No challenge with the answer (an older edge, or a refusal): ask for one.
+            _ if status == 403 || status == 200 => {
+                Self::visitor(http.get(format!("{}/queue/{ROOM}/challenge", self.edges[edge].base)), user, ip, bot, cookies)
+                    .send()
+                    .await?
+                    .json()
+                    .await?
+            }
+            _ => return Ok((status, first, v)),
+        };
+        if status == 200 && v["proof_owed"].is_null() {
+            return Ok((status, first, v));
+        }
+        let challenge = c["challenge"].as_str().unwrap_or_default().to_string();
+        let difficulty = c["difficulty"].as_u64().unwrap_or(0) as u32;
+        let nonce = tokio::task::spawn_blocking({
+            let challenge = challenge.clone();
+            move || solve_pow(&challenge, difficulty)
+        })
+        .await?;
+        // The ticket the first answer set (bots drop it: their user id finds the place again).
+        let mut jar = cookies.to_string();
+        if !bot {
+            for v in first.get_all(reqwest::header::SET_COOKIE) {
+                let Some(pair) = v.to_str().ok().and_then(|v| v.split(';').next()) else { continue };
+                let Some((name, _)) = pair.split_once('=') else { continue };
+                let mut kept: Vec<&str> = jar.split("; ").filter(|c| !c.is_empty() && !c.starts_with(&format!("{name}="))).collect();
+                kept.push(pair);
+                jar = kept.join("; ");
+            }
+        }
+        let rb = Self::visitor(
+            http.post(format!("{}/queue/{ROOM}/join", self.edges[edge].base)).header("Accept", "application/json"),
+            user,
+            ip,
+            bot,
+            &jar,
+        );
+        let r = rb.json(&json!({"pow": {"challenge": challenge, "nonce": nonce}})).send().await?;
+        let status = r.status().as_u16();
+        let mut headers = reqwest::header::HeaderMap::new();
+        for v in first.get_all(reqwest::header::SET_COOKIE) {
+            headers.append(reqwest::header::SET_COOKIE, v.clone());
+        }
+        for (k, v) in r.headers() {
+            headers.append(k.clone(), v.clone());
+        }
         Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
     }
 

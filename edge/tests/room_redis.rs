@@ -224,6 +224,13 @@ async fn idle_sessions_leave_the_budget_and_come_back_when_seen_on_redis() {
     wicket_edge::room::state::check_idle_sessions(&rooms.room("idle"), 1_000_000).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owed_places_are_fixed_at_arrival_held_back_at_their_turn_and_lost_after_the_grace_on_redis() {
+    let redis = RedisServer::start();
+    let rooms = RedisRooms::new(&redis.url()).unwrap();
+    wicket_edge::room::state::check_owed_places(&rooms.room("owed"), "node-a", 1_000_000).await;
+}
+
 /// An admitted fan whose room state cannot be read (Redis down) is told to retry (503 with
 /// `Retry-After`), never "not admitted" (403) because a store blinked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

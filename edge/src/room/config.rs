@@ -14,6 +14,7 @@
 //! | `session-idle-seconds` | 120 (not seen this long: out of the session budget until seen again) |
 //! | `token-seconds` | 120 (at most 300) |
 //! | `bot-check` | `off` |
+//! | `proof-grace-seconds` | 30 (a place whose turn came with the bot check still owed is kept this long, then lost) |
 //! | `batches` | none |
 //! | `max-qty` | 1 (the token's `max_qty`) |
 //! | `max-tracked` | 10,000,000 identities remembered for rejoin (embedded state) |
@@ -145,6 +146,10 @@ pub struct RoomConfig {
     /// `off`, `pow` or `captcha`. Default `off`.
     #[serde(default, alias = "bot_check")]
     pub bot_check: RoomBotCheck,
+    /// With a bot check: how long a place whose turn came while the check was still owed is kept
+    /// (not admitted, not counted by the release) before it is lost, seconds. Default 30.
+    #[serde(default = "default_proof_grace", alias = "proof_grace_seconds")]
+    pub proof_grace_seconds: u64,
     /// Timed batch releases.
     #[serde(default)]
     pub batches: Vec<BatchConfig>,
@@ -161,6 +166,9 @@ fn default_session() -> u64 {
 }
 fn default_idle() -> u64 {
     120
+}
+fn default_proof_grace() -> u64 {
+    30
 }
 fn default_token() -> u64 {
     120
@@ -277,6 +285,9 @@ impl RoomConfig {
         }
         if self.session_seconds == 0 || self.session_seconds > 86_400 {
             out.push(issue(format!("{path}.session-seconds"), "must be between 1 and 86400"));
+        }
+        if self.proof_grace_seconds < 1 || self.proof_grace_seconds > 3600 {
+            out.push(issue(format!("{path}.proof-grace-seconds"), "must be between 1 and 3600"));
         }
         if self.session_idle_seconds < 5 || self.session_idle_seconds > 86_400 {
             out.push(issue(format!("{path}.session-idle-seconds"), "must be between 5 and 86400"));
