@@ -58,6 +58,17 @@ pub enum RoomBotCheck {
     Captcha,
 }
 
+impl RoomBotCheck {
+    /// The name in configs and answers: `off`, `pow`, `captcha`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RoomBotCheck::Off => "off",
+            RoomBotCheck::Pow => "pow",
+            RoomBotCheck::Captcha => "captcha",
+        }
+    }
+}
+
 /// `schedule`: RFC 3339 times.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]

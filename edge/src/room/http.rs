@@ -8,6 +8,10 @@
 //! | `GET /queue/<room>/events` | the status JSON as server-sent events until admitted (then `redirect` is `/queue/<room>`, which sets the admission cookie) |
 //! | `GET /queue/<room>/challenge` | a proof-of-work challenge |
 //!
+//! A room with a bot check gives the place at the first arrival and the check gates admission:
+//! until it is given, status answers say `proof_owed` (with a challenge on JSON answers of a
+//! proof-of-work room), and the place is not admitted at its turn (kept `proof-grace-seconds`).
+//!
 //! ```text
 //! curl -i -H 'Accept: application/json' http://127.0.0.1:8080/queue/ev-42
 //! ```
@@ -25,9 +29,6 @@ use super::config::RoomBotCheck;
 use super::page::PageView;
 use super::ticket::{QueueTicket, cookie_name};
 use super::{Phase, Room, RoomError, Status, StatusOutcome};
-// A room with a bot check gives the place at the first arrival and the check gates admission:
-// until it is given, status answers say `proof_owed` (with a challenge on JSON answers of a
-// proof-of-work room), and the place is not admitted at its turn (kept `proof-grace-seconds`).
 use crate::bot::{CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, unix_now};
 use crate::i18n::{LANG_COOKIE, Lang};
 use crate::identity::{cookie, header as header_str};
@@ -56,14 +57,9 @@ impl QueueRequest {
     }
 }
 
-pub(crate) fn bot_name(b: RoomBotCheck) -> &'static str {
-    match b {
-        RoomBotCheck::Off => "off",
-        RoomBotCheck::Pow => "pow",
-        RoomBotCheck::Captcha => "captcha",
-    }
+fn bot_name(b: RoomBotCheck) -> &'static str {
+    b.name()
 }
-
 async fn answer(session: &mut Session, status: u16, ctype: &str, body: Bytes, extra: &[(http::HeaderName, String)]) -> pingora::Result<bool> {
     let mut h = ResponseHeader::build(status, Some(4 + extra.len()))?;
     h.insert_header(header::CONTENT_TYPE, ctype)?;

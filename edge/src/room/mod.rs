@@ -987,7 +987,7 @@ impl Rooms {
             token_seconds: None,
             opens_at: None,
             restock_possible: false,
-            proof_owed: t.owed.then(|| http::bot_name(spec.config.bot_check)),
+            proof_owed: t.owed.then(|| spec.config.bot_check.name()),
             proof_deadline_seconds: None,
         };
         let (opens_at, closes_at) = room.window(spec);

@@ -120,7 +120,8 @@ pub trait RoomState: Send + Sync {
     async fn advance_at(&self, node: &str, n: u64, now_ms: u64) -> Result<u64, StateError>;
     /// [`RoomState::advance_at`] now.
     async fn advance(&self, node: &str, n: u64) -> Result<u64, StateError> {
-        self.advance_at(node, n, crate::room::unix_ms()).await
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        self.advance_at(node, n, now_ms).await
     }
     /// Starts (or extends nothing of) `who`'s session, valid until `until_ms`; false when it was
     /// already running.
