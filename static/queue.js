@@ -6,7 +6,9 @@
  * catalogue (static/i18n/<lang>.json, with the operator's overrides) in <script id="wicket-text">. This
  * script keeps the page current with the same catalogue and the same wording rules as the server.
  *
- * Flow: room from the path /queue/<room> → (bot check if the room asks: proof-of-work by static/pow.js, or
+ * Flow: room from the path /queue/<room> → a place at the first arrival → (bot check if the room asks,
+ * solved in the background while the fan waits — the status says `proof_owed` until it is given; the
+ * place is admitted at its turn only once it is: proof-of-work by static/pow.js, or
  * CAPTCHA, then POST join) → status by server-sent events on /queue/<room>/events, or by polling
  * /queue/<room>/status at the server's poll_after_ms when SSE is unavailable → on "admitted", go to
  * `redirect`. Before opening, a countdown to the status's `opens_at` runs on the server's clock.
@@ -133,6 +135,8 @@
   var failures = 0;
   var lastAnnounce = { at: 0, state: null };
   var checkRunning = false;
+  var checkBackground = false;
+  var proofGiven = false;
   // The server's clock minus ours, so the countdown ends when the room opens, whatever the phone says.
   var clockOffset = (function () {
     var now = Number(meta('wicket-now'));
@@ -274,6 +278,10 @@
     if (body && typeof body.state === 'string') {
       failures = 0;
       render(body);
+      // The place is held from the first arrival; the room's check is still owed: it is given in the
+      // background while the fan waits (the place is admitted at its turn only once it is given).
+      // (An event stream opened before the proof still says so: once given, it is not given again.)
+      if ((body.proof_owed === 'pow' || body.proof_owed === 'captcha') && !proofGiven) runCheck(body.proof_owed, body, true);
       return true;
     }
     // The room wants a bot check before it gives a place (or the ticket is missing or refused).
@@ -406,14 +414,29 @@
     });
   }
 
-  function runCheck(kind, hints) {
+  /** Runs the room's check. `background`: the fan holds a place already (the status answer said
+   *  `proof_owed`): the status updates go on while it runs. */
+  function runCheck(kind, hints, background) {
     if (checkRunning || finished) return;
     checkRunning = true;
-    if (source) { source.close(); source = null; }
-    if (pollTimer) { clearTimeout(pollTimer); pollTimer = null; }
+    checkBackground = !!background;
+    if (!background) {
+      if (source) { source.close(); source = null; }
+      if (pollTimer) { clearTimeout(pollTimer); pollTimer = null; }
+    }
     $('check').hidden = false;
     if (kind === 'captcha') return runCaptcha(hints || {});
-    return runPow(0);
+    var c = hints && hints.challenge;
+    return runPow(0, c && typeof c.challenge === 'string' && typeof c.difficulty === 'number' ? c : null);
+  }
+
+  /** After a check's answer: the status, and the updates again unless they never stopped. */
+  function checkAnswered(a) {
+    var background = checkBackground;
+    checkDone();
+    if (a.body && !a.body.proof_owed) proofGiven = true;
+    handleAnswer(a.status, a.body);
+    if (!finished && !background) startUpdates();
   }
 
   function checkDone() {
@@ -421,9 +444,10 @@
     $('check').hidden = true;
   }
 
-  function runPow(attempt) {
+  function runPow(attempt, given) {
     $('check-text').textContent = attempt ? T.pow_failed : T.pow_running;
-    getJSON(base + '/challenge').then(function (a) {
+    // A challenge that came with the status answer saves a round trip.
+    (given ? Promise.resolve({ status: 200, body: given }) : getJSON(base + '/challenge')).then(function (a) {
       var c = a.body;
       if (!c || typeof c.challenge !== 'string' || typeof c.difficulty !== 'number') throw new Error('bad challenge');
       // The one solver of static/pow.js, which the page loads first.
@@ -437,9 +461,7 @@
     }).then(function (a) {
       if (!a) return;
       if (a.body && typeof a.body.state === 'string') {
-        checkDone();
-        handleAnswer(a.status, a.body);
-        if (!finished) startUpdates();
+        checkAnswered(a);
         return;
       }
       throw new Error('refused');
@@ -461,10 +483,8 @@
       if (typeof token !== 'string' || !token) return;
       postJSON(base + '/join', { captcha: token }).then(function (a) {
         if (a.body && typeof a.body.state === 'string') {
-          checkDone();
           slot.textContent = '';
-          handleAnswer(a.status, a.body);
-          if (!finished) startUpdates();
+          checkAnswered(a);
         } else {
           $('check-text').textContent = texts.pow_failed;
           if (root.turnstile && root.turnstile.reset) try { root.turnstile.reset(); } catch (e) { /* widget gone */ }

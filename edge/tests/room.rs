@@ -533,3 +533,122 @@ async fn after_a_restart_with_embedded_room_state_old_tickets_are_refused_not_re
     let v = cy.json(&after.url("/queue/r1/status")).await.json();
     assert_eq!(v["position"], 2, "{v}");
 }
+
+fn solve_pow(challenge: &str, difficulty: u64) -> String {
+    use sha2::{Digest, Sha256};
+    (0u64..)
+        .map(|n| n.to_string())
+        .find(|n| wicket_edge::bot::leading_zero_bits(&Sha256::digest(format!("{challenge}{n}").as_bytes())) as u64 >= difficulty)
+        .unwrap()
+}
+
+/// The proof body for the challenge a join answer carried.
+fn proof_for(answer: &Value) -> String {
+    let c = &answer["challenge"];
+    let (challenge, difficulty) = (c["challenge"].as_str().unwrap(), c["difficulty"].as_u64().unwrap());
+    json!({"pow": {"challenge": challenge, "nonce": solve_pow(challenge, difficulty)}}).to_string()
+}
+
+/// A proof-of-work room (issue #26): the place is fixed at the first arrival, the proof gates
+/// admission, not the place. A arrives first and proves after B: A is let in first. Forged,
+/// replayed and other-device proofs prove nothing; a ticket of another room is no ticket; a place
+/// whose turn came without a proof is held back (the release does not count it), then lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pow_room_fixes_the_place_at_arrival_and_the_proof_gates_admission() {
+    let origin = TestUpstream::start("origin").await;
+    let cfg = room_config(&origin.url(), "bot-check = \"pow\"\nproof-grace-seconds = 2\nrelease = { mode = \"fixed\", rate = 0.0 }\n")
+        .replace("[tokens]", "[edge.bot.pow]\ndifficulty = 8\n[tokens]");
+    let edge = TestEdge::start(&cfg);
+    let join_url = edge.url("/queue/r1/join");
+    let post = |c: &mut Client, body: String| {
+        let url = join_url.clone();
+        let mut c2 = std::mem::take(c);
+        async move {
+            let r = c2.send("POST", &url, &[("content-type", "application/json"), ("accept", "application/json")], body.as_bytes()).await;
+            (c2, r)
+        }
+    };
+    // A arrives first, B second: both get a place at once, the check owed, a challenge with it.
+    let (mut a, mut b) = (Client::user("ann"), Client::user("ben"));
+    let ra;
+    (a, ra) = post(&mut a, "{}".into()).await;
+    assert_eq!(ra.status, 200, "{}", ra.text());
+    let va = ra.json();
+    assert_eq!((va["position"].as_u64(), va["proof_owed"].as_str()), (Some(1), Some("pow")), "{va}");
+    assert!(va["challenge"]["challenge"].is_string() && va["join"] == "/queue/r1/join", "{va}");
+    let rb;
+    (b, rb) = post(&mut b, "{}".into()).await;
+    let vb = rb.json();
+    assert_eq!((vb["position"].as_u64(), vb["proof_owed"].as_str()), (Some(2), Some("pow")), "{vb}");
+    // The status says the proof is owed (the fast path and the proxy alike), the place is kept.
+    let s = a.json(&edge.url("/queue/r1/status")).await.json();
+    assert_eq!((s["state"].as_str(), s["position"].as_u64(), s["proof_owed"].as_str()), (Some("waiting"), Some(1), Some("pow")), "{s}");
+    // The no-JS page shows the place and says a script must give the check.
+    let page = a.send("GET", &edge.url("/queue/r1"), &[("accept", "text/html")], b"").await.text();
+    assert!(page.contains("<meta name=\"wicket-bot-check\" content=\"pow\">") && page.contains("turn on JavaScript"), "{page}");
+    // A forged proof: refused, B's place still owed.
+    let r;
+    (b, r) = post(&mut b, json!({"pow": {"challenge": "AAAA.BBBB", "nonce": "1"}}).to_string()).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(b.json(&edge.url("/queue/r1/status")).await.json()["proof_owed"], "pow");
+    // B proves first: the same place, proven.
+    let proof_b = proof_for(&vb);
+    let r;
+    (b, r) = post(&mut b, proof_b.clone()).await;
+    let v = r.json();
+    assert_eq!((r.status, v["position"].as_u64(), v.get("proof_owed")), (200, Some(2), None), "{v}");
+    assert!(b.jar.contains_key("wicket_b"));
+    // The same proof again (another fan): refused as used, no place given.
+    let mut c = Client::user("cat");
+    let r;
+    (c, r) = post(&mut c, proof_b).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.json()["message"].as_str().unwrap().contains("already used"));
+    assert!(!c.jar.contains_key("wicket_q_r1"));
+    // X (no user id) holds place 3 and never proves. Y, another device, shows X's ticket with a
+    // valid proof: the ticket is not Y's, so Y proves a place of its own; X still owes it.
+    let mut x = Client::default();
+    let rx;
+    (x, rx) = post(&mut x, "{}".into()).await;
+    assert_eq!(rx.json()["position"], 3);
+    let mut y = Client { jar: [("wicket_q_r1".to_owned(), x.jar["wicket_q_r1"].clone())].into(), ..Client::default() };
+    let ry;
+    let proof_y = proof_for(&rx.json());
+    (y, ry) = post(&mut y, proof_y).await;
+    let vy = ry.json();
+    assert_eq!((ry.status, vy["position"].as_u64(), vy.get("proof_owed")), (200, Some(4), None), "{vy}");
+    assert_eq!(x.json(&edge.url("/queue/r1/status")).await.json()["proof_owed"], "pow");
+    // A ticket of another room is no ticket there.
+    let mut other = a.clone();
+    other.jar.insert("wicket_q_r2".into(), a.jar["wicket_q_r1"].clone());
+    assert_eq!(other.json(&edge.url("/queue/r2/status")).await.status, 401);
+    // A proves after B.
+    let r;
+    (a, r) = post(&mut a, proof_for(&va)).await;
+    assert_eq!((r.status, r.json()["position"].as_u64()), (200, Some(1)), "{}", r.text());
+    // Release one a second: A (first to arrive) goes in before B; X is passed without taking a
+    // slot, Y behind it goes in.
+    assert_eq!(edge.admin("PUT", "/admin/rooms/r1/release", r#"{"mode":"fixed","rate":1}"#).await.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut a_in, mut b_in, mut y_in) = (false, false, false);
+    while !(a_in && b_in && y_in) {
+        assert!(Instant::now() < deadline, "not all admitted: {a_in} {b_in} {y_in}");
+        a_in |= a.json(&edge.url("/queue/r1/status")).await.json()["state"] == "admitted";
+        let was = b_in;
+        b_in |= b.json(&edge.url("/queue/r1/status")).await.json()["state"] == "admitted";
+        assert!(!b_in || was || a_in, "B went in before A");
+        y_in |= y.json(&edge.url("/queue/r1/status")).await.json()["state"] == "admitted";
+        assert!(!y_in || b_in, "Y went in before B");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // X's turn came without a proof: never admitted, held back with a deadline...
+    let s = x.json(&edge.url("/queue/r1/status")).await.json();
+    assert_eq!((s["state"].as_str(), s["ahead"].as_u64(), s["proof_owed"].as_str()), (Some("waiting"), Some(0), Some("pow")), "{s}");
+    assert!(s.get("token").is_none() && s["proof_deadline_seconds"].as_u64().is_some_and(|d| d <= 2), "{s}");
+    // ... then the place is lost: its next status queues it again at the back, still owing the check.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let s = x.json(&edge.url("/queue/r1/status")).await.json();
+    assert!(s["position"].as_u64().is_some_and(|p| p > 4) && s["proof_owed"] == "pow", "{s}");
+    let stats = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
+    assert_eq!(stats["admissions"], 3, "A, B and Y; never X: {stats}");
+}

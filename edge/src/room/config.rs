@@ -14,6 +14,7 @@
 //! | `session-idle-seconds` | 120 (not seen this long: out of the session budget until seen again) |
 //! | `token-seconds` | 120 (at most 300) |
 //! | `bot-check` | `off` |
+//! | `proof-grace-seconds` | 30 (a place whose turn came with the bot check still owed is kept this long, then lost) |
 //! | `batches` | none |
 //! | `max-qty` | 1 (the token's `max_qty`) |
 //! | `max-tracked` | 10,000,000 identities remembered for rejoin (embedded state) |
@@ -57,6 +58,17 @@ pub enum RoomBotCheck {
     Pow,
     /// The CAPTCHA hook (`[edge.bot.captcha]`).
     Captcha,
+}
+
+impl RoomBotCheck {
+    /// The name in configs and answers: `off`, `pow`, `captcha`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RoomBotCheck::Off => "off",
+            RoomBotCheck::Pow => "pow",
+            RoomBotCheck::Captcha => "captcha",
+        }
+    }
 }
 
 /// `schedule`: RFC 3339 times.
@@ -147,6 +159,10 @@ pub struct RoomConfig {
     /// `off`, `pow` or `captcha`. Default `off`.
     #[serde(default, alias = "bot_check")]
     pub bot_check: RoomBotCheck,
+    /// With a bot check: how long a place whose turn came while the check was still owed is kept
+    /// (not admitted, not counted by the release) before it is lost, seconds. Default 30.
+    #[serde(default = "default_proof_grace", alias = "proof_grace_seconds")]
+    pub proof_grace_seconds: u64,
     /// Timed batch releases.
     #[serde(default)]
     pub batches: Vec<BatchConfig>,
@@ -202,6 +218,9 @@ fn default_session() -> u64 {
 }
 fn default_idle() -> u64 {
     120
+}
+fn default_proof_grace() -> u64 {
+    30
 }
 fn default_token() -> u64 {
     120
@@ -319,6 +338,9 @@ impl RoomConfig {
         if self.session_seconds == 0 || self.session_seconds > 86_400 {
             out.push(issue(format!("{path}.session-seconds"), "must be between 1 and 86400"));
         }
+        if self.proof_grace_seconds < 1 || self.proof_grace_seconds > 3600 {
+            out.push(issue(format!("{path}.proof-grace-seconds"), "must be between 1 and 3600"));
+        }
         if self.session_idle_seconds < 5 || self.session_idle_seconds > 86_400 {
             out.push(issue(format!("{path}.session-idle-seconds"), "must be between 5 and 86400"));
         }
@@ -339,6 +361,12 @@ impl RoomConfig {
         }
         if self.passthrough.new_per_minute == 0 || self.passthrough.new_per_minute > 100_000_000 {
             out.push(issue(format!("{path}.passthrough.new-per-minute"), "must be between 1 and 100000000"));
+        }
+        if self.queue == QueueWhen::WhenNeeded && self.bot_check != RoomBotCheck::Off {
+            out.push(issue(
+                format!("{path}.queue"),
+                "\"when-needed\" lets visitors in without joining, so it cannot ask the room's bot check: guard the protected paths with [[edge.bot.routes]] instead",
+            ));
         }
         if self.queue == QueueWhen::WhenNeeded && self.method == QueueMethod::Random {
             out.push(issue(format!("{path}.queue"), "\"when-needed\" needs method = \"fifo\" (a random draw has nobody to let through)"));

@@ -3,10 +3,14 @@
 //! | method, path | does |
 //! |---|---|
 //! | `GET /queue/<room>` | joins when needed; the queue page rendered with the status in the fan's language ([`super::page`]; `?lang=` sets the `wicket_lang` cookie), a 302 to the target once admitted (no-JS), or the status JSON for `Accept: application/json` |
-//! | `POST /queue/<room>/join` | `{"pow":{"challenge","nonce"}}` / `{"captcha":"..."}` when the room asks; the status JSON |
+//! | `POST /queue/<room>/join` | joins (`{}`) or gives the room's check for the place held (`{"pow":{"challenge","nonce"}}` / `{"captcha":"..."}`); the status JSON |
 //! | `GET /queue/<room>/status` | the status JSON; 401 without a valid ticket |
 //! | `GET /queue/<room>/events` | the status JSON as server-sent events until admitted (then `redirect` is `/queue/<room>`, which sets the admission cookie) |
 //! | `GET /queue/<room>/challenge` | a proof-of-work challenge |
+//!
+//! A room with a bot check gives the place at the first arrival and the check gates admission:
+//! until it is given, status answers say `proof_owed` (with a challenge on JSON answers of a
+//! proof-of-work room), and the place is not admitted at its turn (kept `proof-grace-seconds`).
 //!
 //! ```text
 //! curl -i -H 'Accept: application/json' http://127.0.0.1:8080/queue/ev-42
@@ -54,13 +58,8 @@ impl QueueRequest {
 }
 
 fn bot_name(b: RoomBotCheck) -> &'static str {
-    match b {
-        RoomBotCheck::Off => "off",
-        RoomBotCheck::Pow => "pow",
-        RoomBotCheck::Captcha => "captcha",
-    }
+    b.name()
 }
-
 async fn answer(session: &mut Session, status: u16, ctype: &str, body: Bytes, extra: &[(http::HeaderName, String)]) -> pingora::Result<bool> {
     let mut h = ResponseHeader::build(status, Some(4 + extra.len()))?;
     h.insert_header(header::CONTENT_TYPE, ctype)?;
@@ -148,21 +147,31 @@ fn bot_refusal(room: &Room, why: &str) -> serde_json::Value {
            "join": format!("/queue/{}/join", room.id)})
 }
 
-/// Joins (or re-finds the place of) the visitor and sets the ticket cookie.
-async fn do_join(st: &EdgeState, q: &mut QueueRequest, room: &Room) -> Result<QueueTicket, super::state::StateError> {
+/// Joins (or re-finds the place of) the visitor and sets the ticket cookie. `proven`: the visitor
+/// gave the room's bot check (or holds a pass); otherwise the place is given with the check owed.
+/// `None`: an owed place could not be remembered (the check must come first).
+async fn do_join(st: &EdgeState, q: &mut QueueRequest, room: &Room, proven: bool) -> Result<Option<QueueTicket>, super::state::StateError> {
     let sub = q.sub().to_owned();
-    let t = st.rooms.join(room, &sub, &q.device).await?;
+    let Some(t) = st.rooms.join_with(room, &sub, &q.device, proven).await? else { return Ok(None) };
     let max_age = room.spec().closes_at.map_or(86_400, |c| (c - unix_now() as i64).clamp(60, 7 * 86_400) as u64);
     q.cookies.push(st.cookie(&cookie_name(&room.id), &t.encode(&st.rooms.signer), max_age));
-    Ok(t)
+    Ok(Some(t))
 }
 
-/// Status of a ticket; a spent place joins again. Sets the admission cookie when admitted.
-async fn status_for(st: &EdgeState, q: &mut QueueRequest, room: &Room, t: QueueTicket) -> Result<Status, RoomError> {
+/// Status of a ticket; a spent (or lost) place joins again. A ticket with the check owed from a
+/// visitor who has given it since (`proven`) is made proven first. Sets the admission cookie when
+/// admitted.
+async fn status_for(st: &EdgeState, q: &mut QueueRequest, room: &Room, t: QueueTicket, proven: bool) -> Result<Status, RoomError> {
     let sub = q.sub().to_owned();
+    let t = match (t.owed && proven).then_some(()) {
+        Some(()) => do_join(st, q, room, true).await?.unwrap_or(t),
+        None => t,
+    };
     let mut outcome = st.rooms.status(room, &t, &sub).await?;
     if let StatusOutcome::Rejoin = outcome {
-        let t = do_join(st, q, room).await?;
+        let Some(t) = do_join(st, q, room, proven).await? else {
+            return Err(RoomError::State(super::state::StateError("no place for an owed check".into())));
+        };
         outcome = st.rooms.status(room, &t, &sub).await?;
     }
     let s = match outcome {
@@ -175,6 +184,23 @@ async fn status_for(st: &EdgeState, q: &mut QueueRequest, room: &Room, t: QueueT
     Ok(s)
 }
 
+/// True when the visitor need not give the room's check (none asked, or a valid pass).
+fn check_given(st: &EdgeState, session: &Session, q: &QueueRequest, room: &Room) -> bool {
+    room.spec().config.bot_check == RoomBotCheck::Off || has_pass(st, session, q)
+}
+
+/// A status answer as JSON; with the check owed in a proof-of-work room, a fresh challenge rides
+/// along (the page starts solving without another round trip).
+fn status_json(st: &EdgeState, room: &Room, s: &Status) -> serde_json::Value {
+    let mut v = serde_json::to_value(s).unwrap_or_default();
+    if s.proof_owed.is_some() && room.spec().config.bot_check == RoomBotCheck::Pow {
+        let (challenge, difficulty) = st.bot.pow.issue(unix_now());
+        v["challenge"] = json!({"challenge": challenge, "difficulty": difficulty, "expires_in": st.bot.pow.ttl()});
+        v["join"] = json!(format!("/queue/{}/join", room.id));
+    }
+    v
+}
+
 async fn room_error(session: &mut Session, q: &mut QueueRequest, e: RoomError) -> pingora::Result<bool> {
     tracing::warn!("waiting room: {e}");
     json_answer(session, q, 503, &error_json("unavailable", "the waiting room is unavailable, try again shortly")).await
@@ -183,15 +209,18 @@ async fn room_error(session: &mut Session, q: &mut QueueRequest, e: RoomError) -
 async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
     let json = wants_json(session);
     let bot = room.spec().config.bot_check;
+    let given = check_given(st, session, q, room);
     let mut ticket = ticket_of(st, session, q, room);
-    if ticket.is_none() && (bot == RoomBotCheck::Off || has_pass(st, session, q)) {
-        match do_join(st, q, room).await {
-            Ok(t) => ticket = Some(t),
+    if ticket.is_none() {
+        // The first arrival takes the place, whether or not the check is given yet: the check
+        // gates admission, not the place.
+        match do_join(st, q, room, given).await {
+            Ok(t) => ticket = t,
             Err(e) => return room_error(session, q, e.into()).await,
         }
     }
     let status = match ticket {
-        Some(t) => match status_for(st, q, room, t).await {
+        Some(t) => match status_for(st, q, room, t, given).await {
             Ok(s) => Some(s),
             Err(e) => return room_error(session, q, e).await,
         },
@@ -199,7 +228,7 @@ async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
     };
     if json {
         return match status {
-            Some(s) => json_answer(session, q, 200, &serde_json::to_value(&s).unwrap_or_default()).await,
+            Some(s) => json_answer(session, q, 200, &status_json(st, room, &s)).await,
             None => json_answer(session, q, 403, &bot_refusal(room, "solve the room's bot check, then POST join")).await,
         };
     }
@@ -225,7 +254,8 @@ async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
         .and_then(|s| s.opens_at.as_deref())
         .and_then(super::config::parse_time)
         .map(|o| (o - now).max(0) as u64);
-    let view = PageView { lang, status: status.as_ref(), bot_check: if status.is_none() { bot_name(bot) } else { "" }, now, opens_in };
+    let owed = status.as_ref().and_then(|s| s.proof_owed);
+    let view = PageView { lang, status: status.as_ref(), bot_check: if status.is_none() { bot_name(bot) } else { owed.unwrap_or("") }, now, opens_in };
     let html = st.queue_page.render(&view);
     let extra = cookie_headers(q);
     answer(session, 200, "text/html; charset=utf-8", Bytes::from(html), &extra).await
@@ -248,7 +278,8 @@ async fn join(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
         }
     };
     let bot = room.spec().config.bot_check;
-    if bot != RoomBotCheck::Off && !has_pass(st, session, q) {
+    let mut given = check_given(st, session, q, room);
+    if !given && (proof.pow.is_some() || proof.captcha.is_some()) {
         let verdict = match (bot, &proof.pow, &proof.captcha) {
             (RoomBotCheck::Pow, Some(p), _) => st.bot.pow.verify(&p.challenge, &p.nonce, unix_now()).map_err(|e| e.text()),
             (RoomBotCheck::Captcha, _, Some(resp)) if !resp.is_empty() && resp.len() <= 4096 => match &st.bot.captcha {
@@ -260,23 +291,26 @@ async fn join(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
                     CaptchaOutcome::Fail => Err("captcha not solved"),
                 },
             },
-            _ => Err("this room asks for a bot check first"),
+            _ => Err("not this room's bot check"),
         };
         if let Err(why) = verdict {
+            // A wrong, forged, expired or replayed proof: refused, and any place held stays owed.
             return json_answer(session, q, 403, &bot_refusal(room, why)).await;
         }
         let pass = st.bot.issue_pass(&q.device, unix_now());
         q.cookies.push(st.cookie(PASS_COOKIE, &pass, st.bot.pass_seconds()));
+        given = true;
     }
     let t = match ticket_of(st, session, q, room) {
         Some(t) => t,
-        None => match do_join(st, q, room).await {
-            Ok(t) => t,
+        None => match do_join(st, q, room, given).await {
+            Ok(Some(t)) => t,
+            Ok(None) => return json_answer(session, q, 403, &bot_refusal(room, "solve the room's bot check, then POST join")).await,
             Err(e) => return room_error(session, q, e.into()).await,
         },
     };
-    match status_for(st, q, room, t).await {
-        Ok(s) => json_answer(session, q, 200, &serde_json::to_value(&s).unwrap_or_default()).await,
+    match status_for(st, q, room, t, given).await {
+        Ok(s) => json_answer(session, q, 200, &status_json(st, room, &s)).await,
         Err(e) => room_error(session, q, e).await,
     }
 }
@@ -296,8 +330,9 @@ async fn status(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, roo
     let Some(t) = ticket_of(st, session, q, room) else {
         return json_answer(session, q, 401, &no_ticket(room)).await;
     };
-    match status_for(st, q, room, t).await {
-        Ok(s) => json_answer(session, q, 200, &serde_json::to_value(&s).unwrap_or_default()).await,
+    let given = t.owed && check_given(st, session, q, room);
+    match status_for(st, q, room, t, given).await {
+        Ok(s) => json_answer(session, q, 200, &status_json(st, room, &s)).await,
         Err(e) => room_error(session, q, e).await,
     }
 }

@@ -524,6 +524,14 @@ pub struct Status {
     /// the queue moves on when they do.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub restock_possible: bool,
+    /// The room's bot check (`pow` or `captcha`) is still owed for this place: the place is kept,
+    /// but it is not admitted until the check is given (`POST /queue/<room>/join` with the proof).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proof_owed: Option<&'static str>,
+    /// With `proof_owed` once the place's turn came: seconds left to give the check before the
+    /// place is lost (the room's `proof-grace-seconds` from its turn).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proof_deadline_seconds: Option<u64>,
 }
 
 /// What a status computation found.
@@ -888,17 +896,36 @@ impl Rooms {
         format!("{:016x}", self.who(room, sub))
     }
 
-    /// A place for `sub` (user id, else device id) on `device`: the one it holds, or the next.
+    /// A place for `sub` (user id, else device id) on `device`, the room's check given (or none
+    /// asked): the one it holds, or the next.
     pub async fn join(&self, room: &Room, sub: &str, device: &str) -> Result<QueueTicket, StateError> {
-        let now_s = unix_ms() / 1000;
+        self.join_with(room, sub, device, true).await?.ok_or_else(|| StateError("no place given".into()))
+    }
+
+    /// A place for `sub` (user id, else device id) on `device`: the one it holds, or the next.
+    /// `proven`: the visitor gave the room's bot check (or the room has none); otherwise the place
+    /// is given at once and the check is owed ([`state::RoomState::join`]). `None`: no owed place
+    /// could be remembered, the check must come first.
+    pub async fn join_with(&self, room: &Room, sub: &str, device: &str, proven: bool) -> Result<Option<QueueTicket>, StateError> {
+        let now_ms = unix_ms();
+        let now_s = now_ms / 1000;
         let spec = room.spec();
         let (opens_at, _) = room.window(&spec);
         let open = opens_at.is_none_or(|o| now_s as i64 >= o);
-        let (position, fresh) = room.state.join(self.who(&room.id, sub), open).await?;
-        if fresh {
+        let proven = proven || spec.config.bot_check == config::RoomBotCheck::Off;
+        let proof = state::Proof { proven, now_ms, grace_ms: spec.config.proof_grace_seconds * 1000 };
+        let Some(j) = room.state.join(self.who(&room.id, sub), open, proof).await? else { return Ok(None) };
+        if j.fresh {
             room.joins.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(QueueTicket { room: room.id.clone(), position, issued_at: now_s, device: device.to_owned(), owner: self.owner(&room.id, sub) })
+        Ok(Some(QueueTicket {
+            room: room.id.clone(),
+            position: j.position,
+            issued_at: now_s,
+            device: device.to_owned(),
+            owner: self.owner(&room.id, sub),
+            owed: j.owed,
+        }))
     }
 
     /// The status of a ticket's holder; admits (token + session) when it is their turn.
@@ -919,13 +946,34 @@ impl Rooms {
         if room.state.spent(who, t.position).await? {
             return Ok(StatusOutcome::Rejoin);
         }
+        if t.owed {
+            // The check was owed when the ticket was made: admitted only once it is given.
+            let grace_ms = spec.config.proof_grace_seconds * 1000;
+            let ago = match room.state.proof_state(who, t.position, now_ms, grace_ms).await? {
+                state::ProofState::Proven => None,
+                state::ProofState::Lost => return Ok(StatusOutcome::Rejoin),
+                state::ProofState::Owed => Some(0),
+                state::ProofState::Passed { ago_ms } => Some(ago_ms),
+            };
+            if let Some(ago) = ago {
+                // Its turn came: held back (the release did not count it) until the check is given
+                // or the grace runs out.
+                let mut s = s;
+                s.ahead = Some(0);
+                s.eta_seconds = None;
+                s.proof_deadline_seconds = Some(grace_ms.saturating_sub(ago) / 1000);
+                s.poll_after_ms = jitter(1000);
+                return Ok(StatusOutcome::Status(s));
+            }
+        }
+        let mut s = s;
+        s.proof_owed = None;
         let cap = spec.config.total_active_max;
         let alive = room.state.session_alive(who, now_ms).await?;
         if alive || cap.is_none_or(|cap| room.active.load(Ordering::Relaxed) < cap) {
             return self.admit(room, &spec, s, who, sub, pos, alive, now_ms).await.map(StatusOutcome::Status);
         }
         // At the total-active cap: first in line, waiting for a session to end.
-        let mut s = s;
         s.ahead = Some(0);
         s.eta_seconds = Some(Eta { low: 0, high: spec.config.session_seconds });
         s.poll_after_ms = jitter(2000);
@@ -991,6 +1039,8 @@ impl Rooms {
             token_seconds: None,
             opens_at: None,
             restock_possible: false,
+            proof_owed: t.owed.then(|| spec.config.bot_check.name()),
+            proof_deadline_seconds: None,
         };
         let (opens_at, closes_at) = room.window(spec);
         if closes_at.is_some_and(|c| now_s >= c) {

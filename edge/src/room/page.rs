@@ -408,7 +408,8 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>) -> String {
         t(title_key),
         t(detail_key)
     );
-    if s.is_none() {
+    if s.is_none() || matches!(v.bot_check, "pow" | "captcha") {
+        // No place yet, or a place with the room's check still owed: only a script can give it.
         out.push_str(&format!("<noscript><p class=\"noscript\">{}</p></noscript>\n", t("detail_check_needs_js")));
     }
     out.push_str(&format!(
@@ -500,6 +501,8 @@ mod tests {
             token_seconds: None,
             opens_at: None,
             restock_possible: false,
+            proof_owed: None,
+            proof_deadline_seconds: None,
         }
     }
 

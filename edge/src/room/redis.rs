@@ -20,7 +20,10 @@ use redis::{Script, Value};
 use tokio::sync::OnceCell;
 use wicket_core::store::redis::Conn;
 
-use super::state::{Counters, RoomState, StateError, Who};
+use super::state::{Counters, Joined, Proof, ProofState, RoomState, StateError, Who};
+
+/// Most owed places one advance passes (the rest the next tick).
+const MAX_SKIP: u64 = 100_000;
 
 /// Where rooms keep their state when it is shared (the config file's top-level `store`, read by
 /// [`crate::config`]).
@@ -39,6 +42,8 @@ static RESIGN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../
 static PASS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_pass.lua")));
 static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_advance.lua")));
 static END_SESSION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_end_session.lua")));
+static PROOF: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_proof.lua")));
+static LAPSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_lapse.lua")));
 static SWEEP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_sweep.lua")));
 
 /// Bound of one Redis call.
@@ -167,6 +172,9 @@ impl RedisRooms {
             seen: k("seen"),
             ended: k("ended"),
             leader: k("leader"),
+            owed: k("owed"),
+            passed: k("passed"),
+            late: k("late"),
             cache: Mutex::new(Counters::default()),
             tracked: Mutex::new(0),
             max_tracked: 10_000_000,
@@ -192,6 +200,12 @@ pub struct RedisRoom {
     seen: String,
     ended: String,
     leader: String,
+    /// identity -> position: places whose bot check is owed, turn not come.
+    owed: String,
+    /// identity -> when its turn came (ms): owed places past their turn, within the grace.
+    passed: String,
+    /// Late proofs not yet taken off a release.
+    late: String,
     cache: Mutex<Counters>,
     tracked: Mutex<usize>,
     max_tracked: usize,
@@ -244,22 +258,49 @@ impl RedisRoom {
 
 #[async_trait]
 impl RoomState for RedisRoom {
-    async fn join(&self, who: Who, open: bool) -> Result<(u64, bool), StateError> {
+    async fn join(&self, who: Who, open: bool, proof: Proof) -> Result<Option<Joined>, StateError> {
         let v = self
             .run(
                 &JOIN,
-                &[&self.issued, &self.who, &self.prequeue, &self.shuffle],
-                &[who_hex(who), if open { "1" } else { "0" }.into(), rand::random::<u64>().to_string(), self.max_tracked.to_string()],
+                &[&self.issued, &self.who, &self.prequeue, &self.shuffle, &self.owed, &self.passed, &self.late],
+                &[
+                    who_hex(who),
+                    if open { "1" } else { "0" }.into(),
+                    rand::random::<u64>().to_string(),
+                    self.max_tracked.to_string(),
+                    if proof.proven { "1" } else { "0" }.into(),
+                    proof.now_ms.to_string(),
+                    proof.grace_ms.to_string(),
+                ],
             )
             .await?;
         match ints(&v).as_slice() {
-            [Some(p), Some(new)] if *p > 0 => {
+            [Some(0), Some(_), Some(_)] => Ok(None),
+            [Some(p), Some(new), Some(owed)] if *p > 0 => {
                 let mut c = self.cache.lock();
                 c.issued = c.issued.max(*p as u64);
-                Ok((*p as u64, *new == 1))
+                Ok(Some(Joined { position: *p as u64, fresh: *new == 1, owed: *owed == 1 }))
             }
             _ => Err(StateError(format!("room_join answered {v:?}"))),
         }
+    }
+
+    async fn proof_state(&self, who: Who, position: u64, now_ms: u64, grace_ms: u64) -> Result<ProofState, StateError> {
+        let args = [who_hex(who), position.to_string(), now_ms.to_string(), grace_ms.to_string()];
+        let v = self.run(&PROOF, &[&self.who, &self.owed, &self.passed], &args).await?;
+        match ints(&v).as_slice() {
+            [Some(0)] => Ok(ProofState::Proven),
+            [Some(1)] => Ok(ProofState::Owed),
+            [Some(2), Some(ago)] => Ok(ProofState::Passed { ago_ms: (*ago).max(0) as u64 }),
+            [Some(3)] => Ok(ProofState::Lost),
+            _ => Err(StateError(format!("room_proof answered {v:?}"))),
+        }
+    }
+
+    async fn lapse(&self, now_ms: u64, grace_ms: u64) -> Result<u64, StateError> {
+        let args = [now_ms.saturating_sub(grace_ms).to_string(), "1000".into()];
+        let v = self.run(&LAPSE, &[&self.who, &self.passed], &args).await?;
+        Ok(int(&v).unwrap_or(0).max(0) as u64)
     }
 
     fn counters(&self) -> Counters {
@@ -318,8 +359,11 @@ impl RoomState for RedisRoom {
         Ok(served)
     }
 
-    async fn advance(&self, node: &str, n: u64) -> Result<u64, StateError> {
-        let v = self.run(&ADVANCE, &[&self.leader, &self.issued, &self.serving], &[node.to_owned(), n.to_string()]).await?;
+    async fn advance_at(&self, node: &str, n: u64, now_ms: u64) -> Result<u64, StateError> {
+        let keys = [&self.leader, &self.issued, &self.serving, &self.owed, &self.passed, &self.late];
+        let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        let args = [node.to_owned(), n.to_string(), now_ms.to_string(), MAX_SKIP.to_string()];
+        let v = self.run(&ADVANCE, &keys, &args).await?;
         match int(&v) {
             Some(s) if s >= 0 => {
                 self.cache.lock().serving = s as u64;

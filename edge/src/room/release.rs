@@ -2,7 +2,9 @@
 //! takes or renews the leader lease, feeds the controller (core P99 and errors measured on the
 //! requests this edge forwards, core utilisation from the core's /metrics, occupancy, exits),
 //! and — on the leader only — advances `serving` by the controller's rate plus any timed batch
-//! that is due. A second task polls the core's stock (sold out stops releases) and /metrics.
+//! that is due. In a room with a bot check the advance counts only places whose check is given:
+//! owed places it passes are held back (not admitted, not counted) for `proof-grace-seconds`,
+//! then lost; a proof given within the grace lets that place in and the next advance one fewer. A second task polls the core's stock (sold out stops releases) and /metrics.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -108,7 +110,11 @@ impl Rooms {
             whole = whole.min(room.available.load(Ordering::Relaxed));
             b.last_tick_ms = now_ms;
         }
-        let serving = if leader && whole > 0 { room.state.advance(&self.node, whole).await? } else { c.serving };
+        let serving = if leader && whole > 0 { room.state.advance_at(&self.node, whole, now_ms).await? } else { c.serving };
+        if leader && spec.config.bot_check != super::config::RoomBotCheck::Off {
+            // Places whose turn came with the bot check still owed, past the grace: lost.
+            room.state.lapse(now_ms, spec.config.proof_grace_seconds * 1000).await?;
+        }
         let mut b = room.book.lock();
         if let Some(prev) = b.last_serving {
             let inst = serving.saturating_sub(prev) as f64 * 1000.0 / dt_ms as f64;

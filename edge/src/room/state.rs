@@ -7,10 +7,12 @@
 //! person one session entry (bounded by the total-active cap). A queued visitor costs one map
 //! entry; polling costs no lookup at all (the signed ticket carries the position).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use dashmap::DashMap;
+use parking_lot::Mutex;
 
 /// An identity (user id, else device id) hashed under the edge secret.
 pub type Who = u64;
@@ -31,6 +33,49 @@ pub struct Counters {
     pub shuffle_key: u64,
 }
 
+/// What a join asks about the room's bot check (the proof gates admission, not the place).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proof {
+    /// The joiner has given the room's check (a proof, a CAPTCHA, a valid pass, or the room has
+    /// none): a new place is proven, and a place held with the check still owed becomes proven.
+    pub proven: bool,
+    /// Now, Unix ms.
+    pub now_ms: u64,
+    /// How long a place whose turn came without the check is kept, ms.
+    pub grace_ms: u64,
+}
+
+impl Proof {
+    /// A join of someone who gave the check (or of a room without one).
+    pub fn given(now_ms: u64) -> Self {
+        Proof { proven: true, now_ms, grace_ms: 0 }
+    }
+}
+
+/// What a join found or made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Joined {
+    /// The place (1-based, join order).
+    pub position: u64,
+    /// A new place (not one the identity held).
+    pub fresh: bool,
+    /// The room's check is still owed for this place: it is not admitted until it is given.
+    pub owed: bool,
+}
+
+/// Where a place that owed the room's check stands ([`RoomState::proof_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProofState {
+    /// Given (or never owed): admit at its turn.
+    Proven,
+    /// Owed, its turn has not come yet.
+    Owed,
+    /// Owed, its turn came this many ms ago (within the grace): still admitted once given.
+    Passed { ago_ms: u64 },
+    /// Owed past the grace (or not known to the state): the place is lost, a join queues anew.
+    Lost,
+}
+
 /// A room state backend failed (Redis down...).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("room state unavailable: {0}")]
@@ -39,9 +84,23 @@ pub struct StateError(pub String);
 /// The shared state of one room.
 #[async_trait]
 pub trait RoomState: Send + Sync {
-    /// The position `who` holds, or a new one at the back (`true` = new). When `open`, the
-    /// pre-queue is frozen first (so everyone who joins after the open is FIFO after it).
-    async fn join(&self, who: Who, open: bool) -> Result<(u64, bool), StateError>;
+    /// The position `who` holds, or a new one at the back. When `open`, the pre-queue is frozen
+    /// first (so everyone who joined after the open is FIFO after it).
+    ///
+    /// The room's bot check gates admission, not the place: a joiner that has not given it
+    /// (`!proof.proven`) gets a place at once, marked owed; a later join with the check given marks
+    /// the same place proven (if its turn came, within `proof.grace_ms` of it: then the next
+    /// [`RoomState::advance`] lets in one fewer, so the late one does not add to the release).
+    /// An owed place whose turn came longer ago than the grace is lost: the join gives a new one.
+    /// `None`: a new owed place was refused (too many owed places remembered): the joiner must
+    /// give the check first.
+    async fn join(&self, who: Who, open: bool, proof: Proof) -> Result<Option<Joined>, StateError>;
+    /// Where `who`'s owed place `position` stands at `now_ms` (a place past the grace is lost:
+    /// the identity's place is spent, so its next join queues anew).
+    async fn proof_state(&self, who: Who, position: u64, now_ms: u64, grace_ms: u64) -> Result<ProofState, StateError>;
+    /// Spends the owed places whose turn came more than `grace_ms` before `now_ms` (the release
+    /// tick); how many.
+    async fn lapse(&self, now_ms: u64, grace_ms: u64) -> Result<u64, StateError>;
     /// The last counters known, without I/O (the hot path of status polls).
     fn counters(&self) -> Counters;
     /// Re-reads shared counters into [`RoomState::counters`] (no-op when embedded).
@@ -53,8 +112,17 @@ pub trait RoomState: Send + Sync {
     async fn resign(&self, node: &str) -> Result<(), StateError>;
     /// Leader only: freezes the pre-queue (random method) at open.
     async fn freeze(&self) -> Result<(), StateError>;
-    /// Leader only: moves `serving` forward by up to `n`, never past `issued`; the new value.
-    async fn advance(&self, node: &str, n: u64) -> Result<u64, StateError>;
+    /// Leader only: at `now_ms`, moves `serving` forward by up to `n` places whose check is given (or not
+    /// asked), never past `issued`; the new value. Owed places it passes do not count (a release
+    /// slot is never spent on a place that cannot be admitted): they are marked "turn came at
+    /// `now_ms`" and keep the place for the grace ([`RoomState::proof_state`]). Late proofs given
+    /// since the last advance are taken off `n` first.
+    async fn advance_at(&self, node: &str, n: u64, now_ms: u64) -> Result<u64, StateError>;
+    /// [`RoomState::advance_at`] now.
+    async fn advance(&self, node: &str, n: u64) -> Result<u64, StateError> {
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        self.advance_at(node, n, now_ms).await
+    }
     /// Passthrough (`queue = "when-needed"`): serves `position` at once when every place ahead of
     /// it is served (`serving` moves from `position - 1` to `position`); any instance may call
     /// it. True when the place is served.
@@ -101,6 +169,19 @@ pub struct EmbeddedState {
     frozen: AtomicBool,
     /// When this (process's) queue began, unix seconds.
     created_s: u64,
+    /// Places whose bot check is owed; owed joins and advances take it in turn.
+    proofs: Mutex<ProofBook>,
+}
+
+/// The embedded state's owed places.
+#[derive(Debug, Default)]
+struct ProofBook {
+    /// Owed places not reached yet: position → who.
+    owed: BTreeMap<u64, Who>,
+    /// Owed places whose turn came: who → (position, when its turn came, ms).
+    passed: HashMap<Who, (u64, u64)>,
+    /// Late proofs not yet taken off a release.
+    late: u64,
 }
 
 impl EmbeddedState {
@@ -118,6 +199,7 @@ impl EmbeddedState {
             ended: AtomicU64::new(0),
             frozen: AtomicBool::new(false),
             created_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            proofs: Mutex::new(ProofBook::default()),
         }
     }
 
@@ -139,21 +221,63 @@ impl EmbeddedState {
             return;
         }
         let serving = self.serving.load(Ordering::Relaxed);
-        self.positions.retain(|_, p| (*p & !DONE) > serving);
+        // Places whose turn came with the check owed stay: a proof within the grace finds them.
+        let book = self.proofs.lock();
+        self.positions.retain(|who, p| (*p & !DONE) > serving || book.passed.contains_key(who));
         self.positions.shrink_to_fit();
     }
 }
 
 #[async_trait]
 impl RoomState for EmbeddedState {
-    async fn join(&self, who: Who, open: bool) -> Result<(u64, bool), StateError> {
+    async fn join(&self, who: Who, open: bool, proof: Proof) -> Result<Option<Joined>, StateError> {
         if open {
             self.freeze_now();
         }
         if let Some(p) = self.positions.get(&who).map(|p| *p)
             && p & DONE == 0
         {
-            return Ok((p, false));
+            let mut book = self.proofs.lock();
+            if book.owed.get(&p) == Some(&who) {
+                if proof.proven {
+                    book.owed.remove(&p);
+                }
+                return Ok(Some(Joined { position: p, fresh: false, owed: !proof.proven }));
+            }
+            match book.passed.get(&who).copied() {
+                Some((pp, since)) if pp == p && since + proof.grace_ms >= proof.now_ms => {
+                    if proof.proven {
+                        book.passed.remove(&who);
+                        book.late += 1;
+                    }
+                    return Ok(Some(Joined { position: p, fresh: false, owed: !proof.proven }));
+                }
+                Some((pp, _)) if pp == p => {
+                    // Its turn came longer ago than the grace: the place is lost.
+                    book.passed.remove(&who);
+                    if let Some(mut e) = self.positions.get_mut(&who) {
+                        *e |= DONE;
+                    }
+                }
+                _ => return Ok(Some(Joined { position: p, fresh: false, owed: false })),
+            }
+        }
+        if !proof.proven {
+            // An owed place: issued and marked under the lock the advance takes, so the release
+            // never passes a place before it is marked.
+            let mut book = self.proofs.lock();
+            let known = self.positions.get(&who).map(|p| *p);
+            if let Some(p) = known.filter(|p| p & DONE == 0) {
+                // A concurrent join of the same identity got a place first: that one.
+                return Ok(Some(Joined { position: p, fresh: false, owed: book.owed.get(&p) == Some(&who) }));
+            }
+            if book.owed.len() >= self.max_tracked || (known.is_none() && self.positions.len() >= self.max_tracked) {
+                return Ok(None);
+            }
+            let p = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
+            self.positions.insert(who, p);
+            book.owed.insert(p, who);
+            return Ok(Some(Joined { position: p, fresh: true, owed: true }));
         }
         let p = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
         if self.positions.len() < self.max_tracked || self.positions.contains_key(&who) {
@@ -162,9 +286,49 @@ impl RoomState for EmbeddedState {
             if *e & DONE != 0 {
                 *e = p;
             }
-            return Ok((*e, *e == p));
+            return Ok(Some(Joined { position: *e, fresh: *e == p, owed: false }));
         }
-        Ok((p, true))
+        Ok(Some(Joined { position: p, fresh: true, owed: false }))
+    }
+
+    async fn proof_state(&self, who: Who, position: u64, now_ms: u64, grace_ms: u64) -> Result<ProofState, StateError> {
+        let mut book = self.proofs.lock();
+        if book.owed.get(&position) == Some(&who) {
+            return Ok(ProofState::Owed);
+        }
+        if let Some((p, since)) = book.passed.get(&who).copied()
+            && p == position
+        {
+            if since + grace_ms >= now_ms {
+                return Ok(ProofState::Passed { ago_ms: now_ms.saturating_sub(since) });
+            }
+            book.passed.remove(&who);
+            if let Some(mut e) = self.positions.get_mut(&who)
+                && *e == position
+            {
+                *e |= DONE;
+            }
+            return Ok(ProofState::Lost);
+        }
+        Ok(if self.positions.get(&who).is_some_and(|p| *p == position) { ProofState::Proven } else { ProofState::Lost })
+    }
+
+    async fn lapse(&self, now_ms: u64, grace_ms: u64) -> Result<u64, StateError> {
+        let mut book = self.proofs.lock();
+        let mut lost = 0;
+        book.passed.retain(|who, (p, since)| {
+            if *since + grace_ms >= now_ms {
+                return true;
+            }
+            if let Some(mut e) = self.positions.get_mut(who)
+                && *e == *p
+            {
+                *e |= DONE;
+            }
+            lost += 1;
+            false
+        });
+        Ok(lost)
     }
 
     fn counters(&self) -> Counters {
@@ -203,11 +367,31 @@ impl RoomState for EmbeddedState {
         Ok(r.is_ok() || self.serving.load(Ordering::SeqCst) >= position)
     }
 
-    async fn advance(&self, _node: &str, n: u64) -> Result<u64, StateError> {
+    async fn advance_at(&self, _node: &str, n: u64, now_ms: u64) -> Result<u64, StateError> {
+        let mut book = self.proofs.lock();
+        let late = book.late.min(n);
+        book.late -= late;
+        let n = n - late;
         let issued = self.issued.load(Ordering::SeqCst);
-        let r = self.serving.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| Some(s.saturating_add(n).min(issued.max(s))));
-        let prev = r.unwrap_or_else(|v| v);
-        Ok(prev.saturating_add(n).min(issued.max(prev)))
+        let serving = self.serving.load(Ordering::SeqCst);
+        let end = issued.max(serving);
+        let mut target = serving.saturating_add(n).min(end);
+        let mut from = serving;
+        // Owed places passed do not count: the release reaches that many more places.
+        while target > from && !book.owed.is_empty() {
+            let hit: Vec<(u64, Who)> = book.owed.range(from + 1..=target).map(|(p, w)| (*p, *w)).collect();
+            if hit.is_empty() {
+                break;
+            }
+            from = target;
+            for (p, who) in &hit {
+                book.owed.remove(p);
+                book.passed.insert(*who, (*p, now_ms));
+            }
+            target = target.saturating_add(hit.len() as u64).min(end);
+        }
+        self.serving.store(target, Ordering::SeqCst);
+        Ok(target)
     }
 
     async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {
@@ -274,4 +458,63 @@ impl RoomState for EmbeddedState {
     fn epoch_s(&self) -> u64 {
         self.created_s
     }
+}
+
+
+/// What every [`RoomState`] must do with places whose bot check is owed (run by the embedded
+/// tests and, on a real Redis, by edge/tests/room_redis.rs), on a fresh room: a place is fixed at
+/// the first arrival whatever the order of the proofs; the release counts only places whose check
+/// is given and holds owed ones back for the grace; a proof within the grace lets the place in (and
+/// the next release one fewer); past the grace the place is lost and a join queues anew.
+pub async fn check_owed_places(state: &dyn RoomState, node: &str, t0: u64) {
+    let grace = 10_000;
+    let owed = |now_ms| Proof { proven: false, now_ms, grace_ms: grace };
+    let given = |now_ms| Proof { proven: true, now_ms, grace_ms: grace };
+    let join = |who: Who, p: Proof| async move { state.join(who, true, p).await.unwrap().unwrap() };
+    assert!(state.lead(node, 60_000).await.unwrap());
+    let (a, b, c, d, e, f, g, h) = (1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008);
+    // A arrives first, B second, both owing the check; C has given it.
+    assert_eq!(join(a, owed(t0)).await, Joined { position: 1, fresh: true, owed: true });
+    assert_eq!(join(b, owed(t0)).await, Joined { position: 2, fresh: true, owed: true });
+    assert_eq!(join(c, given(t0)).await, Joined { position: 3, fresh: true, owed: false });
+    // A rejoin keeps the place and the debt.
+    assert_eq!(join(a, owed(t0 + 10)).await, Joined { position: 1, fresh: false, owed: true });
+    // B proves first, A later: each keeps the place of their arrival.
+    assert_eq!(join(b, given(t0 + 100)).await, Joined { position: 2, fresh: false, owed: false });
+    assert_eq!(state.proof_state(a, 1, t0 + 100, grace).await.unwrap(), ProofState::Owed);
+    assert_eq!(state.proof_state(b, 2, t0 + 100, grace).await.unwrap(), ProofState::Proven);
+    assert_eq!(state.proof_state(c, 2, t0 + 100, grace).await.unwrap(), ProofState::Lost, "another identity's place");
+    assert_eq!(join(a, given(t0 + 200)).await, Joined { position: 1, fresh: false, owed: false });
+    assert_eq!(join(a, given(t0 + 300)).await, Joined { position: 1, fresh: false, owed: false }, "a second proof changes nothing");
+    assert_eq!(state.advance_at(node, 2, t0 + 1000).await.unwrap(), 2, "A then B");
+    assert_eq!(state.advance_at(node, 1, t0 + 1000).await.unwrap(), 3);
+    // D never proves; E has. A release of one passes D (held back, not counted) and reaches E.
+    assert_eq!(join(d, owed(t0)).await.position, 4);
+    assert_eq!(join(e, given(t0)).await.position, 5);
+    let t1 = t0 + 2000;
+    assert_eq!(state.advance_at(node, 1, t1).await.unwrap(), 5, "the owed place does not take the release slot");
+    assert_eq!(state.proof_state(d, 4, t1 + 500, grace).await.unwrap(), ProofState::Passed { ago_ms: 500 });
+    // D proves within the grace: in, and the next release lets in one fewer.
+    assert_eq!(join(d, given(t1 + 5000)).await, Joined { position: 4, fresh: false, owed: false });
+    assert_eq!(state.proof_state(d, 4, t1 + 5000, grace).await.unwrap(), ProofState::Proven);
+    assert_eq!(join(f, given(t1)).await.position, 6);
+    assert_eq!(join(g, given(t1)).await.position, 7);
+    assert_eq!(state.advance_at(node, 1, t1 + 6000).await.unwrap(), 5, "the late proof took this slot");
+    assert_eq!(state.advance_at(node, 2, t1 + 6000).await.unwrap(), 7);
+    // H never proves: held back for the grace, then lost (the release tick's lapse).
+    assert_eq!(join(h, owed(t1)).await.position, 8);
+    let t2 = t1 + 7000;
+    assert_eq!(state.advance_at(node, 1, t2).await.unwrap(), 8, "passed, nobody behind");
+    assert_eq!(state.proof_state(h, 8, t2 + grace, grace).await.unwrap(), ProofState::Passed { ago_ms: grace });
+    assert!(!state.spent(h, 8).await.unwrap());
+    assert_eq!(state.lapse(t2 + grace + 1, grace).await.unwrap(), 1);
+    assert!(state.spent(h, 8).await.unwrap(), "lost");
+    assert_eq!(state.proof_state(h, 8, t2 + grace + 2, grace).await.unwrap(), ProofState::Lost);
+    // Its next join queues at the back (owed again); a proof then proves the new place only.
+    assert_eq!(join(h, owed(t2 + grace + 3)).await, Joined { position: 9, fresh: true, owed: true });
+    // A proof past the grace that the lapse has not seen yet: the place is lost all the same.
+    assert_eq!(state.advance_at(node, 1, t2 + grace + 4).await.unwrap(), 9);
+    let late = t2 + 2 * grace + 10;
+    assert_eq!(join(h, given(late)).await, Joined { position: 10, fresh: true, owed: false });
+    assert_eq!(state.proof_state(h, 9, late, grace).await.unwrap(), ProofState::Lost);
 }

@@ -174,7 +174,7 @@ async fn the_tick_releases_at_the_fixed_rate_and_batches_and_stops_when_sold_out
     room.sold_out.store(true, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 3000).await.unwrap();
     assert_eq!(room.state.counters().serving, 45, "sold out");
-    let t = QueueTicket { room: "r1".into(), position: 90, issued_at: 0, device: "d".into(), owner: "o".into() };
+    let t = QueueTicket { room: "r1".into(), position: 90, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false };
     assert_eq!(phase(rooms.status(&room, &t, "u89").await.unwrap()).state, Phase::SoldOut);
 }
 
@@ -194,7 +194,7 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     room.available.store(0, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 50);
-    let t = QueueTicket { room: "r1".into(), position: 60, issued_at: 0, device: "d".into(), owner: "o".into() };
+    let t = QueueTicket { room: "r1".into(), position: 60, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false };
     let s = phase(rooms.status(&room, &t, "u59").await.unwrap());
     assert_eq!((s.state, s.restock_possible, s.position, s.ahead), (Phase::SoldOut, true, Some(60), Some(9)));
     let json = serde_json::to_value(&s).unwrap();
@@ -222,14 +222,60 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
     let room = rooms.get("r1").unwrap();
     room.set_measured_rate(100.0);
     room.set_release_rate(100.0);
-    let near = QueueTicket { room: "r1".into(), position: 5, issued_at: 0, device: "d".into(), owner: "o".into() };
-    let far = QueueTicket { room: "r1".into(), position: 1_000_000, issued_at: 0, device: "d".into(), owner: "o".into() };
+    let near = QueueTicket { room: "r1".into(), position: 5, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false };
+    let far = QueueTicket { room: "r1".into(), position: 1_000_000, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false };
     let n = phase(rooms.status(&room, &near, "x").await.unwrap());
     let f = phase(rooms.status(&room, &far, "y").await.unwrap());
     assert_eq!(f.ahead, Some(999_999));
     assert!(f.poll_after_ms > n.poll_after_ms, "{} vs {}", f.poll_after_ms, n.poll_after_ms);
     let eta = f.eta_seconds.unwrap();
     assert!(eta.low < 10_000 && eta.high > 10_000, "{eta:?}");
+}
+
+#[tokio::test]
+async fn owed_places_are_fixed_at_arrival_held_back_at_their_turn_and_lost_after_the_grace() {
+    super::state::check_owed_places(&super::state::EmbeddedState::new(1000), "n", 1_000_000).await;
+}
+
+/// A proof-of-work room through [`Rooms`]: the place at the first arrival, status says the check
+/// is owed, the place is not admitted at its turn without it (held back with a deadline), is
+/// admitted once it is given, and an unproven place is lost after the grace.
+#[tokio::test]
+async fn a_pow_room_admits_in_arrival_order_whatever_the_order_of_the_proofs() {
+    let rooms = rooms_with("bot-check = \"pow\"\nproof-grace-seconds = 1\n");
+    let room = rooms.get("r1").unwrap();
+    // A arrives first, B second; B proves first.
+    let a = rooms.join_with(&room, "alice", "da", false).await.unwrap().unwrap();
+    let b = rooms.join_with(&room, "bob", "db", false).await.unwrap().unwrap();
+    assert!(a.owed && b.owed && (a.position, b.position) == (1, 2));
+    let s = phase(rooms.status(&room, &a, "alice").await.unwrap());
+    assert_eq!((s.state, s.proof_owed, s.position), (Phase::Waiting, Some("pow"), Some(1)));
+    assert_eq!(serde_json::to_value(&s).unwrap()["proof_owed"], "pow");
+    let b2 = rooms.join(&room, "bob", "db").await.unwrap();
+    assert_eq!((b2.position, b2.owed), (2, false));
+    let a2 = rooms.join(&room, "alice", "da").await.unwrap();
+    assert_eq!((a2.position, a2.owed), (1, false));
+    // One released: A (the first to arrive), not B.
+    room.state.advance("n", 1).await.unwrap();
+    assert_eq!(phase(rooms.status(&room, &a2, "alice").await.unwrap()).state, Phase::Admitted);
+    assert_eq!(phase(rooms.status(&room, &b2, "bob").await.unwrap()).state, Phase::Waiting);
+    // The old ticket (made while the check was owed) works too: the state has it as given.
+    room.state.advance("n", 1).await.unwrap();
+    assert_eq!(phase(rooms.status(&room, &b, "bob").await.unwrap()).state, Phase::Admitted);
+    // C never proves: the release passes it without counting it, and D behind it gets in.
+    let c = rooms.join_with(&room, "carol", "dc", false).await.unwrap().unwrap();
+    let d = rooms.join(&room, "dave", "dd").await.unwrap();
+    assert_eq!(room.state.advance("n", 1).await.unwrap(), d.position);
+    assert_eq!(phase(rooms.status(&room, &d, "dave").await.unwrap()).state, Phase::Admitted);
+    let s = phase(rooms.status(&room, &c, "carol").await.unwrap());
+    assert_eq!((s.state, s.ahead, s.proof_owed, s.token.is_none()), (Phase::Waiting, Some(0), Some("pow"), true));
+    assert!(s.proof_deadline_seconds.is_some_and(|d| d <= 1), "{s:?}");
+    // Past the grace: the place is lost; the fan queues again at the back.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    assert!(matches!(rooms.status(&room, &c, "carol").await.unwrap(), StatusOutcome::Rejoin));
+    let c2 = rooms.join_with(&room, "carol", "dc", false).await.unwrap().unwrap();
+    assert!(c2.position > d.position && c2.owed, "{c2:?}");
+    assert_eq!(room.admissions.load(Ordering::Relaxed), 3, "A, B and D; never C");
 }
 
 #[tokio::test]

@@ -1,7 +1,9 @@
 //! Queue tickets: the `wicket_q_<room>` cookie, HMAC-signed under the edge secret, holding the
 //! room, the position, when it was issued, the device it was issued to and its owner (a keyed tag
 //! of the identity that joined: the user id, else the device id). Forged, tampered, other-room,
-//! other-device and other-owner tickets do not verify, so one place admits one person (the visitor joins again: the same place when
+//! other-device and other-owner tickets do not verify, so one place admits one person. A ticket given
+//! while the room's bot check is still owed says so (its position field ends in `o`): it keeps the
+//! place, but is admitted only once the room state has the check as given (the visitor joins again: the same place when
 //! the edge still knows its user or device, else a new one at the back).
 
 use base64::Engine;
@@ -26,6 +28,9 @@ pub struct QueueTicket {
     pub device: String,
     /// Tag of the identity that joined ([`crate::room::Rooms::owner`]).
     pub owner: String,
+    /// Made while the room's bot check was owed: at its turn the room state is asked whether it
+    /// was given since ([`crate::room::Rooms::status`]).
+    pub owed: bool,
 }
 
 /// Cookie name of a room's ticket.
@@ -36,7 +41,8 @@ pub fn cookie_name(room: &str) -> String {
 impl QueueTicket {
     /// The cookie value `b64(payload).b64(mac)`.
     pub fn encode(&self, signer: &Signer) -> String {
-        let payload = format!("{}|{}|{}|{}|{}", self.room, self.position, self.issued_at, self.owner, self.device);
+        let owed = if self.owed { "o" } else { "" };
+        let payload = format!("{}|{}{owed}|{}|{}|{}", self.room, self.position, self.issued_at, self.owner, self.device);
         let tag = signer.mac(LABEL, payload.as_bytes());
         format!("{}.{}", B64.encode(payload.as_bytes()), B64.encode(&tag[..16]))
     }
@@ -58,8 +64,12 @@ impl QueueTicket {
         if r != room || dev != device || own != owner {
             return None;
         }
+        let (pos, owed) = match pos.strip_suffix('o') {
+            Some(p) => (p, true),
+            None => (pos, false),
+        };
         let position = pos.parse().ok().filter(|p| *p > 0)?;
-        Some(QueueTicket { room: r.to_owned(), position, issued_at: iat.parse().ok()?, device: dev.to_owned(), owner: own.to_owned() })
+        Some(QueueTicket { room: r.to_owned(), position, issued_at: iat.parse().ok()?, device: dev.to_owned(), owner: own.to_owned(), owed })
     }
 }
 
@@ -70,7 +80,7 @@ mod tests {
     #[test]
     fn round_trip_and_refusals() {
         let s = Signer::new(b"secret-secret-secret");
-        let t = QueueTicket { room: "r1".into(), position: 7, issued_at: 100, device: "dev".into(), owner: "ownerA".into() };
+        let t = QueueTicket { room: "r1".into(), position: 7, issued_at: 100, device: "dev".into(), owner: "ownerA".into(), owed: false };
         let v = t.encode(&s);
         assert_eq!(QueueTicket::decode(&v, &s, "r1", "dev", "ownerA"), Some(t.clone()));
         assert_eq!(QueueTicket::decode(&v, &s, "r2", "dev", "ownerA"), None, "other room");
@@ -84,5 +94,12 @@ mod tests {
         assert_eq!(QueueTicket::decode(&format!("{edited}.{tag}"), &s, "r1", "dev", "ownerB"), None, "edited owner");
         assert_eq!(QueueTicket::decode(&format!("{p}.AAAA{tag}"), &s, "r1", "dev", "ownerA"), None, "tampered tag");
         assert_eq!(QueueTicket::decode("garbage", &s, "r1", "dev", "ownerA"), None);
+        // A ticket with the check owed: the flag is signed, it cannot be dropped.
+        let owed = QueueTicket { owed: true, ..t.clone() };
+        let v = owed.encode(&s);
+        assert_eq!(QueueTicket::decode(&v, &s, "r1", "dev", "ownerA"), Some(owed));
+        let (_, tag) = v.split_once('.').unwrap();
+        let proven = B64.encode(b"r1|7|100|ownerA|dev");
+        assert_eq!(QueueTicket::decode(&format!("{proven}.{tag}"), &s, "r1", "dev", "ownerA"), None, "owed flag dropped");
     }
 }

@@ -3,7 +3,14 @@
 //! embedded state (tests/room_state.rs) and on a real Redis (tests/room_redis.rs); a new backend
 //! runs it too.
 
-use wicket_edge::room::state::{RoomState, Who};
+use wicket_edge::room::state::{Proof, RoomState, Who};
+use wicket_edge::room::unix_ms;
+
+/// A join that gave the room's check (or of a room without one): (place, new).
+async fn join(state: &dyn RoomState, who: Who) -> (u64, bool) {
+    let j = state.join(who, true, Proof::given(unix_ms())).await.unwrap().expect("a proven join always gets a place");
+    (j.position, j.fresh)
+}
 
 /// Every check, on a fresh state.
 pub async fn conformance(state: &dyn RoomState, t0: u64) {
@@ -15,9 +22,9 @@ pub async fn conformance(state: &dyn RoomState, t0: u64) {
 
 /// One place per identity, handed out in order; `serving` never passes `issued`.
 async fn places(state: &dyn RoomState) {
-    let (p1, fresh1) = state.join(1, true).await.unwrap();
-    let (p2, fresh2) = state.join(2, true).await.unwrap();
-    let (again, fresh_again) = state.join(1, true).await.unwrap();
+    let (p1, fresh1) = join(state, 1).await;
+    let (p2, fresh2) = join(state, 2).await;
+    let (again, fresh_again) = join(state, 1).await;
     assert_eq!((p1, p2, again), (1, 2, 1), "places in order, a rejoin keeps its place");
     assert!(fresh1 && fresh2 && !fresh_again);
     let c = state.refresh().await.unwrap();
@@ -31,10 +38,10 @@ async fn places(state: &dyn RoomState) {
 
 /// Passthrough serves the caller's own place only when every place ahead is served.
 async fn passing(state: &dyn RoomState) {
-    let (p3, _) = state.join(3, true).await.unwrap();
+    let (p3, _) = join(state, 3).await;
     assert!(state.pass(p3).await.unwrap(), "nobody waits: served at once");
-    let (p4, _) = state.join(4, true).await.unwrap();
-    let (p5, _) = state.join(5, true).await.unwrap();
+    let (p4, _) = join(state, 4).await;
+    let (p5, _) = join(state, 5).await;
     assert!(!state.pass(p5).await.unwrap(), "place {p4} waits ahead of {p5}");
     assert!(!state.pass(0).await.unwrap());
     assert_eq!(state.refresh().await.unwrap().serving, p3, "a refused pass serves nobody");
@@ -47,7 +54,7 @@ async fn passing(state: &dyn RoomState) {
 /// Sessions: opened once, alive until they end or expire; an ended session spends its place.
 async fn sessions(state: &dyn RoomState, t0: u64) {
     let who: Who = 7;
-    let (pos, _) = state.join(who, true).await.unwrap();
+    let (pos, _) = join(state, who).await;
     assert!(state.open_session(who, t0 + 60_000).await.unwrap(), "a new session");
     assert!(!state.open_session(who, t0 + 60_000).await.unwrap(), "already running");
     assert!(state.session_alive(who, t0).await.unwrap());
