@@ -29,20 +29,44 @@
     return out;
   }
 
-  /** A whole number with thousands separators (every page language groups by three with ","). */
-  function number(n) {
-    return String(Math.max(0, Math.round(Number(n) || 0))).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+  // The page's language is the catalogue's "@lang" (the server puts it there).
+  var GROUP = { de: '.', es: '.', id: '.', it: '.', nl: '.', 'pt-BR': '.', tr: '.', fr: '\u202f', pl: '\u00a0', ru: '\u00a0' };
+
+  /** A whole number in Western digits, grouped by three as the page's language does (es and pl leave 4 digits). */
+  function number(n, T) {
+    var lang = T && T['@lang'], s = String(Math.max(0, Math.round(Number(n) || 0)));
+    var sep = Object.prototype.hasOwnProperty.call(GROUP, lang) ? GROUP[lang] : ',';
+    return s.length < (lang === 'es' || lang === 'pl' ? 5 : 4) ? s : s.replace(/\B(?=(\d{3})+(?!\d))/g, sep);
+  }
+
+  /** CLDR plural category of a whole number in a language (the rules of Lang::plural). */
+  function plural(lang, n) {
+    var n10 = n % 10, n100 = n % 100, few = n10 >= 2 && n10 <= 4 && (n100 < 12 || n100 > 14);
+    switch (lang) {
+      case 'ru': return n10 === 1 && n100 !== 11 ? 'one' : few ? 'few' : 'many';
+      case 'pl': return n === 1 ? 'one' : few ? 'few' : 'many';
+      case 'ar': return n === 0 ? 'zero' : n === 1 ? 'one' : n === 2 ? 'two' : n100 >= 3 && n100 <= 10 ? 'few' : n100 >= 11 ? 'many' : 'other';
+      case 'fr': case 'pt-BR': case 'fa': return n <= 1 ? 'one' : 'other';
+      case 'ja': case 'ko': case 'zh-CN': case 'zh-TW': case 'id': return 'other';
+      default: return n === 1 ? 'one' : 'other';
+    }
+  }
+
+  /** The text of `key` in the plural form for `count` (`key#category` when the catalogue has it), filled. */
+  function fillCount(T, key, count, args) {
+    var v = T[key + '#' + plural(T['@lang'], count)];
+    return fill(typeof v === 'string' ? v : T[key], args);
   }
 
   /** How fast people are let in; below one a second "one person every N seconds". Empty when none. */
   function rateText(T, r) {
     if (typeof r !== 'number' || !isFinite(r) || r <= 0) return '';
-    if (r >= 1.5) return fill(T.rate_many, { n: number(Math.round(r)) });
+    if (r >= 1.5) return fillCount(T, 'rate_many', Math.round(r), { n: number(Math.round(r), T) });
     if (r >= 0.75) return T.rate_one;
     var every = 1 / r;
-    if (every < 10) return fill(T.rate_every_seconds, { s: Math.max(2, Math.round(every)) });
-    if (every < 90) return fill(T.rate_every_seconds, { s: Math.round(every / 5) * 5 });
-    return fill(T.rate_every_minutes, { m: Math.max(2, Math.round(every / 60)) });
+    var s = every < 10 ? Math.max(2, Math.round(every)) : Math.round(every / 5) * 5, m = Math.max(2, Math.round(every / 60));
+    if (every < 90) return fillCount(T, 'rate_every_seconds', s, { s: s });
+    return fillCount(T, 'rate_every_minutes', m, { m: m });
   }
 
   /** ETA band text from {"low","high"} seconds. */
@@ -59,8 +83,8 @@
       a = Math.max(1, Math.floor(lo / 3600)); b = Math.max(a, Math.ceil(hi / 3600));
     }
     if (a === 1 && b === 1) return T[keys[0]];
-    if (a === b) return fill(T[keys[1]], { a: a });
-    return fill(T[keys[2]], { a: a, b: b });
+    if (a === b) return fillCount(T, keys[1], a, { a: a });
+    return fillCount(T, keys[2], b, { a: a, b: b });
   }
 
   function pad2(n) { return (n < 10 ? '0' : '') + n; }
@@ -70,7 +94,7 @@
     var s = Math.max(0, Math.floor(seconds));
     var d = Math.floor(s / 86400), rest = s % 86400;
     var time = pad2(Math.floor(rest / 3600)) + ':' + pad2(Math.floor(rest % 3600 / 60)) + ':' + pad2(rest % 60);
-    return d === 0 ? time : fill(T.countdown_days, { d: d, time: time });
+    return d === 0 ? time : fillCount(T, 'countdown_days', d, { d: d, time: time });
   }
 
   /** Catalogue keys of the headline and detail for a status. */
@@ -88,7 +112,7 @@
   }
 
   var api = {
-    fill: fill, number: number, rateText: rateText, etaText: etaText, countdownText: countdownText,
+    fill: fill, number: number, plural: plural, fillCount: fillCount, rateText: rateText, etaText: etaText, countdownText: countdownText,
     headlineKeys: headlineKeys, roomFromPath: roomFromPath, safeRedirect: safeRedirect
   };
 
@@ -204,7 +228,7 @@
     if (show) {
       var hasAhead = typeof s.ahead === 'number';
       $('ahead-box').hidden = !hasAhead;
-      if (hasAhead) $('ahead').textContent = fill(T.people, { n: number(s.ahead) });
+      if (hasAhead) $('ahead').textContent = fill(T.people, { n: number(s.ahead, T) });
       var eta = state === 'waiting' ? etaText(T, s.eta_seconds) : state === 'paused' ? T.eta_paused : '';
       $('eta-box').hidden = !eta;
       $('eta').textContent = eta;
@@ -231,11 +255,11 @@
     if (state !== lastAnnounce.state || forNow !== !!lastAnnounce.forNow) {
       var urgent = state === 'admitted';
       announce($('headline').textContent + (show && typeof s.ahead === 'number' && state === 'waiting'
-        ? '. ' + fill(T.announce_position, { ahead: number(s.ahead), eta: etaText(T, s.eta_seconds) }) : ''), urgent);
+        ? '. ' + fillCount(T, 'announce_position', s.ahead, { ahead: number(s.ahead, T), eta: etaText(T, s.eta_seconds) }) : ''), urgent);
       lastAnnounce = { at: now, state: state, forNow: forNow };
     } else if (state === 'waiting' && now - lastAnnounce.at > 60000 && typeof s.ahead === 'number') {
       // Position updates at most once a minute: a live region that talks every poll is unusable.
-      announce(fill(T.announce_position, { ahead: number(s.ahead), eta: etaText(T, s.eta_seconds) }), false);
+      announce(fillCount(T, 'announce_position', s.ahead, { ahead: number(s.ahead, T), eta: etaText(T, s.eta_seconds) }), false);
       lastAnnounce.at = now;
     }
 
@@ -453,7 +477,7 @@
       // The one solver of static/pow.js, which the page loads first.
       if (!root.WicketPow) throw new Error('pow.js did not load');
       return root.WicketPow.solveAsync(c.challenge, c.difficulty, function (n) {
-        $('check-text').textContent = fill(T.pow_progress, { n: number(n) });
+        $('check-text').textContent = fillCount(T, 'pow_progress', n, { n: number(n, T) });
       }, function () { return finished; }).then(function (nonce) {
         if (nonce === null) return null;
         return postJSON(base + '/join', { pow: { challenge: c.challenge, nonce: nonce } });

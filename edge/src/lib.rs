@@ -48,9 +48,10 @@
 //!   re-exported from the `wicket-controller` crate.
 //! - [`reject`]: the one mapping from a refusal to a JSON or HTML answer (pages in the fan's
 //!   language).
-//! - [`i18n`]: the message catalogues (static/i18n/, zh-CN, zh-TW, en, ja, ko) and the choice of
-//!   language (`?lang=`, the `wicket_lang` cookie, `Accept-Language`), shared by the server-rendered
-//!   pages and queue.js.
+//! - [`i18n`]: the message catalogues (static/i18n/: 17 languages, ar, de, en, es, fa, fr, id,
+//!   it, ja, ko, nl, pl, pt-BR, ru, tr, zh-CN, zh-TW; ar and fa right to left), the choice of
+//!   language (`?lang=`, the `wicket_lang` cookie, `Accept-Language`), CLDR plural forms and number
+//!   grouping, shared by the server-rendered pages and queue.js.
 //! - [`admin`]: the admin port (bearer token, or a console session with its CSRF token);
 //!   [`admin_reply`]: the JSON answers and token comparison its handlers share.
 //! - [`decide`]: the one decision step: a request (its door, method, canonical path, head, peer)

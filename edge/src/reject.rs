@@ -254,10 +254,11 @@ impl Reject {
             _ => (html_escape(lang.text(text_key)), String::new()),
         };
         format!(
-            "<!doctype html><html lang={}><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+            "<!doctype html><html lang={}{}><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
              <title>{title}</title><body style=\"font:16px system-ui;max-width:36em;margin:4em auto;padding:0 1em\">\
              <h1>{title}</h1><p id=pow-status>{text}</p>{extra}</body></html>",
-            lang.lang().tag()
+            lang.lang().tag(),
+            if lang.lang().is_rtl() { " dir=rtl" } else { "" }
         )
     }
 }
@@ -378,7 +379,8 @@ mod tests {
             let en = r.page(&Lang::En);
             for lang in Lang::ALL {
                 let page = r.page(&lang);
-                assert!(page.contains(&format!("<html lang={}>", lang.tag())), "{page}");
+                let dir = if matches!(lang, Lang::Ar | Lang::Fa) { " dir=rtl" } else { "" };
+                assert!(page.contains(&format!("<html lang={}{dir}>", lang.tag())), "{page}");
                 assert!(lang == Lang::En || page != en, "{r:?} is not translated into {}", lang.tag());
             }
         }

@@ -1,10 +1,11 @@
 //! A real headless Chromium (Debian's `chromium`) through a real edge: a protected URL sends the
-//! browser to the queue page, which renders in zh-CN, zh-TW, en, ja or ko from the browser's
-//! language (or `?lang=`), waits, and once admitted goes to the target by itself; with JavaScript
+//! browser to the queue page, which renders in any of its 17 languages from the browser's
+//! language (or `?lang=`; Arabic and Persian right to left), waits, and once admitted goes to the target by itself; with JavaScript
 //! off it shows the real figures the server rendered; before opening it counts down. The operator
 //! console, driven through the DevTools protocol, signs in, charts a room and controls it. Over
 //! HTTPS (a test CA made here), the browser goes through the queue to the target on HTTP/2.
-//! Screenshots are kept in target/test-artifacts/queue-*.png, console-*.png and https-*.png.
+//! Screenshots are kept in target/test-artifacts/queue-*.png (queue-lang-<tag>.png: each
+//! language), refusal-*.png, console-*.png and https-*.png.
 //!
 //! Needs the Debian packages `chromium` and `fonts-noto-cjk` (the test command installs them);
 //! the binary is `chromium` from PATH, or `WICKET_CHROMIUM`.
@@ -321,6 +322,146 @@ async fn chromium_busy_page_speaks_the_browsers_language() {
     for (lang, title) in [("zh-CN", "访问繁忙，请稍候"), ("ja", "混み合っています"), ("en-US", "Busy — please wait")] {
         let (_, seen) = chromium_until(&edge.url("/event"), lang, |_, t| !t.is_empty() && !t.starts_with("127.0.0.1")).await;
         assert_eq!(seen, title, "{lang}");
+    }
+}
+
+/// Every language of the queue page, for the screenshots: (tag, the waiting headline).
+const LANGUAGES: [(&str, &str); 17] = [
+    ("ar", "أنت في الطابور"),
+    ("de", "Sie sind in der Warteschlange"),
+    ("en", "You are in line"),
+    ("es", "Estás en la fila"),
+    ("fa", "شما در صف هستید"),
+    ("fr", "Vous êtes dans la file d’attente"),
+    ("id", "Anda sedang mengantre"),
+    ("it", "Sei in coda"),
+    ("ja", "順番待ちをしています"),
+    ("ko", "대기 중입니다"),
+    ("nl", "Je staat in de rij"),
+    ("pl", "Jesteś w kolejce"),
+    ("pt-BR", "Você está na fila"),
+    ("ru", "Вы в очереди"),
+    ("tr", "Sıradasınız"),
+    ("zh-CN", "您正在排队"),
+    ("zh-TW", "您正在排隊"),
+];
+
+/// A phone-sized viewport for [`Cdp`] screenshots (its window is desktop-sized).
+async fn phone(page: &mut Cdp) {
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        serde_json::json!({"width": 412, "height": 915, "deviceScaleFactor": 1, "mobile": true}),
+    )
+    .await;
+}
+
+/// The queue page in Arabic and Persian, chosen by the browser's language: `<html dir="rtl">`,
+/// the text in Arabic or Persian script, and the layout mirrored (the event name at the right,
+/// the language switcher at the left, its list opening inwards, within the screen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_queue_page_right_to_left_in_arabic_and_persian() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = room_edge(&origin, 0.0, None);
+    get(&edge.url("/queue/r1"), &[("accept", "application/json"), ("user-agent", "first")]).await;
+    let url = edge.url("/queue/r1");
+    for (browser, tag, headline, ahead) in [
+        ("ar-EG", "ar", "أنت في الطابور", "عدد الأشخاص أمامك"),
+        ("fa-IR", "fa", "شما در صف هستید", "افراد جلوتر از شما"),
+    ] {
+        let mut page = Cdp::launch(browser).await;
+        phone(&mut page).await;
+        page.navigate(&url).await;
+        // The script has rendered a live status (one person ahead) in the page's language.
+        page.until("document.getElementById('queue').dataset.state === 'waiting' && document.getElementById('ahead').textContent.length > 0", 10.0, tag)
+            .await;
+        let seen = page
+            .eval(
+                "JSON.stringify([document.documentElement.lang, document.documentElement.dir, getComputedStyle(document.body).direction,                 document.getElementById('headline').textContent, document.querySelector('#ahead-box dt').textContent, document.title])",
+            )
+            .await;
+        let seen: Vec<String> = serde_json::from_str(seen.as_str().unwrap()).unwrap();
+        assert_eq!(seen[..5], [tag, "rtl", "rtl", headline, ahead], "{browser}: {seen:?}");
+        assert!(seen[5].starts_with(headline), "{seen:?}");
+        let dom = chromium_run(&url, browser, 3000, None).await;
+        assert!(dom.contains(&format!("<html lang=\"{tag}\" dir=\"rtl\">")), "{browser}: {dom}");
+        // Mirrored: the brand line at the right, the switcher at the left.
+        let mirrored = page
+            .eval("document.querySelector('.brand-line').getBoundingClientRect().left > document.querySelector('.lang').getBoundingClientRect().right")
+            .await;
+        assert_eq!(mirrored, true, "{browser}: brand right of the switcher");
+        page.screenshot(&format!("queue-rtl-{tag}.png")).await;
+        // The switcher opens inwards, lists all 17 languages, and stays on the screen.
+        page.eval("document.querySelector('.lang summary').click()").await;
+        let list = page
+            .until(
+                "(() => { const r = document.querySelector('.lang-list').getBoundingClientRect();                 return r.width > 0 && JSON.stringify([r.left, r.right, innerWidth, document.querySelectorAll('.lang-list a').length]); })()",
+                5.0,
+                "the language list",
+            )
+            .await;
+        let list: Vec<f64> = serde_json::from_str(list.as_str().unwrap()).unwrap();
+        assert!(list[0] >= 0.0 && list[1] <= list[2] && list[3] == 17.0, "{browser}: list at {list:?}");
+        page.screenshot(&format!("queue-rtl-{tag}-languages.png")).await;
+    }
+}
+
+/// A screenshot of the queue page in each of its 17 languages (target/test-artifacts/
+/// queue-lang-<tag>.png), chosen by `?lang=`: each in its language and direction, with the
+/// switcher marking it. One browser for all, so it stays within a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_queue_page_screenshot_in_each_of_17_languages() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = room_edge(&origin, 0.0, None);
+    // 1,234 people ahead: a figure with a thousands separator, in each language's grouping.
+    for i in 0..1234 {
+        get(&edge.url("/queue/r1"), &[("accept", "application/json"), ("user-agent", &format!("fan-{i}"))]).await;
+    }
+    let url = edge.url("/queue/r1");
+    let mut page = Cdp::launch("en-US").await;
+    phone(&mut page).await;
+    let started = std::time::Instant::now();
+    for (tag, headline) in LANGUAGES {
+        page.navigate(&format!("{url}?lang={tag}")).await;
+        page.until(
+            &format!("document.documentElement.lang === {tag:?} && document.getElementById('queue').dataset.state === 'waiting' && document.title.includes('·')"),
+            10.0,
+            tag,
+        )
+        .await;
+        let seen = page
+            .eval("JSON.stringify([document.documentElement.dir, document.getElementById('headline').textContent, document.querySelector('.lang a[aria-current]').hreflang])")
+            .await;
+        let seen: Vec<String> = serde_json::from_str(seen.as_str().unwrap()).unwrap();
+        let dir = if matches!(tag, "ar" | "fa") { "rtl" } else { "ltr" };
+        assert_eq!(seen, [dir, headline, tag], "{tag}");
+        page.screenshot(&format!("queue-lang-{tag}.png")).await;
+    }
+    assert!(started.elapsed() < Duration::from_secs(60), "17 pages took {:?}", started.elapsed());
+    for (tag, _) in LANGUAGES {
+        let len = std::fs::metadata(artifacts().join(format!("queue-lang-{tag}.png"))).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 1000, "queue-lang-{tag}.png: {len} bytes");
+    }
+}
+
+/// The edge's own HTML refusal (here the 429 "busy" page) in Arabic and Persian is right to left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_refusal_page_in_arabic_is_right_to_left() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 0\nnodelay = true\n",
+        origin.url()
+    ));
+    get(&edge.url("/"), &[]).await;
+    let mut page = Cdp::launch("ar").await;
+    phone(&mut page).await;
+    for (query, tag, title) in [("", "ar", "ضغط كبير — يُرجى الانتظار"), ("?lang=fa", "fa", "شلوغ است — لطفاً صبر کنید")] {
+        page.navigate(&edge.url(&format!("/event{query}"))).await;
+        let seen = page
+            .eval("JSON.stringify([document.documentElement.lang, document.documentElement.dir, getComputedStyle(document.body).direction, document.title])")
+            .await;
+        let seen: Vec<String> = serde_json::from_str(seen.as_str().unwrap()).unwrap();
+        assert_eq!(seen, [tag, "rtl", "rtl", title], "{query}");
+        page.screenshot(&format!("refusal-429-{tag}.png")).await;
     }
 }
 

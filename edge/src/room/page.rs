@@ -12,6 +12,7 @@
 //! | `{{head}}` | Wicket's `<meta>`s, the stylesheet, colours, the no-JS refresh, the catalogue | yes |
 //! | `{{queue}}` | the live part: headline, figures, countdown, bot check, scripts | yes |
 //! | `{{lang}}` | the page language (`<html lang>`) | no |
+//! | `{{dir}}` | its direction, `rtl` for Arabic and Persian, else `ltr` (`<html dir>`) | no |
 //! | `{{title}}` | headline · event name | no |
 //! | `{{brand}}` | the event name (else "Waiting room" in the fan's language) | no |
 //! | `{{logo}}` | an `<img>` of `logo-url`, or nothing | no |
@@ -28,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Phase, Status};
 use crate::check::ConfigIssue;
-use crate::i18n::{Catalogue, Lang, Words, countdown_text, eta_text, html_escape, placeholders, rate_text};
+use crate::i18n::{Catalogue, Lang, Words, countdown_text, eta_text, html_escape, rate_text};
 
 /// static/queue.js, served at `/static/queue.js` unless `static-dir` has its own.
 pub const QUEUE_JS: &str = include_str!("../../../static/queue.js");
@@ -42,7 +43,7 @@ pub const QUEUE_CSS: &str = include_str!("../../../static/queue.css");
 pub struct QueuePageConfig {
     /// An HTML template file (relative to the config file) replacing static/queue.html. It must
     /// hold `{{head}}` (inside `<head>`) and `{{queue}}` (the live part of the page); it may
-    /// hold `{{lang}}`, `{{title}}`, `{{brand}}`, `{{logo}}` and `{{languages}}`. Default: the
+    /// hold `{{lang}}`, `{{dir}}`, `{{title}}`, `{{brand}}`, `{{logo}}` and `{{languages}}`. Default: the
     /// built-in template.
     pub template: Option<String>,
     /// The event's name, shown at the top of the page and in its title. Default: none (the
@@ -83,6 +84,7 @@ enum Slot {
     Head,
     Queue,
     Lang,
+    Dir,
     Title,
     Brand,
     Logo,
@@ -90,10 +92,11 @@ enum Slot {
 }
 
 impl Slot {
-    const ALL: [(&'static str, Slot); 7] = [
+    const ALL: [(&'static str, Slot); 8] = [
         ("head", Slot::Head),
         ("queue", Slot::Queue),
         ("lang", Slot::Lang),
+        ("dir", Slot::Dir),
         ("title", Slot::Title),
         ("brand", Slot::Brand),
         ("logo", Slot::Logo),
@@ -246,7 +249,6 @@ impl QueuePage {
             issues.push(ConfigIssue { path: key("event-name"), message: "empty".into() });
         }
         let mut texts: BTreeMap<Lang, Catalogue> = Lang::ALL.iter().map(|l| (*l, crate::i18n::catalogue(*l).clone())).collect();
-        let en = crate::i18n::catalogue(Lang::En);
         for (tag, overrides) in &cfg.text {
             let Some(lang) = Lang::from_tag(tag).filter(|l| l.tag() == tag) else {
                 issues.push(ConfigIssue {
@@ -257,13 +259,9 @@ impl QueuePage {
             };
             for (k, v) in overrides {
                 let path = key(&format!("text.{tag}.{k}"));
-                match en.get(k) {
-                    None => issues.push(ConfigIssue { path, message: "not a key of static/i18n/en.json".into() }),
-                    Some(base) if placeholders(base) != placeholders(v) => issues.push(ConfigIssue {
-                        path,
-                        message: format!("must use the placeholders {:?}, as the built-in text does", placeholders(base)),
-                    }),
-                    Some(_) => {
+                match crate::i18n::check_text(lang, k, v) {
+                    Err(message) => issues.push(ConfigIssue { path, message }),
+                    Ok(()) => {
                         texts.get_mut(&lang).map(|c| c.insert(k.clone(), v.clone()));
                     }
                 }
@@ -290,6 +288,7 @@ impl QueuePage {
             match piece {
                 Piece::Text(t) => out.push_str(t),
                 Piece::Slot(Slot::Lang) => out.push_str(v.lang.tag()),
+                Piece::Slot(Slot::Dir) => out.push_str(v.lang.dir()),
                 Piece::Slot(Slot::Title) => out.push_str(&html_escape(&format!("{} · {brand}", w.text(title_key)))),
                 Piece::Slot(Slot::Brand) => out.push_str(&html_escape(&brand)),
                 Piece::Slot(Slot::Logo) => {
@@ -316,7 +315,10 @@ impl QueuePage {
             }
             (!done).then_some(secs)
         });
+        // The catalogue, and first the language's tag under "@lang" (queue.js's plural rules and
+        // number grouping follow it).
         let catalogue = serde_json::to_string(w.texts).unwrap_or_default().replace('<', "\\u003c");
+        let catalogue = format!("{{\"@lang\":\"{}\",{}", v.lang.tag(), catalogue.strip_prefix('{').unwrap_or("}"));
         let mut h = format!(
             "<meta name=\"wicket-bot-check\" content=\"{}\">\n\
              <meta name=\"wicket-captcha-script\" content=\"\">\n\
@@ -353,17 +355,24 @@ fn headline_keys(status: Option<&Status>) -> (&'static str, &'static str) {
     }
 }
 
+/// The language switcher: the current language's name opens (without JavaScript, a
+/// `<details>`) a list of all the languages, each by its own name, in [`Lang::ALL`]'s order.
 fn languages(w: &PageWords<'_>, current: Lang) -> String {
-    let mut out = format!("<nav class=\"lang\" aria-label=\"{}\">", html_escape(w.text("languages")));
+    let label = html_escape(w.text("languages"));
+    let mut out = format!(
+        "<nav class=\"lang\" aria-label=\"{label}\"><details><summary title=\"{label}\"><span class=\"sr-only\">{label}: </span>{}</summary><div class=\"lang-list\">",
+        html_escape(current.text("lang_name"))
+    );
     for l in Lang::ALL {
         let current = if l == current { " aria-current=\"true\"" } else { "" };
         out.push_str(&format!(
-            "<a href=\"?lang={t}\" lang=\"{t}\" hreflang=\"{t}\"{current}>{}</a>",
+            "<a href=\"?lang={t}\" dir=\"{d}\" lang=\"{t}\" hreflang=\"{t}\"{current}>{}</a>",
             html_escape(l.text("lang_name")),
-            t = l.tag()
+            t = l.tag(),
+            d = l.dir()
         ));
     }
-    out.push_str("</nav>");
+    out.push_str("</div></details></nav>");
     out
 }
 
@@ -461,7 +470,7 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>) -> String {
         let secs = (s.poll_after_ms / 1000).clamp(5, 30);
         out.push_str(&format!(
             "<noscript><p class=\"noscript\">{}</p></noscript>\n",
-            html_escape(&w.fill("noscript_note", &[("s", &secs.to_string())]))
+            html_escape(&w.fill_count("noscript_note", secs, &[("s", &secs.to_string())]))
         ));
     }
     out.push_str(&format!(
@@ -515,7 +524,7 @@ mod tests {
         let page = QueuePage::default();
         let s = status(Phase::Waiting, Some(1259), 0.2);
         let html = page.render(&view(Some(&s), Lang::En));
-        assert!(html.contains("<html lang=\"en\">"), "{html}");
+        assert!(html.contains("<html lang=\"en\" dir=\"ltr\">"), "{html}");
         assert!(html.contains("<dd id=\"ahead\">1,259</dd>"), "{html}");
         assert!(html.contains("<dd id=\"eta\">about 4–7 minutes</dd>"), "{html}");
         assert!(html.contains("about one person every 5 seconds"), "{html}");
@@ -529,7 +538,7 @@ mod tests {
         assert!(zh.contains("<dd id=\"ahead\">1,259 人</dd>") && zh.contains("约 4–7 分钟") && zh.contains("当前约每 5 秒放行 1 人"), "{zh}");
         for lang in Lang::ALL {
             let html = page.render(&view(Some(&s), lang));
-            assert!(html.contains(&format!("<html lang=\"{}\">", lang.tag())) && html.contains(lang.text("title_waiting")));
+            assert!(html.contains(&format!("<html lang=\"{}\" dir=\"{}\">", lang.tag(), lang.dir())) && html.contains(lang.text("title_waiting")));
             assert!(html.contains(&format!("lang=\"{}\" hreflang=\"{0}\" aria-current=\"true\"", lang.tag())));
         }
     }
@@ -590,15 +599,18 @@ mod tests {
         cfg.template = Some("bad.html".into());
         cfg.colours.background = Some("red".into());
         cfg.logo_url = Some("javascript:alert(1)".into());
-        cfg.text.insert("fr".into(), BTreeMap::new());
+        cfg.text.insert("fr-CA".into(), BTreeMap::new());
+        cfg.text.insert("ru".into(), BTreeMap::from([("eta_minutes#two".into(), "{a}".into()), ("eta_minutes#few".into(), "около {a} минут".into())]));
         cfg.text.insert("ko".into(), BTreeMap::from([("nope".into(), "x".into()), ("rate_many".into(), "{s}".into())]));
         let issues = QueuePage::compile(&cfg, &resolve).unwrap_err();
         let paths: Vec<_> = issues.iter().map(|i| i.path.as_str()).collect();
+        assert!(!paths.contains(&"edge.queue-page.text.ru.eta_minutes#few"), "{issues:?}");
         for p in [
             "edge.queue-page.template",
             "edge.queue-page.colours.background",
             "edge.queue-page.logo-url",
-            "edge.queue-page.text.fr",
+            "edge.queue-page.text.fr-CA",
+            "edge.queue-page.text.ru.eta_minutes#two",
             "edge.queue-page.text.ko.nope",
             "edge.queue-page.text.ko.rate_many",
         ] {
