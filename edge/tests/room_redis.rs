@@ -229,7 +229,7 @@ async fn the_redis_room_state_passes_the_conformance_suite() {
 async fn owed_places_are_fixed_at_arrival_held_back_at_their_turn_and_lost_after_the_grace_on_redis() {
     let redis = RedisServer::start();
     let rooms = RedisRooms::new(&redis.url()).unwrap();
-    wicket_edge::room::state::check_owed_places(&rooms.room("owed"), "node-a", 1_000_000).await;
+    common::room_state::owed_places(&rooms.room("owed"), "node-a", 1_000_000).await;
 }
 
 /// An admitted fan whose room state cannot be read (Redis down) is told to retry (503 with

@@ -12,3 +12,8 @@ use wicket_edge::room::unix_ms;
 async fn the_embedded_room_state_passes_the_conformance_suite() {
     common::room_state::conformance(&EmbeddedState::new(1000), unix_ms()).await;
 }
+
+#[tokio::test]
+async fn owed_places_are_fixed_at_arrival_held_back_at_their_turn_and_lost_after_the_grace() {
+    common::room_state::owed_places(&EmbeddedState::new(1000), "n", 1_000_000).await;
+}

@@ -232,10 +232,6 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
     assert!(eta.low < 10_000 && eta.high > 10_000, "{eta:?}");
 }
 
-#[tokio::test]
-async fn owed_places_are_fixed_at_arrival_held_back_at_their_turn_and_lost_after_the_grace() {
-    super::state::check_owed_places(&super::state::EmbeddedState::new(1000), "n", 1_000_000).await;
-}
 
 /// A proof-of-work room through [`Rooms`]: the place at the first arrival, status says the check
 /// is owed, the place is not admitted at its turn without it (held back with a deadline), is

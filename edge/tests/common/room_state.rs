@@ -1,9 +1,10 @@
 //! The conformance suite of [`RoomState`]: what every backend of a room's shared state must do —
-//! places, the serving counter, passthrough, sessions, spent places, idle sessions. Run on the
+//! places, the serving counter, passthrough, sessions, spent places, idle sessions ([`conformance`]),
+//! and places whose bot check is owed ([`owed_places`], on a fresh state of its own). Run on the
 //! embedded state (tests/room_state.rs) and on a real Redis (tests/room_redis.rs); a new backend
 //! runs it too.
 
-use wicket_edge::room::state::{Proof, RoomState, Who};
+use wicket_edge::room::state::{Joined, Proof, ProofState, RoomState, Who};
 use wicket_edge::room::unix_ms;
 
 /// A join that gave the room's check (or of a room without one): (place, new).
@@ -89,4 +90,61 @@ async fn idle_sessions(state: &dyn RoomState, t0: u64) {
     // Expired sessions leave too.
     let (active, _) = state.sweep(t0 + 700_000, idle).await.unwrap();
     assert_eq!(active, 0);
+}
+
+/// What every [`RoomState`] must do with places whose bot check is owed (on a fresh room): a place is fixed at
+/// the first arrival whatever the order of the proofs; the release counts only places whose check
+/// is given and holds owed ones back for the grace; a proof within the grace lets the place in (and
+/// the next release one fewer); past the grace the place is lost and a join queues anew.
+pub async fn owed_places(state: &dyn RoomState, node: &str, t0: u64) {
+    let grace = 10_000;
+    let owed = |now_ms| Proof { proven: false, now_ms, grace_ms: grace };
+    let given = |now_ms| Proof { proven: true, now_ms, grace_ms: grace };
+    let join = |who: Who, p: Proof| async move { state.join(who, true, p).await.unwrap().unwrap() };
+    assert!(state.lead(node, 60_000).await.unwrap());
+    let (a, b, c, d, e, f, g, h) = (1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008);
+    // A arrives first, B second, both owing the check; C has given it.
+    assert_eq!(join(a, owed(t0)).await, Joined { position: 1, fresh: true, owed: true });
+    assert_eq!(join(b, owed(t0)).await, Joined { position: 2, fresh: true, owed: true });
+    assert_eq!(join(c, given(t0)).await, Joined { position: 3, fresh: true, owed: false });
+    // A rejoin keeps the place and the debt.
+    assert_eq!(join(a, owed(t0 + 10)).await, Joined { position: 1, fresh: false, owed: true });
+    // B proves first, A later: each keeps the place of their arrival.
+    assert_eq!(join(b, given(t0 + 100)).await, Joined { position: 2, fresh: false, owed: false });
+    assert_eq!(state.proof_state(a, 1, t0 + 100, grace).await.unwrap(), ProofState::Owed);
+    assert_eq!(state.proof_state(b, 2, t0 + 100, grace).await.unwrap(), ProofState::Proven);
+    assert_eq!(state.proof_state(c, 2, t0 + 100, grace).await.unwrap(), ProofState::Lost, "another identity's place");
+    assert_eq!(join(a, given(t0 + 200)).await, Joined { position: 1, fresh: false, owed: false });
+    assert_eq!(join(a, given(t0 + 300)).await, Joined { position: 1, fresh: false, owed: false }, "a second proof changes nothing");
+    assert_eq!(state.advance_at(node, 2, t0 + 1000).await.unwrap(), 2, "A then B");
+    assert_eq!(state.advance_at(node, 1, t0 + 1000).await.unwrap(), 3);
+    // D never proves; E has. A release of one passes D (held back, not counted) and reaches E.
+    assert_eq!(join(d, owed(t0)).await.position, 4);
+    assert_eq!(join(e, given(t0)).await.position, 5);
+    let t1 = t0 + 2000;
+    assert_eq!(state.advance_at(node, 1, t1).await.unwrap(), 5, "the owed place does not take the release slot");
+    assert_eq!(state.proof_state(d, 4, t1 + 500, grace).await.unwrap(), ProofState::Passed { ago_ms: 500 });
+    // D proves within the grace: in, and the next release lets in one fewer.
+    assert_eq!(join(d, given(t1 + 5000)).await, Joined { position: 4, fresh: false, owed: false });
+    assert_eq!(state.proof_state(d, 4, t1 + 5000, grace).await.unwrap(), ProofState::Proven);
+    assert_eq!(join(f, given(t1)).await.position, 6);
+    assert_eq!(join(g, given(t1)).await.position, 7);
+    assert_eq!(state.advance_at(node, 1, t1 + 6000).await.unwrap(), 5, "the late proof took this slot");
+    assert_eq!(state.advance_at(node, 2, t1 + 6000).await.unwrap(), 7);
+    // H never proves: held back for the grace, then lost (the release tick's lapse).
+    assert_eq!(join(h, owed(t1)).await.position, 8);
+    let t2 = t1 + 7000;
+    assert_eq!(state.advance_at(node, 1, t2).await.unwrap(), 8, "passed, nobody behind");
+    assert_eq!(state.proof_state(h, 8, t2 + grace, grace).await.unwrap(), ProofState::Passed { ago_ms: grace });
+    assert!(!state.spent(h, 8).await.unwrap());
+    assert_eq!(state.lapse(t2 + grace + 1, grace).await.unwrap(), 1);
+    assert!(state.spent(h, 8).await.unwrap(), "lost");
+    assert_eq!(state.proof_state(h, 8, t2 + grace + 2, grace).await.unwrap(), ProofState::Lost);
+    // Its next join queues at the back (owed again); a proof then proves the new place only.
+    assert_eq!(join(h, owed(t2 + grace + 3)).await, Joined { position: 9, fresh: true, owed: true });
+    // A proof past the grace that the lapse has not seen yet: the place is lost all the same.
+    assert_eq!(state.advance_at(node, 1, t2 + grace + 4).await.unwrap(), 9);
+    let late = t2 + 2 * grace + 10;
+    assert_eq!(join(h, given(late)).await, Joined { position: 10, fresh: true, owed: false });
+    assert_eq!(state.proof_state(h, 9, late, grace).await.unwrap(), ProofState::Lost);
 }
