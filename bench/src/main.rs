@@ -6,6 +6,16 @@
 //! target/release/wicket-bench holds --store embedded --clients 64 --seconds 10
 //! target/release/wicket-bench holds --store compare --clients 64 --seconds 5 --rounds 3
 //! ```
+//!
+//! # Layout
+//!
+//! - `holds`: holds per second through the core's HTTP API (and the raw EVALSHA ceiling).
+//! - `controller`: the release controller against a fixed rate and an oracle on the simulated core
+//!   (`wicket-controller`'s simulator).
+//! - `surge`: a flash sale end to end against the real edge and core (`procs`: the processes, the
+//!   stand-in origin and payment provider; `stats`, `svg`: figures and plots).
+//! - `rooms`: two sales on one edge with a separate core, one after another and at once.
+//! - `report`: where figures go (summary.json and the sections of RESULTS.md).
 
 mod controller;
 mod holds;
