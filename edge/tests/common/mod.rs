@@ -521,57 +521,23 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> Option<RawResp> {
 }
 
 /// A real nginx serving `root` on a free loopback port (a stock origin that normalises paths).
-pub struct Nginx {
-    pub addr: SocketAddr,
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
-}
+pub type Nginx = NginxWith;
 
-impl Nginx {
+impl NginxWith {
+    /// [`start_nginx`] with one server serving the files under `root`.
     pub fn start(root: &std::path::Path) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().display();
         let port = free_port();
-        let conf = format!(
-            "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
-             events {{ worker_connections 512; }}\n\
-             http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
-             fastcgi_temp_path {d}/fcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
-             server {{\n  listen 127.0.0.1:{port};\n  root {};\n  location / {{ try_files $uri $uri/index.html =404; }}\n }}\n}}\n",
-            root.display()
-        );
-        let path = dir.path().join("nginx.conf");
-        std::fs::write(&path, conf).unwrap();
-        let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| std::path::Path::new(p).exists()).unwrap_or("nginx");
-        let child = std::process::Command::new(bin)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(&path)
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("nginx (scripts/test.sh installs it)");
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "nginx did not start: {}", std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nginx { addr, child, _dir: dir }
+        start_nginx(
+            port,
+            &format!(
+                " server {{\n  listen 127.0.0.1:{port};\n  root {};\n  location / {{ try_files $uri $uri/index.html =404; }}\n }}",
+                root.display()
+            ),
+        )
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
