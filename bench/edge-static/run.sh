@@ -164,7 +164,7 @@ keep-alive; rounds alternate between the two and the figures are medians. The se
 and the machine is shared with other jobs (load average at the end
 of the run: {os.environ["LOAD"]}), so single rounds vary; compare the two within a run. The edge
 answers plain GET/HEAD of a file that no limit or blocklist covers on its fast path
-(`edge/src/fast.rs`), IP limits included; user/device limits and trusted proxies take the
+(`edge/src/front/http1.rs`), IP limits included; user/device limits and trusted proxies take the
 full proxy (not measured here).
 
 | server | requests/s | P99 |

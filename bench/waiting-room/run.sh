@@ -162,7 +162,7 @@ Machine: {os.cpu_count()} cores ({cpu}), {today}. One edge (release build, {thre
 embedded room state, room `r1` with release rate 0 so everyone stays queued). `wrk -t{wrk_threads}
 -c{conns} -d{secs}s` over loopback keep-alive, the edge on CPU {os.environ['SERVER_CPUS']} and wrk on CPU {os.environ['LOAD_CPUS']} (`taskset`); rounds alternate
 static / status at the front / status at the back, figures are medians. A status poll carries the
-visitor's device cookie and signed ticket: the edge's fast path (edge/src/fast.rs) verifies both
+visitor's device cookie and signed ticket: the edge's fast path (edge/src/front/http1.rs) verifies both
 MACs, applies the blocklist and the device-users rule, reads two counters and writes the status
 JSON (no per-visitor lookup: the ticket carries the place).
 

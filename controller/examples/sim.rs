@@ -6,9 +6,11 @@
 //! cargo run --release -p wicket-controller --example sim -- other-plants   # plants the defaults were not tuned on
 //! cargo run --release -p wicket-controller --example sim -- outage         # a 1.5 s core outage at steady state: recovery (SEEDS)
 //! cargo run --release -p wicket-controller --example sim -- trace          # per tick, SCN=0|1|2|3 (cold start, −50%, +50%, outage), SEED
+//! cargo run --release -p wicket-controller --example sim -- rooms          # several rooms on one core, light load (SEEDS=1..10)
+//! cargo run --release -p wicket-controller --example sim -- rooms-trace    # per tick and room, SCN=0|1|2 (rooms_scenarios), SEED
 //! ```
 
-use wicket_controller::sim::{ControllerPolicy, comparison_table, other_plants_table, outage_table, run, short_outage, standard_scenarios, summary_table_with};
+use wicket_controller::sim::{ControllerPolicy, comparison_table, other_plants_table, outage_table, rooms_scenarios, rooms_table, run, run_rooms, short_outage, standard_scenarios, summary_table_with};
 
 fn seeds(default: Vec<u64>) -> Vec<u64> {
     std::env::var("SEEDS")
@@ -60,8 +62,34 @@ fn main() {
                 );
             }
         }
+        "rooms" => println!("{}", rooms_table(&seeds((1..=10).collect()))),
+        "rooms-trace" => {
+            let scn = rooms_scenarios(env_num("SEED", 1)).swap_remove(env_num("SCN", 1usize));
+            let r = run_rooms(&scn, true);
+            for room in &r.rooms {
+                let opens = scn.rooms.iter().find(|l| l.name == room.name).map_or(0, |l| l.opens_at_s);
+                for (i, d) in room.decisions.iter().enumerate() {
+                    let t = opens as usize + i;
+                    let w = &r.windows[t.min(r.windows.len() - 1)];
+                    println!(
+                        "{} {:>4} rate {:>7.1} occ {:>6.0} L {:>7.0} ss {:>7.0} x {:>5.2} | win p99 {:>7.1} ok {:>4} {}",
+                        room.name,
+                        t,
+                        d.rate,
+                        d.occupancy,
+                        d.budget,
+                        d.ssthresh.min(99999.0),
+                        d.pressure.unwrap_or(-1.0),
+                        w.p99_ms.unwrap_or(-1.0).min(9999.0),
+                        w.ok,
+                        d.reason.as_str()
+                    );
+                }
+                println!("{} admitted {} of {}, longest wait {:?} s, ticks under min {}", room.name, room.admitted, room.fans, room.max_wait_s, room.ticks_below_min);
+            }
+        }
         other => {
-            eprintln!("unknown report {other:?}: summary | comparison | other-plants | outage | trace");
+            eprintln!("unknown report {other:?}: summary | comparison | other-plants | outage | trace | rooms | rooms-trace");
             std::process::exit(2);
         }
     }

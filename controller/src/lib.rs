@@ -35,11 +35,32 @@
 //!
 //! # Rooms sharing a core, and memory that ages
 //! Every room of an edge reads the same core figures, so one room's load is every room's pressure.
-//! Over target only a room holding at least its fair share of the core ([`fair_share`]: an equal
-//! part of the rooms' total occupancy, among rooms with people queued or admitted) cuts and learns
-//! a slow-start threshold; one under its share holds ([`Reason::OverShared`]) and keeps at least
-//! its minimum rate. What pressure taught ages: after `pressure_memory_ms` (60 s) without a tick over
-//! target, ssthresh and the last cut's level are forgotten; light load grows past any ssthresh.
+//! Each room's release is still its own: its controller state comes only from its own decisions
+//! and from pressure while it held its share. The rooms share the core **max-min by demand**,
+//! weighted by the operator ([`fair_shares`]): what is divided is what the rooms hold now (their
+//! total occupancy); a room's demand is its occupancy plus its queue; a room wanting less than its
+//! weighted part gets all it wants, the others split the rest. So a small sale beside a surge is
+//! entitled to everyone in its queue, and the surge is over its share exactly while they wait.
+//!
+//! - Over target, only a room at or over its share cuts and learns a slow-start threshold; one
+//!   under it holds ([`Reason::OverShared`]) and keeps at least its minimum rate.
+//! - Under target, a room under its share grows towards it ([`Reason::GrowToShare`]): about ×1.15 a
+//!   tick (the budget 30% ahead of the occupancy), at any pressure under target and past any
+//!   ssthresh, up to the share and to `share_lead` (3) × the occupancy the metrics reflect.
+//! - A room over its share does not grow once the core is past the slow-start exit pressure (the
+//!   room left is the waiting room's), and gives way `share_yield` (3%) of its budget a tick, down
+//!   to its share, while the core is at the hold pressure ([`Reason::YieldShare`]) — before the
+//!   core is pushed over target and every room pays a cut.
+//!
+//! Without this the surge held the core at the hold pressure, where a room under its share could
+//! only hold, and the small sale's fans waited minutes (`rooms_at_once_one_surging` in [`sim`]:
+//! 148 of 300 buyers in 120 s; now all within 26.4 s, seeds 1–10). The edge must pass shares by
+//! demand: with the equal split of [`fair_share`] a room with nobody waiting looks under its share,
+//! the surge yields to it for nothing and its goodput suffers (0.80–0.86 of the oracle instead of
+//! 0.87–0.95 in that scenario).
+//!
+//! What pressure taught ages: after `pressure_memory_ms` (60 s) without a tick over target,
+//! ssthresh and the last cut's level are forgotten; light load grows past any ssthresh.
 //!
 //! # Errors alone are an outage, not congestion
 //! Errors cut the budget like latency does (a core that fails is not to be fed), and the cut sets the
@@ -335,6 +356,14 @@ pub struct ControllerConfig {
     /// it, a capacity since added, a blip — says little about the core now, and slow start, with
     /// its lead bound and exit pressure, finds the level again within a few ticks.
     pub pressure_memory_ms: u64,
+    /// Rooms sharing a core: a room over its fair share ([`TickInput::fair_share`]) while the core
+    /// is at or over the hold pressure gives way by this fraction of its budget a tick, down to its
+    /// share ([`Reason::YieldShare`]; default 0.03, the top growth rate).
+    pub share_yield: f64,
+    /// Rooms sharing a core: a room under its fair share grows ×`slow_start_factor` a tick up to it
+    /// ([`Reason::GrowToShare`]), at most to this multiple of its occupancy one actuation delay ago
+    /// (default 2: doubling per actuation delay, as light load does).
+    pub share_lead: f64,
 }
 
 impl ControllerConfig {
@@ -383,6 +412,8 @@ impl Default for ControllerConfig {
             slew_rel: 0.25,
             min_budget: 1.0,
             pressure_memory_ms: 60_000,
+            share_yield: 0.03,
+            share_lead: 3.0,
         }
     }
 }
@@ -446,20 +477,94 @@ pub struct TickInput {
     /// The core says the event is sold out.
     pub sold_out: bool,
     /// When other rooms' admissions load the same core: the occupancy this room is entitled to
-    /// ([`fair_share`]). Over target, only a room at or above its share cuts (and learns a
-    /// slow-start threshold); one under it holds: it did not cause the pressure, and cutting it
-    /// would hand its part of the core to the room that did. `None`: the room is alone on its core.
+    /// ([`fair_shares`], max-min by demand). Over target, only a room at or above its share cuts
+    /// (and learns a slow-start threshold); one under it holds: it did not cause the pressure, and
+    /// cutting it would hand its part of the core to the room that did. Under target, a room under
+    /// its share grows towards it ([`Reason::GrowToShare`]) and one over it does not grow, and
+    /// gives way at the hold pressure ([`Reason::YieldShare`]). `None`: the room is alone on its
+    /// core.
     pub fair_share: Option<f64>,
 }
 
 /// A room's fair share of a core shared by `rooms_in_play` rooms that have people queued or
-/// admitted, with `total_occupancy` over all of them: an equal part each (max-min fairness by
-/// room, not by fan: a big sale and a small one get the same part of the core, and the small one
-/// uses only what it needs, the rest going to the others as they grow). `None` with one room in
-/// play or none: nothing to share.
+/// admitted, with `total_occupancy` over all of them: an equal part each. This is
+/// [`fair_shares`] when every room in play wants more than an equal part (and weights are
+/// equal); it over-states the share of a room whose queue is empty — it holds all it wants —
+/// and so makes the other rooms look over their share and yield for nothing. Kept for callers
+/// that do not know the rooms' queues; prefer [`fair_shares`]. `None` with one room in play or
+/// none: nothing to share.
 pub fn fair_share(total_occupancy: f64, rooms_in_play: usize) -> Option<f64> {
     (rooms_in_play > 1 && total_occupancy.is_finite())
         .then(|| total_occupancy.max(0.0) / rooms_in_play as f64)
+}
+
+/// One room's claim on a core it shares with other rooms, as [`fair_shares`] divides it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoomDemand {
+    /// The room's occupancy (tokens out + active sessions): what it holds of the core now.
+    pub occupancy: f64,
+    /// People queued (joined, not yet admitted): what it would add if it could.
+    pub queued: f64,
+    /// Operator weight: a room of weight 2 is entitled to twice the part of a room of weight 1
+    /// when both want more than that. 1 for an equal part; not finite or ≤ 0 counts as 1.
+    pub weight: f64,
+}
+
+impl RoomDemand {
+    /// A room of weight 1.
+    pub fn new(occupancy: f64, queued: f64) -> Self {
+        Self { occupancy, queued, weight: 1.0 }
+    }
+}
+
+/// Each room's fair share of a core shared by `rooms`, for [`TickInput::fair_share`]: weighted
+/// max-min fairness by demand. What is divided is what the rooms hold of the core now (their
+/// total occupancy); a room's demand is its occupancy plus its queue. A room that wants less
+/// than its weighted part gets all it wants (occupancy + queue); the rest is split among the
+/// others in proportion to their weights, again capped at their demands. So a small sale next to
+/// a surge is entitled to everyone in its queue (while that fits in an equal part), and the surge
+/// is over its share exactly while the small sale has people waiting: it yields to them first
+/// ([`Reason::YieldShare`]), and once their queue is empty every room's share is what it holds.
+///
+/// Rooms with nobody queued or admitted are not in play (`None`); with fewer than two rooms in
+/// play every entry is `None`: nothing to share. The shares of the rooms in play add up to their
+/// total occupancy.
+pub fn fair_shares(rooms: &[RoomDemand]) -> Vec<Option<f64>> {
+    let clean = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+    let rooms: Vec<(f64, f64, f64)> = rooms
+        .iter()
+        .map(|r| {
+            let occ = clean(r.occupancy);
+            let weight = if r.weight.is_finite() && r.weight > 0.0 { r.weight } else { 1.0 };
+            (occ, occ + clean(r.queued), weight)
+        })
+        .collect();
+    let in_play: Vec<usize> = (0..rooms.len()).filter(|&i| rooms[i].1 > 0.0).collect();
+    let mut shares = vec![None; rooms.len()];
+    if in_play.len() < 2 {
+        return shares;
+    }
+    // Water-filling: rooms in order of demand per weight; each one whose demand fits under the
+    // current level gets its demand, the level is recomputed over the rest.
+    let mut order = in_play;
+    order.sort_by(|&a, &b| (rooms[a].1 / rooms[a].2).total_cmp(&(rooms[b].1 / rooms[b].2)));
+    let mut left: f64 = order.iter().map(|&i| rooms[i].0).sum();
+    let mut weights: f64 = order.iter().map(|&i| rooms[i].2).sum();
+    for (k, &i) in order.iter().enumerate() {
+        let (_, demand, weight) = rooms[i];
+        let level = left / weights;
+        if demand <= level * weight {
+            shares[i] = Some(demand);
+            left -= demand;
+            weights -= weight;
+        } else {
+            for &j in &order[k..] {
+                shares[j] = Some(level * rooms[j].2);
+            }
+            break;
+        }
+    }
+    shares
 }
 
 /// Light load: the budget doubles once this share of it is in use (as much as any growth asks:
@@ -509,6 +614,14 @@ pub enum Reason {
     /// Over target while other rooms load the same core, and this room holds less than its fair
     /// share of it: no cut (the rooms over their share cut), the budget is held.
     OverShared,
+    /// The core is at or over the hold pressure and this room holds more than its fair share of it
+    /// while another room has people waiting: the budget gives way `share_yield` (3%) a tick, down
+    /// to the share.
+    YieldShare,
+    /// Under its fair share of a shared core, the core under target and the budget in use: the
+    /// budget grows ×1.15 a tick (at most twice the occupancy the metrics reflect) up to the share,
+    /// at any pressure under target and past any ssthresh.
+    GrowToShare,
 
     /// Slow start: the budget grows geometrically.
     SlowStart,
@@ -547,6 +660,8 @@ impl Reason {
             Reason::BudgetUnfilled => "budget_unfilled",
             Reason::AwaitingLoad => "awaiting_load",
             Reason::OverShared => "over_shared",
+            Reason::YieldShare => "yield_share",
+            Reason::GrowToShare => "grow_to_share",
             Reason::SlowStart => "slow_start",
             Reason::SlowStartExit => "slow_start_exit",
             Reason::Grow => "grow",
@@ -885,9 +1000,8 @@ impl ReleaseController {
             || (enough && err >= 5.0 * cfg.error_threshold);
         // Other rooms load the same core and this one holds less than its part of it: the pressure
         // is theirs, and so are the cuts and the thresholds it teaches.
-        let under_share = input
-            .fair_share
-            .is_some_and(|share| share.is_finite() && occ < share);
+        let share = input.fair_share.filter(|s| s.is_finite()).map(|s| s.max(0.0));
+        let under_share = share.is_some_and(|s| occ < s);
         if over {
             self.last_pressure_ms = now;
         }
@@ -1039,6 +1153,30 @@ impl ReleaseController {
                 self.ssthresh = self.ssthresh.min(self.budget);
             }
             Reason::CoolDown
+        } else if let Some(s) = share.filter(|s| occ > *s && pressure.is_some_and(|x| x > cfg.slow_start_exit_pressure)) {
+            // This room holds more than its share of the core while another room has people
+            // waiting (with shares by demand, see [`fair_shares`]) and the core is past the
+            // slow-start exit: what room there is left is theirs, so no growth; and once the core
+            // is at the hold pressure, give way a few % a tick, down to the share, before the core
+            // is pushed over target and everyone pays a cut. The room under its share grows into
+            // what this one gives up.
+            if pressure.is_some_and(|x| x >= cfg.hold_pressure) {
+                self.budget = self.budget.min((self.budget.min(occ) * (1.0 - cfg.share_yield)).max(s)).max(cfg.min_budget);
+            }
+            Reason::YieldShare
+        } else if let Some(target) = share.filter(|_| under_share).and_then(|s| {
+            let measured = measured_occ?;
+            Some((occ * cfg.max_lead_slow_start).min(s).min(measured * cfg.share_lead))
+        }).filter(|t| *t > self.budget) {
+            // Under its share of a shared core (with shares by demand: people waiting), the core
+            // under target: the budget runs `max_lead_slow_start` (30%) ahead of the occupancy, so
+            // the occupancy grows about ×1.15 a tick, as in slow start — at any pressure under
+            // target and past any ssthresh, up to the share. The room's own load is a part of the
+            // core's, so its lead over what the metrics reflect is bounded by its share and by
+            // `share_lead`, not by the core's pressure, which the rooms over their share answer by
+            // yielding.
+            self.budget = target;
+            Reason::GrowToShare
         } else if occ < cfg.near_fraction * self.budget {
             Reason::BudgetUnfilled
         } else if measured_occ.is_none() {
@@ -1067,8 +1205,9 @@ impl ReleaseController {
             if self.budget >= ceiling {
                 Reason::AwaitingLoad
             } else if self.budget < self.ssthresh && under_share && x >= cfg.hold_pressure {
-                // Another room's load holds the core near its setpoint: hold, and learn no
-                // threshold from pressure this room did not cause.
+                // At its share already (the occupancy lags the budget) while another room's load
+                // holds the core near its setpoint: hold, and learn no threshold from pressure
+                // this room did not cause.
                 Reason::Hold
             } else if self.budget < self.ssthresh {
                 if x > cfg.slow_start_exit_pressure && !under_share {
@@ -1559,7 +1698,7 @@ mod tests {
             }
         }
         assert!(big.ssthresh() < 1200.0);
-        // Near the setpoint from the other room's load: held, not taught a threshold either.
+        // Near the setpoint from the other room's load: not taught a threshold either.
         let mut warm = calm(10_000, 20.0);
         warm.p99_ms = Some(60.0); // x = 0.75: past the slow-start exit
         warm.utilisation = Some(0.5);
@@ -1576,6 +1715,116 @@ mod tests {
         let mut hot = calm(0, 20.0);
         hot.p99_ms = Some(200.0);
         assert_eq!(alone.tick(&hot).reason, Reason::CutFar);
+    }
+
+    /// Issue 26: shares by demand. A room that wants less than an equal part (occupancy + queue)
+    /// gets all it wants; the rest is split by weight; the shares add up to what the rooms hold.
+    #[test]
+    fn fair_shares_are_max_min_by_demand_and_weight() {
+        let d = RoomDemand::new;
+        let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+        // A surge and a small sale with 260 people waiting: the small one is entitled to all of
+        // them (40 + 260), the surge to the rest of what the two hold.
+        let s = fair_shares(&[d(1400.0, 13_000.0), d(40.0, 260.0)]);
+        assert!(close(s[0], 1140.0) && close(s[1], 300.0), "{s:?}");
+        // Its queue empty: every room's share is what it holds; nobody is over it.
+        let s = fair_shares(&[d(1400.0, 13_000.0), d(290.0, 0.0)]);
+        assert!(close(s[0], 1400.0) && close(s[1], 290.0), "{s:?}");
+        // Two surges: an equal part each, whatever they hold now; by weight when weighted.
+        let s = fair_shares(&[d(1000.0, 5000.0), d(200.0, 5000.0)]);
+        assert!(close(s[0], 600.0) && close(s[1], 600.0), "{s:?}");
+        let s = fair_shares(&[RoomDemand { weight: 2.0, ..d(1000.0, 5000.0) }, d(200.0, 5000.0)]);
+        assert!(close(s[0], 800.0) && close(s[1], 400.0), "{s:?}");
+        // Three rooms: the small one gets its demand, the two big ones split the rest.
+        let s = fair_shares(&[d(900.0, 100.0), d(500.0, 900.0), d(0.0, 50.0)]);
+        assert!(close(s[2], 50.0) && close(s[0], 675.0) && close(s[1], 675.0), "{s:?}");
+        assert!((s.iter().flatten().sum::<f64>() - 1400.0).abs() < 1e-9);
+        // Not in play (nobody queued or admitted): no share; one room in play: nothing to share.
+        assert_eq!(fair_shares(&[d(1200.0, 10.0), d(0.0, 0.0)]), vec![None, None]);
+        assert_eq!(fair_shares(&[d(1200.0, 10.0)]), vec![None]);
+        let s = fair_shares(&[d(1200.0, 10.0), d(0.0, 0.0), d(0.0, 5.0)]);
+        assert_eq!(s[1], None);
+        assert!(close(s[2], 5.0) && close(s[0], 1195.0), "{s:?}");
+        // Garbage is safe: counted as nothing, weight 1.
+        let s = fair_shares(&[RoomDemand { occupancy: f64::NAN, queued: 10.0, weight: f64::NAN }, d(100.0, f64::INFINITY)]);
+        assert!(s.iter().flatten().all(|x| x.is_finite() && *x >= 0.0), "{s:?}");
+        // Equal split when every room wants more than an equal part: the old `fair_share`.
+        let s = fair_shares(&[d(1200.0, 1000.0), d(20.0, 1000.0)]);
+        assert_eq!(s[0], fair_share(1220.0, 2));
+    }
+
+    /// Issue 26: a surge holds the core at its setpoint when a small sale opens beside it. The
+    /// small sale, under its share, grows into the core at any pressure under target (about
+    /// ×1.15 a tick, at most its share and `share_lead` × what the metrics reflect); the surge,
+    /// over its share, does not grow and gives way 3% a tick down to its share while the core is at
+    /// the hold pressure. Alone, the same figures hold both.
+    #[test]
+    fn a_room_over_its_share_yields_and_one_under_grows_to_it() {
+        let cfg = ControllerConfig::for_room(100.0, 2.0, Bounds { min_rate: 1.0, max_rate: 2000.0, total_active_max: None });
+        let full = |now_ms: u64, occupancy: f64, utilisation: f64, fair_share: Option<f64>| TickInput {
+            p99_ms: Some(50.0),
+            utilisation: Some(utilisation),
+            fair_share,
+            ..calm(now_ms, occupancy)
+        };
+        // The small sale: 20 in, 280 waiting; the surge: 1400 in, thousands waiting.
+        let mut small = ReleaseController::new(cfg.clone());
+        let mut big = ReleaseController::new(ControllerConfig { initial_budget: 1400.0, ..ControllerConfig::default() });
+        let shares = |small_occ: f64, big_occ: f64| fair_shares(&[RoomDemand::new(small_occ, 300.0 - small_occ), RoomDemand::new(big_occ, 10_000.0)]);
+        let (mut occ_small, mut occ_big) = (20.0, 1400.0);
+        let mut measured_small = vec![occ_small];
+        for s in 0..12u64 {
+            let sh = shares(occ_small, occ_big);
+            // u = 0.8: pressure 0.94, between the hold pressure and the target.
+            let d = small.tick(&full(s * 1000, occ_small, 0.8, sh[0]));
+            let b = big.tick(&full(s * 1000, occ_big, 0.8, sh[1]));
+            if s >= 5 {
+                // Grows, or waits for the load to show once three times what the metrics reflect.
+                let ago = measured_small[measured_small.len() - 6];
+                let grew = d.reason == Reason::GrowToShare;
+                assert!(grew || (d.reason == Reason::AwaitingLoad && d.budget >= 3.0 * ago - 1e-9), "second {s}: {d:?}");
+                assert!(d.budget <= occ_small * 1.3 + 1e-9 && d.budget <= 3.0 * ago + 1e-9 && d.budget <= sh[0].unwrap() + 1e-9, "second {s}: {d:?}");
+                assert!(!grew || d.rate > 1.0, "second {s}: {d:?}");
+            }
+            assert_eq!(d.ssthresh, f64::INFINITY, "second {s}");
+            assert_eq!(b.reason, Reason::YieldShare, "second {s}: {b:?}");
+            assert!(b.budget >= sh[1].unwrap() - 1e-9, "never under its share: {b:?} {sh:?}");
+            assert!(b.budget <= (occ_big * 0.97).max(sh[1].unwrap()) + 1e-9, "second {s}: {b:?}");
+            // The occupancies follow the budgets.
+            occ_small = d.budget.min(300.0);
+            occ_big = (occ_big - 30.0).max(b.budget);
+            measured_small.push(occ_small);
+        }
+        assert!(occ_small > 60.0, "{occ_small}");
+        // Over target: the small sale holds (no cut, no growth), the surge cuts.
+        let sh = shares(occ_small, occ_big);
+        let d = small.tick(&full(12_000, occ_small, 1.0, sh[0]));
+        assert_eq!((d.reason, d.budget), (Reason::OverShared, small.budget()));
+        assert_eq!(big.tick(&full(12_000, occ_big, 1.0, sh[1])).reason, Reason::CutFar);
+        // Over its share, the core past the slow-start exit but under the hold pressure: the surge
+        // does not grow (the room left is the small sale's), and does not give way either.
+        let mut big = ReleaseController::new(ControllerConfig { initial_budget: 1400.0, ..ControllerConfig::default() });
+        for s in 0..8u64 {
+            let d = big.tick(&full(s * 1000, 1400.0, 0.6, Some(1200.0)));
+            assert_eq!((d.reason, d.budget), (Reason::YieldShare, 1400.0), "second {s}");
+        }
+        // Its share back to what it holds (the small sale's queue empty): it grows as before.
+        let d = big.tick(&full(8000, 1400.0, 0.6, Some(1400.0)));
+        assert_eq!(d.reason, Reason::SlowStartExit, "{d:?}");
+        let d = big.tick(&full(9000, 1400.0, 0.6, Some(1400.0)));
+        assert!(d.reason == Reason::Grow && d.budget > 1400.0, "{d:?}");
+        // Alone on the core the same figures hold both rooms.
+        let mut alone = ReleaseController::new(cfg);
+        for s in 0..10u64 {
+            let d = alone.tick(&full(s * 1000, 20.0, 0.8, None));
+            assert_eq!(d.budget, 20.0, "second {s}: {d:?}");
+        }
+        let mut alone = ReleaseController::new(ControllerConfig { initial_budget: 1400.0, ..ControllerConfig::default() });
+        for s in 0..10u64 {
+            let d = alone.tick(&full(s * 1000, 1400.0, 0.8, None));
+            assert_eq!(d.budget, 1400.0, "second {s}: {d:?}");
+            assert_ne!(d.reason, Reason::YieldShare, "second {s}: {d:?}");
+        }
     }
 
     /// After a capacity drop deeper than the cut, the core stays over target while the occupancy

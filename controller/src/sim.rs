@@ -1345,11 +1345,26 @@ impl RoomsResult {
     }
 }
 
-/// Runs every room of `scn` on its shared core. Each room ticks its own [`ReleaseController`] once a
-/// second with the shared core's figures, its own occupancy and exits, and — when `share` — its
-/// [`fair_share`](crate::fair_share) of the rooms in play (people queued or sessions active), as the
-/// edge's release loop does; without `share` every room reads the core as if it were alone.
+/// How the rooms of a [`RoomsScenario`] are told their share of the core ([`TickInput::fair_share`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// No share: every room reads the core as if it were alone.
+    Alone,
+    /// An equal part of the total occupancy for each room in play ([`fair_share`](crate::fair_share)).
+    Equal,
+    /// Max-min by demand, occupancy + queue ([`fair_shares`](crate::fair_shares)).
+    ByDemand,
+}
+
+/// [`run_rooms_with`]: with `share`, shares by demand ([`Sharing::ByDemand`]); without, alone.
 pub fn run_rooms(scn: &RoomsScenario, share: bool) -> RoomsResult {
+    run_rooms_with(scn, if share { Sharing::ByDemand } else { Sharing::Alone })
+}
+
+/// Runs every room of `scn` on its shared core. Each room ticks its own [`ReleaseController`] once a
+/// second with the shared core's figures, its own occupancy and exits, and its share of the core
+/// among the rooms in play (people queued or sessions active) as `sharing` says.
+pub fn run_rooms_with(scn: &RoomsScenario, sharing: Sharing) -> RoomsResult {
     const DT: u64 = 10_000;
     struct Live {
         controller: Option<ReleaseController>,
@@ -1433,14 +1448,26 @@ pub fn run_rooms(scn: &RoomsScenario, share: bool) -> RoomsResult {
             let util = util_ring.iter().sum::<f64>() / util_ring.len().max(1) as f64;
             let joined = |live: &Live| live.joins.partition_point(|j| *j <= t);
             let occ = |live: &Live| (live.pending.len() + live.sessions.len()) as f64;
-            let in_play: Vec<f64> = rooms
+            // A room not open yet is not in play (no occupancy, no queue).
+            let demands: Vec<crate::RoomDemand> = rooms
                 .iter()
                 .zip(&scn.rooms)
-                .filter(|(l, r)| sec >= r.opens_at_s && (occ(l) > 0.0 || joined(l) > l.admitted))
-                .map(|(l, _)| occ(l))
+                .map(|(l, r)| {
+                    let open = sec >= r.opens_at_s;
+                    let queued = if open { joined(l).saturating_sub(l.admitted) as f64 } else { 0.0 };
+                    crate::RoomDemand::new(if open { occ(l) } else { 0.0 }, queued)
+                })
                 .collect();
-            let fair = crate::fair_share(in_play.iter().sum(), in_play.len());
-            for (live, load) in rooms.iter_mut().zip(&scn.rooms) {
+            let shares = match sharing {
+                Sharing::Alone => vec![None; demands.len()],
+                Sharing::ByDemand => crate::fair_shares(&demands),
+                Sharing::Equal => {
+                    let in_play: Vec<f64> = demands.iter().filter(|d| d.occupancy + d.queued > 0.0).map(|d| d.occupancy).collect();
+                    let fair = crate::fair_share(in_play.iter().sum(), in_play.len());
+                    demands.iter().map(|d| fair.filter(|_| d.occupancy + d.queued > 0.0)).collect()
+                }
+            };
+            for ((live, load), fair) in rooms.iter_mut().zip(&scn.rooms).zip(shares) {
                 if sec < load.opens_at_s {
                     continue;
                 }
@@ -1456,7 +1483,7 @@ pub fn run_rooms(scn: &RoomsScenario, share: bool) -> RoomsResult {
                     exits_per_s: live.exits as f64,
                     metrics_age_ms: 0,
                     sold_out: false,
-                    fair_share: if share { fair } else { None },
+                    fair_share: fair,
                 };
                 let d = controller.tick(&input);
                 if queued && d.rate < load.config.bounds.min_rate {
@@ -1540,10 +1567,18 @@ pub fn run_rooms(scn: &RoomsScenario, share: bool) -> RoomsResult {
 ///   core's goodput over 90–180 s ≥ 0.85 of the oracle's level and ≤ 2% of those windows over target.
 /// - `light_load`: one cautious sale of 300 fans at an idle core. Goal: all admitted within 30 s.
 ///
-/// Status (seeds 1–10): the first and the last meet their goals (longest wait 26–28 s: light load
-/// doubles the budget only once 95% of it is in use, about every 4–5 s); `rooms_at_once_one_surging`
-/// does not yet — room B, under its share, holds its budget while A keeps the core at the hold
-/// pressure, and admits about half its fans in the 120 s (issue 26, open).
+/// Status (seeds 1–10, rooms told their shares by demand, [`fair_shares`](crate::fair_shares)):
+/// every scenario meets its goals (`rooms_scenarios_meet_their_goals`).
+/// - `rooms_one_after_another`: longest wait 26.2 s (A) and 28.2 s (B); `light_load` 27.2 s —
+///   light load doubles the budget only once 95% of it is in use, about every 4–5 s.
+/// - `rooms_at_once_one_surging`: all 300 buyers admitted, longest wait 25.7–26.4 s; goodput over
+///   90–180 s 0.874–0.948 of the oracle (mean 0.926); 0 of 90 windows over target in every seed;
+///   no tick under a minimum. The surge gives way while the buyers wait ([`Reason::YieldShare`](crate::Reason::YieldShare)),
+///   the buyers grow into the core at its setpoint ([`Reason::GrowToShare`](crate::Reason::GrowToShare)).
+///   Before (a room under its share only held while the surge kept the core at the hold
+///   pressure): 148–300 buyers admitted in 120 s, goodput 0.842–1.010. With the equal split of
+///   [`fair_share`](crate::fair_share) ([`Sharing::Equal`]) the buyers are in within 23.2 s but
+///   the surge yields to them for nothing once their queue is empty: goodput 0.800–0.861.
 pub fn rooms_scenarios(seed: u64) -> Vec<RoomsScenario> {
     let base = |name, duration_s, rooms| RoomsScenario {
         name,
@@ -1993,15 +2028,24 @@ mod tests {
         }
     }
 
-    /// Issue 26: two cautious sales one after another on one core (the second starting with a slow
-    /// edge), and one alone at an idle core: every fan admitted within 30 s of joining, no room's
-    /// rate under its minimum while people queue.
+    /// Issue 26: the goals of [`rooms_scenarios`], seeds 1–10. Two cautious sales one after
+    /// another on one core (the second starting with a slow edge), and one alone at an idle core:
+    /// every fan admitted within 30 s of joining. A surge filling the core with a cautious sale of
+    /// buyers opening beside it: every buyer admitted within 30 s, the core's goodput over 90–180 s
+    /// at least 0.85 of the oracle's level with at most 2% of those windows over target. In every
+    /// one, no room's rate under its minimum while people queue.
     #[test]
-    fn rooms_one_after_another_and_light_load_admit_everyone_in_30_s() {
-        for seed in [1, 2, 3] {
-            for scn in rooms_scenarios(seed).into_iter().filter(|s| s.name != "rooms_at_once_one_surging") {
+    fn rooms_scenarios_meet_their_goals() {
+        for seed in 1..=10 {
+            for scn in rooms_scenarios(seed) {
                 let r = run_rooms(&scn, true);
+                let surging = scn.name == "rooms_at_once_one_surging";
                 for room in &r.rooms {
+                    assert_eq!(room.ticks_below_min, 0, "{} seed {seed} room {}", scn.name, room.name);
+                    // The surge's 20,000 fans are not meant to be in within 30 s.
+                    if surging && room.name == "a" {
+                        continue;
+                    }
                     let wait = room.max_wait_s.unwrap_or(f64::INFINITY);
                     assert!(
                         wait <= 30.0,
@@ -2011,10 +2055,28 @@ mod tests {
                         room.admitted,
                         room.fans
                     );
-                    assert_eq!(room.ticks_below_min, 0, "{} seed {seed} room {}", scn.name, room.name);
+                }
+                if surging {
+                    let ratio = r.goodput(90, 180) / rooms_oracle_load(&scn);
+                    assert!(ratio >= 0.85, "seed {seed}: goodput vs oracle {ratio:.3}");
+                    let (over, scored) = r.over(90, 180);
+                    assert!(over * 50 <= scored, "seed {seed}: {over}/{scored} windows over target");
+                    // The surge gave way while the buyers waited, and the buyers grew into it.
+                    let reasons = |k: usize, why: Reason| r.rooms[k].decisions.iter().any(|d| d.reason == why);
+                    assert!(reasons(0, Reason::YieldShare) && reasons(1, Reason::GrowToShare), "seed {seed}");
                 }
             }
         }
+    }
+
+    /// Without shares each room reads the core as if alone: the buyers beside the surge are held
+    /// at the core's setpoint and most of them wait far longer than 30 s (what issue 26 reported).
+    #[test]
+    fn without_shares_the_buyers_beside_a_surge_wait() {
+        let scn = rooms_scenarios(1).swap_remove(1);
+        assert_eq!(scn.name, "rooms_at_once_one_surging");
+        let r = run_rooms(&scn, false);
+        assert!(r.rooms[1].admitted < 200, "{} of 300 admitted", r.rooms[1].admitted);
     }
 
     #[test]
