@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of Wicket on a fresh Debian machine: installs what is missing (cmake for Pingora's
-# zlib-ng, redis-server and redis-cli, nginx, wrk, h2load, promtool, systemd-analyze, the schema checkers of
+# zlib-ng, redis-server and redis-cli, nginx, wrk, h2load, gdb, promtool, systemd-analyze, the schema checkers of
 # deploy/), then the whole workspace's tests with cargo-nextest.
 # Tests start their own servers on free loopback ports; nothing here starts a shared one.
 #
@@ -24,6 +24,8 @@ dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
 command -v taskset >/dev/null || need+=(util-linux)
+# edge/tests/request_path.rs reads the call stacks of an admitted request in the real binary under gdb.
+command -v gdb >/dev/null || need+=(gdb)
 # The queue page's browser test: Debian's Chromium, and CJK fonts so the zh-CN page renders.
 command -v chromium >/dev/null || need+=(chromium)
 dpkg -s fonts-noto-cjk >/dev/null 2>&1 || need+=(fonts-noto-cjk)

@@ -194,11 +194,27 @@
     return Math.max(0, Math.min(1, 1 - s.ahead / first));
   }
 
+  /**
+   * `2026-12-01 10:00 (UTC+08:00)`: the time `at` (Unix ms) in the fan's own time zone, in the form
+   * the server writes for the audience's offset (`[edge.queue-page] utc-offset`) on a page without
+   * JavaScript. Digits only: no language's words, no Intl.
+   */
+  function localTime(at) {
+    var d = new Date(at);
+    var p = function (n) { return (n < 10 ? '0' : '') + n; };
+    var off = -d.getTimezoneOffset();
+    var a = Math.abs(off);
+    return d.getFullYear() + '-' + p(d.getMonth() + 1) + '-' + p(d.getDate()) + ' ' + p(d.getHours()) + ':' +
+      p(d.getMinutes()) + ' (UTC' + (off < 0 ? '-' : '+') + p(Math.floor(a / 60)) + ':' + p(a % 60) + ')';
+  }
+
   /** Counts down to `opensAt` (RFC 3339) on the server's clock; asks for a status when it is time. */
   function runCountdown(opensAt) {
     var at = Date.parse(opensAt);
     if (countdownTimer) { clearInterval(countdownTimer); countdownTimer = null; }
     if (!isFinite(at)) return;
+    // The opening in the fan's own zone, under the UTC one.
+    if ($('opens-at-local')) $('opens-at-local').textContent = localTime(at);
     var el = $('countdown');
     var tick = function () {
       var left = Math.ceil((at - (Date.now() + clockOffset)) / 1000);

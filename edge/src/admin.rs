@@ -15,7 +15,8 @@
 //! | `GET /admin/tls` | the certificates served (names, expiry) |
 //! | `POST /admin/tls/reload` | reads the certificate files again; a bad file keeps the old set (422 naming it) |
 //! | `GET /metrics` | Prometheus text |
-//! | `/admin/rooms...`, `GET /admin/stream` | the waiting rooms (see [`crate::room::admin`]) |
+//! | `/admin/rooms...`, `GET /admin/stream` | the waiting rooms (see [`crate::room::admin`]; `GET /admin/rooms/<room>/preview` renders the room's page, framable by the console) |
+//! | `GET /admin/rooms/<room>/report` | the room's post-sale report, JSON or CSV ([`crate::room::report`]) |
 //!
 //! | `GET /`, `/console/...` | the operator console (page and files, no data; [`crate::console`]) |
 //! | `POST`/`GET`/`DELETE /admin/session` | console sign-in with the token (session cookie + CSRF token), its state, sign-out |
@@ -253,6 +254,16 @@ impl AdminService {
             (Method::GET, "/admin/stream") => {
                 crate::room::admin::stream(&st.rooms, session).await;
                 Response::new(Vec::new())
+            }
+            (Method::GET, p) if crate::room::admin::is_preview_path(p) => {
+                let css = st.statics.get("/static/queue.css").map(|a| String::from_utf8_lossy(&a.identity.body).into_owned());
+                let query = session.req_header().uri.query();
+                crate::room::admin::preview(&st.rooms, &st.queue_page, css.as_deref().unwrap_or(crate::room::page::QUEUE_CSS), p, query)
+            }
+            (m, p) if let Some(room) = crate::room::report::report_room(p) => {
+                let req = session.req_header();
+                let accept = crate::identity::header(req, "accept");
+                crate::room::report::handle(&st.rooms, &m, room, req.uri.query(), accept).await
             }
             (m, p) if crate::room::admin::is_rooms_path(p) => {
                 let body = if m == Method::PUT || m == Method::POST {

@@ -5,15 +5,15 @@
 //! (`RST_STREAM`): the edge's work on it ends, but the origin's goes on. Paced that way, resets
 //! are not refused by any stream limit, and one connection could keep hundreds of requests in
 //! flight at the origin (the rapid-reset family of attacks, CVE-2023-44487 and its variants).
-//! [`Upstreams`] gives each connection [`MAX_STREAMS`] upstream slots: a stream handed on holds
+//! `Upstreams` gives each connection [`MAX_STREAMS`] upstream slots: a stream handed on holds
 //! one while the proxy serves it, and one the client cancelled keeps it for the rest of the
 //! connection (the edge cannot know when the upstream stops working on it). So one connection
 //! never has more than [`MAX_STREAMS`] requests at the upstream, and it is closed once
 //! [`CANCEL_BUDGET`] cancelled streams are a quarter of those it handed on, or at
 //! [`MAX_CANCELLED_STREAMS`] in any case.
 //!
-//! The HTTP/2 loop ([`crate::fast_h2`]) owns one per connection; the proxy tells it about a reset
-//! through [`note_client_reset`] (a task-local, set on the stream's own task).
+//! The HTTP/2 loop ([`crate::front::h2`]) owns one per connection; the proxy tells it about a reset
+//! through `note_client_reset` (a task-local, set on the stream's own task).
 
 use std::future::Future;
 use std::sync::Arc;

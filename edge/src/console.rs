@@ -13,9 +13,13 @@
 //! addresses), every sign-in waits out the minute. The bearer token is never locked out.
 //!
 //! The page (`static/console/`) charts each room live from the stream (uPlot, vendored with its
-//! licence) and drives the admin API for pause, resume, queue-all (both confirmed first), the
-//! release mode and bounds, the schedule, the blocklist and the bot policy, in zh-CN and en. The
-//! files are served gzipped to browsers that take it (about 30 KB in all).
+//! licence) and drives the admin API for pause, resume, queue-all and reject-all (confirmed first),
+//! the release mode and bounds, the schedule, the blocklist and the bot policy, in zh-CN and en; it
+//! shows each room's queue page in a chosen state and language in a frame (`GET
+//! /admin/rooms/<room>/preview`, the one frame source its policy allows: the admin port itself), a
+//! room's invite lane, and a room's post-sale report (`report.js`, loaded when first opened: totals,
+//! per-minute charts, the CSV). The files are served gzipped to browsers that take it (about 31 KB
+//! in all).
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -151,9 +155,10 @@ pub fn session_cookie(id: Option<&str>) -> String {
 }
 
 /// The console's files: (name under /console/, content type, bytes).
-const FILES: [(&str, &str, &[u8]); 6] = [
+const FILES: [(&str, &str, &[u8]); 7] = [
     ("index.html", "text/html; charset=utf-8", include_bytes!("../../static/console/index.html")),
     ("console.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/console.js")),
+    ("report.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/report.js")),
     ("console.css", "text/css; charset=utf-8", include_bytes!("../../static/console/console.css")),
     ("vendor/uplot/uPlot.iife.min.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/uPlot.iife.min.js")),
     ("vendor/uplot/uPlot.min.css", "text/css; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/uPlot.min.css")),
@@ -210,7 +215,7 @@ pub fn serve_file(path: &str, gzip: bool) -> Option<Response<Vec<u8>>> {
         .header(
             "content-security-policy",
             "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; \
-             base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+             frame-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
         )
         .header("x-frame-options", "DENY")
         .header("x-content-type-options", "nosniff")

@@ -1,7 +1,7 @@
 //! The one decision step: a request in (its door, method, canonical path, head and socket peer),
-//! one [`Decision`] out. Every door — the HTTP/1.1 front ([`crate::fast`], with the forwarded fast
-//! path [`crate::forward`]), the HTTP/2 fast path ([`crate::fast_h2`]), Pingora's proxy
-//! ([`crate::proxy`]) and `/wicket/auth` for nginx — asks here and only carries the answer out;
+//! one [`Decision`] out. Every door — the HTTP/1.1 front ([`crate::front::http1`], with the forwarded fast
+//! path [`crate::front::forward`]), the HTTP/2 fast path ([`crate::front::h2`]), Pingora's proxy
+//! ([`crate::front::proxy`]) and `/wicket/auth` for nginx — asks here and only carries the answer out;
 //! this is the only place that knows the order of the checks (docs/DESIGN.md §7):
 //!
 //! ```text
@@ -13,8 +13,9 @@
 //! /wicket/challenge, /wicket/verify → Bot
 //! bot check of the route (403)
 //! core admin routes (404) → session touch of an admitted fan at the core
-//! protected path: admission token → its session (403 / 302 to the queue; 503 when unreadable)
-//!   → a protected file → Static
+//! protected path (a room in test mode: only for its testers) → admission token → its session
+//!   (403 / 302 to the queue; 503 when unreadable; a reject-all room: 403 closed) → a protected
+//!   file → Static
 //! → Pass (the core, the origin; for /wicket/auth: allow)
 //! ```
 //!
@@ -120,8 +121,20 @@ enum FastRoute {
     Origin,
 }
 
-/// The decision about one request (see the module doc for the order).
-pub async fn decide<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> Decision {
+/// The decision about one request (see the module doc for the order). A refusal on a room's
+/// paths (its queue's, its protected ones) also counts in that room's report.
+pub fn decide<'a, H: HeadView + ?Sized>(st: &'a EdgeState, ask: &'a Ask<'a, H>) -> impl std::future::Future<Output = Decision> + 'a {
+    // (A map of the checks' future, not an async fn around it: a request's future grows by two
+    // references, not by a second copy of the arguments and a state.)
+    futures::FutureExt::map(decide_checks(st, ask), move |d| {
+        if let Decision::Refuse(r, ..) = &d {
+            st.rooms.count_refusal(ask.path, r.reason());
+        }
+        d
+    })
+}
+
+async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> Decision {
     let fast = match ask.door {
         Door::Http1 | Door::H2 => match fast_route(st, ask) {
             Some(r) => Some(r),
@@ -135,7 +148,13 @@ pub async fn decide<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> D
     if st.blocklist.ip(&v.ip) {
         return refuse(st, Reject::Blocked, v);
     }
-    let protected = st.rooms.protection().find(path).cloned();
+    // A room in test mode meets only its testers: for everyone else its paths are not protected.
+    let protected = st
+        .rooms
+        .protection()
+        .find(path)
+        .filter(|p| st.rooms.get(&p.rule.room).is_none_or(|room| st.rooms.meets(&room, ask.head)))
+        .cloned();
     if read
         && protected.is_none()
         && let Some(asset) = st.statics.get(path)
@@ -222,6 +241,12 @@ pub async fn decide<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> D
         };
         let (claims, passed) = match claims {
             Some(c) => (c, false),
+            // A room turning everyone away: the closed page, never the queue (a running session
+            // passes above).
+            None if st.rooms.get(&p.rule.room).is_some_and(|room| room.rejecting()) => {
+                let room = p.rule.room.clone();
+                return refuse_on(st, Reject::RoomClosed { room }, v, Route::Protected);
+            }
             // A passthrough room lets the visitor straight in while nobody waits. (Boxed: its
             // writes are a rare way, and every request's future would carry their size.)
             None => match Box::pin(pass_through(st, p, &mut v)).await {
@@ -331,6 +356,9 @@ fn fast_route<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> Option<
 /// long way: no or a bad ticket, the visitor's turn, ...).
 fn status_body<H: HeadView + ?Sized>(st: &EdgeState, head: &H, room_id: &str) -> Option<Vec<u8>> {
     let room = st.rooms.get(room_id)?;
+    if !st.rooms.meets(&room, head) {
+        return None;
+    }
     let user = st.users.user(head);
     let device = cookie(head, DEVICE_COOKIE).and_then(|v| st.devices.verify(v))?;
     let ticket = cookie(head, &cookie_name(&room.id))?;
@@ -594,7 +622,7 @@ mod tests {
     }
 
     /// What a door decides about an HTTP/1.1 head (a head the HTTP/1.1 front cannot take
-    /// itself is handed over, as `fast::FastFront::handle` does).
+    /// itself is handed over, as `front::http1`'s `handle` does).
     async fn ask(st: &EdgeState, door: Door, head: &str) -> Decision {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut req = httparse::Request::new(&mut headers);

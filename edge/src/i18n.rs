@@ -294,11 +294,29 @@ impl Lang {
     }
 }
 
+/// The operator's branding of a page (`[edge.queue-page]`): the colours as a `<style>` of CSS
+/// variables (`--accent`, `--accent-text`, `--bg`, `--card`, `--text`; empty: the built-in ones), the
+/// logo's URL and the event's name.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Brand<'a> {
+    /// `<style>:root{...}</style>` or empty.
+    pub colours_css: &'a str,
+    /// `logo-url`, checked at start (an http(s) URL or a path).
+    pub logo_url: Option<&'a str>,
+    /// `event-name`.
+    pub event_name: Option<&'a str>,
+}
+
 /// Where text comes from: the built-in catalogue of a language ([`Lang`]), or that catalogue with
 /// an operator's overrides (the queue page's).
 pub trait Words {
     /// The language.
     fn lang(&self) -> Lang;
+    /// The operator's branding of the pages written with these words (`[edge.queue-page]`):
+    /// none for a bare catalogue.
+    fn brand(&self) -> Brand<'_> {
+        Brand::default()
+    }
     /// The text for `key`.
     fn text(&self, key: &str) -> &str;
     /// The text for `key` with its `{name}` placeholders filled in.

@@ -136,7 +136,7 @@ fn parse_forwarded_ip(s: &str) -> Option<IpAddr> {
 }
 
 /// Read access to a request head: Pingora's parsed [`RequestHeader`], or the raw `httparse`
-/// headers of the public listener's fast path ([`crate::fast`]), so both paths read identity the
+/// headers of the public listener's fast path ([`crate::front::http1`]), so both paths read identity the
 /// same way.
 pub trait HeadView {
     /// Calls `f` with every value of header `name` (lower case), in order, until it returns true.
@@ -274,6 +274,13 @@ impl DeviceIds {
         let tag = self.signer.mac(b"fingerprint", &data);
         Device::Fingerprint(format!("fp-{}", hex::encode(&tag[..10])))
     }
+}
+
+/// A `Set-Cookie` value with the edge's attributes (`Path=/`, `HttpOnly`, `SameSite=Lax`, and
+/// `Secure` when the edge says so).
+pub fn set_cookie(name: &str, value: &str, max_age: u64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}")
 }
 
 #[cfg(test)]

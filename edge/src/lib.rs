@@ -13,25 +13,27 @@
 //! - [`check`]: what those checks share: `ConfigIssue` (a problem with its path), path prefixes,
 //!   addresses, URLs, room ids. No part imports [`config`]; tests/structure.rs reads the `use`
 //!   lines and `crate::` paths of every file here and fails on an import circle.
-//! - [`state`]: everything the services share, built once from a validated config; the request
-//!   bodies the edge answers itself are read there (`EdgeState::read_body`, within its limits).
+//! - [`state`]: everything the services share, built once from a validated config; only the
+//!   services take it whole (the decision step, the doors, the admin service, the server): the
+//!   parts get handles (`EdgeState::queue_edge` for the waiting room's endpoints).
+//! - [`body`]: the request bodies the edge answers itself, read within `max-body-bytes` and the
+//!   client-side deadlines (`Timeouts`).
 //! - [`server`]: the Pingora server (public, admin and upkeep services), graceful stop, the
 //!   embedded core; one `listening on` log line per listener (the log format is
 //!   `wicket_core::logging`'s, chosen by `edge.log-format`).
-//! - [`proxy`]: the public service's `ProxyHttp` phases (the phase chart lives there).
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
 //! - [`replay`]: bytes put back in front of a stream, for handing a request to the proxy (on plain
 //!   HTTP with its writes gathered until a flush); HTTP/2's gathered writes.
 //! - [`tls`]: `[edge.tls]`: the HTTPS listener's certificates (SNI, reload) and handshake.
-//! - [`fast`]: the fast path in front of the proxy (plain GET/HEAD of a file; a queued visitor's
-//!   status poll).
-//! - [`front`]: the public listeners' app: the TLS handshake, then [`fast_h2`] or [`fast`].
-//! - [`fast_h2`]: HTTP/2 connections on the HTTPS listener: Pingora's accept loop with the same
-//!   fast answers given on the connection, the rest handed to the proxy within the connection's
-//!   upstream slots ([`cancel`]: at most 100 at the upstream, a budget of cancelled streams).
-//! - [`forward`]: the forwarded fast path (plain `GET`/`HEAD` for a plain-HTTP origin, admission
-//!   checked, answered from the origin over the edge's own pooled connections).
-//! - [`path`]: the one canonical request path and the one set of head rules (both paths use them).
+//! - [`front`]: the public listeners and their doors, side by side (none imports another;
+//!   tests/structure.rs): the listener's TLS handshake and dispatch (`front`), what a
+//!   connection's doors share (`front::conn`: settings, HSTS, the hand-over), the HTTP/1.1 door
+//!   [`front::http1`] (the head read and checked; files, status polls, refusals written on the
+//!   connection) with its forwarded path to a plain-HTTP origin [`front::forward`], the HTTP/2
+//!   door [`front::h2`] (Pingora's connection, the same answers per stream, the rest handed on
+//!   within the connection's upstream slots: [`cancel`]), and Pingora's proxy [`front::proxy`]
+//!   (the `ProxyHttp` phases, the door of what the others hand over and of `/wicket/auth`).
+//! - [`path`]: the one canonical request path and the one set of head rules (every door uses them).
 //! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
 //! - [`limit`]: nginx `limit_req` semantics on governor; `[[edge.limits]]`.
 //! - [`blocklist`], [`anomaly`]: who is refused, and rules that block for a while; `[edge.blocklist]`,
@@ -40,7 +42,11 @@
 //! - [`admission`]: the protected-path hook (admission-token JWT check); `[[edge.protected]]`,
 //!   `[tokens]`.
 //! - [`room`]: the waiting room: queue tickets, status, admission tokens, sessions, the release
-//!   loop, room admin API, the server-rendered queue page (`room::page`, `[edge.queue-page]`);
+//!   loop, room admin API (with the page preview), the post-sale report (`room::report`), the
+//!   server-rendered queue page (`room::page`, `[edge.queue-page]`), the room modes (reject-all,
+//!   queuing status code, test mode with its signed tester cookie, `room::tester`), the invite lane
+//!   of presales and invite-only rooms, with its share of each release (`room::invite`,
+//!   `[rooms.invite]`; the lane's counters in `room::state`);
 //!   room state embedded or in Redis (`room::redis`, the top-level `store`; rooms and operator
 //!   overrides made on one edge are applied by every edge sharing it). It owns `/queue/`
 //!   (`room::QUEUE_PREFIX`) and reads `[[rooms]]` through `room::RoomsConfig`.
@@ -69,10 +75,11 @@
 //!
 //! # The path of a request
 //!
-//! `fast::FastFront` reads every request head first (within `header-timeout-ms` and 32 KiB),
+//! The listener (`front`) hands a connection to its door. `front::http1` reads every request
+//! head first (within `header-timeout-ms` and 32 KiB),
 //! refuses malformed or ambiguous ones ([`path`]), and asks [`decide`] about a simple, canonically
 //! spelled one as the HTTP/1.1 door: files, status polls of queued visitors, refusals and plain
-//! origin requests are carried out on the connection (over HTTP/2, `fast_h2` does the same per
+//! origin requests are carried out on the connection (over HTTP/2, `front::h2` does the same per
 //! stream as the HTTP/2 door). Everything a fast door cannot carry out is handed over before any
 //! check counts it, to the proxy, whose `request_filter` rewrites the target to its canonical path
 //! (what every decision and the upstream see) and asks [`decide`] as the proxy door (or, for
@@ -89,6 +96,7 @@ pub mod admin_reply;
 pub mod admission;
 pub mod anomaly;
 pub mod blocklist;
+pub mod body;
 pub mod bot;
 pub mod cancel;
 pub mod check;
@@ -98,9 +106,6 @@ pub mod decide;
 /// The release controller lives in its own crate (no Pingora, no tokio): `wicket-controller`.
 pub use wicket_controller as controller;
 pub mod demo;
-pub mod fast;
-pub mod fast_h2;
-pub mod forward;
 pub mod front;
 pub mod i18n;
 pub mod identity;
@@ -108,7 +113,6 @@ pub mod limit;
 pub mod metrics;
 pub mod nginx_import;
 pub mod path;
-pub mod proxy;
 pub mod reject;
 pub mod replay;
 pub mod room;

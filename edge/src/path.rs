@@ -380,6 +380,42 @@ pub fn simple_fields<'h>(headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) ->
     true
 }
 
+/// Rewrites the request target to its canonical path (this module) in origin form, the
+/// query kept as sent; refuses what has no canonical form. A request that names its host only in
+/// the target (HTTP/2's `:authority`, which Pingora turns into the upstream's `Host` from the
+/// target) keeps it as `Host`: the origin form drops it, and the origin would get an empty `Host`.
+pub fn canonicalize(req: &mut pingora::http::RequestHeader) -> std::result::Result<(), HeadError> {
+    let uri = &req.uri;
+    let canonical = canonical(uri.path())?;
+    let already_origin_form = uri.scheme().is_none() && uri.authority().is_none();
+    if let std::borrow::Cow::Borrowed(_) = canonical
+        && already_origin_form
+    {
+        return Ok(());
+    }
+    let authority = uri.authority().map(|a| a.as_str().to_owned());
+    let uri = origin_form(&canonical, uri.query())?;
+    // HTTP/1.1 keeps its own rule (exactly one `Host`, checked below): only HTTP/2 names the host
+    // in the target alone.
+    if let Some(authority) = authority
+        && req.version == http::Version::HTTP_2
+        && !req.headers.contains_key(http::header::HOST)
+    {
+        req.insert_header(http::header::HOST, authority).map_err(|_| HeadError::Host)?;
+    }
+    req.set_uri(uri);
+    Ok(())
+}
+
+/// An origin-form target from a canonical path and the query as sent.
+pub fn origin_form(canonical: &str, query: Option<&str>) -> std::result::Result<http::Uri, HeadError> {
+    let target = match query {
+        Some(q) => format!("{canonical}?{q}"),
+        None => canonical.to_owned(),
+    };
+    http::Uri::try_from(target).map_err(|_| HeadError::BadEscape)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,6 +40,12 @@ pub enum Reject {
         /// The room whose queue the client is sent to.
         room: String,
     },
+    /// A protected path of a room that turns everyone away (reject-all), without a running
+    /// session: the closed page (JSON `closed`), never the queue.
+    RoomClosed {
+        /// The room.
+        room: String,
+    },
     /// Malformed input.
     BadRequest(&'static str),
     /// A body over the configured cap.
@@ -67,6 +73,7 @@ impl Reject {
         match self {
             Reject::RateLimited { .. } => 429,
             Reject::Blocked | Reject::BotCheckRequired | Reject::BotCheckFailed(_) | Reject::NotAdmitted { .. } => 403,
+            Reject::RoomClosed { .. } => 403,
             Reject::BotCheckUnavailable | Reject::RoomStateUnavailable => 503,
             Reject::BadRequest(_) => 400,
             Reject::PayloadTooLarge => 413,
@@ -85,6 +92,7 @@ impl Reject {
             Reject::Blocked | Reject::BotCheckRequired | Reject::BotCheckFailed(_) | Reject::NotAdmitted { .. } => {
                 "forbidden"
             }
+            Reject::RoomClosed { .. } => "closed",
             Reject::BadRequest(_) | Reject::HeadersTooLarge | Reject::RequestTimeout => "bad_request",
             Reject::PayloadTooLarge => "payload_too_large",
             Reject::NotFound => "not_found",
@@ -105,6 +113,7 @@ impl Reject {
             Reject::BotCheckFailed(_) => "bot_failed",
             Reject::BotCheckUnavailable => "bot_unavailable",
             Reject::NotAdmitted { .. } => "not_admitted",
+            Reject::RoomClosed { .. } => "room_closed",
             Reject::BadRequest(_) => "bad_request",
             Reject::PayloadTooLarge => "payload_too_large",
             Reject::RequestTimeout => "request_timeout",
@@ -128,6 +137,7 @@ impl Reject {
             Reject::BotCheckFailed(why) => format!("bot check failed: {why}"),
             Reject::BotCheckUnavailable => "bot check is unavailable; retry shortly".into(),
             Reject::NotAdmitted { room } => format!("an admission token for room {room} is required"),
+            Reject::RoomClosed { room } => format!("room {room} admits nobody now: the sale is closed"),
             Reject::BadRequest(why) => (*why).into(),
             Reject::PayloadTooLarge => "request body too large".into(),
             Reject::RequestTimeout => "the request body was too slow".into(),
@@ -162,6 +172,7 @@ impl Reject {
             let mut v = json!({"error": self.code(), "message": self.message()});
             match self {
                 Reject::NotAdmitted { room } => v["queue"] = json!(format!("/queue/{room}")),
+                Reject::RoomClosed { room } => v["room"] = json!(room),
                 Reject::BotCheckRequired | Reject::BotCheckFailed(_) => {
                     v["challenge"] = json!(crate::bot::CHALLENGE_PATH);
                     v["verify"] = json!(crate::bot::VERIFY_PATH);
@@ -211,6 +222,8 @@ impl Reject {
             Reject::RateLimited { .. } => ("err_busy_title", "err_busy_text"),
             Reject::BotCheckRequired | Reject::BotCheckFailed(_) => ("err_check_title", "err_check_text"),
             Reject::Blocked => ("err_blocked_title", "err_blocked_text"),
+            // The words of the queue page's closed state (the operator's overrides included).
+            Reject::RoomClosed { .. } => ("title_closed", "detail_closed"),
             Reject::NotFound => ("err_not_found_title", "err_not_found_text"),
             Reject::BadRequest(_) | Reject::PayloadTooLarge | Reject::RequestTimeout | Reject::HeadersTooLarge => {
                 ("err_bad_request_title", "err_bad_request_text")
@@ -253,12 +266,24 @@ impl Reject {
             ),
             _ => (html_escape(lang.text(text_key)), String::new()),
         };
+        // The operator's colours (CSS variables, the browser's own colours without them), logo
+        // and event name, as on the queue page.
+        let brand = lang.brand();
+        let mut top = String::new();
+        if let Some(url) = brand.logo_url {
+            top.push_str(&format!("<img class=logo src=\"{}\" alt=\"\" style=\"max-height:48px;max-width:60%\">", html_escape(url)));
+        }
+        if let Some(name) = brand.event_name {
+            top.push_str(&format!("<p class=brand style=\"margin:.5em 0 0;opacity:.75\">{}</p>", html_escape(name)));
+        }
         format!(
             "<!doctype html><html lang={}{}><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
-             <title>{title}</title><body style=\"font:16px system-ui;max-width:36em;margin:4em auto;padding:0 1em\">\
-             <h1>{title}</h1><p id=pow-status>{text}</p>{extra}</body></html>",
+             <title>{title}</title>{}<body style=\"font:16px system-ui;max-width:36em;margin:4em auto;padding:0 1em;\
+             background:var(--bg,Canvas);color:var(--text,CanvasText)\">\
+             {top}<h1 style=\"color:var(--accent,inherit)\">{title}</h1><p id=pow-status>{text}</p>{extra}</body></html>",
             lang.lang().tag(),
-            if lang.lang().is_rtl() { " dir=rtl" } else { "" }
+            if lang.lang().is_rtl() { " dir=rtl" } else { "" },
+            brand.colours_css,
         )
     }
 }
@@ -269,7 +294,7 @@ fn retry_secs(d: Duration) -> u64 {
 }
 
 /// A refusal as bytes on the wire, for the doors that answer without Pingora's session
-/// ([`crate::fast`], [`crate::forward`]): the head (status line, the rendered headers, the
+/// ([`crate::front::http1`], [`crate::front::forward`]): the head (status line, the rendered headers, the
 /// `cookies` to set, `Date`, `extra` as it is, `Connection`), and the body.
 pub fn wire(reject: &Reject, page: Option<&dyn Words>, keep_alive: bool, cookies: &[String], extra: &[u8]) -> (Vec<u8>, Bytes) {
     let (h, body) = reject.render_with(page);
@@ -375,7 +400,7 @@ mod tests {
         for (lang, word) in [(Lang::ZhTw, "繁忙"), (Lang::Ja, "混み合って"), (Lang::Ko, "접속이"), (Lang::En, "Busy")] {
             assert!(busy.page(&lang).contains(word), "{}", lang.tag());
         }
-        for r in [Reject::Blocked, Reject::NotFound, Reject::BadGateway, Reject::RoomStateUnavailable, Reject::BotCheckRequired] {
+        for r in [Reject::Blocked, Reject::NotFound, Reject::BadGateway, Reject::RoomStateUnavailable, Reject::BotCheckRequired, Reject::RoomClosed { room: "r1".into() }] {
             let en = r.page(&Lang::En);
             for lang in Lang::ALL {
                 let page = r.page(&lang);
@@ -385,6 +410,9 @@ mod tests {
             }
         }
         assert!(Reject::NotFound.page(&Lang::Ko).contains("페이지를 찾을 수 없습니다"));
+        // Without branding (a bare catalogue): the browser's own colours, no logo, no name.
+        let bare = Reject::Blocked.page(&Lang::En);
+        assert!(bare.contains("background:var(--bg,Canvas)") && !bare.contains("<img") && !bare.contains("<style>"), "{bare}");
         assert!(Reject::BotCheckRequired.page(&Lang::Ja).contains("data-failed="));
     }
 }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pingora::prelude::ErrorType;
 use pingora::proxy::Session;
 use pingora::upstreams::peer::PeerOptions;
 
@@ -15,7 +14,7 @@ use crate::blocklist::Blocklist;
 use crate::bot::{BotChecks, POW_JS, POW_JS_PATH};
 use crate::check::{ConfigErrors, ConfigIssue, parse_http_upstream, parse_net};
 use crate::config::WicketConfig;
-use crate::identity::{ClientIp, DEVICE_COOKIE, Device, DeviceIds, HeadView, Signer, UserSource, header as header_str};
+use crate::identity::{ClientIp, DEVICE_COOKIE, Device, DeviceIds, HeadView, Signer, UserSource};
 use crate::limit::{Limits, Subject, Verdict};
 use crate::metrics::Metrics;
 use crate::reject::Reject;
@@ -39,25 +38,7 @@ pub struct Upstream {
     pub sni: String,
 }
 
-/// Deadlines on the client side of the edge (config keys in [`crate::config::EdgeConfig`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    /// The whole request head, from its first byte (`header-timeout-ms`).
-    pub header: Duration,
-    /// Longest pause in a request body (`body-timeout-ms`); also the grace before the rate floor.
-    pub body: Duration,
-    /// Slowest average body rate, bytes/s, 0 = off (`body-min-rate`).
-    pub body_min_rate: u64,
-    /// One write to a client (`client-write-timeout-ms`).
-    pub client_write: Duration,
-}
-
-impl Timeouts {
-    /// True when a body that has brought `bytes` in `elapsed` since its head is too slow.
-    pub fn body_too_slow(&self, bytes: u64, elapsed: Duration) -> bool {
-        self.body_min_rate > 0 && elapsed > self.body && (bytes as f64) < self.body_min_rate as f64 * elapsed.as_secs_f64()
-    }
-}
+pub use crate::body::Timeouts;
 
 /// The edge's shared state.
 pub struct EdgeState {
@@ -110,7 +91,7 @@ pub struct EdgeState {
     pub timeouts: Timeouts,
     /// Retries of idempotent requests.
     pub retries: usize,
-    /// Plain origin requests take the forwarded fast path ([`crate::forward`]).
+    /// Plain origin requests take the forwarded fast path ([`crate::front::forward`]).
     pub fast_forward: bool,
     /// The fast doors answer what they can (`fast-path`); else everything takes the proxy.
     pub fast_path: bool,
@@ -131,34 +112,21 @@ fn one(path: &str, message: impl Into<String>) -> ConfigErrors {
 }
 
 impl EdgeState {
-    /// Reads a request body the edge answers itself: a declared length over `max-body-bytes` is
-    /// refused before a byte is read (413), a longer body as soon as it passes the cap, a body that
-    /// stalls longer than `body-timeout-ms` or arrives below `body-min-rate` with 408.
+    /// Reads a request body the edge answers itself, within `max-body-bytes` and the body
+    /// deadlines ([`crate::body::read`]).
     pub async fn read_body(&self, session: &mut Session) -> Result<Bytes, Reject> {
-        let max = self.max_body;
-        let declared = header_str(session.req_header(), "content-length").map(|v| v.parse::<u64>());
-        match declared {
-            Some(Ok(n)) if n > max as u64 => return Err(Reject::PayloadTooLarge),
-            Some(Err(_)) => return Err(Reject::BadRequest("Content-Length must be a number")),
-            _ => {}
-        }
-        let started = Instant::now();
-        let mut buf = Vec::new();
-        loop {
-            match session.read_request_body().await {
-                Ok(Some(chunk)) => {
-                    if buf.len() + chunk.len() > max {
-                        return Err(Reject::PayloadTooLarge);
-                    }
-                    buf.extend_from_slice(&chunk);
-                    if self.timeouts.body_too_slow(buf.len() as u64, started.elapsed()) {
-                        return Err(Reject::RequestTimeout);
-                    }
-                }
-                Ok(None) => return Ok(Bytes::from(buf)),
-                Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(Reject::RequestTimeout),
-                Err(_) => return Err(Reject::BadRequest("could not read the request body")),
-            }
+        crate::body::read(session, self.max_body, &self.timeouts).await
+    }
+
+    /// What the queue's endpoints use of the edge ([`crate::room::http`]).
+    pub fn queue_edge(&self) -> crate::room::lent::QueueEdge<'_> {
+        crate::room::lent::QueueEdge {
+            rooms: &self.rooms,
+            bot: &self.bot,
+            queue_page: &self.queue_page,
+            secure_cookies: self.secure_cookies,
+            max_body: self.max_body,
+            timeouts: self.timeouts,
         }
     }
 
@@ -291,8 +259,7 @@ impl EdgeState {
 
     /// A `Set-Cookie` value with the edge's attributes.
     pub fn cookie(&self, name: &str, value: &str, max_age: u64) -> String {
-        let secure = if self.secure_cookies { "; Secure" } else { "" };
-        format!("{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}")
+        crate::identity::set_cookie(name, value, max_age, self.secure_cookies)
     }
 
     /// Who a request is: its user id, and its device (a signed cookie's id, else a fingerprint,

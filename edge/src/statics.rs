@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 /// Files bigger than this are not loaded (the edge is for pages, not downloads).
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Precomputed response heads of one variant (for the fast path, [`crate::fast`]).
+/// Precomputed response heads of one variant (for the fast path, [`crate::front::http1`]).
 #[derive(Debug, Clone, Default)]
 pub struct WireHeads {
     /// `HTTP/1.1 200 OK` and every header but `Date`, ending with `Date: `.
@@ -331,7 +331,7 @@ impl StaticSite {
 }
 
 /// The answer to a `GET` or `HEAD` of a file from memory: 200 or 304, no body for HEAD and 304,
-/// `Content-Length` always. The proxy and the HTTP/2 fast path ([`crate::fast_h2`]) both answer
+/// `Content-Length` always. The proxy and the HTTP/2 fast path ([`crate::front::h2`]) both answer
 /// with it; the HTTP/1.1 fast path writes the same from precomputed bytes.
 pub fn static_response(asset: &Asset, req: &pingora::http::RequestHeader) -> pingora::Result<(pingora::http::ResponseHeader, Option<bytes::Bytes>, crate::metrics::Outcome)> {
     let ae = req.headers.get(http::header::ACCEPT_ENCODING).map_or(&b""[..], |v| v.as_bytes());

@@ -7,7 +7,7 @@
 //! cache), ALPN `h2` then `http/1.1`. Why not rustls: Pingora marks it experimental; BoringSSL
 //! builds from source (cmake, a C++ toolchain, minutes of CI) for the same handshake.
 //!
-//! The TLS listener is a second public service ([`crate::server`]): its [`crate::fast::FastFront`]
+//! The TLS listener is a second public service ([`crate::server`]): its [`crate::front::Front`]
 //! does the handshake itself (within `handshake-timeout-ms`, failures logged at DEBUG and counted,
 //! never an ERROR line per scanner), then hands the stream to the proxy, which speaks HTTP/2 or
 //! HTTP/1.1 as ALPN chose. Every answer on it carries `Strict-Transport-Security` when
@@ -30,7 +30,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use pingora::protocols::Stream;
 use pingora::tls::nid::Nid;
-use pingora::tls::ssl::{AlpnError, NameType, SniError, SslAcceptor, SslContext, SslFiletype, SslMethod, SslRef, select_next_proto};
+use pingora::tls::ssl::{AlpnError, NameType, SniError, SslAcceptor, SslContext, SslFiletype, SslMethod, SslMode, SslRef, select_next_proto};
 use pingora::tls::x509::X509;
 use serde::{Deserialize, Serialize};
 
@@ -177,6 +177,7 @@ fn load_pair(cert: &Path, key: &Path, h2: bool) -> Result<Loaded, (&'static str,
     b.check_private_key().map_err(|_| mismatch())?;
     b.set_session_id_context(b"wicket").map_err(|e| ("cert-file", format!("TLS library: {e}")))?;
     b.set_alpn_select_callback(if h2 { select_h2_h1 } else { select_h1 });
+    b.set_mode(SslMode::RELEASE_BUFFERS);
     let names = names_of(leaf);
     if names.is_empty() {
         return Err(("cert-file", format!("{} names no host (no DNS subject alternative name or common name)", cert.display())));
@@ -241,6 +242,10 @@ impl Tls {
         // Read what the socket has, not one record header then one record body: a client's
         // HTTP/2 frames arrive as many small records, two `recvfrom` each without it.
         b.set_read_ahead(true);
+        // An idle connection gives its TLS record buffers back (about 34 KB: a read and a write
+        // buffer of one full record each) and gets them again for its next record, as nginx does:
+        // a million queued fans on HTTPS hold their sockets, not their buffers.
+        b.set_mode(SslMode::RELEASE_BUFFERS);
         // A client that sends no SNI still gets the default certificate.
         let (cert, key) = &files[0];
         b.set_certificate_chain_file(cert).map_err(|e| vec![format!("certs[0].cert-file: {e}")])?;

@@ -2,7 +2,8 @@
 //! browser to the queue page, which renders in any of its 17 languages from the browser's
 //! language (or `?lang=`; Arabic and Persian right to left), waits, and once admitted goes to the target by itself; with JavaScript
 //! off it shows the real figures the server rendered; before opening it counts down. The operator
-//! console, driven through the DevTools protocol, signs in, charts a room and controls it. Over
+//! console, driven through the DevTools protocol, signs in, charts a room and controls it, and
+//! shows a room's post-sale report. Over
 //! HTTPS (a test CA made here), the browser goes through the queue to the target on HTTP/2.
 //! Screenshots are kept in target/test-artifacts/queue-*.png (queue-lang-<tag>.png: each
 //! language), refusal-*.png, console-*.png and https-*.png.
@@ -834,6 +835,95 @@ async fn chromium_the_console_signs_in_charts_and_controls_a_room() {
     }
 }
 
+/// The console's report view in a real browser: after a small sale (three fans let in, one of
+/// them buying, two requests refused without a token), a room card's "Report" button opens the
+/// room's report: its totals as the API gives them, four per-minute charts and a CSV link that
+/// downloads the same minutes; in zh-CN too. Screenshots: target/test-artifacts/console-report*.png.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_the_console_shows_a_rooms_report_with_charts_and_its_csv() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n{}[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
+         release = {{ mode = \"fixed\", rate = 1000.0 }}\n",
+        origin.url(),
+        hs_tokens()
+    ));
+    let base = format!("http://{}", edge.addr);
+    let mut fans: Vec<Fan> = (0..3).map(|_| Fan::default()).collect();
+    for fan in fans.iter_mut() {
+        assert_eq!(fan.join(&base, "r1").await.status, 200);
+        let deadline = std::time::Instant::now() + Duration::from_secs(8);
+        while fan.status(&base, "r1").await["state"] != "admitted" {
+            assert!(std::time::Instant::now() < deadline, "not admitted");
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    }
+    let cookie = fans[0].jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    assert_eq!(get(&format!("{base}/buy"), &[("cookie", &cookie), ("user-agent", "fan")]).await.status, 200);
+    for _ in 0..2 {
+        assert_eq!(get(&format!("{base}/buy"), &[("accept", "application/json")]).await.status, 403);
+    }
+    // What the API says (once flushed): the page must show the same.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let api = loop {
+        let v = edge.admin("GET", "/admin/rooms/r1/report", "").await.json();
+        let t = &v["totals"];
+        if (t["joins"].as_u64(), t["admissions"].as_u64(), t["holds"].as_u64(), t["refusals"]["not_admitted"].as_u64()) == (Some(3), Some(3), Some(1), Some(2)) {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "the report: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let minutes = api["minutes"].as_array().unwrap().len();
+    assert!(minutes >= 1, "{api}");
+
+    let mut page = Cdp::launch("en-US").await;
+    page.navigate(&edge.admin_url("/")).await;
+    page.until("!document.getElementById('signin').hidden", 5.0, "the sign-in form").await;
+    page.eval(&format!("document.getElementById('token').value = {ADMIN_TOKEN:?}; document.getElementById('signin').requestSubmit(); true")).await;
+    page.until(&format!("!!{}", room_button("Report")), 5.0, "the room card's Report button").await;
+    page.eval(&format!("{}.click(); true", room_button("Report"))).await;
+    // (A minute may have begun since the API was read: the sessions still run, so the leader
+    // writes its figures in it too.)
+    let charts = format!(
+        "(() => {{ const c = [...document.querySelectorAll('#report [data-points]')]; const n = Number(c[0]?.dataset.points); \
+         return c.length === 4 && c.every(e => Number(e.dataset.points) === n) && n >= {minutes} && n <= {minutes} + 1 \
+         && document.querySelectorAll('#report canvas').length >= 4 && n; }})()"
+    );
+    let shown = page.until(&charts, 5.0, "the report's four charts, one point a minute").await.as_u64().unwrap();
+    assert_eq!(page.eval("document.querySelector('#report h2').textContent").await, "Report of r1");
+    let figures = page
+        .eval("Object.fromEntries([...document.querySelectorAll('#report [data-figure]')].map(f => [f.dataset.figure, f.querySelector('b').textContent]))")
+        .await;
+    let t = &api["totals"];
+    let p = |v: &serde_json::Value| v.as_u64().map_or("—".to_owned(), |n| n.to_string());
+    let want = serde_json::json!({
+        "joins": "3", "admissions": "3", "holds": "1", "released": p(&t["released"]), "unused": "2", "abandoned": p(&t["drop_offs"]["abandoned"]),
+        "refusals": "2", "not_admitted": "2",
+        "wait": format!("{} / {} / {}", p(&t["wait_seconds"]["p50"]), p(&t["wait_seconds"]["p90"]), p(&t["wait_seconds"]["p99"])),
+        "sold_out_at": "—", "minutes": shown.to_string(),
+    });
+    assert_eq!(figures, want);
+    // The CSV link downloads the same minutes (the console's session is enough to read it).
+    let href = page.eval("document.querySelector('#report a[download]').getAttribute('href')").await;
+    assert_eq!(href, "/admin/rooms/r1/report?format=csv");
+    let csv = page.eval("fetch(document.querySelector('#report a[download]').href).then(r => r.text())").await;
+    let csv = csv.as_str().unwrap();
+    assert!(csv.starts_with("minute,joins,admissions,holds,released,"), "{csv}");
+    let joins: u64 = csv.lines().skip(1).map(|l| l.split(',').nth(1).unwrap().parse::<u64>().unwrap()).sum();
+    let rows = csv.lines().count() as u64 - 1;
+    assert!((rows == shown || rows == shown + 1) && joins == 3, "{csv}");
+    page.screenshot("console-report.png").await;
+    // In Chinese: the same report, its labels translated.
+    page.eval("localStorage.setItem('wicket-console-lang', 'zh-CN'); location.reload(); true").await;
+    page.until(&format!("!!{}", room_button("报告")), 8.0, "the Report button in zh-CN").await;
+    page.eval(&format!("{}.click(); true", room_button("报告"))).await;
+    page.until("document.querySelectorAll('#report [data-points]').length === 4", 5.0, "the zh-CN report's charts").await;
+    assert_eq!(page.eval("document.querySelector('#report h2').textContent").await, "r1 的报告");
+    assert_eq!(page.eval("document.querySelector('#report [data-figure=\"joins\"]').textContent").await, "3加入");
+    page.screenshot("console-report-zh-CN.png").await;
+}
+
 /// Over HTTPS with HTTP/2 (`[edge.tls]`, a certificate from a test CA made here): Chromium opens the
 /// protected URL, is sent to the queue page, waits, is admitted and lands on the target, every page
 /// over h2 (the navigation's `nextHopProtocol` and DevTools' `Network.responseReceived`). Chromium
@@ -907,4 +997,146 @@ async fn chromium_over_https_goes_through_the_queue_to_the_target_on_h2() {
     assert!(responses.iter().any(|(u, s, p)| u.ends_with("/queue/r1") && *s == 200 && p == "h2"), "{responses:?}");
     assert!(responses.iter().any(|(u, s, p)| *u == target && *s == 200 && p == "h2"), "{responses:?}");
     assert!(responses.iter().all(|(_, _, p)| p == "h2"), "{responses:?}");
+}
+
+/// The console shows each room's page as a fan would see it (issue #28 item 3): signed in, the
+/// preview beside the room's controls loads through the console session (the frame is allowed by
+/// both pages' policies); `sold_out` in English reads left to right with the operator's words,
+/// in Arabic right to left, with the page's stylesheet applied (inlined: the admin port serves no
+/// `/static/`); the room's
+/// counters are untouched. Screenshots: target/test-artifacts/console-preview-*.png.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_the_console_previews_the_sold_out_page_left_to_right_and_right_to_left() {
+    let edge = TestEdge::start(&format!(
+        "{}[edge.queue-page]\nevent-name = \"Summer Tour\"\n[edge.queue-page.text.en]\ndetail_sold_out = \"Every seat of the Summer Tour is gone.\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+        hs_tokens()
+    ));
+    let mut page = Cdp::launch("en-US").await;
+    page.navigate(&edge.admin_url("/")).await;
+    page.until("!document.getElementById('signin').hidden", 5.0, "the sign-in form").await;
+    page.eval(&format!("document.getElementById('token').value = {ADMIN_TOKEN:?}; document.getElementById('signin').requestSubmit(); true")).await;
+    page.until("document.querySelector('[data-room=\"r1\"] iframe.preview')", 5.0, "the room's preview frame").await;
+    // The frame's document (same origin: the console may read it), once it shows `want`.
+    let frame = "document.querySelector('[data-room=\"r1\"] iframe.preview').contentDocument";
+    let choose = |state: &str, lang: &str| {
+        format!(
+            "(() => {{ const c = document.querySelector('[data-room=\"r1\"]'); \
+             const s = c.querySelector('select.pv-state'), l = c.querySelector('select.pv-lang'); \
+             s.value = {state:?}; l.value = {lang:?}; l.dispatchEvent(new Event('change')); return true; }})()"
+        )
+    };
+    // Waiting (the first view) in English, then sold out.
+    page.until(&format!("{frame}?.querySelector('#queue')?.dataset.state === 'waiting'"), 10.0, "the waiting preview").await;
+    page.eval(&choose("sold_out", "en")).await;
+    // While the frame navigates its document can be there without an element yet: "not yet", not an error.
+    let ready = |lang: &str| format!("{frame}?.documentElement?.lang === {lang:?} && {frame}?.querySelector('#queue')?.dataset.state === 'sold_out'");
+    page.until(&ready("en"), 10.0, "the sold-out preview in English").await;
+    let read = format!(
+        "(() => {{ const d = {frame}; return {{ dir: d.documentElement.dir, headline: d.getElementById('headline').textContent, \
+         detail: d.getElementById('detail').textContent, title: d.title, brand: d.body.textContent.includes('Summer Tour'), \
+         styled: d.querySelectorAll('style').length > 0 && getComputedStyle(d.body).display === 'flex' }}; }})()"
+    );
+    let en = page.eval(&read).await;
+    assert_eq!(en["dir"], "ltr", "{en}");
+    assert_eq!(en["headline"], "Sold out", "{en}");
+    assert_eq!(en["detail"], "Every seat of the Summer Tour is gone.", "the operator's words: {en}");
+    assert_eq!((en["brand"].as_bool(), en["styled"].as_bool()), (Some(true), Some(true)), "{en}");
+    page.screenshot("console-preview-sold-out-en.png").await;
+    // Arabic: right to left, in Arabic.
+    page.eval(&choose("sold_out", "ar")).await;
+    page.until(&ready("ar"), 10.0, "the sold-out preview in Arabic").await;
+    let ar = page.eval(&read).await;
+    assert_eq!(ar["dir"], "rtl", "{ar}");
+    assert_eq!(ar["headline"], "نفدت التذاكر", "{ar}");
+    let side = page.eval(&format!("getComputedStyle({frame}.getElementById('headline')).direction")).await;
+    assert_eq!(side, "rtl");
+    page.screenshot("console-preview-sold-out-ar.png").await;
+    // Nothing of the room changed.
+    let s = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
+    assert_eq!((s["issued"].as_u64(), s["joins"].as_u64()), (Some(0), Some(0)), "{s}");
+}
+
+/// The opening time beside UTC (issue #28 item 6): without JavaScript the page also gives it at
+/// the audience's offset (`[edge.queue-page] utc-offset`); with it, a fan in Tokyo reads it in
+/// their own zone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_the_opening_time_in_the_fans_own_zone_and_without_javascript_at_the_audiences_offset() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n{}[edge.queue-page]\nutc-offset = \"-05:00\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         schedule = {{ opens-at = \"2099-06-01T02:00:00Z\" }}\n",
+        origin.url(),
+        hs_tokens()
+    ));
+    let url = edge.url("/queue/r1");
+    let dom = chromium_dom_without_js(&url, "en-US", None).await;
+    assert!(dom.contains("Opens at 2099-06-01 02:00 (UTC)"), "{dom}");
+    assert!(dom.contains(">2099-05-31 21:00 (UTC-05:00)</p>"), "{dom}");
+    let mut page = Cdp::launch("en-US").await;
+    page.call("Emulation.setTimezoneOverride", serde_json::json!({"timezoneId": "Asia/Tokyo"})).await;
+    page.navigate(&url).await;
+    let local = page
+        .until("(t => t.includes('+09:00') && t)(document.getElementById('opens-at-local').textContent)", 10.0, "the opening in the fan's zone")
+        .await;
+    assert_eq!(local, "2099-06-01 11:00 (UTC+09:00)");
+    assert!(page.eval("document.getElementById('opens-at').textContent").await.as_str().unwrap().contains("(UTC)"), "UTC stays");
+}
+
+/// The invite lane in a real browser: the console shows a room's lane and generates codes (shown
+/// once); a fan outside the lane gets the invite page in their language, a wrong code is said on
+/// the page, and the generated code typed into its form takes the fan to the queue page with a
+/// place. Screenshots: target/test-artifacts/invite-*.png.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_the_console_generates_invite_codes_and_a_fan_redeems_one_on_the_invite_page() {
+    let edge = TestEdge::start(&format!(
+        "[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 0.0 }}\ninvite = {{ only = true }}\n"
+    ));
+    let mut page = Cdp::launch("en-US").await;
+    page.navigate(&edge.admin_url("/")).await;
+    page.until("!document.getElementById('signin').hidden", 5.0, "the sign-in form").await;
+    page.eval(&format!("document.getElementById('token').value = {ADMIN_TOKEN:?}; document.getElementById('signin').requestSubmit(); true")).await;
+    let summary = "document.querySelector('[data-room=\"r1\"] .invite-summary')?.textContent";
+    let said = page.until(summary, 5.0, "the room's invite lane").await;
+    assert_eq!(said, "invite-only · codes 0 · redeemed 0 · allowlisted users 0");
+    page.eval(
+        "(() => { const row = document.querySelector('[data-room=\"r1\"] .invites'); row.querySelector('input[type=number]').value = '2'; \
+         [...row.querySelectorAll('button')].find(b => b.textContent === 'Generate').click(); return true; })()",
+    )
+    .await;
+    let codes = page.until("(() => { const o = document.querySelector('[data-room=\"r1\"] .invite-generated'); return !o.hidden && o.value; })()", 5.0, "the generated codes").await;
+    let codes: Vec<String> = codes.as_str().unwrap().lines().map(str::to_owned).collect();
+    assert_eq!(codes.len(), 2, "{codes:?}");
+    page.until(&format!("{summary} === 'invite-only · codes 2 · redeemed 0 · allowlisted users 0'"), 7.0, "the new figures").await;
+    page.screenshot("invite-console.png").await;
+    let stored = edge.admin("GET", "/admin/rooms/r1/invites", "").await.json();
+    assert_eq!((stored["codes"].as_u64(), stored["redeemed"].as_u64()), (Some(2), Some(0)));
+
+    // A fan: the invite page (403) in English, then in German, with a form.
+    page.navigate(&edge.url("/queue/r1")).await;
+    assert_eq!(page.eval("document.querySelector('h1').textContent").await, "Invited fans only");
+    assert_eq!(page.eval("document.querySelectorAll('form input[name=code]').length").await, 1);
+    page.navigate(&edge.url("/queue/r1?lang=de")).await;
+    assert_eq!(page.eval("document.querySelector('h1').textContent").await, "Nur für eingeladene Fans");
+    page.screenshot("invite-page-de.png").await;
+    page.navigate(&edge.url("/queue/r1?lang=en")).await;
+    // A wrong code: the page again, saying so.
+    page.eval("document.querySelector('input[name=code]').value = 'WRONG-CODE-0000'; document.querySelector('form').submit(); true").await;
+    let said = page.until("document.readyState === 'complete' && document.querySelector('[role=alert]')?.textContent", 10.0, "the wrong code said").await;
+    assert_eq!(said, "This code is not valid for this sale. Check it and try again.");
+    page.screenshot("invite-wrong-code.png").await;
+    // The generated code: on to the queue page, with a place.
+    page.eval(&format!("document.querySelector('input[name=code]').value = {:?}; document.querySelector('form').submit(); true", codes[0].to_lowercase())).await;
+    page.until("location.pathname === '/queue/r1' && document.readyState === 'complete' && !document.querySelector('form[action$=\"/invite\"]') && document.title", 10.0, "the queue page").await;
+    let title = page.eval("document.querySelector('h1')?.textContent").await;
+    assert_eq!(title, "You are in line", "the queue page");
+    page.screenshot("invite-queued.png").await;
+    let stored = edge.admin("GET", "/admin/rooms/r1/invites", "").await.json();
+    assert_eq!(stored["redeemed"].as_u64(), Some(1));
+    let stats = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
+    assert_eq!(stats["issued"].as_u64(), Some(1), "one place: the invitee's");
 }

@@ -380,7 +380,8 @@ async fn over_h2(ca: &std::path::Path, port: u16, method: &str, path: &str, head
 /// The five doors of docs/DESIGN.md §7 carry out one decision (issue #25): the same table of
 /// requests — files, the origin, identity headers sent and forged, a blocked user, a limit and
 /// its refusal, a bot-checked route, a protected path without, with a forged and with a valid
-/// admission token (cookie and bearer), the queue, the core's admin route, other spellings —
+/// admission token (cookie and bearer), a reject-all room and a test-mode room (issue #28), the
+/// queue, the core's admin route, other spellings —
 /// through the HTTP/1.1 front, the HTTP/1.1 proxy (`fast-path = false`), the HTTP/2 fast path,
 /// the HTTP/2 proxy and nginx's `auth_request` with the shipped snippets, each door on an edge
 /// of its own with the same settings (a limit counts per edge), gives the same status, error
@@ -401,7 +402,9 @@ async fn every_door_gives_the_same_answer_to_the_same_request() {
              [edge.bot]\nproof = \"pow\"\n[[edge.bot.routes]]\npath = \"/botted/\"\ncheck = \"always\"\n\
              [[edge.protected]]\npath = \"/members/\"\nroom = \"vip\"\n{}\
              [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
-             release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+             release = {{ mode = \"fixed\", rate = 0.0 }}\n\
+             [[rooms]]\nid = \"shut\"\nevent = \"ev-2\"\ntarget = \"/shut/\"\nprotected = [\"/shut/\"]\nreject-all = true\n\
+             [[rooms]]\nid = \"trial\"\nevent = \"ev-3\"\ntarget = \"/trial/\"\nprotected = [\"/trial/\"]\ntest-mode = true\n",
             origin.url(),
             hs_tokens(),
         ))
@@ -440,9 +443,18 @@ async fn every_door_gives_the_same_answer_to_the_same_request() {
         ("protected, a forged token", "GET", "/members/x", vec![json.clone(), user("alice"), ("cookie", format!("wicket_a_vip={forged}"))], false, 403),
         ("protected, a token", "GET", "/members/x", vec![json.clone(), user("alice"), ("cookie", format!("a=1; wicket_a_vip={token}; b=2"))], false, 200),
         ("protected, a bearer", "GET", "/members/x", vec![json.clone(), user("alice"), ("authorization", format!("Bearer {token}"))], false, 200),
-        // An edge-only rule (no room, so no session to bind it to) takes the token as the identity.
-        ("protected, another's token", "GET", "/members/x", vec![json.clone(), user("bob"), ("cookie", format!("wicket_a_vip={token}"))], false, 200),
+        // An edge-only rule (no room, so no session) still binds its token to the visitor it names:
+        // a token copied to another visitor, or shown with no identity, is refused.
+        ("protected, another's token", "GET", "/members/x", vec![json.clone(), user("bob"), ("cookie", format!("wicket_a_vip={token}"))], false, 403),
+        ("protected, a token and no identity", "GET", "/members/x", vec![json.clone(), ("cookie", format!("wicket_a_vip={token}"))], false, 403),
         ("protected, a token, a blocked user", "GET", "/members/x", vec![json.clone(), user("mallory"), ("cookie", format!("wicket_a_vip={token}"))], false, 403),
+        ("a reject-all room", "GET", "/shut/x", vec![json.clone()], false, 403),
+        ("a reject-all room, a browser", "GET", "/shut/x", vec![html.clone()], false, 403),
+        ("a reject-all room, a forged token", "GET", "/shut/x", vec![json.clone(), ("cookie", format!("wicket_a_shut={forged}"))], false, 403),
+        ("a reject-all room's queue", "GET", "/queue/shut", vec![json.clone()], false, 200),
+        ("a test-mode room, not a tester", "GET", "/trial/x", vec![json.clone()], false, 200),
+        ("a test-mode room, a forged test cookie", "GET", "/trial/x", vec![json.clone(), ("cookie", "wicket_t_trial=4102444800.AAAAAAAAAAAAAAAAAAAAAA.AAAAAAAAAAAAAAAAAAAAAA".into())], false, 200),
+        ("a test-mode room's queue, not a tester", "GET", "/queue/trial", vec![json.clone()], false, 404),
         ("the core's admin route", "POST", "/v1/events/ev-1/reconcile", vec![json.clone()], false, 404),
         ("a status poll without a ticket", "GET", "/queue/r1/status", vec![json.clone()], false, 401),
         ("a room nobody runs", "GET", "/queue/nope/status", vec![json.clone()], false, 200),

@@ -489,7 +489,7 @@ async fn admin_without_or_with_a_wrong_token_is_401_and_changes_nothing() {
 async fn protected_paths_need_an_admission_token() {
     let origin = TestUpstream::start("origin").await;
     let edge = TestEdge::start(&format!(
-        "origin = \"{}\"\n[[edge.protected]]\npath = \"/buy/ev-42\"\nroom = \"ev-42\"\n\n\
+        "origin = \"{}\"\nuser-header = \"x-user-id\"\n[[edge.protected]]\npath = \"/buy/ev-42\"\nroom = \"ev-42\"\n\n\
          [tokens]\nissuer = \"wicket\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"",
         origin.url()
     ));
@@ -504,16 +504,20 @@ async fn protected_paths_need_an_admission_token() {
 
     let token = mint_token("ev-42", "ev-42", "alice", 120, "wicket", "hs-1", HS_SECRET);
     let bearer = format!("Bearer {token}");
-    let r = get(&edge.url("/buy/ev-42"), &[("authorization", &bearer), ("wicket-user", "mallory")]).await;
+    let alice = ("x-user-id", "alice");
+    let r = get(&edge.url("/buy/ev-42"), &[("authorization", &bearer), alice, ("wicket-user", "mallory")]).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["headers"]["wicket-user"], "alice");
     assert_eq!(v["headers"]["wicket-room"], "ev-42");
     assert_eq!(v["headers"]["wicket-position"], "42");
     let cookie = format!("wicket_a_ev-42={token}");
-    assert_eq!(get(&edge.url("/buy/ev-42/seats"), &[("cookie", &cookie)]).await.status, 200);
+    assert_eq!(get(&edge.url("/buy/ev-42/seats"), &[("cookie", &cookie), alice]).await.status, 200);
+    // The token passes only for the visitor it names, though this rule has no waiting room behind it.
+    assert_eq!(get(&edge.url("/buy/ev-42/seats"), &[("cookie", &cookie), ("x-user-id", "bob")]).await.status, 403);
+    assert_eq!(get(&edge.url("/buy/ev-42/seats"), &[("cookie", &cookie)]).await.status, 403);
 
-    let r = get(&edge.url("/buy/ev-42/revoke"), &[("cookie", &cookie)]).await;
+    let r = get(&edge.url("/buy/ev-42/revoke"), &[("cookie", &cookie), alice]).await;
     assert_eq!(r.status, 200);
     assert!(r.header("wicket-revoke").is_none());
     assert_eq!(r.cookies().get("wicket_a_ev-42").map(String::as_str), Some(""));
@@ -528,7 +532,7 @@ async fn protected_paths_need_an_admission_token() {
         mint_token("ev-42", "ev-42", "alice", 120, "wicket", "hs-1", "a-different-secret-0123456789abcdef"),
         "garbage".to_owned(),
     ] {
-        let r = get(&edge.url("/buy/ev-42"), &[("authorization", &format!("Bearer {bad}"))]).await;
+        let r = get(&edge.url("/buy/ev-42"), &[("authorization", &format!("Bearer {bad}")), alice]).await;
         assert_eq!(r.status, 403, "{bad}");
     }
 }

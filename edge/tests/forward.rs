@@ -1,4 +1,4 @@
-//! The forwarded fast path (`edge/src/forward.rs`) answers exactly as the full proxy path does.
+//! The forwarded fast path (`edge/src/front/forward.rs`) answers exactly as the full proxy path does.
 //!
 //! Two real edges in front of one real origin (a raw TCP server that records every request head
 //! it receives and answers with every framing HTTP/1.1 has): one with `fast-forward = true`

@@ -1,4 +1,4 @@
-//! HTTP/2 on the HTTPS listener (`edge::fast_h2`), with a real HTTP/2 client (the `h2` crate
+//! HTTP/2 on the HTTPS listener (`edge::front::h2`), with a real HTTP/2 client (the `h2` crate
 //! over OpenSSL, ALPN `h2`, the test CA): the fast answers equal the proxy's, many streams of one
 //! connection each get their whole answer, limits still hold, malformed streams and idle
 //! connections are closed, a live stream keeps its connection open, and a stopping edge finishes

@@ -232,6 +232,13 @@ async fn owed_places_are_fixed_at_arrival_held_back_at_their_turn_and_lost_after
     common::room_state::owed_places(&rooms.room("owed"), "node-a", 1_000_000).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_invite_lane_takes_its_share_of_each_release_in_join_order_on_redis() {
+    let redis = RedisServer::start();
+    let rooms = RedisRooms::new(&redis.url()).unwrap();
+    common::room_state::lane_places(&rooms.room("lane"), "node-a", 1_000_000).await;
+}
+
 /// An admitted fan whose room state cannot be read (Redis down) is told to retry (503 with
 /// `Retry-After`), never "not admitted" (403) because a store blinked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

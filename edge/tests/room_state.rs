@@ -17,3 +17,8 @@ async fn the_embedded_room_state_passes_the_conformance_suite() {
 async fn owed_places_are_fixed_at_arrival_held_back_at_their_turn_and_lost_after_the_grace() {
     common::room_state::owed_places(&EmbeddedState::new(1000), "n", 1_000_000).await;
 }
+
+#[tokio::test]
+async fn the_invite_lane_takes_its_share_of_each_release_in_join_order() {
+    common::room_state::lane_places(&EmbeddedState::new(1000), "n", 1_000_000).await;
+}

@@ -42,7 +42,7 @@ fn get_raw(path: &str, extra: &str) -> Vec<u8> {
 async fn every_spelling_of_a_protected_path_is_protected_and_the_origin_gets_the_canonical_one() {
     let (_root, nginx) = nginx_site(&["r1"]);
     let edge = TestEdge::start(&format!(
-        "origin = \"{}\"\n[[edge.protected]]\npath = \"/buy/r1\"\nroom = \"r1\"\n{}",
+        "origin = \"{}\"\nuser-header = \"x-user-id\"\n[[edge.protected]]\npath = \"/buy/r1\"\nroom = \"r1\"\n{}",
         nginx.url(),
         tokens()
     ));
@@ -66,9 +66,13 @@ async fn every_spelling_of_a_protected_path_is_protected_and_the_origin_gets_the
     }
     // An admitted fan reaches the page whatever the spelling, and the origin is asked the canonical path.
     let token = mint_token("r1", "r1", "fan-1", 120, "wicket", "hs-1", HS_SECRET);
-    let r = raw(edge.addr, &get_raw("//b%75y/./r1/", &format!("Authorization: Bearer {token}\r\n"))).await.unwrap();
+    let r = raw(edge.addr, &get_raw("//b%75y/./r1/", &format!("Authorization: Bearer {token}\r\nX-User-Id: fan-1\r\n"))).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains(SECRET_PAGE));
+    // The same token in another fan's hands is refused.
+    let r = raw(edge.addr, &get_raw("/buy/r1", &format!("Authorization: Bearer {token}\r\nX-User-Id: fan-2\r\n"))).await.unwrap();
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(!r.text().contains(SECRET_PAGE));
     // Pages that are not protected still pass in any spelling.
     let r = raw(edge.addr, &get_raw("/x/../open.html", "")).await.unwrap();
     assert_eq!((r.status, r.text().as_str()), (200, "open page\n"));
@@ -116,7 +120,7 @@ async fn static_files_under_a_protected_prefix_need_a_token() {
     let origin = TestUpstream::start("origin").await;
     let members = b"<p>members only</p>".repeat(20);
     let edge = TestEdge::start_with_files(
-        &format!("origin = \"{}\"\n[[edge.protected]]\npath = \"/vip/\"\nroom = \"vip\"\n{}", origin.url(), tokens()),
+        &format!("origin = \"{}\"\nuser-header = \"x-user-id\"\n[[edge.protected]]\npath = \"/vip/\"\nroom = \"vip\"\n{}", origin.url(), tokens()),
         &[("vip/members.html", &members)],
     );
     // Keep-alive (the fast path would take it) and Connection: close (the proxy): both refuse.
@@ -128,7 +132,9 @@ async fn static_files_under_a_protected_prefix_need_a_token() {
         assert_eq!(r.status, 403, "{path}: {}", r.text());
     }
     let token = mint_token("vip", "vip", "fan", 120, "wicket", "hs-1", HS_SECRET);
-    let r = raw(edge.addr, &get_raw("/vip/members.html", &format!("Cookie: wicket_a_vip={token}\r\n"))).await.unwrap();
+    let r = raw(edge.addr, &get_raw("/vip/members.html", &format!("Cookie: wicket_a_vip={token}\r\nX-User-Id: someone-else\r\n"))).await.unwrap();
+    assert_eq!(r.status, 403, "another visitor's token");
+    let r = raw(edge.addr, &get_raw("/vip/members.html", &format!("Cookie: wicket_a_vip={token}\r\nX-User-Id: fan\r\n"))).await.unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.body, members, "served from memory once admitted");
     assert_eq!(origin.hits.load(std::sync::atomic::Ordering::SeqCst), 0, "and never from the origin");
@@ -225,7 +231,11 @@ async fn ambiguous_and_malformed_heads_get_a_json_400_and_never_reach_the_origin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_with_crit_an_empty_sub_or_absurd_times_are_refused() {
     let origin = TestUpstream::start("origin").await;
-    let edge = TestEdge::start(&format!("origin = \"{}\"\n[[edge.protected]]\npath = \"/buy/r1\"\nroom = \"r1\"\n{}", origin.url(), tokens()));
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\nuser-header = \"x-user-id\"\n[[edge.protected]]\npath = \"/buy/r1\"\nroom = \"r1\"\n{}",
+        origin.url(),
+        tokens()
+    ));
     let t = now();
     let header = json!({"alg": "HS256", "typ": "admission+jwt", "kid": "hs-1"});
     let claims = |sub: &str, iat: i64, exp: i64| {
@@ -233,7 +243,8 @@ async fn tokens_with_crit_an_empty_sub_or_absurd_times_are_refused() {
     };
     let good = sign_raw(&header, &claims("fan", t, t + 60), HS_SECRET);
     let bearer = |tok: &str| format!("Bearer {tok}");
-    assert_eq!(request("GET", &edge.url("/buy/r1"), &[("authorization", &bearer(&good))], b"").await.status, 200, "control");
+    let fan = ("x-user-id", "fan");
+    assert_eq!(request("GET", &edge.url("/buy/r1"), &[("authorization", &bearer(&good)), fan], b"").await.status, 200, "control");
     let mut crit = header.clone();
     crit["crit"] = json!(["exp"]);
     for (what, tok) in [
@@ -243,7 +254,7 @@ async fn tokens_with_crit_an_empty_sub_or_absurd_times_are_refused() {
         ("exp before iat", sign_raw(&header, &claims("fan", t, t - 10), HS_SECRET)),
         ("lifetime too long", sign_raw(&header, &claims("fan", t, t + 301), HS_SECRET)),
     ] {
-        let r = request("GET", &edge.url("/buy/r1"), &[("authorization", &bearer(&tok)), ("accept", "application/json")], b"").await;
+        let r = request("GET", &edge.url("/buy/r1"), &[("authorization", &bearer(&tok)), fan, ("accept", "application/json")], b"").await;
         assert_eq!(r.status, 403, "{what}: {}", r.text());
     }
     assert_eq!(origin.hits.load(std::sync::atomic::Ordering::SeqCst), 1);

@@ -65,7 +65,7 @@ fn only_the_decision_step_runs_the_checks() {
         // Code only: comments may name the checks.
         text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
     };
-    for door in ["fast.rs", "fast_h2.rs", "forward.rs", "proxy.rs", "front.rs"] {
+    for door in ["front/http1.rs", "front/h2.rs", "front/forward.rs", "front/proxy.rs", "front/mod.rs"] {
         let text = code(door);
         let found: Vec<&str> = checks.iter().copied().filter(|c| text.contains(c)).collect();
         assert!(found.is_empty(), "{door} runs checks of the decision step itself: {found:?}");
@@ -73,4 +73,58 @@ fn only_the_decision_step_runs_the_checks() {
     let step = code("decide.rs");
     let missing: Vec<&str> = checks.iter().copied().filter(|c| !step.contains(c)).collect();
     assert!(missing.is_empty(), "the decision step does not run {missing:?}: the list above names the wrong calls");
+}
+
+/// The doors sit side by side under `front/` (issue #25): the HTTP/1.1 door, the HTTP/2 door and
+/// Pingora's proxy import none of each other, so a request's way passes through the one door that
+/// serves it; the forwarded path belongs to the HTTP/1.1 door alone; what they share
+/// (`front::conn`) and the listener (`front`) are the only other files under `front/` they use.
+/// Outside `front/`, only the server (which puts the listener and the proxy together) names a
+/// door, so no part below the doors reaches back up into one.
+#[test]
+fn the_doors_sit_side_by_side() {
+    let g = ImportGraph::of_crate(SRC);
+    let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<_>>();
+    let doors = ["front::http1", "front::h2", "front::proxy", "front::forward"];
+    for d in doors {
+        assert!(g.files.contains(&m(d)), "{d} is not a file any more: the list above is stale");
+        let uses = g.edges.get(&m(d)).cloned().unwrap_or_default();
+        let into_front: Vec<String> =
+            uses.iter().filter(|t| t.first().is_some_and(|f| f == "front")).map(|t| module_name(t)).collect();
+        let allowed: &[&str] = match d {
+            "front::http1" => &["front::conn", "front::forward"],
+            "front::h2" => &["front::conn"],
+            _ => &[],
+        };
+        let wrong: Vec<&String> = into_front.iter().filter(|t| !allowed.contains(&t.as_str())).collect();
+        assert!(wrong.is_empty(), "{d} imports {wrong:?}: a door may use only what the doors share");
+    }
+    for (from, to) in &g.edges {
+        if from.first().is_some_and(|f| f == "front") || module_name(from) == "server" {
+            continue;
+        }
+        let named: Vec<String> = to.iter().filter(|t| t.first().is_some_and(|f| f == "front")).map(|t| module_name(t)).collect();
+        assert!(named.is_empty(), "{} imports {named:?}: only the server puts the doors together", module_name(from));
+    }
+    // The check reads the arrows it should: the listener dispatches to both connection doors.
+    let listener = g.edges.get(&m("front")).cloned().unwrap_or_default();
+    assert!(listener.contains(&m("front::h2")) && listener.contains(&m("front::http1")), "{listener:?}");
+}
+
+/// The edge's shared state is built from the parts and lent out by the services on top of it:
+/// only the decision step, the doors, the admin service and the server take the whole
+/// `EdgeState` (issue #25). The waiting room and every other part take the handles they need
+/// (e.g. `room::http::QueueEdge`, the release loop's rooms, core and registry), so `room/` and
+/// `state.rs` do not lean on each other.
+#[test]
+fn only_the_services_take_the_whole_state() {
+    let g = ImportGraph::of_crate(SRC);
+    let state = vec!["state".to_string()];
+    let takers: BTreeSet<String> =
+        g.edges.iter().filter(|(_, to)| to.contains(&state)).map(|(from, _)| module_name(from)).collect();
+    let allowed: BTreeSet<String> =
+        ["admin", "decide", "front::conn", "front::forward", "front::proxy", "server"].iter().map(|s| s.to_string()).collect();
+    let extra: Vec<&String> = takers.difference(&allowed).collect();
+    assert!(extra.is_empty(), "{extra:?} import the edge's whole state: lend them the handles they need");
+    assert!(takers.contains("decide") && takers.contains("server"), "the reading misses arrows: {takers:?}");
 }

@@ -19,7 +19,13 @@ const TEXT = {
     requests: "requests/s", rejects: "refusals/s by reason", bad_token: "Wrong token", signed_out: "Signed out",
     stream_lost: "Live stream lost: reconnecting…", saved: "Saved", none: "(empty)",
     schedule: "Schedule", prequeue_at: "pre-queue from", opens_at: "opens at", closes_at: "closes at",
-    window: "opens / closes", now: "now", never: "never",
+    window: "opens / closes", now: "now", never: "never", report: "Report",
+    reject_all: "Reject all", confirm_reject_all: "Turn everyone away from room {0}? Nobody new is queued or admitted until you resume; admitted sessions keep running.",
+    preview: "Preview", preview_state: "state", preview_lang: "language",
+    invites: "Invites", inv_codes: "codes", inv_redeemed: "redeemed", inv_users: "allowlisted users",
+    inv_only_until: "invite-only until {0}", inv_only: "invite-only", inv_open: "open to everyone",
+    inv_generate: "Generate", inv_how_many: "how many", inv_upload: "Upload", inv_kind_codes: "codes", inv_kind_users: "user ids",
+    inv_paste: "one code or user id a line", inv_generated: "Generated (shown once: copy them now)", inv_added: "{0} added",
   },
   "zh-CN": {
     title: "Wicket 控制台", signin_title: "登录", token: "管理令牌", signin: "登录", signout: "退出",
@@ -35,9 +41,19 @@ const TEXT = {
     requests: "请求/秒", rejects: "拒绝/秒（按原因）", bad_token: "令牌错误", signed_out: "已退出",
     stream_lost: "实时数据中断，正在重连…", saved: "已保存", none: "（空）",
     schedule: "时间安排", prequeue_at: "预排队开始", opens_at: "开放时间", closes_at: "关闭时间",
-    window: "开放 / 关闭", now: "立即", never: "不关闭",
+    window: "开放 / 关闭", now: "立即", never: "不关闭", report: "报告",
+    reject_all: "全部拒绝", confirm_reject_all: "拒绝房间 {0} 的所有访客？恢复之前不再让任何新访客排队或进入；已放行的会话继续有效。",
+    preview: "预览", preview_state: "状态", preview_lang: "语言",
+    invites: "邀请", inv_codes: "邀请码", inv_redeemed: "已兑换", inv_users: "白名单用户",
+    inv_only_until: "{0} 之前仅限受邀", inv_only: "仅限受邀", inv_open: "对所有人开放",
+    inv_generate: "生成", inv_how_many: "数量", inv_upload: "上传", inv_kind_codes: "邀请码", inv_kind_users: "用户 ID",
+    inv_paste: "每行一个邀请码或用户 ID", inv_generated: "已生成（仅显示一次，请立即复制）", inv_added: "已添加 {0} 个",
   },
 };
+
+// The queue page's states and languages the preview renders (GET /admin/rooms/<room>/preview).
+const PREVIEW_STATES = ["waiting", "queue_all", "paused", "not_open", "sold_out", "sold_out_for_now", "closed", "reject_all", "check"];
+const PAGE_LANGS = ["ar", "de", "en", "es", "fa", "fr", "id", "it", "ja", "ko", "nl", "pl", "pt-BR", "ru", "tr", "zh-CN", "zh-TW"];
 
 let lang = localStorage.getItem("wicket-console-lang") || (navigator.language.startsWith("zh") ? "zh-CN" : "en");
 let csrf = null;
@@ -159,10 +175,10 @@ function roomCard(id) {
   const max = el("input", { type: "number", step: "any", min: "0", placeholder: t("max") });
   // The server's answer (the room's mode and rate now) or its error, in place.
   const act = async (what, body) => {
-    const label = t({ pause: "pause", resume: "resume", "queue-all": "queue_all", release: "apply" }[what]);
+    const label = t({ pause: "pause", resume: "resume", "queue-all": "queue_all", "reject-all": "reject_all", release: "apply" }[what]);
     try {
       const v = await api(what === "release" ? "PUT" : "POST", `/admin/rooms/${encodeURIComponent(id)}/${what}`, body);
-      say(msg, `${label}: ${t("mode")} ${fmtMode(v.mode)}`, true);
+      say(msg, `${label}: ${t("mode")} ${v.reject_all ? "reject_all" : fmtMode(v.mode)}`, true);
     } catch (e) { say(msg, `${label}: ${e.message}`, false); }
   };
   // The schedule: local date-times in the inputs, RFC 3339 (UTC) on the wire; empty means none.
@@ -192,6 +208,8 @@ function roomCard(id) {
     el("button", { onclick: () => confirm(t("confirm_pause", id)) && act("pause") }, t("pause")),
     el("button", { onclick: () => act("resume") }, t("resume")),
     el("button", { onclick: () => confirm(t("confirm_queue_all", id)) && act("queue-all") }, t("queue_all")),
+    el("button", { onclick: () => confirm(t("confirm_reject_all", id)) && act("reject-all") }, t("reject_all")),
+    el("button", { onclick: () => report(id) }, t("report")),
     mode, rate, min, max,
     el("button", {
       onclick: () => {
@@ -200,8 +218,21 @@ function roomCard(id) {
         act("release", body);
       },
     }, t("apply")));
-  const card = el("section", { class: "card room", "data-room": id }, el("h2", {}, id), figures, controls, msg, schedule, schedMsg, charts, el("h3", {}, t("decisions")), timeline);
+  // The room's page as a fan sees it, in a state and a language (nothing of the room changes).
+  const pvState = el("select", { class: "pv-state", "aria-label": t("preview_state") }, ...PREVIEW_STATES.map((s) => el("option", { value: s }, s)));
+  const pvLang = el("select", { class: "pv-lang", "aria-label": t("preview_lang") }, ...PAGE_LANGS.map((l) => el("option", { value: l }, l)));
+  pvLang.value = lang;
+  const frame = el("iframe", { class: "preview", title: `${t("preview")} ${id}` });
+  const showPreview = () => {
+    frame.src = `/admin/rooms/${encodeURIComponent(id)}/preview?state=${pvState.value}&lang=${encodeURIComponent(pvLang.value)}`;
+  };
+  pvState.addEventListener("change", showPreview);
+  pvLang.addEventListener("change", showPreview);
+  showPreview();
+  const preview = el("div", { class: "preview-box" }, el("div", { class: "row" }, el("b", {}, t("preview")), pvState, pvLang), frame);
+  const card = el("section", { class: "card room", "data-room": id }, el("h2", {}, id), figures, controls, msg, schedule, schedMsg, preview, charts, el("h3", {}, t("decisions")), timeline);
   $("rooms").append(card);
+  schedMsg.after(...inviteRow(id));
   const slot = () => { const d = el("div"); charts.append(d); return d; };
   const room = {
     figures, timeline, lastReason: null,
@@ -214,6 +245,57 @@ function roomCard(id) {
   return room;
 }
 
+// The room's invite lane (edge/src/room/invite_admin.rs): its figures, generating codes (shown
+// once), uploading codes or allowlisted user ids.
+function inviteRow(id) {
+  const base = `/admin/rooms/${encodeURIComponent(id)}/invites`;
+  const summary = el("span", { class: "invite-summary" });
+  const msg = el("p", { class: "msg", role: "status" });
+  const count = el("input", { type: "number", min: "1", max: "10000", value: "100", "aria-label": t("inv_how_many"), title: t("inv_how_many") });
+  const kind = el("select", { "aria-label": t("inv_upload") }, el("option", { value: "codes" }, t("inv_kind_codes")), el("option", { value: "users" }, t("inv_kind_users")));
+  const input = el("textarea", { rows: "3", spellcheck: "false", placeholder: t("inv_paste"), class: "invite-input" });
+  const out = el("textarea", { rows: "3", readonly: "", hidden: "", class: "invite-generated", "aria-label": t("inv_generated") });
+  const show = (v) => {
+    const state = v.invite_only ? (v.only_until ? t("inv_only_until", new Date(v.only_until).toLocaleString()) : t("inv_only")) : t("inv_open");
+    summary.textContent = `${state} · ${t("inv_codes")} ${fmt(v.codes)} · ${t("inv_redeemed")} ${fmt(v.redeemed)} · ${t("inv_users")} ${fmt(v.users)}`;
+  };
+  const refresh = () => api("GET", base).then(show).catch((e) => say(msg, `${t("invites")}: ${e.message}`, false));
+  const post = async (path, body, label) => {
+    try {
+      const v = await api("POST", `${base}/${path}`, body);
+      say(msg, `${label}: ${t("inv_added", fmt(v.added))}`, true);
+      refresh();
+      return v;
+    } catch (e) { say(msg, `${label}: ${e.message}`, false); return null; }
+  };
+  const row = el("div", { class: "row invites" },
+    el("b", {}, t("invites")), summary,
+    count,
+    el("button", {
+      onclick: async () => {
+        const v = await post("codes", { generate: Number(count.value) }, t("inv_generate"));
+        if (v && v.codes) { out.value = v.codes.join("\n"); out.hidden = false; out.title = t("inv_generated"); }
+      },
+    }, t("inv_generate")),
+    input, kind,
+    el("button", {
+      onclick: async () => {
+        const items = input.value.split(/[\n,]/).map((x) => x.trim()).filter((x) => x);
+        if (await post(kind.value, { [kind.value]: items }, t("inv_upload"))) input.value = "";
+      },
+    }, t("inv_upload")),
+    out);
+  refresh();
+  setInterval(refresh, 5000);
+  return [row, msg];
+}
+
+// A room's post-sale report (report.js, loaded the first time one is asked for).
+function report(id) {
+  if (window.openReport) return openReport(id);
+  document.head.append(el("script", { src: "/console/report.js", onload: () => openReport(id) }));
+}
+
 function updateRoom(s, at) {
   const room = rooms.get(s.room) || roomCard(s.room);
   const core = s.core || {};
@@ -221,7 +303,7 @@ function updateRoom(s, at) {
   const figure = (label, value, warn) => el("div", { class: "fig" }, el("b", warn ? { class: "warn" } : {}, value), el("span", {}, label));
   const overTarget = core.p99_ms_edge !== null && core.p99_ms_edge !== undefined && core.p99_target_ms && core.p99_ms_edge > core.p99_target_ms;
   room.figures.replaceChildren(
-    figure(t("mode"), fmtMode(s.mode)),
+    figure(t("mode"), s.reject_all ? "reject_all" : fmtMode(s.mode), s.reject_all),
     figure(t("queue_state"), s.queue === "when-needed" ? t(s.passing ? "passing" : "queueing") : t("always")),
     figure(t("queued"), fmt(s.queued)),
     figure(t("serving"), fmt(s.serving)),

@@ -4,10 +4,13 @@
 //! |---|---|
 //! | `GET /admin/rooms` | every room: config and stats |
 //! | `GET`/`PUT`/`DELETE /admin/rooms/<room>` | one room; PUT creates (201) or updates (200) it from the API.md room body, DELETE removes it (200); its protected paths change with it at once |
-//! | `POST /admin/rooms/<room>/pause`, `/resume`, `/queue-all` | operator overrides of the release |
+//! | `POST /admin/rooms/<room>/pause`, `/resume`, `/queue-all`, `/reject-all` | operator overrides of the release (reject-all: nobody new queued or admitted, the closed page for everyone without a running session; `resume` ends it) |
+//! | `POST /admin/rooms/<room>/test-cookie` | `{"seconds"?}` (60–604800, default 3600): a tester's cookie for the room in test mode (`{"name", "value", "cookie", "expires_at", "link"}`) |
+//! | `GET /admin/rooms/<room>/preview?state=&lang=` | the room's queue page in a state and language, with sample figures (HTML; nothing of the room is touched) |
 //! | `PUT /admin/rooms/<room>/release` | `{"mode": "auto" \| "fixed", "rate"?, "min"?, "max"?}` |
 //! | `PUT /admin/rooms/<room>/schedule` | `{"prequeue_at"?, "opens_at"?, "closes_at"?}` (RFC 3339; absent or null: none): the room's schedule alone, validated like the room body |
 //! | `GET /admin/rooms/<room>/stats` | counters, rates, the controller's last decision |
+//! | `/admin/rooms/<room>/invites[/codes\|/users\|/revoke]` | the invite lane ([`super::invite_admin`]) |
 //! | `GET /admin/stream` | server-sent events: `{"at_ms", "rooms": [stats...]}` once a second |
 //!
 //! ```text
@@ -26,8 +29,11 @@ use pingora::protocols::http::ServerSession;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::config::{RoomConfig, ScheduleConfig};
-use super::{Room, Rooms, unix_ms};
+use super::config::{QueueMethod, RoomBotCheck, RoomConfig, ScheduleConfig};
+use super::page::{PageView, QueuePage};
+use super::{Eta, Phase, Status};
+use crate::i18n::Lang;
+use super::{Room, Rooms, tester, unix_ms};
 use crate::admin_reply::{error, json_response};
 use crate::controller::{Bounds, ReleaseMode};
 
@@ -89,6 +95,9 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
         };
     }
     let Some(room) = rooms.get(id) else { return error(404, "not_found", format!("no room {id:?}")) };
+    if action == "invites" || action.starts_with("invites/") {
+        return super::invite_admin::admin(rooms, &room, method, action, body).await;
+    }
     let now = unix_ms();
     match (method.clone(), action) {
         (Method::GET, "") => json_response(200, &room_json(&room)),
@@ -105,6 +114,50 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             room.set_mode(now, ReleaseMode::Paused);
             tracing::info!(room = %room.id, "admin: pause");
             shared(rooms, &room).await
+        }
+        (Method::POST, "reject-all") => {
+            room.set_reject_all(now);
+            tracing::info!(room = %room.id, "admin: reject-all");
+            shared(rooms, &room).await
+        }
+        (Method::POST, "test-cookie") => {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Ask {
+                #[serde(default)]
+                seconds: Option<u64>,
+            }
+            // Nothing, or a JSON object (serde would also take `[]` for the struct).
+            let ask = if body.iter().all(u8::is_ascii_whitespace) {
+                Ok(Ask { seconds: None })
+            } else {
+                match serde_json::from_slice::<serde_json::Value>(body) {
+                    Ok(v) if v.is_object() => serde_json::from_value::<Ask>(v),
+                    Ok(_) => return error(400, "bad_request", "the body must be a JSON object: {\"seconds\"?}"),
+                    Err(e) => Err(e),
+                }
+            };
+            let ask = match ask {
+                Ok(a) => a,
+                Err(e) => return error(400, "bad_request", format!("invalid body: {e}")),
+            };
+            let seconds = ask.seconds.unwrap_or(tester::DEFAULT_SECONDS);
+            if !(60..=tester::MAX_SECONDS).contains(&seconds) {
+                return error(400, "bad_request", format!("seconds must be between 60 and {}", tester::MAX_SECONDS));
+            }
+            let expires_at = now / 1000 + seconds;
+            let value = tester::issue(&rooms.signer, &room.id, expires_at);
+            let name = tester::cookie_name(&room.id);
+            tracing::info!(room = %room.id, seconds, "admin: test cookie issued");
+            json_response(
+                200,
+                &json!({
+                    "room": room.id, "test_mode": room.test_mode(), "name": name, "value": value,
+                    "cookie": format!("{name}={value}"), "seconds": seconds,
+                    "expires_at": super::rfc3339(expires_at as i64),
+                    "link": format!("/queue/{}/test?key={value}", room.id),
+                }),
+            )
         }
         (Method::POST, "queue-all") => {
             room.set_mode(now, ReleaseMode::QueueAll);
@@ -178,7 +231,7 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             tracing::info!(room = %room.id, "admin: schedule");
             json_response(200, &room_json(&room))
         }
-        (_, "" | "stats" | "pause" | "resume" | "queue-all" | "release" | "schedule") => {
+        (_, "" | "stats" | "pause" | "resume" | "queue-all" | "reject-all" | "test-cookie" | "release" | "schedule" | "preview") => {
             error(405, "bad_request", "method not allowed here")
         }
         _ => error(404, "not_found", "no such room endpoint"),
@@ -221,4 +274,103 @@ pub async fn stream(rooms: &Rooms, session: &mut ServerSession) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let _ = session.write_response_body(Bytes::new(), true).await;
+}
+
+/// The states `GET /admin/rooms/<room>/preview` renders, as `?state=` names them.
+pub const PREVIEW_STATES: [&str; 9] =
+    ["waiting", "queue_all", "paused", "not_open", "sold_out", "sold_out_for_now", "closed", "reject_all", "check"];
+
+/// True for `/admin/rooms/<room>/preview`.
+pub fn is_preview_path(path: &str) -> bool {
+    path.strip_prefix("/admin/rooms/").and_then(|r| r.strip_suffix("/preview")).is_some_and(|id| !id.is_empty() && !id.contains('/'))
+}
+
+/// `GET /admin/rooms/<room>/preview?state=<state>&lang=<tag>`: the room's queue page (the
+/// `[edge.queue-page]` template, branding and text) as a fan in `state` sees it in `lang`, with
+/// sample figures (1,259 people ahead, 4–7 minutes, one person every 5 s...) and the room's real
+/// opening time when it has one ahead. Nothing of the room is read or written but its config: no
+/// join, no counter. `state` defaults to `waiting`, `lang` to `en`; an unknown one is 400, an unknown
+/// room 404. The page's stylesheet is inlined (`css`) and its scripts are off (the no-JS page, as
+/// the server renders it), so it shows as it is inside the console's frame on the admin port.
+pub fn preview(rooms: &Rooms, page: &QueuePage, css: &str, path: &str, query: Option<&str>) -> Response<Vec<u8>> {
+    let id = path.trim_start_matches("/admin/rooms/").trim_end_matches("/preview");
+    let Some(room) = rooms.get(id) else { return error(404, "not_found", format!("no room {id:?}")) };
+    let param = |name: &str| query.and_then(|q| q.split('&').find_map(|p| p.strip_prefix(name)?.strip_prefix('=')));
+    let state = param("state").unwrap_or("waiting");
+    if !PREVIEW_STATES.contains(&state) {
+        return error(400, "bad_request", format!("state must be one of {}", PREVIEW_STATES.join(", ")));
+    }
+    let lang = match param("lang") {
+        None => Lang::En,
+        Some(tag) => match Lang::ALL.into_iter().find(|l| l.tag().eq_ignore_ascii_case(tag)) {
+            Some(l) => l,
+            None => return error(400, "bad_request", format!("lang must be one of {}", Lang::ALL.map(Lang::tag).join(", "))),
+        },
+    };
+    let spec = room.spec();
+    let now = (unix_ms() / 1000) as i64;
+    let mut s = Status::closed();
+    s.poll_after_ms = 8000;
+    let mut opens_in = None;
+    match state {
+        "waiting" | "queue_all" | "paused" => {
+            s.state = if state == "paused" { Phase::Paused } else { Phase::Waiting };
+            s.position = Some(1305);
+            s.ahead = Some(1259);
+            if state == "waiting" {
+                s.eta_seconds = Some(Eta { low: 240, high: 420 });
+                s.release_per_second = 0.2;
+            }
+        }
+        "not_open" => {
+            s.state = Phase::NotOpen;
+            let opens = room.window(&spec).0.filter(|o| *o > now).unwrap_or(now + 3600);
+            if spec.config.method == QueueMethod::Fifo {
+                s.position = Some(3);
+                s.ahead = Some(2);
+            }
+            s.opens_at = super::rfc3339(opens);
+            opens_in = Some((opens - now).max(0) as u64);
+        }
+        "sold_out" => s.state = Phase::SoldOut,
+        "sold_out_for_now" => {
+            s.state = Phase::SoldOut;
+            s.restock_possible = true;
+            s.position = Some(166);
+            s.ahead = Some(120);
+        }
+        _ => {}
+    }
+    let check = state == "check";
+    let bot = match spec.config.bot_check {
+        RoomBotCheck::Off => "pow",
+        b => b.name(),
+    };
+    let view = PageView {
+        lang,
+        status: (!check).then_some(&s),
+        bot_check: if check { bot } else { "off" },
+        now,
+        opens_in,
+        event_name: spec.config.event_name.as_deref(),
+    };
+    let html = page.render(&view).replacen(
+        "<link rel=\"stylesheet\" href=\"/static/queue.css\">",
+        &format!("<style>{}</style>", css.replace("</", "<\\/")),
+        1,
+    );
+    Response::builder()
+        .status(200)
+        .header(http::header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(http::header::CONTENT_LENGTH, html.len())
+        .header(http::header::CACHE_CONTROL, "no-store")
+        .header(
+            "content-security-policy",
+            "default-src 'none'; style-src 'unsafe-inline'; img-src * data:; base-uri 'none'; form-action 'none'; frame-ancestors 'self'",
+        )
+        .header("x-frame-options", "SAMEORIGIN")
+        .header("x-content-type-options", "nosniff")
+        .header("referrer-policy", "no-referrer")
+        .body(html.into_bytes())
+        .unwrap_or_else(|_| Response::new(Vec::new()))
 }

@@ -20,6 +20,11 @@
 //! | `max-tracked` | 10,000,000 identities remembered for rejoin (embedded state) |
 //! | `queue` | `always`; `when-needed`: passthrough while the thresholds hold |
 //! | `passthrough` | `active-max` 1000 sessions, `new-per-minute` 600 per edge |
+//! | `reject-all` | `false`; `true`: nobody new is queued or admitted, every fan gets the closed page (admitted sessions keep running) |
+//! | `queuing-status-code` | 200; 202 or 429 (with `Retry-After`): the status of the queue page and of the queue's join answers while the fan is queued |
+//! | `event-name` | `[edge.queue-page] event-name`: the event's name on this room's page |
+//! | `test-mode` | `false`; `true`: only fans with the operator's test cookie meet the room, everyone else passes as if it were off |
+//! | `invite` | none: everyone may queue (`[rooms.invite]`: the presale lane, [`super::invite`]; `share`: its share of each release) |
 
 use serde::{Deserialize, Serialize};
 
@@ -179,6 +184,46 @@ pub struct RoomConfig {
     /// The thresholds of a passthrough room.
     #[serde(default)]
     pub passthrough: PassthroughConfig,
+    /// Reject-all: nobody new is queued or admitted; every fan on the queue and the protected
+    /// paths gets the closed page (JSON: `closed`). Sessions already admitted keep running.
+    /// Default `false`. (The admin API's `POST .../reject-all` does the same at run time.)
+    #[serde(default, alias = "reject_all")]
+    pub reject_all: bool,
+    /// The status of the queue page (and of the JSON answers of `GET /queue/<room>` and `POST
+    /// .../join`) while the fan is queued: 200 (default), 202 or 429 (both with `Retry-After`).
+    #[serde(default = "default_queuing_status", alias = "queuing_status_code")]
+    pub queuing_status_code: u16,
+    /// Test mode: only fans carrying a test cookie from the admin API (`POST
+    /// /admin/rooms/<room>/test-cookie`) are queued and admitted; everyone else reaches the
+    /// protected paths as if the room were off. Default `false`.
+    #[serde(default, alias = "test_mode")]
+    pub test_mode: bool,
+    /// The event's name on this room's queue page (and its title), over `[edge.queue-page]
+    /// event-name`. Default: that one.
+    #[serde(default, alias = "event_name")]
+    pub event_name: Option<String>,
+    /// The invite lane (`[rooms.invite]`): invite-only for a window, or for good, and/or a share of
+    /// each release. None: everyone may queue (and the room never reads its invites).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invite: Option<InviteConfig>,
+}
+
+/// `[rooms.invite]`: who may take a place while the room is invite-only (see [`super::invite`]).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InviteConfig {
+    /// Invite-only until this RFC 3339 time (the presale); after it everyone may queue, behind
+    /// the invitees who queued before.
+    #[serde(default, alias = "only_until", skip_serializing_if = "Option::is_none")]
+    pub only_until: Option<String>,
+    /// Invite-only for the whole sale (an invite-only waiting room). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub only: bool,
+    /// The lane's share of each release, in (0, 1]: while invitees and others both wait, up to
+    /// this fraction of each release step admits invitees who joined as invitees, ahead of their
+    /// FIFO turn (in their join order); the rest goes in FIFO order. None: no reserved share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
 }
 
 /// When a room queues its visitors.
@@ -213,6 +258,9 @@ impl Default for PassthroughConfig {
     }
 }
 
+fn default_queuing_status() -> u16 {
+    200
+}
 fn default_session() -> u64 {
     600
 }
@@ -247,6 +295,17 @@ pub struct RoomSpec {
     pub closes_at: Option<i64>,
     /// Batches (Unix s, count), sorted by time.
     pub batches: Vec<(i64, u64)>,
+    /// Invite-only until (Unix s; `i64::MAX`: for good); `None`: never invite-only.
+    pub invite_until: Option<i64>,
+    /// The invite lane's share of each release (`[rooms.invite] share`); `None`: no lane of its own.
+    pub lane_share: Option<f64>,
+}
+
+impl RoomSpec {
+    /// Whether only invitees may take a place at `now_s` (Unix s).
+    pub fn invite_only(&self, now_s: i64) -> bool {
+        self.invite_until.is_some_and(|u| now_s < u)
+    }
 }
 
 /// RFC 3339 → Unix seconds.
@@ -368,6 +427,12 @@ impl RoomConfig {
                 "\"when-needed\" lets visitors in without joining, so it cannot ask the room's bot check: guard the protected paths with [[edge.bot.routes]] instead",
             ));
         }
+        if self.event_name.as_deref().is_some_and(|n| n.trim().is_empty() || n.chars().count() > 200 || n.chars().any(char::is_control)) {
+            out.push(issue(format!("{path}.event-name"), "1-200 characters, no control characters"));
+        }
+        if ![200, 202, 429].contains(&self.queuing_status_code) {
+            out.push(issue(format!("{path}.queuing-status-code"), "must be 200, 202 or 429"));
+        }
         if self.queue == QueueWhen::WhenNeeded && self.method == QueueMethod::Random {
             out.push(issue(format!("{path}.queue"), "\"when-needed\" needs method = \"fifo\" (a random draw has nobody to let through)"));
         }
@@ -382,10 +447,48 @@ impl RoomConfig {
             }
         }
         batches.sort();
+        let invite_until = self.invite.as_ref().and_then(|inv| invite_until(inv, path, closes_at, &mut out));
+        if self.invite.as_ref().is_some_and(|inv| inv.share.is_some()) && self.method == QueueMethod::Random {
+            // The lane's places are in join order; a random draw admits the pre-queue in another.
+            out.push(issue(format!("{path}.invite.share"), "needs method = \"fifo\" (a random draw has no join order to keep)"));
+        }
         if !out.is_empty() {
             return Err(out);
         }
-        Ok(RoomSpec { id: id.to_owned(), config: self.clone(), prequeue_at, opens_at, closes_at, batches })
+        let lane_share = self.invite.as_ref().and_then(|inv| inv.share);
+        Ok(RoomSpec { id: id.to_owned(), config: self.clone(), prequeue_at, opens_at, closes_at, batches, invite_until, lane_share })
+    }
+}
+
+/// `[rooms.invite]` checked: when the room stops being invite-only (Unix s, `i64::MAX`: never).
+fn invite_until(inv: &InviteConfig, path: &str, closes_at: Option<i64>, out: &mut Vec<ConfigIssue>) -> Option<i64> {
+    if let Some(share) = inv.share
+        && !(share.is_finite() && share > 0.0 && share <= 1.0)
+    {
+        out.push(issue(format!("{path}.invite.share"), "must be more than 0 and at most 1 (the lane's fraction of each release)"));
+    }
+    match (&inv.only_until, inv.only) {
+        (Some(_), true) => {
+            out.push(issue(format!("{path}.invite.only"), "set either only = true (for good) or only-until (a window), not both"));
+            None
+        }
+        (None, false) if inv.share.is_some() => None,
+        (None, false) => {
+            out.push(issue(format!("{path}.invite"), "set only-until (invite-only until then), only = true or share"));
+            None
+        }
+        (None, true) => Some(i64::MAX),
+        (Some(s), false) => match parse_time(s) {
+            None => {
+                out.push(issue(format!("{path}.invite.only-until"), format!("not an RFC 3339 time: {s:?}")));
+                None
+            }
+            Some(t) if closes_at.is_some_and(|c| t >= c) => {
+                out.push(issue(format!("{path}.invite.only-until"), "must be before schedule.closes-at (or use only = true)"));
+                None
+            }
+            Some(t) => Some(t),
+        },
     }
 }
 
@@ -502,6 +605,82 @@ mod tests {
         let s = j.compile("ev-42", "room").unwrap();
         assert_eq!(s.opens_at, parse_time("2026-12-01T02:00:00Z"));
         assert_eq!(s.batches.len(), 1);
+    }
+
+    /// `[rooms.invite]`: a window or for good, never both nor neither; a time that parses and
+    /// comes before the close; unknown keys refused — each with its path, with the room's other
+    /// problems.
+    #[test]
+    fn the_invite_lane_is_checked_with_paths() {
+        let room = |invite: &str| -> Result<RoomSpec, Vec<ConfigIssue>> {
+            let v: toml::Value = toml::from_str(&format!(
+                "id = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
+                 schedule = {{ closes-at = \"2026-12-02T00:00:00Z\" }}\n{invite}\n"
+            ))
+            .unwrap();
+            compile_rooms(&[v]).map(|mut s| s.remove(0))
+        };
+        let s = room("invite = { only-until = \"2026-12-01T10:00:00Z\" }").unwrap();
+        assert_eq!(s.invite_until, parse_time("2026-12-01T10:00:00Z"));
+        assert!(s.invite_only(s.invite_until.unwrap() - 1) && !s.invite_only(s.invite_until.unwrap()));
+        assert_eq!(room("[invite]\nonly = true").unwrap().invite_until, Some(i64::MAX));
+        assert_eq!(room("").unwrap().invite_until, None);
+        let problem = |invite: &str| {
+            let e = room(invite).unwrap_err();
+            e.into_iter().map(|i| (i.path, i.message)).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            problem("invite = { only = true, only-until = \"2026-12-01T10:00:00Z\" }"),
+            [("rooms[0].invite.only".to_owned(), "set either only = true (for good) or only-until (a window), not both".to_owned())]
+        );
+        assert_eq!(
+            problem("invite = {}"),
+            [("rooms[0].invite".to_owned(), "set only-until (invite-only until then), only = true or share".to_owned())]
+        );
+        assert_eq!(
+            problem("invite = { only-until = \"soon\" }"),
+            [("rooms[0].invite.only-until".to_owned(), "not an RFC 3339 time: \"soon\"".to_owned())]
+        );
+        assert_eq!(
+            problem("invite = { only-until = \"2026-12-03T00:00:00Z\" }"),
+            [("rooms[0].invite.only-until".to_owned(), "must be before schedule.closes-at (or use only = true)".to_owned())]
+        );
+        let e = problem("invite = { only = true, bogus = 0.3 }\nmax-qty = 0");
+        let paths: Vec<&str> = e.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["rooms[0].invite", "rooms[0].max-qty"], "{e:?}");
+        // The lane's share of the release: alone (no invite-only window), or beside one; in (0, 1].
+        let s = room("invite = { share = 0.3 }").unwrap();
+        assert_eq!((s.lane_share, s.invite_until), (Some(0.3), None));
+        assert_eq!(room("invite = { only = true, share = 1 }").unwrap().lane_share, Some(1.0));
+        assert_eq!(room("").unwrap().lane_share, None);
+        for bad in ["0", "-0.1", "1.5", "nan", "inf"] {
+            assert_eq!(
+                problem(&format!("invite = {{ share = {bad} }}")),
+                [("rooms[0].invite.share".to_owned(), "must be more than 0 and at most 1 (the lane's fraction of each release)".to_owned())],
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            problem("invite = { share = 0.5 }\nmethod = \"random\""),
+            [
+                ("rooms[0].method".to_owned(), "random needs schedule.opens-at (the pre-queue is shuffled at open)".to_owned()),
+                ("rooms[0].invite.share".to_owned(), "needs method = \"fifo\" (a random draw has no join order to keep)".to_owned())
+            ]
+        );
+        // Every problem at once, each with its path.
+        let mut e = problem("invite = { only-until = \"soon\", share = 0 }\nmax-qty = 0");
+        e.sort();
+        let paths: Vec<&str> = e.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["rooms[0].invite.only-until", "rooms[0].invite.share", "rooms[0].max-qty"], "{e:?}");
+        // The admin API's spelling.
+        let j: RoomConfig = serde_json::from_value(serde_json::json!({
+            "event": "e", "target": "/", "protected": ["/a"], "invite": {"only_until": "2026-12-01T10:00:00Z"}
+        }))
+        .unwrap();
+        assert_eq!(j.compile("r1", "room").unwrap().invite_until, parse_time("2026-12-01T10:00:00Z"));
+        // A room without a lane serialises as before (no `invite` key).
+        let plain = room("").unwrap();
+        assert!(serde_json::to_value(&plain.config).unwrap().get("invite").is_none());
     }
 
     #[test]

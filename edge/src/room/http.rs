@@ -7,6 +7,20 @@
 //! | `GET /queue/<room>/status` | the status JSON; 401 without a valid ticket |
 //! | `GET /queue/<room>/events` | the status JSON as server-sent events until admitted (then `redirect` is `/queue/<room>`, which sets the admission cookie) |
 //! | `GET /queue/<room>/challenge` | a proof-of-work challenge |
+//! | `GET /queue/<room>/test?key=<test cookie>` | sets the room's test cookie (from `POST /admin/rooms/<room>/test-cookie`) and sends the browser to the queue page |
+//! | `POST /queue/<room>/invite` | redeems an invite code ([`super::invite_http`]); `GET /queue/<room>?invite=<code>` too |
+//!
+//! A room in test mode answers only its testers (a valid `wicket_t_<room>` cookie): anyone else is
+//! sent to the room's target (a browser's page) or told 404 (JSON). A room that turns everyone away
+//! (reject-all) queues nobody: the queue page and the JSON answers say `closed`.
+//!
+//! The room's `queuing-status-code` (200, 202 or 429; the last two with `Retry-After`, the poll
+//! interval) is the status of the queue page and of the JSON answers of `GET /queue/<room>` and
+//! `POST .../join` while the visitor is queued ([`Status::queued`]); status polls and event
+//! streams stay 200 (a client polls on, it is not told to back off).
+//!
+//! While a room is invite-only (`[rooms.invite]`), a visitor without a place who is not an
+//! invitee gets the invite page (403) or `{"error": "invite_only"}` instead of a place.
 //!
 //! A room with a bot check gives the place at the first arrival and the check gates admission:
 //! until it is given, status answers say `proof_owed` (with a challenge on JSON answers of a
@@ -26,13 +40,13 @@ use pingora::proxy::Session;
 use serde_json::json;
 
 use super::config::RoomBotCheck;
+use super::lent::QueueEdge;
 use super::page::PageView;
 use super::ticket::{QueueTicket, cookie_name};
 use super::{Phase, Room, RoomError, Status, StatusOutcome};
 use crate::bot::{CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, unix_now};
 use crate::i18n::{LANG_COOKIE, Lang};
 use crate::identity::{cookie, header as header_str};
-use crate::state::EdgeState;
 
 
 /// Longest an event stream stays open; the browser reconnects by itself.
@@ -103,7 +117,7 @@ fn wants_json(session: &Session) -> bool {
 }
 
 /// Answers every `/queue/...` request. Always `Ok(true)` (answered) unless writing failed.
-pub async fn serve(st: &EdgeState, session: &mut Session, q: &mut QueueRequest) -> pingora::Result<bool> {
+pub async fn serve(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest) -> pingora::Result<bool> {
     let path = session.req_header().uri.path().to_owned();
     let rest = path.strip_prefix(super::QUEUE_PREFIX).unwrap_or("");
     let (room_id, action) = rest.split_once('/').unwrap_or((rest, ""));
@@ -111,9 +125,26 @@ pub async fn serve(st: &EdgeState, session: &mut Session, q: &mut QueueRequest) 
         return json_answer(session, q, 404, &error_json("not_found", "no such room")).await;
     };
     let method = session.req_header().method.clone();
+    if method == http::Method::GET && action == "test" {
+        return test_link(st, session, q, &room).await;
+    }
+    if !st.rooms.meets(&room, session.req_header()) {
+        // Test mode, and not a tester: the room is off for this visitor.
+        if action.is_empty() && !wants_json(session) && matches!(method, http::Method::GET | http::Method::HEAD) {
+            let mut extra = cookie_headers(q);
+            extra.push((header::LOCATION, room.spec().config.target.clone()));
+            return answer(session, 302, "text/plain; charset=utf-8", Bytes::new(), &extra).await;
+        }
+        return json_answer(session, q, 404, &error_json("not_found", "this room is in test mode: only testers meet it")).await;
+    }
     match (method, action) {
         (http::Method::GET | http::Method::HEAD, "") => page(st, session, q, &room).await,
         (http::Method::POST, "join") => join(st, session, q, &room).await,
+        (http::Method::POST, "invite") => {
+            let sub = q.sub().to_owned();
+            let reply = super::invite_http::serve(st, session, q.ip, &sub, &room).await;
+            send_reply(session, q, reply).await
+        }
         (http::Method::GET, "status") => status(st, session, q, &room).await,
         (http::Method::GET, "events") => events(st, session, q, &room).await,
         (http::Method::GET, "challenge") => {
@@ -121,21 +152,47 @@ pub async fn serve(st: &EdgeState, session: &mut Session, q: &mut QueueRequest) 
             let v = json!({"challenge": challenge, "difficulty": difficulty, "expires_in": st.bot.pow.ttl()});
             json_answer(session, q, 200, &v).await
         }
-        (_, "" | "join" | "status" | "events" | "challenge") => {
+        (_, "" | "join" | "status" | "events" | "challenge" | "invite") => {
             json_answer(session, q, 405, &error_json("bad_request", "method not allowed here")).await
         }
         _ => json_answer(session, q, 404, &error_json("not_found", "no such queue endpoint")).await,
     }
 }
 
-fn ticket_of(st: &EdgeState, session: &Session, q: &QueueRequest, room: &Room) -> Option<QueueTicket> {
+/// `GET /queue/<room>/test?key=<value>`: a tester's link. A valid test cookie of this room is set
+/// as `wicket_t_<room>` (for as long as it is valid) and the browser sent to the queue page; anything
+/// else is 403.
+async fn test_link(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+    let key = session.req_header().uri.query().and_then(|qs| qs.split('&').find_map(|p| p.strip_prefix("key="))).unwrap_or("").to_owned();
+    let now = unix_now();
+    if !super::tester::verify(&st.rooms.signer, &room.id, &key, now) {
+        return json_answer(session, q, 403, &error_json("forbidden", "not a valid test key of this room")).await;
+    }
+    let left = key.split('.').next().and_then(|e| e.parse::<u64>().ok()).map_or(60, |e| e.saturating_sub(now));
+    q.cookies.push(st.cookie(&super::tester::cookie_name(&room.id), &key, left));
+    let mut extra = cookie_headers(q);
+    extra.push((header::LOCATION, format!("/queue/{}", room.id)));
+    answer(session, 302, "text/plain; charset=utf-8", Bytes::new(), &extra).await
+}
+
+/// The status and extra headers of a queue answer: the room's `queuing-status-code` while the
+/// visitor is queued (with `Retry-After`, the poll interval in whole seconds, when not 200), else 200.
+fn queuing(room: &Room, s: Option<&Status>) -> (u16, Option<(http::HeaderName, String)>) {
+    let code = room.spec().config.queuing_status_code;
+    match s {
+        Some(s) if s.queued() && code != 200 => (code, Some((header::RETRY_AFTER, s.poll_after_ms.div_ceil(1000).max(1).to_string()))),
+        _ => (200, None),
+    }
+}
+
+fn ticket_of(st: &QueueEdge<'_>, session: &Session, q: &QueueRequest, room: &Room) -> Option<QueueTicket> {
     let v = cookie(session.req_header(), &cookie_name(&room.id))?;
     QueueTicket::decode(v, &st.rooms.signer, &room.id, &q.device, &st.rooms.owner(&room.id, q.sub()))
         .filter(|t| room.ticket_valid(t.issued_at, unix_now()))
 }
 
 /// A valid bot pass for this device, when the room asks for a check.
-fn has_pass(st: &EdgeState, session: &Session, q: &QueueRequest) -> bool {
+fn has_pass(st: &QueueEdge<'_>, session: &Session, q: &QueueRequest) -> bool {
     let req = session.req_header();
     let pass = cookie(req, PASS_COOKIE).or_else(|| header_str(req, PASS_HEADER));
     pass.is_some_and(|p| st.bot.check_pass(p, &q.device, unix_now()))
@@ -150,7 +207,7 @@ fn bot_refusal(room: &Room, why: &str) -> serde_json::Value {
 /// Joins (or re-finds the place of) the visitor and sets the ticket cookie. `proven`: the visitor
 /// gave the room's bot check (or holds a pass); otherwise the place is given with the check owed.
 /// `None`: an owed place could not be remembered (the check must come first).
-async fn do_join(st: &EdgeState, q: &mut QueueRequest, room: &Room, proven: bool) -> Result<Option<QueueTicket>, super::state::StateError> {
+async fn do_join(st: &QueueEdge<'_>, q: &mut QueueRequest, room: &Room, proven: bool) -> Result<Option<QueueTicket>, super::state::StateError> {
     let sub = q.sub().to_owned();
     let Some(t) = st.rooms.join_with(room, &sub, &q.device, proven).await? else { return Ok(None) };
     let max_age = room.spec().closes_at.map_or(86_400, |c| (c - unix_now() as i64).clamp(60, 7 * 86_400) as u64);
@@ -161,7 +218,7 @@ async fn do_join(st: &EdgeState, q: &mut QueueRequest, room: &Room, proven: bool
 /// Status of a ticket; a spent (or lost) place joins again. A ticket with the check owed from a
 /// visitor who has given it since (`proven`) is made proven first. Sets the admission cookie when
 /// admitted.
-async fn status_for(st: &EdgeState, q: &mut QueueRequest, room: &Room, t: QueueTicket, proven: bool) -> Result<Status, RoomError> {
+async fn status_for(st: &QueueEdge<'_>, q: &mut QueueRequest, room: &Room, t: QueueTicket, proven: bool) -> Result<Status, RoomError> {
     let sub = q.sub().to_owned();
     let t = match (t.owed && proven).then_some(()) {
         Some(()) => do_join(st, q, room, true).await?.unwrap_or(t),
@@ -185,13 +242,13 @@ async fn status_for(st: &EdgeState, q: &mut QueueRequest, room: &Room, t: QueueT
 }
 
 /// True when the visitor need not give the room's check (none asked, or a valid pass).
-fn check_given(st: &EdgeState, session: &Session, q: &QueueRequest, room: &Room) -> bool {
+fn check_given(st: &QueueEdge<'_>, session: &Session, q: &QueueRequest, room: &Room) -> bool {
     room.spec().config.bot_check == RoomBotCheck::Off || has_pass(st, session, q)
 }
 
 /// A status answer as JSON; with the check owed in a proof-of-work room, a fresh challenge rides
 /// along (the page starts solving without another round trip).
-fn status_json(st: &EdgeState, room: &Room, s: &Status) -> serde_json::Value {
+fn status_json(st: &QueueEdge<'_>, room: &Room, s: &Status) -> serde_json::Value {
     let mut v = serde_json::to_value(s).unwrap_or_default();
     if s.proof_owed.is_some() && room.spec().config.bot_check == RoomBotCheck::Pow {
         let (challenge, difficulty) = st.bot.pow.issue(unix_now());
@@ -206,12 +263,49 @@ async fn room_error(session: &mut Session, q: &mut QueueRequest, e: RoomError) -
     json_answer(session, q, 503, &error_json("unavailable", "the waiting room is unavailable, try again shortly")).await
 }
 
-async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+/// Writes an answer of the invite lane, with the visitor's cookies.
+async fn send_reply(session: &mut Session, q: &mut QueueRequest, r: super::invite_http::Reply) -> pingora::Result<bool> {
+    let mut extra = cookie_headers(q);
+    extra.extend(r.headers);
+    answer(session, r.status, r.content_type, r.body, &extra).await
+}
+
+/// The invite lane's say before a visitor without a place takes one: `Some(answer)` when the
+/// visitor is refused (not an invitee while the room is invite-only, or a `?invite=` code that
+/// did not redeem), `None` to go on.
+async fn invite_gate(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room, html: bool) -> Option<pingora::Result<bool>> {
+    use super::invite_http::{Refusal, attempt, refuse};
+    let sub = q.sub().to_owned();
+    let code = session.req_header().uri.query().and_then(|qs| {
+        url::form_urlencoded::parse(qs.as_bytes()).find(|(k, _)| k == "invite").map(|(_, v)| v.into_owned())
+    });
+    if let Some(code) = code {
+        match attempt(st, q.ip, &sub, room, &code).await {
+            Ok(Ok(_)) => return None,
+            Ok(Err(why)) => return Some(send_reply(session, q, refuse(session.req_header(), room, why, html)).await),
+            Err(e) => return Some(room_error(session, q, e.into()).await),
+        }
+    }
+    match st.rooms.may_join(room, &sub).await {
+        Ok(true) => None,
+        Ok(false) => Some(send_reply(session, q, refuse(session.req_header(), room, Refusal::InviteOnly, html)).await),
+        Err(e) => Some(room_error(session, q, e.into()).await),
+    }
+}
+
+async fn page(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
     let json = wants_json(session);
     let bot = room.spec().config.bot_check;
     let given = check_given(st, session, q, room);
     let mut ticket = ticket_of(st, session, q, room);
-    if ticket.is_none() {
+    let rejected = ticket.is_none() && room.rejecting();
+    if !rejected
+        && ticket.is_none()
+        && let Some(refused) = invite_gate(st, session, q, room, !json).await
+    {
+        return refused;
+    }
+    if ticket.is_none() && !rejected {
         // The first arrival takes the place, whether or not the check is given yet: the check
         // gates admission, not the place.
         match do_join(st, q, room, given).await {
@@ -224,11 +318,18 @@ async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
             Ok(s) => Some(s),
             Err(e) => return room_error(session, q, e).await,
         },
+        // Reject-all: nobody new is queued.
+        None if rejected => Some(Status::closed()),
         None => None,
     };
+    let (code, retry) = queuing(room, status.as_ref());
     if json {
         return match status {
-            Some(s) => json_answer(session, q, 200, &status_json(st, room, &s)).await,
+            Some(s) => {
+                let mut extra = cookie_headers(q);
+                extra.extend(retry);
+                answer(session, code, "application/json", Bytes::from(status_json(st, room, &s).to_string()), &extra).await
+            }
             None => json_answer(session, q, 403, &bot_refusal(room, "solve the room's bot check, then POST join")).await,
         };
     }
@@ -255,13 +356,22 @@ async fn page(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
         .and_then(super::config::parse_time)
         .map(|o| (o - now).max(0) as u64);
     let owed = status.as_ref().and_then(|s| s.proof_owed);
-    let view = PageView { lang, status: status.as_ref(), bot_check: if status.is_none() { bot_name(bot) } else { owed.unwrap_or("") }, now, opens_in };
+    let spec = room.spec();
+    let view = PageView {
+        lang,
+        status: status.as_ref(),
+        bot_check: if status.is_none() { bot_name(bot) } else { owed.unwrap_or("") },
+        now,
+        opens_in,
+        event_name: spec.config.event_name.as_deref(),
+    };
     let html = st.queue_page.render(&view);
-    let extra = cookie_headers(q);
-    answer(session, 200, "text/html; charset=utf-8", Bytes::from(html), &extra).await
+    let mut extra = cookie_headers(q);
+    extra.extend(retry);
+    answer(session, code, "text/html; charset=utf-8", Bytes::from(html), &extra).await
 }
 
-async fn join(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+async fn join(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
     let body = match st.read_body(session).await {
         Ok(b) => b,
         Err(r) => return json_answer(session, q, r.status(), &error_json(r.code(), &r.message())).await,
@@ -301,8 +411,16 @@ async fn join(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
         q.cookies.push(st.cookie(PASS_COOKIE, &pass, st.bot.pass_seconds()));
         given = true;
     }
-    let t = match ticket_of(st, session, q, room) {
+    let ticket = ticket_of(st, session, q, room);
+    if ticket.is_none()
+        && let Some(refused) = invite_gate(st, session, q, room, false).await
+    {
+        return refused;
+    }
+    let t = match ticket {
         Some(t) => t,
+        // Reject-all: nobody new is queued.
+        None if room.rejecting() => return json_answer(session, q, 200, &status_json(st, room, &Status::closed())).await,
         None => match do_join(st, q, room, given).await {
             Ok(Some(t)) => t,
             Ok(None) => return json_answer(session, q, 403, &bot_refusal(room, "solve the room's bot check, then POST join")).await,
@@ -310,7 +428,12 @@ async fn join(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room:
         },
     };
     match status_for(st, q, room, t, given).await {
-        Ok(s) => json_answer(session, q, 200, &status_json(st, room, &s)).await,
+        Ok(s) => {
+            let (code, retry) = queuing(room, Some(&s));
+            let mut extra = cookie_headers(q);
+            extra.extend(retry);
+            answer(session, code, "application/json", Bytes::from(status_json(st, room, &s).to_string()), &extra).await
+        }
         Err(e) => room_error(session, q, e).await,
     }
 }
@@ -326,7 +449,7 @@ fn no_ticket(room: &Room) -> serde_json::Value {
     v
 }
 
-async fn status(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+async fn status(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
     let Some(t) = ticket_of(st, session, q, room) else {
         return json_answer(session, q, 401, &no_ticket(room)).await;
     };
@@ -337,7 +460,7 @@ async fn status(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, roo
     }
 }
 
-async fn events(st: &EdgeState, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
     let Some(t) = ticket_of(st, session, q, room) else {
         return json_answer(session, q, 401, &no_ticket(room)).await;
     };

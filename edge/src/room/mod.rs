@@ -8,13 +8,25 @@
 //! - [`state_backend`] (inline below): which of the two new rooms get, embedded or one shared Redis
 //!   connection.
 //! - [`ticket`]: the signed `wicket_q_<room>` cookie.
+//! - [`tester`]: the signed `wicket_t_<room>` cookie of a tester (a room in test mode meets only them).
 //! - [`shuffle`]: the random method's O(1) permutation of the pre-queue.
-//! - [`http`]: `/queue/<room>[/join|/status|/events|/challenge]` on the public port.
+//! - [`http`]: `/queue/<room>[/join|/status|/events|/challenge]` on the public port, with the
+//!   handles the edge lends it ([`lent`]: `QueueEdge`), never the edge's whole state.
 //! - [`page`]: the queue page rendered on the server for each visit (`[edge.queue-page]` template,
 //!   the fan's language, the room's branding and real figures).
 //! - [`admin`]: `/admin/rooms...` and `/admin/stream` on the admin port.
+//! - [`invite`]: the invite lane (presale, invite-only rooms): codes (hashed, one use each, bound
+//!   to the identity that redeems them) and allowlisted users, embedded or in Redis. Its share of
+//!   each release (`share`) is a second pair of counters in [`state`] (lane places), moved by the
+//!   [`release`] loop with the rest.
+//!   [`invite_http`]: the fan's `/queue/<room>/invite` and invite page; [`invite_admin`]:
+//!   `/admin/rooms/<room>/invites...`.
 //! - [`release`]: the background service ticking every room once a second (controller, batches,
 //!   sold-out and core metrics polls, leader lease).
+//! - [`tally`]: the post-sale report's per-minute counts (atomics, flushed by the release loop)
+//!   and where they are kept (in this process, or in Redis with the room's state).
+//! - [`report`]: the post-sale report served (`GET /admin/rooms/<room>/report`), and the hooks
+//!   that count a session's first use and refusals on a room's paths.
 //!
 //! # The path of a visitor
 //! `GET /queue/r` → (bot check when the room asks) → [`Rooms::join`]: the identity's place, or a new
@@ -27,11 +39,18 @@
 pub mod admin;
 pub mod config;
 pub mod http;
+pub mod invite;
+pub mod invite_admin;
+pub mod invite_http;
+pub mod lent;
 pub mod page;
 pub mod redis;
 pub mod release;
+pub mod report;
 pub mod shuffle;
 pub mod state;
+pub mod tester;
+pub mod tally;
 pub mod ticket;
 
 use std::collections::HashMap;
@@ -73,8 +92,8 @@ pub struct Room {
     pub controller: Mutex<ReleaseController>,
     /// The core says the linked event is sold out.
     pub sold_out: AtomicBool,
-    /// The operator holds releases: 0 no, [`HOLD_PAUSED`], [`HOLD_QUEUE_ALL`] — the controller's
-    /// mode, mirrored so status polls do not take the controller's lock (kept by [`Room::set_mode`]).
+    /// The operator holds releases: 0 no, [`HOLD_PAUSED`], [`HOLD_QUEUE_ALL`], [`HOLD_REJECT_ALL`]
+    /// (the controller paused, and nobody new queued) — the controller's mode, mirrored so status polls do not take the controller's lock (kept by [`Room::set_mode`]).
     hold: AtomicU8,
     /// The mode in force when the operator paused or queued everyone, which resume restores.
     before_hold: Mutex<Option<ReleaseMode>>,
@@ -106,8 +125,11 @@ pub struct Room {
     pub last_input: Mutex<Option<crate::controller::TickInput>>,
     /// The core's own P99 between the last two reads of its /metrics, µs (`u64::MAX`: none).
     pub core_p99_us: AtomicU64,
-    /// Sessions this edge told the room state it saw, and when (throttles [`Rooms::touch`]).
+    /// Sessions this edge told the room state it saw, and when (throttles [`Rooms::touch`]);
+    /// [`USE_NOTED`] set once the session's use was told to the report ([`Rooms::note_use`]).
     touched: dashmap::DashMap<Who, u64>,
+    /// The post-sale report: this edge's counts and where they are kept.
+    pub report: tally::RoomReport,
     /// Joins and admissions on this edge (stats).
     pub joins: AtomicU64,
     /// Admission tokens issued on this edge.
@@ -121,14 +143,14 @@ pub struct Room {
     override_stamp: AtomicU64,
 }
 
-/// An operator's override of a room (pause, resume, queue-all, release mode and bounds) as
+/// An operator's override of a room (pause, resume, queue-all, reject-all, release mode and bounds) as
 /// published to the other edges sharing its state: the mode and bounds in force after the change.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OperatorOverride {
     /// New for each change: an edge applies a stamp once.
     pub stamp: u64,
-    /// `auto`, `fixed`, `paused` or `queue_all`.
+    /// `auto`, `fixed`, `paused`, `queue_all` or `reject_all`.
     pub mode: String,
     /// The admissions per second of `fixed`.
     #[serde(default)]
@@ -144,6 +166,8 @@ pub struct OperatorOverride {
 pub struct ReleaseBook {
     /// Fraction of an admission carried to the next tick.
     pub carry: f64,
+    /// Fraction of the invite lane's part carried to the next tick (`[rooms.invite] share`).
+    pub lane_carry: f64,
     /// Batches already released (they are sorted by time).
     pub batches_done: usize,
     /// `serving` at the last tick, for the measured release rate.
@@ -153,7 +177,7 @@ pub struct ReleaseBook {
 }
 
 impl Room {
-    fn new(spec: RoomSpec, state: Arc<dyn RoomState>) -> Self {
+    fn new(spec: RoomSpec, state: Arc<dyn RoomState>, report: tally::RoomReport) -> Self {
         let controller = ReleaseController::new(controller_config(&spec));
         let mut room = Room {
             id: spec.id.clone(),
@@ -178,6 +202,7 @@ impl Room {
             last_input: Mutex::new(None),
             core_p99_us: AtomicU64::new(u64::MAX),
             touched: dashmap::DashMap::new(),
+            report,
             joins: AtomicU64::new(0),
             admissions: AtomicU64::new(0),
             passed: Mutex::new((0, 0)),
@@ -268,6 +293,7 @@ impl Room {
         self.override_stamp.store(stamp, Ordering::Relaxed);
         let c = self.controller.lock();
         let (mode, rate) = match c.mode() {
+            _ if self.hold.load(Ordering::Relaxed) == HOLD_REJECT_ALL => ("reject_all", None),
             ReleaseMode::Auto => ("auto", None),
             ReleaseMode::Fixed(r) => ("fixed", Some(r)),
             ReleaseMode::Paused => ("paused", None),
@@ -288,6 +314,7 @@ impl Room {
             ("fixed", Some(r)) if r.is_finite() && r >= 0.0 => ReleaseMode::Fixed(r),
             ("paused", _) => ReleaseMode::Paused,
             ("queue_all", _) => ReleaseMode::QueueAll,
+            ("reject_all", _) => ReleaseMode::Paused,
             _ => return false,
         };
         if !(o.min.is_finite() && o.max.is_finite() && 0.0 <= o.min && o.min <= o.max) {
@@ -300,7 +327,30 @@ impl Room {
             c.set_bounds(now_ms, bounds);
         }
         self.set_mode(now_ms, mode);
+        if o.mode == "reject_all" {
+            self.hold.store(HOLD_REJECT_ALL, Ordering::Relaxed);
+        }
         true
+    }
+
+    /// The operator's reject-all at run time (`POST /admin/rooms/<room>/reject-all`): releases
+    /// stop as in a pause, and nobody new is queued or admitted ([`Room::rejecting`]) until
+    /// [`Room::resume`].
+    pub fn set_reject_all(&self, now_ms: u64) {
+        self.set_mode(now_ms, ReleaseMode::Paused);
+        self.hold.store(HOLD_REJECT_ALL, Ordering::Relaxed);
+    }
+
+    /// Whether the room turns everyone away (its `reject-all` setting, or the operator's run-time
+    /// switch): nobody new is queued, nobody queued is admitted, and fans without a running
+    /// session get the closed page. Sessions admitted before keep running until they end.
+    pub fn rejecting(&self) -> bool {
+        self.hold.load(Ordering::Relaxed) == HOLD_REJECT_ALL || self.spec.read().config.reject_all
+    }
+
+    /// Whether the room is in test mode (`test-mode`): only testers meet it.
+    pub fn test_mode(&self) -> bool {
+        self.spec.read().config.test_mode
     }
 
     /// Ends a pause or queue-all: back to the mode in force before it (a fixed rate set at run
@@ -344,12 +394,23 @@ impl Room {
     /// ago ([`Rooms::touch`] skips the write then).
     pub fn touched_recently(&self, who: Who, now_ms: u64) -> bool {
         let quarter = self.spec().config.session_idle_seconds * 250;
-        self.touched.get(&who).is_some_and(|t| now_ms.saturating_sub(*t) < quarter)
+        self.touched.get(&who).is_some_and(|t| now_ms.saturating_sub(*t & !USE_NOTED) < quarter)
+    }
+
+    /// Whether this edge already told the report that `who`'s session was used.
+    pub fn use_noted(&self, who: Who) -> bool {
+        self.touched.get(&who).is_some_and(|t| *t & USE_NOTED != 0)
+    }
+
+    /// Remembers (while the session is remembered here) that its use was told to the report. A
+    /// session not touched here yet is marked as touched long ago, so its next touch is written.
+    pub fn mark_use_noted(&self, who: Who) {
+        self.touched.entry(who).and_modify(|t| *t |= USE_NOTED).or_insert(USE_NOTED);
     }
 
     /// Forgets this edge's touches older than `before_ms` (the release loop's tick).
     pub fn forget_touches(&self, before_ms: u64) {
-        self.touched.retain(|_, t| *t >= before_ms);
+        self.touched.retain(|_, t| *t & !USE_NOTED >= before_ms);
     }
 
     /// Whether the operator paused releases (lock-free: status polls read it).
@@ -396,12 +457,18 @@ impl Room {
     /// Whether a passthrough room lets visitors straight in now (see [`Rooms::pass_through`];
     /// the per-minute count aside).
     pub fn passing(&self, spec: &RoomSpec) -> bool {
-        if spec.config.queue != QueueWhen::WhenNeeded || self.is_paused() || self.is_queue_all() || self.sold_out.load(Ordering::Relaxed) {
+        if spec.config.queue != QueueWhen::WhenNeeded
+            || self.is_paused()
+            || self.is_queue_all()
+            || self.rejecting()
+            || self.sold_out.load(Ordering::Relaxed)
+        {
             return false;
         }
         let now_s = (unix_ms() / 1000) as i64;
         let (opens_at, closes_at) = self.window(spec);
-        if opens_at.is_some_and(|o| now_s < o) || closes_at.is_some_and(|c| now_s >= c) {
+        // Invite-only: everyone queues (the queue lets invitees alone take a place).
+        if opens_at.is_some_and(|o| now_s < o) || closes_at.is_some_and(|c| now_s >= c) || spec.invite_only(now_s) {
             return false;
         }
         let c = self.state.counters();
@@ -431,7 +498,7 @@ impl Room {
             "mode": self.mode(),
             "issued": c.issued,
             "serving": c.serving,
-            "queued": c.issued.saturating_sub(c.serving),
+            "queued": c.waiting(),
             "prequeue": c.prequeue,
             "active": self.active.load(Ordering::Relaxed),
             "release_per_second": self.release_rate(),
@@ -448,16 +515,23 @@ impl Room {
             "admissions": self.admissions.load(Ordering::Relaxed),
             "queue": spec.config.queue,
             "passing": self.passing(&spec),
+            "reject_all": self.rejecting(),
+            "test_mode": spec.config.test_mode,
             "tracked": self.state.tracked(),
             "decision": d,
         })
     }
 }
 
+/// The bit of a [`Room`]'s `touched` entry saying the session's use was told to the report.
+const USE_NOTED: u64 = 1 << 63;
+
 /// [`Room::is_paused`].
 const HOLD_PAUSED: u8 = 1;
 /// [`Room::is_queue_all`].
 const HOLD_QUEUE_ALL: u8 = 2;
+/// [`Room::set_reject_all`].
+const HOLD_REJECT_ALL: u8 = 3;
 
 /// The controller settings of a room.
 pub fn controller_config(spec: &RoomSpec) -> ControllerConfig {
@@ -534,6 +608,34 @@ pub struct Status {
     pub proof_deadline_seconds: Option<u64>,
 }
 
+impl Status {
+    /// The answer of a room that turns everyone away (reject-all) to a visitor without a place:
+    /// `closed`, nobody queued.
+    pub fn closed() -> Status {
+        Status {
+            state: Phase::Closed,
+            position: None,
+            ahead: None,
+            eta_seconds: None,
+            poll_after_ms: jitter(60_000),
+            release_per_second: 0.0,
+            token: None,
+            redirect: None,
+            token_seconds: None,
+            opens_at: None,
+            restock_possible: false,
+            proof_owed: None,
+            proof_deadline_seconds: None,
+        }
+    }
+
+    /// Whether the visitor is queued: waiting, before the opening, paused, or sold out for now
+    /// with the place kept (the states the room's `queuing-status-code` answers with).
+    pub fn queued(&self) -> bool {
+        matches!(self.state, Phase::Waiting | Phase::NotOpen | Phase::Paused) || (self.state == Phase::SoldOut && self.restock_possible)
+    }
+}
+
 /// What a status computation found.
 pub enum StatusOutcome {
     /// The ticket's place is spent (session over): the visitor must join again.
@@ -589,6 +691,10 @@ pub struct Rooms {
     edge_rules: Vec<ProtectedRule>,
     /// Every protected path (edge rules and rooms'), swapped whole on any room change.
     protection: ArcSwap<ProtectionTable>,
+    /// The invite store of each room that used one ([`Rooms::invites`]).
+    invites: dashmap::DashMap<String, Arc<dyn invite::InviteStore>>,
+    /// Invite code attempts per client address and identity (this edge's).
+    pub invite_attempts: invite::Attempts,
 }
 
 pub mod state_backend {
@@ -722,6 +828,8 @@ impl Rooms {
             started: Instant::now(),
             edge_rules: cfg.edge_rules.to_vec(),
             protection: ArcSwap::from_pointee(ProtectionTable::default()),
+            invites: dashmap::DashMap::new(),
+            invite_attempts: invite::Attempts::default(),
         };
         for s in specs {
             rooms.insert(s);
@@ -739,7 +847,12 @@ impl Rooms {
             }
             None => {
                 let state = self.backend.state_for(&spec.id, spec.config.max_tracked);
-                let room = Arc::new(Room::new(spec, state));
+                let redis = match &self.backend {
+                    state_backend::Backend::Redis(r) => Some(r),
+                    state_backend::Backend::Embedded => None,
+                };
+                let report = tally::RoomReport::new(redis, &spec.id);
+                let room = Arc::new(Room::new(spec, state, report));
                 self.rooms.write().insert(room.id.clone(), room.clone());
                 room
             }
@@ -752,6 +865,7 @@ impl Rooms {
     pub fn remove(&self, id: &str) -> bool {
         let gone = self.rooms.write().remove(id).is_some();
         if gone {
+            self.invites.remove(id);
             self.rebuild_protection();
         }
         gone
@@ -884,6 +998,17 @@ impl Rooms {
         self.latency_updated_ms.store(now, Ordering::Relaxed);
     }
 
+    /// Whether `room` meets the visitor who sent `head`: always, unless the room is in test mode
+    /// (`test-mode`), where only a visitor with a valid test cookie of the room
+    /// ([`tester::verify`]) does; everyone else passes as if the room were off.
+    pub fn meets<H: crate::identity::HeadView + ?Sized>(&self, room: &Room, head: &H) -> bool {
+        if !room.test_mode() {
+            return true;
+        }
+        crate::identity::cookie(head, &tester::cookie_name(&room.id))
+            .is_some_and(|v| tester::verify(&self.signer, &room.id, v, unix_ms() / 1000))
+    }
+
     /// The identity a room keys places and sessions by.
     pub fn who(&self, room: &str, sub: &str) -> Who {
         let m = self.signer.mac(b"room-who", format!("{room}|{sub}").as_bytes());
@@ -913,10 +1038,15 @@ impl Rooms {
         let (opens_at, _) = room.window(&spec);
         let open = opens_at.is_none_or(|o| now_s as i64 >= o);
         let proven = proven || spec.config.bot_check == config::RoomBotCheck::Off;
-        let proof = state::Proof { proven, now_ms, grace_ms: spec.config.proof_grace_seconds * 1000 };
-        let Some(j) = room.state.join(self.who(&room.id, sub), open, proof).await? else { return Ok(None) };
+        let who = self.who(&room.id, sub);
+        // An invitee of a room whose lane has a share of the release joins the lane too (one read
+        // of the invite store; rooms without a share never read it here).
+        let lane = proven && spec.lane_share.is_some() && self.invites(&room.id).is_member(who).await?;
+        let proof = state::Proof { proven, now_ms, grace_ms: spec.config.proof_grace_seconds * 1000, lane };
+        let Some(j) = room.state.join(who, open, proof).await? else { return Ok(None) };
         if j.fresh {
             room.joins.fetch_add(1, Ordering::Relaxed);
+            room.report.tally.count(now_ms, tally::Count::Joins, 1);
         }
         Ok(Some(QueueTicket {
             room: room.id.clone(),
@@ -925,6 +1055,7 @@ impl Rooms {
             device: device.to_owned(),
             owner: self.owner(&room.id, sub),
             owed: j.owed,
+            lane: j.lane,
         }))
     }
 
@@ -971,7 +1102,8 @@ impl Rooms {
         let cap = spec.config.total_active_max;
         let alive = room.state.session_alive(who, now_ms).await?;
         if alive || cap.is_none_or(|cap| room.active.load(Ordering::Relaxed) < cap) {
-            return self.admit(room, &spec, s, who, sub, pos, alive, now_ms).await.map(StatusOutcome::Status);
+            let waited_s = (now_ms / 1000).saturating_sub(t.issued_at);
+            return self.admit(room, &spec, s, who, sub, (pos, waited_s), alive, now_ms).await.map(StatusOutcome::Status);
         }
         // At the total-active cap: first in line, waiting for a session to end.
         s.ahead = Some(0);
@@ -1006,8 +1138,13 @@ impl Rooms {
         if !room.state.pass(t.position).await? {
             return Ok(None);
         }
+        room.report.tally.count(unix_ms(), tally::Count::Released, 1);
         match self.status(room, &t, sub).await? {
-            StatusOutcome::Status(s) if s.token.is_some() => Ok(Some(s)),
+            StatusOutcome::Status(s) if s.token.is_some() => {
+                // Let in on the protected path itself: the session is in use at once.
+                self.note_use(room, self.who(&room.id, sub), unix_ms()).await;
+                Ok(Some(s))
+            }
             _ => Ok(None),
         }
     }
@@ -1043,7 +1180,8 @@ impl Rooms {
             proof_deadline_seconds: None,
         };
         let (opens_at, closes_at) = room.window(spec);
-        if closes_at.is_some_and(|c| now_s >= c) {
+        if closes_at.is_some_and(|c| now_s >= c) || room.rejecting() {
+            // Closed, or turning everyone away (reject-all): the place is never admitted.
             s.state = Phase::Closed;
             s.poll_after_ms = jitter(60_000);
             return Peek::Answer(s);
@@ -1083,10 +1221,21 @@ impl Rooms {
             });
             return Peek::Answer(s);
         }
-        if pos <= c.serving {
+        if pos <= c.serving || (t.lane > 0 && t.lane <= c.lane_serving) {
             return Peek::Front(s, pos);
         }
-        let ahead = pos - c.serving - 1;
+        let mut ahead = pos - c.serving - 1;
+        // The share of the release that `ahead` moves at (a lane place: its lane's, when the lane
+        // is the faster way in).
+        let mut share = 1.0;
+        if t.lane > 0
+            && let Some(lane_share) = spec.lane_share
+        {
+            let lane_ahead = t.lane - c.lane_serving - 1;
+            if (lane_ahead + 1) as f64 / lane_share < (ahead + 1) as f64 {
+                (ahead, share) = (lane_ahead, lane_share);
+            }
+        }
         s.ahead = Some(ahead);
         if room.is_paused() || room.is_queue_all() {
             // Nothing is released until the operator resumes: no ETA ("unknown"), and an answer
@@ -1095,7 +1244,7 @@ impl Rooms {
             s.poll_after_ms = jitter(4000);
             return Peek::Answer(s);
         }
-        let base = if measured > 0.0 { measured } else { rate };
+        let base = if measured > 0.0 { measured } else { rate } * share;
         if base > 0.0 {
             let eta = (ahead + 1) as f64 / base;
             s.eta_seconds = Some(Eta { low: (eta * 0.8).floor() as u64, high: (eta * 1.3).ceil() as u64 + 1 });
@@ -1118,7 +1267,7 @@ impl Rooms {
         mut s: Status,
         who: Who,
         sub: &str,
-        pos: u64,
+        (pos, waited_s): (u64, u64),
         alive: bool,
         now_ms: u64,
     ) -> Result<Status, RoomError> {
@@ -1127,6 +1276,7 @@ impl Rooms {
         if !alive && room.state.open_session(who, now_ms + cfg.session_seconds * 1000).await? {
             room.active.fetch_add(1, Ordering::Relaxed);
             room.admissions.fetch_add(1, Ordering::Relaxed);
+            room.report.tally.admitted(now_ms, waited_s);
         }
         self.touch(room, who, now_ms).await;
         let claims = keys.new_claims(&cfg.event, sub, &room.id, pos, cfg.max_qty, cfg.token_seconds as i64);
@@ -1141,18 +1291,25 @@ impl Rooms {
         Ok(s)
     }
 
-    /// A verified token's session still runs, and the token belongs to this visitor (its `sub`
-    /// is the visitor's user id or device id). Unknown rooms (edge-only protected rules) pass.
+    /// A verified token belongs to this visitor (its `sub` is the visitor's user id or signed
+    /// device id) and, for a waiting room, its session still runs. A rule of `[[edge.protected]]`
+    /// whose room is no waiting room (its tokens minted elsewhere, e.g. `mint-token --sub`) keeps
+    /// no session, but its tokens still pass only for the visitor they name: a token copied to
+    /// another visitor, or presented with no identity at all, is refused.
     /// `Err` when the room state could not be read (the caller answers 503, not "not admitted").
     pub async fn session_ok(&self, room: &str, sub: &str, user: Option<&str>, device: Option<&str>) -> Result<bool, StateError> {
-        let Some(r) = self.get(room) else { return Ok(true) };
         if user != Some(sub) && device != Some(sub) {
             return Ok(false);
         }
+        let Some(r) = self.get(room) else { return Ok(true) };
         let (who, now) = (self.who(room, sub), unix_ms());
         let alive = r.state.session_alive(who, now).await?;
         if alive {
             self.touch(&r, who, now).await;
+            if !r.use_noted(who) {
+                // (Boxed: once a session on this edge; every request's future would carry its size.)
+                Box::pin(self.note_use(&r, who, now)).await;
+            }
         }
         Ok(alive)
     }
@@ -1164,7 +1321,7 @@ impl Rooms {
         if room.touched_recently(who, now_ms) {
             return;
         }
-        room.touched.insert(who, now_ms);
+        room.touched.entry(who).and_modify(|t| *t = now_ms | (*t & USE_NOTED)).or_insert(now_ms);
         if let Err(e) = room.state.touch(who, now_ms).await {
             tracing::debug!(room = %room.id, "session touch: {e}");
         }
@@ -1179,8 +1336,11 @@ impl Rooms {
         let Ok(c) = check.verify(token, &rule) else { return };
         let (who, now) = (self.who(&room.id, &c.sub), unix_ms());
         // Most core requests of a fan come within the throttle: no state round trip for them.
-        if !room.touched_recently(who, now) && room.state.session_alive(who, now).await.unwrap_or(false) {
+        if (!room.touched_recently(who, now) || !room.use_noted(who)) && room.state.session_alive(who, now).await.unwrap_or(false) {
             self.touch(&room, who, now).await;
+            if !room.use_noted(who) {
+                Box::pin(self.note_use(&room, who, now)).await;
+            }
         }
     }
 
@@ -1192,6 +1352,42 @@ impl Rooms {
             let _ = r.active.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| Some(a.saturating_sub(1)));
         }
     }
+}
+
+/// The invite lane ([`invite`]).
+impl Rooms {
+    /// The invite store of room `id` (made on first use, in the rooms' backend).
+    pub fn invites(&self, id: &str) -> Arc<dyn invite::InviteStore> {
+        if let Some(s) = self.invites.get(id) {
+            return s.clone();
+        }
+        let store: Arc<dyn invite::InviteStore> = match &self.backend {
+            state_backend::Backend::Embedded => Arc::new(invite::EmbeddedInvites::default()),
+            state_backend::Backend::Redis(r) => Arc::new(invite::RedisInvites::new(r.clone(), id)),
+        };
+        self.invites.entry(id.to_owned()).or_insert(store).clone()
+    }
+
+    /// Whether `sub` may take a place in `room` now: the room is not invite-only now (no store
+    /// read), or `sub` is an invitee.
+    pub async fn may_join(&self, room: &Room, sub: &str) -> Result<bool, StateError> {
+        if !room.spec().invite_only((unix_ms() / 1000) as i64) {
+            return Ok(true);
+        }
+        self.invites(&room.id).is_member(self.who(&room.id, sub)).await
+    }
+
+    /// `sub` redeems `code` (as typed) in `room`: `None` when it is malformed.
+    pub async fn redeem(&self, room: &Room, sub: &str, code: &str) -> Result<Option<invite::Redeemed>, StateError> {
+        let Some(n) = invite::normalize(code) else { return Ok(None) };
+        let hash = invite::code_hash(&self.signer, &room.id, &n);
+        self.invites(&room.id).redeem(&hash, self.who(&room.id, sub)).await.map(Some)
+    }
+}
+
+/// A room's invite-only end as RFC 3339 (`None`: for good, or no lane).
+pub fn invite_until_text(room: &Room) -> Option<String> {
+    room.spec().invite_until.filter(|u| *u != i64::MAX).and_then(rfc3339)
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Phase, Status};
 use crate::check::ConfigIssue;
-use crate::i18n::{Catalogue, Lang, Words, countdown_text, eta_text, html_escape, rate_text};
+use crate::i18n::{Brand, Catalogue, Lang, Words, countdown_text, eta_text, html_escape, rate_text};
 
 /// static/queue.js, served at `/static/queue.js` unless `static-dir` has its own.
 pub const QUEUE_JS: &str = include_str!("../../../static/queue.js");
@@ -53,6 +53,10 @@ pub struct QueuePageConfig {
     pub logo_url: Option<String>,
     /// Colours (`#rgb` or `#rrggbb`). Default: the built-in light and dark palettes.
     pub colours: QueuePageColours,
+    /// The UTC offset of the sale's audience (`+08:00`, `-05:00`): a page shown without
+    /// JavaScript gives the opening time in it too, beside UTC (with JavaScript the fan's own zone
+    /// replaces it). Default: none (UTC only without JavaScript).
+    pub utc_offset: Option<String>,
     /// Text overrides per language and catalogue key, e.g. `[edge.queue-page.text.en]
     /// title_waiting = "You are in the line for the Summer Tour"`. Keys and `{placeholders}` are
     /// those of static/i18n/en.json. Default: none.
@@ -158,6 +162,8 @@ pub struct QueuePage {
     logo_url: Option<String>,
     /// `:root { --accent: ... }` from `colours`, or empty.
     colours_css: String,
+    /// `utc-offset` in minutes east of UTC.
+    utc_offset: Option<i32>,
 }
 
 impl Default for QueuePage {
@@ -170,11 +176,17 @@ impl Default for QueuePage {
 pub struct PageWords<'a> {
     lang: Lang,
     texts: &'a Catalogue,
+    colours_css: &'a str,
+    logo_url: Option<&'a str>,
+    event_name: Option<&'a str>,
 }
 
 impl Words for PageWords<'_> {
     fn lang(&self) -> Lang {
         self.lang
+    }
+    fn brand(&self) -> Brand<'_> {
+        Brand { colours_css: self.colours_css, logo_url: self.logo_url, event_name: self.event_name }
     }
     fn text(&self, key: &str) -> &str {
         self.texts.get(key).map_or("", String::as_str)
@@ -193,6 +205,8 @@ pub struct PageView<'a> {
     pub now: i64,
     /// Seconds until the room opens (`not_open`).
     pub opens_in: Option<u64>,
+    /// The room's own `event-name`, over `[edge.queue-page] event-name`.
+    pub event_name: Option<&'a str>,
 }
 
 impl QueuePage {
@@ -245,6 +259,14 @@ impl QueuePage {
                 });
             }
         }
+        let utc_offset = match cfg.utc_offset.as_deref().map(parse_offset) {
+            None => None,
+            Some(Some(m)) => Some(m),
+            Some(None) => {
+                issues.push(ConfigIssue { path: key("utc-offset"), message: "an offset like +08:00 or -05:30 (at most 14:00)".into() });
+                None
+            }
+        };
         if cfg.event_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
             issues.push(ConfigIssue { path: key("event-name"), message: "empty".into() });
         }
@@ -270,18 +292,24 @@ impl QueuePage {
         if !issues.is_empty() {
             return Err(issues);
         }
-        Ok(QueuePage { template, texts, event_name: cfg.event_name.clone(), logo_url: cfg.logo_url.clone(), colours_css })
+        Ok(QueuePage { template, texts, event_name: cfg.event_name.clone(), logo_url: cfg.logo_url.clone(), colours_css, utc_offset })
     }
 
     /// The words of `lang` on this page.
     pub fn words(&self, lang: Lang) -> PageWords<'_> {
-        PageWords { lang, texts: &self.texts[&lang] }
+        PageWords {
+            lang,
+            texts: &self.texts[&lang],
+            colours_css: &self.colours_css,
+            logo_url: self.logo_url.as_deref(),
+            event_name: self.event_name.as_deref(),
+        }
     }
 
     /// The whole page.
     pub fn render(&self, v: &PageView<'_>) -> String {
         let w = self.words(v.lang);
-        let brand = self.event_name.clone().unwrap_or_else(|| w.text("brand").to_owned());
+        let brand = v.event_name.or(self.event_name.as_deref()).unwrap_or_else(|| w.text("brand")).to_owned();
         let (title_key, _) = headline_keys(v.status);
         let mut out = String::with_capacity(8192);
         for piece in &self.template {
@@ -298,7 +326,7 @@ impl QueuePage {
                 }
                 Piece::Slot(Slot::Languages) => out.push_str(&languages(&w, v.lang)),
                 Piece::Slot(Slot::Head) => out.push_str(&self.head(v, &w, &brand)),
-                Piece::Slot(Slot::Queue) => out.push_str(&queue(v, &w)),
+                Piece::Slot(Slot::Queue) => out.push_str(&queue(v, &w, self.utc_offset)),
             }
         }
         out
@@ -382,7 +410,7 @@ fn hidden(hide: bool) -> &'static str {
 }
 
 /// The live part of the page, with the figures of `v.status` filled in.
-fn queue(v: &PageView<'_>, w: &PageWords<'_>) -> String {
+fn queue(v: &PageView<'_>, w: &PageWords<'_>, utc_offset: Option<i32>) -> String {
     let t = |k: &str| html_escape(w.text(k));
     let (title_key, detail_key) = headline_keys(v.status);
     let s = v.status;
@@ -405,11 +433,18 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>) -> String {
     let opens_at_text = if opens_at.is_empty() {
         String::new()
     } else {
-        // 2026-12-01T02:00:00Z → 2026-12-01 02:00; queue.js shows it in the fan's time zone.
+        // 2026-12-01T02:00:00Z → 2026-12-01 02:00 (UTC); the line under it (`opens-at-local`)
+        // gives the audience's offset, and queue.js the fan's own zone.
         let utc = opens_at.replacen('T', " ", 1);
         let utc = utc.trim_end_matches('Z');
         let utc = utc.strip_suffix(":00").unwrap_or(utc);
         w.fill("opens_at", &[("time", utc)])
+    };
+    // The opening in the audience's zone (`utc-offset`), for a page without JavaScript; queue.js
+    // writes the fan's own zone there.
+    let opens_at_local = match (super::config::parse_time(opens_at), utc_offset) {
+        (Some(t), Some(m)) => local_time(t, m),
+        _ => String::new(),
     };
     let countdown = v.opens_in.map(|o| countdown_text(w, o)).unwrap_or_default();
     let mut out = format!(
@@ -427,6 +462,7 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>) -> String {
          <p class=\"opens-label\">{opens_in}</p>\n\
          <p id=\"countdown\" class=\"countdown\" data-opens-at=\"{opens_at}\" aria-live=\"off\">{countdown}</p>\n\
          <p id=\"opens-at\" class=\"small\">{opens_at_text}</p>\n\
+         <p id=\"opens-at-local\" class=\"small\" dir=\"ltr\">{opens_at_local}</p>\n\
          </div>\n\
          <dl class=\"figures\">\n\
          <div id=\"ahead-box\" class=\"wide\"{ahead_hidden}><dt>{ahead_label}</dt><dd id=\"ahead\">{ahead_text}</dd></div>\n\
@@ -445,6 +481,7 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>) -> String {
         opens_at = html_escape(opens_at),
         countdown = html_escape(&countdown),
         opens_at_text = html_escape(&opens_at_text),
+        opens_at_local = html_escape(&opens_at_local),
         ahead_hidden = hidden(ahead.is_none()),
         ahead_label = t("ahead"),
         ahead_text = html_escape(&ahead_text),
@@ -478,6 +515,39 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>) -> String {
         crate::bot::POW_JS_PATH
     ));
     out
+}
+
+/// `+08:00` / `-05:30` → minutes east of UTC (at most 14 hours).
+fn parse_offset(s: &str) -> Option<i32> {
+    let (sign, rest) = match s.as_bytes().first()? {
+        b'+' => (1, &s[1..]),
+        b'-' => (-1, &s[1..]),
+        _ => return None,
+    };
+    let (h, m) = rest.split_once(':')?;
+    if h.len() != 2 || m.len() != 2 || !h.bytes().chain(m.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (h, m): (i32, i32) = (h.parse().ok()?, m.parse().ok()?);
+    (m < 60 && h * 60 + m <= 14 * 60).then_some(sign * (h * 60 + m))
+}
+
+/// Unix seconds at `offset` minutes east of UTC: `2026-12-01 10:00 (UTC+08:00)` (the form queue.js
+/// writes for the fan's own zone).
+fn local_time(t: i64, offset: i32) -> String {
+    let Ok(at) = time::OffsetDateTime::from_unix_timestamp(t + i64::from(offset) * 60) else { return String::new() };
+    let a = offset.unsigned_abs();
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02} (UTC{}{:02}:{:02})",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        if offset < 0 { '-' } else { '+' },
+        a / 60,
+        a % 60
+    )
 }
 
 /// The status JSON's name of a phase.
@@ -516,7 +586,7 @@ mod tests {
     }
 
     fn view<'a>(s: Option<&'a Status>, lang: Lang) -> PageView<'a> {
-        PageView { lang, status: s, bot_check: "off", now: 1_800_000_000, opens_in: None }
+        PageView { lang, status: s, bot_check: "off", now: 1_800_000_000, opens_in: None, event_name: None }
     }
 
     #[test]
@@ -563,6 +633,26 @@ mod tests {
     }
 
     #[test]
+    fn without_javascript_the_opening_is_also_shown_at_the_audiences_offset() {
+        let mut s = status(Phase::NotOpen, Some(3), 0.0);
+        s.opens_at = Some("2026-12-01T02:00:00Z".into());
+        let mut v = view(Some(&s), Lang::En);
+        v.opens_in = Some(60);
+        let plain = QueuePage::default().render(&v);
+        assert!(plain.contains("<p id=\"opens-at-local\" class=\"small\" dir=\"ltr\"></p>"), "none set: queue.js fills it: {plain}");
+        for (offset, want) in [("+08:00", "2026-12-01 10:00 (UTC+08:00)"), ("-05:30", "2026-11-30 20:30 (UTC-05:30)"), ("+00:00", "2026-12-01 02:00 (UTC+00:00)")] {
+            let cfg = QueuePageConfig { utc_offset: Some(offset.into()), ..Default::default() };
+            let html = QueuePage::compile(&cfg, &|p| PathBuf::from(p)).unwrap().render(&v);
+            assert!(html.contains(&format!("dir=\"ltr\">{want}</p>")), "{offset}: {html}");
+            assert!(html.contains("Opens at 2026-12-01 02:00 (UTC)"), "UTC stays");
+        }
+        for bad in ["+8", "08:00", "+14:30", "+08:60", "+08:00Z", "", "-99:00", "+０8:00"] {
+            assert_eq!(parse_offset(bad), None, "{bad}");
+        }
+        assert_eq!((parse_offset("+14:00"), parse_offset("-03:30")), (Some(840), Some(-210)));
+    }
+
+    #[test]
     fn sold_out_closed_and_the_bot_check_read_right() {
         let page = QueuePage::default();
         let s = status(Phase::SoldOut, None, 0.0);
@@ -588,6 +678,7 @@ mod tests {
             logo_url: Some("/img/logo.png".into()),
             colours: QueuePageColours { accent: Some("#0a7".into()), ..Default::default() },
             text: BTreeMap::from([("en".into(), BTreeMap::from([("title_waiting".into(), "Hold tight".into())]))]),
+            utc_offset: None,
         };
         let page = QueuePage::compile(&cfg, &resolve).unwrap();
         let s = status(Phase::Waiting, Some(5), 10.0);
@@ -617,6 +708,10 @@ mod tests {
             assert!(paths.contains(&p), "{p} in {issues:?}");
         }
         assert!(issues.iter().any(|i| i.message.contains("{{queue}}")), "{issues:?}");
+        cfg.utc_offset = Some("+8".into());
+        let issues = QueuePage::compile(&cfg, &resolve).unwrap_err();
+        assert!(issues.iter().any(|i| i.path == "edge.queue-page.utc-offset"), "{issues:?}");
+        cfg.utc_offset = None;
         cfg.template = Some("missing.html".into());
         let issues = QueuePage::compile(&cfg, &resolve).unwrap_err();
         assert!(issues.iter().any(|i| i.path == "edge.queue-page.template" && i.message.contains("cannot read")), "{issues:?}");

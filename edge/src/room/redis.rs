@@ -20,7 +20,7 @@ use redis::{Script, Value};
 use tokio::sync::OnceCell;
 use wicket_core::store::redis::Conn;
 
-use super::state::{Counters, Joined, Proof, ProofState, RoomState, StateError, Who};
+use super::state::{Advanced, Counters, Joined, Proof, ProofState, RoomState, StateError, Who};
 
 /// Most owed places one advance passes (the rest the next tick).
 const MAX_SKIP: u64 = 100_000;
@@ -91,7 +91,29 @@ impl RedisRooms {
         }
     }
 
-    async fn conn(&self) -> Result<Conn, StateError> {
+    /// The shared connection (the invite lane's store, [`super::invite`], uses it too).
+    /// Runs a room script with its keys and arguments, within [`CALL_TIMEOUT`].
+    pub(crate) async fn run(&self, script: &Script, keys: &[&str], args: &[String]) -> Result<Value, StateError> {
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
+        for a in args {
+            inv.arg(a.as_str());
+        }
+        self.invoke(&inv).await
+    }
+
+    /// Runs one command, within [`CALL_TIMEOUT`].
+    pub(crate) async fn cmd(&self, cmd: redis::Cmd) -> Result<Value, StateError> {
+        let mut conn = self.conn().await?;
+        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Value>(&mut conn)).await {
+            Ok(r) => r.map_err(|e| StateError(e.to_string())),
+            Err(_) => Err(StateError("Redis did not answer in time".into())),
+        }
+    }
+
+    pub(crate) async fn conn(&self) -> Result<Conn, StateError> {
         let c = self
             .conn
             .get_or_try_init(|| async {
@@ -139,13 +161,7 @@ impl RedisRooms {
     }
 
     async fn hset(&self, key: &str, field: &str, value: &str) -> Result<(), StateError> {
-        let mut conn = self.conn().await?;
-        let cmd = redis::cmd("HSET").arg(key).arg(field).arg(value).clone();
-        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Value>(&mut conn)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(StateError(format!("redis: {e}"))),
-            Err(_) => Err(StateError("redis: timed out".into())),
-        }
+        self.cmd(redis::cmd("HSET").arg(key).arg(field).arg(value).clone()).await.map(|_| ())
     }
 
     async fn hgetall(&self, key: &str) -> Result<Vec<(String, String)>, StateError> {
@@ -154,6 +170,24 @@ impl RedisRooms {
         match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Vec<(String, String)>>(&mut conn)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(StateError(format!("redis: {e}"))),
+            Err(_) => Err(StateError("redis: timed out".into())),
+        }
+    }
+
+    /// Runs a prepared script (the room report's, [`crate::room::report`]).
+    pub async fn invoke(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Value, StateError> {
+        let mut conn = self.conn().await?;
+        match tokio::time::timeout(CALL_TIMEOUT, inv.invoke_async::<Value>(&mut conn)).await {
+            Ok(r) => r.map_err(|e| StateError(format!("redis: {e}"))),
+            Err(_) => Err(StateError("redis: timed out".into())),
+        }
+    }
+
+    /// Sends a pipeline (the room report's reads and marks); its answers (ignored ones left out).
+    pub async fn pipe(&self, p: &redis::Pipeline) -> Result<Vec<Value>, StateError> {
+        let mut conn = self.conn().await?;
+        match tokio::time::timeout(CALL_TIMEOUT, p.query_async::<Vec<Value>>(&mut conn)).await {
+            Ok(r) => r.map_err(|e| StateError(format!("redis: {e}"))),
             Err(_) => Err(StateError("redis: timed out".into())),
         }
     }
@@ -175,6 +209,11 @@ impl RedisRooms {
             owed: k("owed"),
             passed: k("passed"),
             late: k("late"),
+            lane_issued: k("lane_issued"),
+            lane_serving: k("lane_serving"),
+            lane: k("lane"),
+            lane_passed: k("lane_passed"),
+            lane_who: k("lanewho"),
             cache: Mutex::new(Counters::default()),
             tracked: Mutex::new(0),
             max_tracked: 10_000_000,
@@ -206,6 +245,13 @@ pub struct RedisRoom {
     passed: String,
     /// Late proofs not yet taken off a release.
     late: String,
+    /// The invite lane's share: last lane place, lane places admitted, lane place -> place (not yet
+    /// passed by serving), lane places passed by serving, identity -> "place:lane place".
+    lane_issued: String,
+    lane_serving: String,
+    lane: String,
+    lane_passed: String,
+    lane_who: String,
     cache: Mutex<Counters>,
     tracked: Mutex<usize>,
     max_tracked: usize,
@@ -231,38 +277,25 @@ fn ints(v: &Value) -> Vec<Option<i64>> {
     }
 }
 
-impl RedisRoom {
-    async fn run(&self, script: &Script, keys: &[&str], args: &[String]) -> Result<Value, StateError> {
-        let mut inv = script.prepare_invoke();
-        for k in keys {
-            inv.key(*k);
-        }
-        for a in args {
-            inv.arg(a.as_str());
-        }
-        let mut conn = self.redis.conn().await?;
-        match tokio::time::timeout(CALL_TIMEOUT, inv.invoke_async::<Value>(&mut conn)).await {
-            Ok(r) => r.map_err(|e| StateError(e.to_string())),
-            Err(_) => Err(StateError("Redis did not answer in time".into())),
-        }
-    }
-
-    async fn cmd(&self, cmd: redis::Cmd) -> Result<Value, StateError> {
-        let mut conn = self.redis.conn().await?;
-        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Value>(&mut conn)).await {
-            Ok(r) => r.map_err(|e| StateError(e.to_string())),
-            Err(_) => Err(StateError("Redis did not answer in time".into())),
-        }
-    }
-}
-
 #[async_trait]
 impl RoomState for RedisRoom {
     async fn join(&self, who: Who, open: bool, proof: Proof) -> Result<Option<Joined>, StateError> {
         let v = self
+            .redis
             .run(
                 &JOIN,
-                &[&self.issued, &self.who, &self.prequeue, &self.shuffle, &self.owed, &self.passed, &self.late],
+                &[
+                    &self.issued,
+                    &self.who,
+                    &self.prequeue,
+                    &self.shuffle,
+                    &self.owed,
+                    &self.passed,
+                    &self.late,
+                    &self.lane_issued,
+                    &self.lane,
+                    &self.lane_who,
+                ],
                 &[
                     who_hex(who),
                     if open { "1" } else { "0" }.into(),
@@ -271,15 +304,17 @@ impl RoomState for RedisRoom {
                     if proof.proven { "1" } else { "0" }.into(),
                     proof.now_ms.to_string(),
                     proof.grace_ms.to_string(),
+                    if proof.lane { "1" } else { "0" }.into(),
                 ],
             )
             .await?;
         match ints(&v).as_slice() {
-            [Some(0), Some(_), Some(_)] => Ok(None),
-            [Some(p), Some(new), Some(owed)] if *p > 0 => {
+            [Some(0), Some(_), Some(_), Some(_)] => Ok(None),
+            [Some(p), Some(new), Some(owed), Some(lane)] if *p > 0 && *lane >= 0 => {
                 let mut c = self.cache.lock();
                 c.issued = c.issued.max(*p as u64);
-                Ok(Some(Joined { position: *p as u64, fresh: *new == 1, owed: *owed == 1 }))
+                c.lane_issued = c.lane_issued.max(*lane as u64);
+                Ok(Some(Joined { position: *p as u64, fresh: *new == 1, owed: *owed == 1, lane: *lane as u64 }))
             }
             _ => Err(StateError(format!("room_join answered {v:?}"))),
         }
@@ -287,7 +322,7 @@ impl RoomState for RedisRoom {
 
     async fn proof_state(&self, who: Who, position: u64, now_ms: u64, grace_ms: u64) -> Result<ProofState, StateError> {
         let args = [who_hex(who), position.to_string(), now_ms.to_string(), grace_ms.to_string()];
-        let v = self.run(&PROOF, &[&self.who, &self.owed, &self.passed], &args).await?;
+        let v = self.redis.run(&PROOF, &[&self.who, &self.owed, &self.passed], &args).await?;
         match ints(&v).as_slice() {
             [Some(0)] => Ok(ProofState::Proven),
             [Some(1)] => Ok(ProofState::Owed),
@@ -299,7 +334,7 @@ impl RoomState for RedisRoom {
 
     async fn lapse(&self, now_ms: u64, grace_ms: u64) -> Result<u64, StateError> {
         let args = [now_ms.saturating_sub(grace_ms).to_string(), "1000".into()];
-        let v = self.run(&LAPSE, &[&self.who, &self.passed], &args).await?;
+        let v = self.redis.run(&LAPSE, &[&self.who, &self.passed], &args).await?;
         Ok(int(&v).unwrap_or(0).max(0) as u64)
     }
 
@@ -309,8 +344,8 @@ impl RoomState for RedisRoom {
 
     async fn refresh(&self) -> Result<Counters, StateError> {
         let mut cmd = redis::cmd("MGET");
-        cmd.arg(&self.issued).arg(&self.serving).arg(&self.prequeue).arg(&self.shuffle);
-        let v = self.cmd(cmd).await?;
+        cmd.arg(&self.issued).arg(&self.serving).arg(&self.prequeue).arg(&self.shuffle).arg(&self.lane_issued).arg(&self.lane_serving).arg(&self.lane_passed);
+        let v = self.redis.cmd(cmd).await?;
         let n = ints(&v);
         let get = |i: usize| n.get(i).copied().flatten();
         let c = Counters {
@@ -325,10 +360,13 @@ impl RoomState for RedisRoom {
                 _ => None,
             }
             .unwrap_or(0),
+            lane_issued: get(4).unwrap_or(0).max(0) as u64,
+            lane_serving: get(5).unwrap_or(0).max(0) as u64,
+            lane_passed: get(6).unwrap_or(0).max(0) as u64,
         };
         let mut hlen = redis::cmd("HLEN");
         hlen.arg(&self.who);
-        if let Ok(v) = self.cmd(hlen).await {
+        if let Ok(v) = self.redis.cmd(hlen).await {
             *self.tracked.lock() = int(&v).unwrap_or(0).max(0) as usize;
         }
         *self.cache.lock() = c;
@@ -336,20 +374,20 @@ impl RoomState for RedisRoom {
     }
 
     async fn lead(&self, node: &str, lease_ms: u64) -> Result<bool, StateError> {
-        let v = self.run(&LEAD, &[&self.leader], &[node.to_owned(), lease_ms.to_string()]).await?;
+        let v = self.redis.run(&LEAD, &[&self.leader], &[node.to_owned(), lease_ms.to_string()]).await?;
         Ok(int(&v) == Some(1))
     }
 
     async fn resign(&self, node: &str) -> Result<(), StateError> {
-        self.run(&RESIGN, &[&self.leader], &[node.to_owned()]).await.map(|_| ())
+        self.redis.run(&RESIGN, &[&self.leader], &[node.to_owned()]).await.map(|_| ())
     }
 
     async fn freeze(&self) -> Result<(), StateError> {
-        self.run(&FREEZE, &[&self.issued, &self.prequeue, &self.shuffle], &[rand::random::<u64>().to_string()]).await.map(|_| ())
+        self.redis.run(&FREEZE, &[&self.issued, &self.prequeue, &self.shuffle], &[rand::random::<u64>().to_string()]).await.map(|_| ())
     }
 
     async fn pass(&self, position: u64) -> Result<bool, StateError> {
-        let v = self.run(&PASS, &[&self.serving], &[position.to_string()]).await?;
+        let v = self.redis.run(&PASS, &[&self.serving], &[position.to_string()]).await?;
         let served = int(&v) == Some(1);
         if served {
             let mut c = self.cache.lock();
@@ -359,31 +397,48 @@ impl RoomState for RedisRoom {
         Ok(served)
     }
 
-    async fn advance_at(&self, node: &str, n: u64, now_ms: u64) -> Result<u64, StateError> {
-        let keys = [&self.leader, &self.issued, &self.serving, &self.owed, &self.passed, &self.late];
+    async fn advance_lane(&self, node: &str, n: u64, lane: u64, now_ms: u64) -> Result<Advanced, StateError> {
+        let keys = [
+            &self.leader,
+            &self.issued,
+            &self.serving,
+            &self.owed,
+            &self.passed,
+            &self.late,
+            &self.lane_issued,
+            &self.lane_serving,
+            &self.lane,
+            &self.lane_passed,
+        ];
         let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
-        let args = [node.to_owned(), n.to_string(), now_ms.to_string(), MAX_SKIP.to_string()];
-        let v = self.run(&ADVANCE, &keys, &args).await?;
-        match int(&v) {
-            Some(s) if s >= 0 => {
-                self.cache.lock().serving = s as u64;
-                Ok(s as u64)
+        let args = [node.to_owned(), n.to_string(), now_ms.to_string(), MAX_SKIP.to_string(), lane.to_string()];
+        let v = self.redis.run(&ADVANCE, &keys, &args).await?;
+        match (int(&v), ints(&v).as_slice()) {
+            (Some(_), _) => {
+                // Not the leader: nothing moved.
+                let c = self.cache.lock();
+                Ok(Advanced { serving: c.serving, lane_serving: c.lane_serving, released: 0 })
             }
-            Some(_) => Ok(self.cache.lock().serving),
-            None => Err(StateError(format!("room_advance answered {v:?}"))),
+            (None, [Some(s), Some(l), Some(r)]) if *s >= 0 && *l >= 0 && *r >= 0 => {
+                let mut c = self.cache.lock();
+                c.serving = *s as u64;
+                c.lane_serving = *l as u64;
+                Ok(Advanced { serving: *s as u64, lane_serving: *l as u64, released: *r as u64 })
+            }
+            _ => Err(StateError(format!("room_advance answered {v:?}"))),
         }
     }
 
     async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {
         let mut cmd = redis::cmd("ZADD");
         cmd.arg(&self.sessions).arg("NX").arg(until_ms).arg(who_hex(who));
-        Ok(int(&self.cmd(cmd).await?) == Some(1))
+        Ok(int(&self.redis.cmd(cmd).await?) == Some(1))
     }
 
     async fn session_alive(&self, who: Who, now_ms: u64) -> Result<bool, StateError> {
         let mut cmd = redis::cmd("ZSCORE");
         cmd.arg(&self.sessions).arg(who_hex(who));
-        let v = self.cmd(cmd).await?;
+        let v = self.redis.cmd(cmd).await?;
         let until = match &v {
             Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse::<f64>().ok()),
             Value::Double(d) => Some(*d),
@@ -397,24 +452,24 @@ impl RoomState for RedisRoom {
         // XX-free ZADD: the sweep drops entries idle past the window and those of ended sessions.
         let mut cmd = redis::cmd("ZADD");
         cmd.arg(&self.seen).arg(now_ms).arg(who_hex(who));
-        self.cmd(cmd).await.map(|_| ())
+        self.redis.cmd(cmd).await.map(|_| ())
     }
 
     async fn end_session(&self, who: Who) -> Result<bool, StateError> {
-        let v = self.run(&END_SESSION, &[&self.sessions, &self.who, &self.ended, &self.seen], &[who_hex(who)]).await?;
+        let v = self.redis.run(&END_SESSION, &[&self.sessions, &self.who, &self.ended, &self.seen], &[who_hex(who)]).await?;
         Ok(int(&v) == Some(1))
     }
 
     async fn spent(&self, who: Who, position: u64) -> Result<bool, StateError> {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&self.who).arg(who_hex(who));
-        let v = self.cmd(cmd).await?;
+        let v = self.redis.cmd(cmd).await?;
         Ok(matches!(&v, Value::BulkString(b) if b.as_slice() == format!("d{position}").as_bytes()))
     }
 
     async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
         let args = [now_ms.to_string(), "1000".into(), idle_ms.to_string()];
-        let v = self.run(&SWEEP, &[&self.sessions, &self.who, &self.ended, &self.seen], &args).await?;
+        let v = self.redis.run(&SWEEP, &[&self.sessions, &self.who, &self.ended, &self.seen], &args).await?;
         match ints(&v).as_slice() {
             [Some(a), Some(e)] => Ok((*a.max(&0) as u64, *e.max(&0) as u64)),
             _ => Err(StateError(format!("room_sweep answered {v:?}"))),

@@ -21,7 +21,6 @@ use super::config::QueueMethod;
 use super::state::StateError;
 use super::{Room, Rooms, unix_ms};
 use crate::controller::{ReleaseMode, TickInput};
-use crate::state::EdgeState;
 
 /// How often every room ticks.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -84,7 +83,9 @@ impl Rooms {
         }
         *room.last_decision.lock() = Some(decision);
         *room.last_input.lock() = Some(input);
-        let releasing = open && !closed && !sold_out;
+        // A room turning everyone away (reject-all) releases nobody: when it takes people again,
+        // the queue moves on from where it stood.
+        let releasing = open && !closed && !sold_out && !room.rejecting();
         let rate = if releasing { decision.rate } else { 0.0 };
         room.set_release_rate(rate);
         let mut whole = 0u64;
@@ -110,38 +111,64 @@ impl Rooms {
             whole = whole.min(room.available.load(Ordering::Relaxed));
             b.last_tick_ms = now_ms;
         }
-        let serving = if leader && whole > 0 { room.state.advance_at(&self.node, whole, now_ms).await? } else { c.serving };
+        // The invite lane's part of this step (`[rooms.invite] share`), its fraction carried.
+        let lane = match spec.lane_share {
+            Some(share) if whole > 0 => {
+                let mut b = room.book.lock();
+                let part = whole as f64 * share + b.lane_carry;
+                // (1e-9: 10 × 0.3 is 3.0000000000000004, 100 × 0.29 is 28.999999999999996.)
+                let k = ((part + 1e-9).floor() as u64).min(whole);
+                b.lane_carry = (part - k as f64).clamp(0.0, 1.0);
+                k
+            }
+            _ => 0,
+        };
+        let step = if leader && whole > 0 { Some(room.state.advance_lane(&self.node, whole, lane, now_ms).await?) } else { None };
+        let serving = step.map_or(c.serving, |a| a.serving);
         if leader && spec.config.bot_check != super::config::RoomBotCheck::Off {
             // Places whose turn came with the bot check still owed, past the grace: lost.
             room.state.lapse(now_ms, spec.config.proof_grace_seconds * 1000).await?;
         }
-        let mut b = room.book.lock();
-        if let Some(prev) = b.last_serving {
-            let inst = serving.saturating_sub(prev) as f64 * 1000.0 / dt_ms as f64;
-            let m = room.measured_rate();
-            room.set_measured_rate(if m == 0.0 { inst } else { 0.7 * m + 0.3 * inst });
+        {
+            let mut b = room.book.lock();
+            if let Some(prev) = b.last_serving {
+                let inst = serving.saturating_sub(prev) as f64 * 1000.0 / dt_ms as f64;
+                let m = room.measured_rate();
+                room.set_measured_rate(if m == 0.0 { inst } else { 0.7 * m + 0.3 * inst });
+            }
+            b.last_serving = Some(serving);
         }
-        b.last_serving = Some(serving);
-        Ok(())
+        // The report: this edge's counts, and from the leader the places it released and its
+        // figures (while people wait or sessions run, or something was counted this minute).
+        if leader && whole > 0 {
+            room.report.tally.count(now_ms, super::tally::Count::Released, step.map_or(0, |a| a.released));
+        }
+        let gauges = leader.then(|| room.report_gauges());
+        let in_play = c.issued > serving || active > 0;
+        room.report.flush(now_ms, gauges.as_deref(), in_play).await
     }
 
     /// `room`'s fair share of the core, which every room of this edge shares (one core, one latency
-    /// window): an equal part of the rooms' total occupancy for each room in play — people queued
-    /// or sessions active — ([`crate::controller::fair_share`]). Over target only the rooms at or
-    /// over their share cut, so one room's surge neither cuts another's budget nor teaches it a
-    /// threshold, and no room is held below its minimum rate. `active` is `room`'s occupancy of
-    /// this tick (the others' are from their last sweep).
+    /// window): the rooms' total occupancy (tokens out and sessions active) divided max-min by
+    /// demand ([`crate::controller::fair_shares`]): a room whose occupancy plus queue is under an
+    /// equal part gets all it wants, the others split the rest. A room under its share grows
+    /// towards it while the core is under target, one over it gives way at the hold pressure, and
+    /// over target only the rooms at or over their share cut, so one room's surge neither starves
+    /// another's release nor teaches it a threshold, and no room is held below its minimum rate.
+    /// `active` is `room`'s occupancy of this tick (the others' are from their last sweep);
+    /// `None` when `room` is alone on the core.
     pub fn fair_share(&self, room: &Room, active: u64) -> Option<f64> {
-        let (mut total, mut in_play) = (0u64, 0usize);
-        for r in self.all() {
-            let occ = if r.id == room.id { active } else { r.active.load(Ordering::Relaxed) };
-            let c = r.state.counters();
-            if occ > 0 || c.issued > c.serving {
-                total += occ;
-                in_play += 1;
-            }
-        }
-        crate::controller::fair_share(total as f64, in_play)
+        let rooms = self.all();
+        let demands: Vec<crate::controller::RoomDemand> = rooms
+            .iter()
+            .map(|r| {
+                let occ = if r.id == room.id { active } else { r.active.load(Ordering::Relaxed) };
+                let c = r.state.counters();
+                crate::controller::RoomDemand::new(occ as f64, c.waiting() as f64)
+            })
+            .collect();
+        let i = rooms.iter().position(|r| r.id == room.id)?;
+        crate::controller::fair_shares(&demands).into_iter().nth(i).flatten()
     }
 
     /// Ticks every room (after applying room changes published by other edges).
@@ -185,6 +212,11 @@ impl Rooms {
                 room.restock_possible.store(stock.sold_out && stock.held > 0, Ordering::Relaxed);
                 if room.sold_out.swap(stock.sold_out, Ordering::Relaxed) != stock.sold_out {
                     tracing::info!(room = %room.id, sold_out = stock.sold_out, held = stock.held, "core stock");
+                    if stock.sold_out
+                        && let Err(e) = room.report.store.sold_out(unix_ms()).await
+                    {
+                        tracing::warn!(room = %room.id, "report: sold-out time not kept: {e}");
+                    }
                 }
             }
         }
@@ -305,9 +337,8 @@ fn known(v: &std::sync::atomic::AtomicU64) -> Option<f64> {
 const ROOM_GAUGES: &[RoomGauge] = &[
     ("wicket_room_issued", "Last queue position handed out", |_, r| Some(r.state.counters().issued as f64)),
     ("wicket_room_serving", "Positions up to here may enter", |_, r| Some(r.state.counters().serving as f64)),
-    ("wicket_room_queued", "People waiting (issued - serving)", |_, r| {
-        let c = r.state.counters();
-        Some(c.issued.saturating_sub(c.serving) as f64)
+    ("wicket_room_queued", "People waiting (issued - serving, less invite-lane places admitted ahead of it)", |_, r| {
+        Some(r.state.counters().waiting() as f64)
     }),
     ("wicket_room_active", "Admitted sessions running", |_, r| Some(r.active.load(Ordering::Relaxed) as f64)),
     ("wicket_room_release_rate", "Admissions per second the release runs at (set)", |_, r| Some(r.release_rate())),
@@ -331,6 +362,8 @@ const ROOM_GAUGES: &[RoomGauge] = &[
         Some(f64::from(u8::from(r.leader.load(Ordering::Relaxed))))
     }),
     ("wicket_room_paused", "1 while the operator has paused the room's releases", |_, r| Some(f64::from(u8::from(r.is_paused())))),
+    ("wicket_room_reject_all", "1 while the room turns everyone away (reject-all)", |_, r| Some(f64::from(u8::from(r.rejecting())))),
+    ("wicket_room_test_mode", "1 while the room meets only its testers (test mode)", |_, r| Some(f64::from(u8::from(r.test_mode())))),
     ("wicket_room_sold_out", "1 when the core says the event is sold out", |_, r| {
         Some(f64::from(u8::from(r.sold_out.load(Ordering::Relaxed))))
     }),
@@ -375,18 +408,21 @@ impl RoomGauges {
 
 /// The background service: ticks rooms every second, polls the core every two.
 pub struct ReleaseLoop {
-    /// Shared state.
-    pub state: Arc<EdgeState>,
+    /// The rooms it ticks.
+    pub rooms: Arc<Rooms>,
+    /// The core whose metrics it reads (utilisation), when the edge has one.
+    pub core: Option<SocketAddr>,
+    /// Where the rooms' gauges are registered (the edge's metrics).
+    pub registry: prometheus::Registry,
 }
 
 #[async_trait]
 impl BackgroundService for ReleaseLoop {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let rooms = self.state.rooms.clone();
-        let core = self.state.core.as_ref().map(|u| u.addr);
+        let (rooms, core) = (self.rooms.clone(), self.core);
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let gauges = RoomGauges::register(&self.state.metrics.registry);
+        let gauges = RoomGauges::register(&self.registry);
         let mut n = 0u64;
         loop {
             tokio::select! {

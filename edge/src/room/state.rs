@@ -6,8 +6,15 @@
 //! identity hash → position (bounded by `max-tracked`, pruned behind the front), and per admitted
 //! person one session entry (bounded by the total-active cap). A queued visitor costs one map
 //! entry; polling costs no lookup at all (the signed ticket carries the position).
+//!
+//! The invite lane's share of the release (`[rooms.invite] share`) is a second pair of counters:
+//! an invitee joining gets, besides its place, a lane place (`lane_issued`, in join order), and is
+//! admitted when its place is reached (`serving`) or its lane place is (`lane_serving`). Each
+//! release step the leader moves `lane_serving` first by up to the lane's part, then `serving` by
+//! the rest; lane places already admitted that `serving` passes cost no release slot. The state
+//! keeps the place of each lane place not yet passed by `serving` (8 bytes each).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
@@ -31,6 +38,19 @@ pub struct Counters {
     pub prequeue: Option<u64>,
     /// Key of the pre-queue shuffle.
     pub shuffle_key: u64,
+    /// Last lane place handed out (0: no invitee joined the lane).
+    pub lane_issued: u64,
+    /// Lane places up to here may enter (whatever their place in `serving`'s order).
+    pub lane_serving: u64,
+    /// Lane places whose place `serving` has passed (as of the last release step).
+    pub lane_passed: u64,
+}
+
+impl Counters {
+    /// People waiting: places after `serving`, less the lane places among them admitted already.
+    pub fn waiting(&self) -> u64 {
+        self.issued.saturating_sub(self.serving).saturating_sub(self.lane_serving.saturating_sub(self.lane_passed))
+    }
 }
 
 /// What a join asks about the room's bot check (the proof gates admission, not the place).
@@ -43,12 +63,15 @@ pub struct Proof {
     pub now_ms: u64,
     /// How long a place whose turn came without the check is kept, ms.
     pub grace_ms: u64,
+    /// The joiner is an invitee of a room whose lane has a share of the release: a new place
+    /// (given with the check given) also gets a lane place. A place with the check owed does not.
+    pub lane: bool,
 }
 
 impl Proof {
     /// A join of someone who gave the check (or of a room without one).
     pub fn given(now_ms: u64) -> Self {
-        Proof { proven: true, now_ms, grace_ms: 0 }
+        Proof { proven: true, now_ms, grace_ms: 0, lane: false }
     }
 }
 
@@ -61,6 +84,20 @@ pub struct Joined {
     pub fresh: bool,
     /// The room's check is still owed for this place: it is not admitted until it is given.
     pub owed: bool,
+    /// The place's lane place (1-based, the lane's join order; 0: none).
+    pub lane: u64,
+}
+
+/// What one release step did ([`RoomState::advance_lane`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Advanced {
+    /// `serving` after it.
+    pub serving: u64,
+    /// `lane_serving` after it.
+    pub lane_serving: u64,
+    /// Places it released: the lane places it admitted, and the places `serving` passed other
+    /// than lane places admitted before (an owed place passed counts, as it always has).
+    pub released: u64,
 }
 
 /// Where a place that owed the room's check stands ([`RoomState::proof_state`]).
@@ -117,7 +154,15 @@ pub trait RoomState: Send + Sync {
     /// slot is never spent on a place that cannot be admitted): they are marked "turn came at
     /// `now_ms`" and keep the place for the grace ([`RoomState::proof_state`]). Late proofs given
     /// since the last advance are taken off `n` first.
-    async fn advance_at(&self, node: &str, n: u64, now_ms: u64) -> Result<u64, StateError>;
+    async fn advance_at(&self, node: &str, n: u64, now_ms: u64) -> Result<u64, StateError> {
+        Ok(self.advance_lane(node, n, 0, now_ms).await?.serving)
+    }
+    /// [`RoomState::advance_at`] with the invite lane's part: up to `lane` of the `n` admissions
+    /// go to lane places first (`lane_serving`, in lane order, never past `lane_issued`), the rest
+    /// move `serving` as [`RoomState::advance_at`] does, where lane places already admitted cost
+    /// nothing. A lane place that `serving` reaches is admitted in order (`lane_serving` follows).
+    /// Not the leader: nothing moves (the counters as known).
+    async fn advance_lane(&self, node: &str, n: u64, lane: u64, now_ms: u64) -> Result<Advanced, StateError>;
     /// [`RoomState::advance_at`] now.
     async fn advance(&self, node: &str, n: u64) -> Result<u64, StateError> {
         let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
@@ -171,6 +216,40 @@ pub struct EmbeddedState {
     created_s: u64,
     /// Places whose bot check is owed; owed joins and advances take it in turn.
     proofs: Mutex<ProofBook>,
+    lane_issued: AtomicU64,
+    lane_serving: AtomicU64,
+    /// [`LaneBook::passed`], for [`RoomState::counters`].
+    lane_passed: AtomicU64,
+    /// The lane places not yet passed by `serving` (lane joins and advances take it in turn,
+    /// after `proofs`).
+    lane: Mutex<LaneBook>,
+}
+
+/// The embedded state's lane places.
+#[derive(Debug, Default)]
+struct LaneBook {
+    /// Lane places passed by `serving` (their places are at or before it).
+    passed: u64,
+    /// The places of the lane places after `passed`, in lane order (increasing).
+    places: VecDeque<u64>,
+    /// who → (place, lane place), for a rejoin.
+    who: HashMap<Who, (u64, u64)>,
+}
+
+impl LaneBook {
+    /// Passes the lane places whose place is at or before `limit`; how many of them were admitted
+    /// through the lane already (at or before `lane_serving`).
+    fn pass_to(&mut self, limit: u64, lane_serving: u64) -> u64 {
+        let mut admitted = 0;
+        while self.places.front().is_some_and(|p| *p <= limit) {
+            self.places.pop_front();
+            self.passed += 1;
+            if self.passed <= lane_serving {
+                admitted += 1;
+            }
+        }
+        admitted
+    }
 }
 
 /// The embedded state's owed places.
@@ -200,6 +279,10 @@ impl EmbeddedState {
             frozen: AtomicBool::new(false),
             created_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             proofs: Mutex::new(ProofBook::default()),
+            lane_issued: AtomicU64::new(0),
+            lane_serving: AtomicU64::new(0),
+            lane_passed: AtomicU64::new(0),
+            lane: Mutex::new(LaneBook::default()),
         }
     }
 
@@ -225,6 +308,17 @@ impl EmbeddedState {
         let book = self.proofs.lock();
         self.positions.retain(|who, p| (*p & !DONE) > serving || book.passed.contains_key(who));
         self.positions.shrink_to_fit();
+        let mut lane = self.lane.lock();
+        lane.who.retain(|who, (p, _)| *p > serving && self.positions.contains_key(who));
+        lane.who.shrink_to_fit();
+    }
+
+    /// The lane place of `who`'s place `p` (0: none).
+    fn lane_of(&self, who: Who, p: u64) -> u64 {
+        if self.lane_issued.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        self.lane.lock().who.get(&who).filter(|(lp, _)| *lp == p).map_or(0, |(_, l)| *l)
     }
 }
 
@@ -242,7 +336,7 @@ impl RoomState for EmbeddedState {
                 if proof.proven {
                     book.owed.remove(&p);
                 }
-                return Ok(Some(Joined { position: p, fresh: false, owed: !proof.proven }));
+                return Ok(Some(Joined { position: p, fresh: false, owed: !proof.proven, lane: 0 }));
             }
             match book.passed.get(&who).copied() {
                 Some((pp, since)) if pp == p && since + proof.grace_ms >= proof.now_ms => {
@@ -250,7 +344,7 @@ impl RoomState for EmbeddedState {
                         book.passed.remove(&who);
                         book.late += 1;
                     }
-                    return Ok(Some(Joined { position: p, fresh: false, owed: !proof.proven }));
+                    return Ok(Some(Joined { position: p, fresh: false, owed: !proof.proven, lane: 0 }));
                 }
                 Some((pp, _)) if pp == p => {
                     // Its turn came longer ago than the grace: the place is lost.
@@ -259,7 +353,7 @@ impl RoomState for EmbeddedState {
                         *e |= DONE;
                     }
                 }
-                _ => return Ok(Some(Joined { position: p, fresh: false, owed: false })),
+                _ => return Ok(Some(Joined { position: p, fresh: false, owed: false, lane: self.lane_of(who, p) })),
             }
         }
         if !proof.proven {
@@ -269,7 +363,7 @@ impl RoomState for EmbeddedState {
             let known = self.positions.get(&who).map(|p| *p);
             if let Some(p) = known.filter(|p| p & DONE == 0) {
                 // A concurrent join of the same identity got a place first: that one.
-                return Ok(Some(Joined { position: p, fresh: false, owed: book.owed.get(&p) == Some(&who) }));
+                return Ok(Some(Joined { position: p, fresh: false, owed: book.owed.get(&p) == Some(&who), lane: 0 }));
             }
             if book.owed.len() >= self.max_tracked || (known.is_none() && self.positions.len() >= self.max_tracked) {
                 return Ok(None);
@@ -277,7 +371,26 @@ impl RoomState for EmbeddedState {
             let p = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
             self.positions.insert(who, p);
             book.owed.insert(p, who);
-            return Ok(Some(Joined { position: p, fresh: true, owed: true }));
+            return Ok(Some(Joined { position: p, fresh: true, owed: true, lane: 0 }));
+        }
+        if proof.lane {
+            // A lane place: its place and lane place issued under the lane's lock, so lane order
+            // is join order and the advance never sees one without the other.
+            let mut lane = self.lane.lock();
+            if let Some(p) = self.positions.get(&who).map(|p| *p).filter(|p| p & DONE == 0) {
+                // A concurrent join of the same identity got a place first: that one.
+                let l = lane.who.get(&who).filter(|(lp, _)| *lp == p).map_or(0, |(_, l)| *l);
+                return Ok(Some(Joined { position: p, fresh: false, owed: false, lane: l }));
+            }
+            let p = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
+            let l = self.lane_issued.load(Ordering::SeqCst) + 1;
+            lane.places.push_back(p);
+            if self.positions.len() < self.max_tracked || self.positions.contains_key(&who) {
+                self.positions.insert(who, p);
+                lane.who.insert(who, (p, l));
+            }
+            self.lane_issued.store(l, Ordering::SeqCst);
+            return Ok(Some(Joined { position: p, fresh: true, owed: false, lane: l }));
         }
         let p = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
         if self.positions.len() < self.max_tracked || self.positions.contains_key(&who) {
@@ -286,9 +399,10 @@ impl RoomState for EmbeddedState {
             if *e & DONE != 0 {
                 *e = p;
             }
-            return Ok(Some(Joined { position: *e, fresh: *e == p, owed: false }));
+            let lane = if *e == p { 0 } else { self.lane_of(who, *e) };
+            return Ok(Some(Joined { position: *e, fresh: *e == p, owed: false, lane }));
         }
-        Ok(Some(Joined { position: p, fresh: true, owed: false }))
+        Ok(Some(Joined { position: p, fresh: true, owed: false, lane: 0 }))
     }
 
     async fn proof_state(&self, who: Who, position: u64, now_ms: u64, grace_ms: u64) -> Result<ProofState, StateError> {
@@ -338,6 +452,9 @@ impl RoomState for EmbeddedState {
             serving: self.serving.load(Ordering::Acquire),
             prequeue: (pq != u64::MAX).then_some(pq),
             shuffle_key: self.shuffle_key,
+            lane_issued: self.lane_issued.load(Ordering::Acquire),
+            lane_serving: self.lane_serving.load(Ordering::Acquire),
+            lane_passed: self.lane_passed.load(Ordering::Acquire),
         }
     }
 
@@ -367,31 +484,49 @@ impl RoomState for EmbeddedState {
         Ok(r.is_ok() || self.serving.load(Ordering::SeqCst) >= position)
     }
 
-    async fn advance_at(&self, _node: &str, n: u64, now_ms: u64) -> Result<u64, StateError> {
+    async fn advance_lane(&self, _node: &str, n: u64, lane_part: u64, now_ms: u64) -> Result<Advanced, StateError> {
         let mut book = self.proofs.lock();
         let late = book.late.min(n);
         book.late -= late;
         let n = n - late;
+        let mut lane = self.lane.lock();
         let issued = self.issued.load(Ordering::SeqCst);
         let serving = self.serving.load(Ordering::SeqCst);
+        let lane_issued = self.lane_issued.load(Ordering::SeqCst);
+        // Lane places passed since the last step (a passthrough) are admitted.
+        let mut lane_serving = self.lane_serving.load(Ordering::SeqCst);
+        lane.pass_to(serving, lane_serving);
+        lane_serving = lane_serving.max(lane.passed);
+        // The lane's part first, in lane order.
+        let k = lane_part.min(n).min(lane_issued.saturating_sub(lane_serving));
+        lane_serving += k;
+        let n = n - k;
         let end = issued.max(serving);
         let mut target = serving.saturating_add(n).min(end);
         let mut from = serving;
-        // Owed places passed do not count: the release reaches that many more places.
-        while target > from && !book.owed.is_empty() {
+        let mut lane_skipped = 0;
+        // Owed places and lane places admitted already do not count: the release reaches that
+        // many more places.
+        while target > from {
             let hit: Vec<(u64, Who)> = book.owed.range(from + 1..=target).map(|(p, w)| (*p, *w)).collect();
-            if hit.is_empty() {
-                break;
-            }
-            from = target;
             for (p, who) in &hit {
                 book.owed.remove(p);
                 book.passed.insert(*who, (*p, now_ms));
             }
-            target = target.saturating_add(hit.len() as u64).min(end);
+            let admitted = lane.pass_to(target, lane_serving);
+            lane_skipped += admitted;
+            let extra = hit.len() as u64 + admitted;
+            from = target;
+            if extra == 0 {
+                break;
+            }
+            target = target.saturating_add(extra).min(end);
         }
+        let lane_serving = lane_serving.max(lane.passed);
         self.serving.store(target, Ordering::SeqCst);
-        Ok(target)
+        self.lane_serving.store(lane_serving, Ordering::SeqCst);
+        self.lane_passed.store(lane.passed, Ordering::SeqCst);
+        Ok(Advanced { serving: target, lane_serving, released: k + (target - serving).saturating_sub(lane_skipped) })
     }
 
     async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {

@@ -174,7 +174,7 @@ async fn the_tick_releases_at_the_fixed_rate_and_batches_and_stops_when_sold_out
     room.sold_out.store(true, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 3000).await.unwrap();
     assert_eq!(room.state.counters().serving, 45, "sold out");
-    let t = QueueTicket { room: "r1".into(), position: 90, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false };
+    let t = QueueTicket { room: "r1".into(), position: 90, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
     assert_eq!(phase(rooms.status(&room, &t, "u89").await.unwrap()).state, Phase::SoldOut);
 }
 
@@ -194,7 +194,7 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     room.available.store(0, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 50);
-    let t = QueueTicket { room: "r1".into(), position: 60, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false };
+    let t = QueueTicket { room: "r1".into(), position: 60, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
     let s = phase(rooms.status(&room, &t, "u59").await.unwrap());
     assert_eq!((s.state, s.restock_possible, s.position, s.ahead), (Phase::SoldOut, true, Some(60), Some(9)));
     let json = serde_json::to_value(&s).unwrap();
@@ -222,8 +222,8 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
     let room = rooms.get("r1").unwrap();
     room.set_measured_rate(100.0);
     room.set_release_rate(100.0);
-    let near = QueueTicket { room: "r1".into(), position: 5, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false };
-    let far = QueueTicket { room: "r1".into(), position: 1_000_000, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false };
+    let near = QueueTicket { room: "r1".into(), position: 5, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
+    let far = QueueTicket { room: "r1".into(), position: 1_000_000, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
     let n = phase(rooms.status(&room, &near, "x").await.unwrap());
     let f = phase(rooms.status(&room, &far, "y").await.unwrap());
     assert_eq!(f.ahead, Some(999_999));
@@ -321,7 +321,7 @@ fn an_operator_override_from_another_edge_is_applied_once_and_a_bad_one_not_at_a
 /// Issue 26: rooms on one edge share one core. A room in play next to a busy one gets an equal
 /// part of their total occupancy as its fair share; a room alone, or next to idle rooms, has none.
 #[tokio::test]
-async fn rooms_on_one_core_get_an_equal_share() {
+async fn rooms_on_one_core_share_it_by_demand() {
     let rooms = rooms_with("");
     let a = rooms.get("r1").unwrap();
     // Alone: nothing to share.
@@ -332,11 +332,13 @@ async fn rooms_on_one_core_get_an_equal_share() {
     let b = rooms.get("r2").unwrap();
     // A second room with nobody in it is not in play.
     assert_eq!(rooms.fair_share(&a, 1200), None);
-    // Someone queued in the second room: it is in play, and each room's share is half the total.
+    // Someone queued in the second room: it is in play, and the shares are max-min by demand: the
+    // second room wants one place (its one fan), well under an equal part, so it is entitled to
+    // it, and the first room's share is the rest of what the rooms hold.
     rooms.join(&b, "fan-1", "fan-1").await.unwrap();
     a.active.store(1200, Ordering::Relaxed);
-    assert_eq!(rooms.fair_share(&b, 0), Some(600.0));
-    assert_eq!(rooms.fair_share(&a, 1200), Some(600.0));
+    assert_eq!(rooms.fair_share(&b, 0), Some(1.0));
+    assert_eq!(rooms.fair_share(&a, 1200), Some(1199.0));
     // The controller of the new room, under its share while the core is over target from the
     // other room's load, holds instead of cutting.
     let mut input = crate::controller::TickInput {
@@ -352,4 +354,22 @@ async fn rooms_on_one_core_get_an_equal_share() {
     input.occupancy = 1200.0;
     input.fair_share = rooms.fair_share(&a, 1200);
     assert_eq!(a.controller.lock().tick(&input).reason, crate::controller::Reason::CutFar);
+}
+
+#[test]
+fn reject_all_is_published_as_its_own_mode_and_resume_ends_it() {
+    let (here, there) = (rooms_with(""), rooms_with(""));
+    let (a, b) = (here.get("r1").unwrap(), there.get("r1").unwrap());
+    a.set_mode(1, ReleaseMode::Fixed(7.0));
+    a.set_reject_all(2);
+    assert!(a.rejecting() && !a.is_paused() && a.mode() == ReleaseMode::Paused, "releases stop, and it is not a pause");
+    let o = a.operator_override();
+    assert_eq!(o.mode, "reject_all");
+    assert!(b.apply_override(3, &o));
+    assert!(b.rejecting());
+    assert!(!b.passing(&b.spec()), "a passthrough check never lets anyone through");
+    assert_eq!(b.resume(4), ReleaseMode::Auto, "there, the configured mode");
+    assert!(!b.rejecting());
+    assert_eq!(a.resume(4), ReleaseMode::Fixed(7.0), "here, the mode in force before");
+    assert!(!a.rejecting());
 }

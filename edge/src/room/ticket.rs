@@ -4,7 +4,8 @@
 //! other-device and other-owner tickets do not verify, so one place admits one person. A ticket given
 //! while the room's bot check is still owed says so (its position field ends in `o`): it keeps the
 //! place, but is admitted only once the room state has the check as given (the visitor joins again: the same place when
-//! the edge still knows its user or device, else a new one at the back).
+//! the edge still knows its user or device, else a new one at the back). A place in the invite
+//! lane (`[rooms.invite] share`) carries its lane place too (`<position>+<lane place>`).
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -31,6 +32,9 @@ pub struct QueueTicket {
     /// Made while the room's bot check was owed: at its turn the room state is asked whether it
     /// was given since ([`crate::room::Rooms::status`]).
     pub owed: bool,
+    /// The lane place (1-based; 0: not in the invite lane): admitted once the lane's release
+    /// reaches it, or `position` is reached, whichever comes first.
+    pub lane: u64,
 }
 
 /// Cookie name of a room's ticket.
@@ -42,7 +46,8 @@ impl QueueTicket {
     /// The cookie value `b64(payload).b64(mac)`.
     pub fn encode(&self, signer: &Signer) -> String {
         let owed = if self.owed { "o" } else { "" };
-        let payload = format!("{}|{}{owed}|{}|{}|{}", self.room, self.position, self.issued_at, self.owner, self.device);
+        let lane = if self.lane > 0 { format!("+{}", self.lane) } else { String::new() };
+        let payload = format!("{}|{}{lane}{owed}|{}|{}|{}", self.room, self.position, self.issued_at, self.owner, self.device);
         let tag = signer.mac(LABEL, payload.as_bytes());
         format!("{}.{}", B64.encode(payload.as_bytes()), B64.encode(&tag[..16]))
     }
@@ -68,8 +73,12 @@ impl QueueTicket {
             Some(p) => (p, true),
             None => (pos, false),
         };
+        let (pos, lane) = match pos.split_once('+') {
+            Some((p, l)) => (p, l.parse().ok().filter(|l| *l > 0)?),
+            None => (pos, 0),
+        };
         let position = pos.parse().ok().filter(|p| *p > 0)?;
-        Some(QueueTicket { room: r.to_owned(), position, issued_at: iat.parse().ok()?, device: dev.to_owned(), owner: own.to_owned(), owed })
+        Some(QueueTicket { room: r.to_owned(), position, issued_at: iat.parse().ok()?, device: dev.to_owned(), owner: own.to_owned(), owed, lane })
     }
 }
 
@@ -80,7 +89,7 @@ mod tests {
     #[test]
     fn round_trip_and_refusals() {
         let s = Signer::new(b"secret-secret-secret");
-        let t = QueueTicket { room: "r1".into(), position: 7, issued_at: 100, device: "dev".into(), owner: "ownerA".into(), owed: false };
+        let t = QueueTicket { room: "r1".into(), position: 7, issued_at: 100, device: "dev".into(), owner: "ownerA".into(), owed: false, lane: 0 };
         let v = t.encode(&s);
         assert_eq!(QueueTicket::decode(&v, &s, "r1", "dev", "ownerA"), Some(t.clone()));
         assert_eq!(QueueTicket::decode(&v, &s, "r2", "dev", "ownerA"), None, "other room");
@@ -101,5 +110,16 @@ mod tests {
         let (_, tag) = v.split_once('.').unwrap();
         let proven = B64.encode(b"r1|7|100|ownerA|dev");
         assert_eq!(QueueTicket::decode(&format!("{proven}.{tag}"), &s, "r1", "dev", "ownerA"), None, "owed flag dropped");
+        // A lane place: signed with the place, it cannot be added or changed.
+        let lane = QueueTicket { lane: 3, ..t.clone() };
+        let v = lane.encode(&s);
+        assert_eq!(QueueTicket::decode(&v, &s, "r1", "dev", "ownerA"), Some(lane));
+        let (_, tag) = v.split_once('.').unwrap();
+        let moved = B64.encode(b"r1|7+1|100|ownerA|dev");
+        assert_eq!(QueueTicket::decode(&format!("{moved}.{tag}"), &s, "r1", "dev", "ownerA"), None, "lane place edited");
+        let plain = t.encode(&s);
+        let (_, tag) = plain.split_once('.').unwrap();
+        let added = B64.encode(b"r1|7+1|100|ownerA|dev");
+        assert_eq!(QueueTicket::decode(&format!("{added}.{tag}"), &s, "r1", "dev", "ownerA"), None, "lane place added");
     }
 }

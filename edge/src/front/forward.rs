@@ -3,7 +3,7 @@
 //!
 //! Pingora's proxy builds a header map, a session, a context and a chain of boxed phase futures
 //! for every request, and re-frames the answer; for a page that is most of the cost (issue #12
-//! measured the full path at 0.38× nginx `proxy_pass` on one core). [`crate::fast::FastFront`]
+//! measured the full path at 0.38× nginx `proxy_pass` on one core). [`crate::front::Front`]
 //! carries out a [`crate::decide::Decision::Pass`] here: the decision step gives the HTTP/1.1 door
 //! a pass only for a simple request (HTTP/1.1 `GET`/`HEAD`, no body, no `Upgrade`, `Expect` or
 //! `Transfer-Encoding`, canonically spelled, not an edge, room or core path, no bot check on the

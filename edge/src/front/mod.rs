@@ -1,6 +1,22 @@
-//! The public listeners' entry: each new connection's TLS handshake (on the HTTPS listener), then
-//! HTTP/2 ([`crate::fast_h2`]) or HTTP/1.1 ([`crate::fast`]), each of which hands what it does not
-//! answer itself to the proxy.
+//! The public listeners: each new connection's TLS handshake (on the HTTPS listener), then the
+//! door for its protocol, which asks [`crate::decide`] and carries the decision out, handing what
+//! it does not carry out itself to Pingora's proxy.
+//!
+//! The doors sit side by side here and none imports another (tests/structure.rs):
+//! - [`http1`]: the HTTP/1.1 door (the head read and checked, files, status polls, refusals),
+//!   with [`forward`], its way to a plain-HTTP origin over the edge's own pooled connections;
+//! - [`h2`]: the HTTP/2 door (Pingora's connection, the same answers per stream);
+//! - [`proxy`]: Pingora's proxy phases (`ProxyHttp`), the door of everything the others hand over
+//!   and of nginx's `/wicket/auth`.
+//!
+//! [`Front`] is generic over what it hands over to ([`Handover`]), so the HTTP/1.1 and HTTP/2
+//! doors never name the proxy; [`crate::server`] puts the two together.
+
+mod conn;
+pub mod forward;
+pub mod h2;
+pub mod http1;
+pub mod proxy;
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -14,16 +30,20 @@ use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncRead, ReadBuf};
 
-use crate::fast::{FIRST_READ, FastFront};
+pub use conn::{Front, Handover, Hsts};
+
+/// The first read of a request head, into the worker thread's buffer ([`first_read`]); longer
+/// heads are read on into a buffer of their own (up to [`crate::reject::MAX_REQUEST_HEAD`]).
+pub(crate) const FIRST_READ: usize = 4 * 1024;
 
 #[async_trait]
-impl ServerApp for FastFront {
+impl<P: Handover> ServerApp for Front<P> {
     /// Every request head on a plain TCP connection passes here: read whole (within
-    /// `header-timeout-ms` and [`MAX_REQUEST_HEAD`]), checked ([`crate::path`]), then answered
+    /// `header-timeout-ms` and [`crate::reject::MAX_REQUEST_HEAD`]), checked ([`crate::path`]), then answered
     /// here or handed to the proxy with its bytes put back.
     ///
     /// An idle keep-alive connection holds only this function's small state (the wait, no
-    /// buffer: [`first_read`]); the work on a request is a boxed future of its own, allocated
+    /// buffer: `first_read`); the work on a request is a boxed future of its own, allocated
     /// while the request is handled.
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         let st = &self.state;
@@ -40,8 +60,8 @@ impl ServerApp for FastFront {
             _ => stream,
         };
         if stream.selected_alpn_proto() == Some(pingora::protocols::ALPN::H2) {
-            // HTTP/2: Pingora's connection, with the fast answers on it (crate::fast_h2).
-            return Box::pin(crate::fast_h2::serve(self, stream, shutdown)).await;
+            // HTTP/2: Pingora's connection, with the door's answers on it.
+            return Box::pin(h2::serve(self, stream, shutdown)).await;
         }
         let idle = Duration::from_secs(st.keepalive);
         // Wait for a request at most the keep-alive timeout, and not past the start of a stop.
@@ -57,7 +77,7 @@ impl ServerApp for FastFront {
             Ok(Ok(bytes)) if !bytes.is_empty() => bytes,
             _ => return None,
         };
-        Box::pin(self.serve(stream, &first, shutdown)).await
+        Box::pin(http1::serve(self, stream, &first, shutdown)).await
     }
 }
 

@@ -188,7 +188,7 @@ impl EdgeProxy {
         let method = http::Method::from_bytes(method.as_bytes()).map_err(|_| Reject::BadRequest("bad X-Original-Method"))?;
         let canonical = crate::path::canonical_target(&target).map_err(|e| Reject::BadRequest(e.message()))?;
         let query = target.split_once('?').map(|(_, q)| q);
-        let uri = origin_form(&canonical, query).map_err(|_| Reject::BadRequest("bad X-Original-URI"))?;
+        let uri = crate::path::origin_form(&canonical, query).map_err(|_| Reject::BadRequest("bad X-Original-URI"))?;
         req.set_uri(uri);
         req.set_method(method);
         Ok(())
@@ -279,7 +279,7 @@ impl EdgeProxy {
                     device,
                     cookies: std::mem::take(&mut ctx.v.cookies),
                 };
-                crate::room::http::serve(&st, session, &mut q).await
+                crate::room::http::serve(&st.queue_edge(), session, &mut q).await
             }
             Decision::Bot { verify, visitor } => {
                 ctx.v = visitor;
@@ -304,45 +304,9 @@ impl EdgeProxy {
     }
 }
 
-/// Rewrites the request target to its canonical path ([`crate::path`]) in origin form, the
-/// query kept as sent; refuses what has no canonical form. A request that names its host only in
-/// the target (HTTP/2's `:authority`, which Pingora turns into the upstream's `Host` from the
-/// target) keeps it as `Host`: the origin form drops it, and the origin would get an empty `Host`.
-pub(crate) fn canonicalize(req: &mut RequestHeader) -> std::result::Result<(), crate::path::HeadError> {
-    let uri = &req.uri;
-    let canonical = crate::path::canonical(uri.path())?;
-    let already_origin_form = uri.scheme().is_none() && uri.authority().is_none();
-    if let std::borrow::Cow::Borrowed(_) = canonical
-        && already_origin_form
-    {
-        return Ok(());
-    }
-    let authority = uri.authority().map(|a| a.as_str().to_owned());
-    let uri = origin_form(&canonical, uri.query())?;
-    // HTTP/1.1 keeps its own rule (exactly one `Host`, checked below): only HTTP/2 names the host
-    // in the target alone.
-    if let Some(authority) = authority
-        && req.version == http::Version::HTTP_2
-        && !req.headers.contains_key(http::header::HOST)
-    {
-        req.insert_header(http::header::HOST, authority).map_err(|_| crate::path::HeadError::Host)?;
-    }
-    req.set_uri(uri);
-    Ok(())
-}
-
-/// An origin-form target from a canonical path and the query as sent.
-fn origin_form(canonical: &str, query: Option<&str>) -> std::result::Result<http::Uri, crate::path::HeadError> {
-    let target = match query {
-        Some(q) => format!("{canonical}?{q}"),
-        None => canonical.to_owned(),
-    };
-    http::Uri::try_from(target).map_err(|_| crate::path::HeadError::BadEscape)
-}
-
 /// An HTTP/2 client that reset its stream (or closed its connection) while it was served: a fan
 /// who closed a tab, or a client cancelling what it asked for (counted per connection by
-/// [`crate::fast_h2`]).
+/// [`crate::front::h2`]).
 fn client_reset(e: &Error) -> bool {
     e.esource() == &ErrorSource::Downstream && e.etype() == &ErrorType::H2Error
 }
@@ -428,7 +392,7 @@ impl ProxyHttp for EdgeProxy {
             return self.reject(session, ctx, Reject::HeadersTooLarge).await;
         }
         // One canonical path for every decision below, and for the upstream.
-        if let Err(e) = canonicalize(session.req_header_mut()) {
+        if let Err(e) = crate::path::canonicalize(session.req_header_mut()) {
             return self.reject(session, ctx, Reject::BadRequest(e.message())).await;
         }
         let req = session.req_header();

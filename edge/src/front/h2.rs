@@ -33,10 +33,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::header;
-use pingora::apps::HttpServerApp;
 use pingora::protocols::Stream;
 use pingora::protocols::http::ServerSession;
-use pingora::proxy::HttpProxy;
 use pingora::protocols::http::v2::server::{H2Accept, HttpSession, handshake};
 use pingora::protocols::Digest;
 use pingora::server::ShutdownWatch;
@@ -44,9 +42,8 @@ use tokio::sync::Notify;
 
 use crate::cancel::Upstreams;
 use crate::decide::{Ask, Decision, Door, decide};
-use crate::fast::FastFront;
+use super::conn::{Front, Handover};
 use crate::path::simple_fields;
-use crate::proxy::EdgeProxy;
 use crate::metrics::{Outcome, Route};
 use crate::replay::Polls;
 use crate::statics::static_response;
@@ -93,7 +90,7 @@ impl Active {
 }
 
 /// Serves one HTTP/2 connection (after ALPN chose `h2`) until the client or the edge ends it.
-pub async fn serve(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+pub async fn serve<P: Handover>(front: &Arc<Front<P>>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
     // The connection's writes are gathered, and flushed once per poll of this task.
     let polls = Arc::new(Polls::default());
     let stream = crate::replay::gathered(stream, Arc::clone(&polls));
@@ -101,7 +98,7 @@ pub async fn serve(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWa
 }
 
 /// The accept loop of [`serve`].
-async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch, polls: &Polls) -> Option<Stream> {
+async fn drive<P: Handover>(front: &Arc<Front<P>>, stream: Stream, shutdown: &ShutdownWatch, polls: &Polls) -> Option<Stream> {
     let digest = Arc::new(Digest {
         ssl_digest: stream.get_ssl_digest(),
         timing_digest: stream.get_timing_digest(),
@@ -191,7 +188,7 @@ async fn drive(front: &Arc<FastFront>, stream: Stream, shutdown: &ShutdownWatch,
 }
 
 /// Hands one stream to the proxy within the connection's upstream slots ([`crate::cancel`]).
-async fn hand_on(upstreams: &Upstreams, proxy: &Arc<HttpProxy<EdgeProxy>>, mut session: HttpSession, shutdown: &ShutdownWatch) {
+async fn hand_on<P: Handover>(upstreams: &Upstreams, proxy: &Arc<P>, mut session: HttpSession, shutdown: &ShutdownWatch) {
     let Some(slot) = upstreams.slot().await else { return };
     // Reset while it waited for a slot: nothing reached the upstream.
     let reset = std::pin::pin!(session.idle()).poll(&mut std::task::Context::from_waker(std::task::Waker::noop())).is_ready();
@@ -216,7 +213,7 @@ impl Drop for CloseSlots {
 /// task, its answer (a file, a status poll, a refusal) queued right there; a decision that has to
 /// wait (a limit's pacing, the room state in Redis) finishes on a task of its own; what this door
 /// cannot answer goes to the proxy on its own task, as Pingora does.
-fn on_stream(front: &Arc<FastFront>, session: HttpSession, peer: Option<IpAddr>, active: &Arc<Active>, upstreams: &Arc<Upstreams>, shutdown: &ShutdownWatch) {
+fn on_stream<P: Handover>(front: &Arc<Front<P>>, session: HttpSession, peer: Option<IpAddr>, active: &Arc<Active>, upstreams: &Arc<Upstreams>, shutdown: &ShutdownWatch) {
     let to_proxy = |session: HttpSession, in_flight: InFlight| {
         let proxy = Arc::clone(&front.proxy);
         let shutdown = shutdown.clone();
@@ -279,7 +276,7 @@ fn simple(session: &HttpSession) -> bool {
 
 /// Queues the answer of a decision on the stream. A stream the client has reset is dropped
 /// quietly (as a fan closing a tab is).
-fn answer(front: &FastFront, session: &mut HttpSession, decision: Decision) {
+fn answer<P>(front: &Front<P>, session: &mut HttpSession, decision: Decision) {
     let st = &front.state;
     let built = match decision {
         Decision::Static { asset, route, cookies } => static_response(&asset, session.req_header()).map(|(mut h, body, outcome)| {

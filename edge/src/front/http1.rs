@@ -1,19 +1,19 @@
 //! The HTTP/1.1 door: plain `GET`/`HEAD` of a file from memory, a queued visitor's status poll,
-//! refusals, and plain requests for the origin ([`crate::forward`]), answered before Pingora's
+//! refusals, and plain requests for the origin ([`crate::front::forward`]), answered before Pingora's
 //! HTTP machinery sees the request. What the edge decides is [`crate::decide`]'s (this door asks
 //! it as [`crate::decide::Door::Http1`] and carries the decision out); this module holds the
 //! transport: reading and checking the head, writing answers, handing over to the proxy.
 //!
 //! Pingora builds a request header map, a session, a context and a chain of boxed phase futures
 //! for every request; for a page that is a hash lookup and one write, that is most of the cost
-//! (a bare Pingora responder measured 0.74–0.93× nginx here). [`FastFront`] sits in front of the
+//! (a bare Pingora responder measured 0.74–0.93× nginx here). [`Front`] sits in front of the
 //! proxy on the public listener: it parses the request head with `httparse` into a stack array,
 //! and when the request is a simple HTTP/1.1 `GET`/`HEAD` of a static file, it applies the IP
 //! blocklist and IP limits with the socket peer, then writes the precomputed header prefix, the
 //! cached `Date`, and the body in one write (one syscall; plain HTTP has no write buffer).
 //! Anything else (another method or version, a body, `Connection: close`, `Upgrade`, a user or
 //! device limit, trusted proxies, a blocked or limited client, a file under a protected prefix, a
-//! path not spelled canonically, a non-TCP stream) is handed to the full proxy ([`crate::proxy`])
+//! path not spelled canonically, a non-TCP stream) is handed to the full proxy ([`crate::front::proxy`])
 //! untouched: the bytes read so far are put back into the stream first.
 //!
 //! It is also the gate of every request head on a plain TCP connection: the head is read whole
@@ -22,7 +22,7 @@
 //! targets and the head rules of [`crate::path`] are answered here with the edge's JSON 400, so
 //! Pingora never buffers a megabyte of head nor waits forever for a trickled one.
 //!
-//! The answers are the same as the slow path's (`serve_static` in [`crate::proxy`]): same
+//! The answers are the same as the slow path's (`serve_static` in [`crate::front::proxy`]): same
 //! status, ETag, `Cache-Control`, `Vary`, encodings, 304 and HEAD handling.
 //!
 //! Status polls (`GET /queue/<room>/status`) are the hottest dynamic request of a sale: every
@@ -37,84 +37,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pingora::apps::HttpServerApp;
-use pingora::protocols::http::ServerSession;
 use pingora::protocols::Stream;
-use pingora::proxy::HttpProxy;
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::conn::{Front, Handover};
 use crate::decide::{Ask, Decision, Door, decide};
 use crate::identity::header_bytes;
 use crate::metrics::{Outcome, Route};
-use crate::proxy::EdgeProxy;
 use crate::reject::MAX_REQUEST_HEAD;
-use crate::state::EdgeState;
 use crate::statics::none_match;
 
-/// The first read of a request head, into the worker thread's buffer (`front::first_read`); longer
-/// heads are read on into a buffer of their own (up to [`MAX_REQUEST_HEAD`]).
-pub(crate) const FIRST_READ: usize = 4 * 1024;
 /// Most request headers accepted (431 above).
 const MAX_HEADERS: usize = 100;
 /// Answers up to this size go out in one write; larger bodies in chunks of it.
 const ONE_WRITE: usize = 64 * 1024;
-
-/// The public listener's app: the fast path, else the proxy.
-pub struct FastFront {
-    /// Shared state.
-    pub state: Arc<EdgeState>,
-    /// The full proxy.
-    pub proxy: Arc<HttpProxy<EdgeProxy>>,
-    /// On the HTTPS listener: the handshake to do on each new connection (then the proxy
-    /// serves it, HTTP/2 or HTTP/1.1).
-    pub tls: Option<Arc<crate::tls::Tls>>,
-    /// On the plaintext listener with `redirect-http`: the HTTPS port every request is sent to.
-    pub https_redirect: Option<u16>,
-    /// On the HTTPS listener with `hsts-seconds`: `Strict-Transport-Security`, added to the fast
-    /// path's answers (the proxy's get it from a module).
-    pub hsts: Option<Hsts>,
-}
-
-/// A `Strict-Transport-Security` value, and the same as an HTTP/1.1 header line for the answers
-/// written as bytes.
-pub struct Hsts {
-    /// The value (`max-age=…`), for the HTTP/2 answers ([`crate::fast_h2`]).
-    pub value: http::HeaderValue,
-    /// `\r\nstrict-transport-security: <value>`.
-    line: Vec<u8>,
-}
-
-impl Hsts {
-    pub fn new(value: http::HeaderValue) -> Self {
-        let mut line = b"\r\nstrict-transport-security: ".to_vec();
-        line.extend_from_slice(value.as_bytes());
-        Hsts { value, line }
-    }
-}
-
-impl FastFront {
-    async fn to_proxy(self: &Arc<Self>, stream: Stream, read: &[u8], shutdown: &ShutdownWatch) -> Option<Stream> {
-        // Put the bytes back so the proxy reads the request from its start; on plain HTTP, with
-        // its writes gathered until a flush (the listener has no write buffer: see server.rs).
-        let stream = match self.tls {
-            Some(_) => crate::replay::put_back(stream, read),
-            None => crate::replay::buffered(stream, read),
-        };
-        // This one request only: the connection then comes back to the front for the next one.
-        // (Pingora's own HTTP/1.1 loop would keep it for every later request: past the fast path,
-        // and holding its session's buffers while the client is idle.) Keep-alive is set per
-        // request, by the proxy's `early_request_filter`.
-        let session = ServerSession::new_http1(stream);
-        let (stream, _) = self.proxy.process_new_http(session, shutdown).await?.consume();
-        Some(stream)
-    }
-
-    /// The `Strict-Transport-Security` line the fast answers carry on HTTPS (empty otherwise).
-    fn hsts_line(&self) -> &[u8] {
-        self.hsts.as_ref().map_or(b"", |h| &h.line)
-    }
-}
 
 /// How a head read ended when it did not produce a request.
 enum HeadRead {
@@ -124,7 +61,7 @@ enum HeadRead {
     Refuse(u16, &'static str, &'static str),
 }
 
-impl FastFront {
+impl<P: Handover> Front<P> {
     /// Reads the rest of a head that did not fit the first read, within the header deadline and
     /// [`MAX_REQUEST_HEAD`]; the bytes read so far are in `spill`.
     async fn read_rest(&self, stream: &mut Stream, spill: &mut Vec<u8>, deadline: tokio::time::Instant) -> Result<(), HeadRead> {
@@ -224,9 +161,9 @@ impl FastFront {
                 (route, if not_modified { Outcome::NotModified } else { Outcome::Ok })
             }
             Decision::Pass(pass) => {
-                match crate::forward::forward(st, &mut stream, &req, *pass, self.hsts_line()).await {
-                    crate::forward::Forwarded::Done => {}
-                    crate::forward::Forwarded::Close => return None,
+                match super::forward::forward(st, &mut stream, &req, *pass, self.hsts_line()).await {
+                    super::forward::Forwarded::Done => {}
+                    super::forward::Forwarded::Close => return None,
                 }
                 if *shutdown.borrow() {
                     return None;
@@ -345,7 +282,13 @@ async fn write_answer(stream: &mut Stream, parts: &[&[u8]], body: &[u8], timeout
     Ok(())
 }
 
-impl FastFront {
+/// The door's entry from the listener ([`super`]): a connection whose next request's first bytes
+/// are `got`.
+pub fn serve<'a, P: Handover>(front: &'a Arc<Front<P>>, stream: Stream, got: &'a [u8], shutdown: &'a ShutdownWatch) -> impl Future<Output = Option<Stream>> + Send + 'a {
+    front.serve(stream, got, shutdown)
+}
+
+impl<P: Handover> Front<P> {
     /// Reads the rest of a head whose first bytes are `got`, and handles the request.
     pub(crate) async fn serve(self: &Arc<Self>, mut stream: Stream, got: &[u8], shutdown: &ShutdownWatch) -> Option<Stream> {
         let deadline = tokio::time::Instant::now() + self.state.timeouts.header;
@@ -418,39 +361,9 @@ mod tests {
             }
             let mut proxied = pingora::http::RequestHeader::build("GET", raw.as_bytes(), None)
                 .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("the proxy cannot parse {raw:?}: {e}")))?;
-            crate::proxy::canonicalize(&mut proxied)
+            crate::path::canonicalize(&mut proxied)
                 .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{raw:?}: {e:?}")))?;
             proptest::prop_assert_eq!(proxied.uri.path(), canonical.as_ref(), "{}", raw);
         }
-    }
-}
-#[cfg(test)]
-mod idle_state {
-    /// An idle keep-alive connection waiting in the fast front holds a small future and no
-    /// buffer (`front::first_read`; `tests/idle_memory.rs` counts the heap of idle connections,
-    /// `bench/idle-conns/run.sh` measures the whole process against nginx).
-    ///
-    /// Both futures are boxed at every request, so they are kept small: the header slots live on
-    /// the heap, not in them (they were 4.4 KB and 8.4 KB, copied at each request).
-    #[tokio::test]
-    async fn an_idle_connection_and_a_request_have_small_futures() {
-        use pingora::apps::ServerApp;
-        let text = "[edge]\nsecret = \"fast-path-test-secret-0123456789\"\n";
-        let st = std::sync::Arc::new(crate::state::EdgeState::build(crate::config::WicketConfig::from_toml_str(text).unwrap()).unwrap());
-        let conf = std::sync::Arc::new(pingora::server::configuration::ServerConf::default());
-        let proxy = std::sync::Arc::new(pingora::proxy::http_proxy(&conf, crate::proxy::EdgeProxy { state: st.clone(), hsts: None }));
-        let front = std::sync::Arc::new(super::FastFront { state: st, proxy, tls: None, https_redirect: None, hsts: None });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let stream: pingora::protocols::Stream = Box::new(pingora::protocols::l4::stream::Stream::from(client));
-        let (_stop, watch) = tokio::sync::watch::channel(false);
-        let waiting = front.process_new(stream, &watch);
-        let size = std::mem::size_of_val(&*waiting);
-        assert!(size <= 1024, "{size} bytes per idle connection's future");
-        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let stream: pingora::protocols::Stream = Box::new(pingora::protocols::l4::stream::Stream::from(client));
-        let serving = front.serve(stream, b"GET / HTTP/1.1\r\n\r\n", &watch);
-        let size = std::mem::size_of_val(&serving);
-        assert!(size <= 3 * 1024, "{size} bytes in a request's future");
     }
 }

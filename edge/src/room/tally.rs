@@ -1,0 +1,417 @@
+//! The post-sale report's counters and store ([`super::report`] reads and serves them): per
+//! minute, joins, admissions, holds, places released, refusals by reason and a histogram of the
+//! wait (join → admitted), plus the release leader's figures.
+//!
+//! # Recording (hot path: atomics only)
+//! Every edge counts into a [`Tally`]: two slots of atomic counters, chosen by the parity of the
+//! event's minute (Unix ms / 60 000). The release loop flushes both slots once a tick (a
+//! second): the slot of the current minute's parity belongs to this minute, the other to the
+//! one before (a tick late by more than a minute would put that minute's counts one minute late).
+//!
+//! # Storing ([`ReportStore`])
+//! - Embedded room state: in this process (a map of minutes). It does **not** survive a restart.
+//! - Redis room state: one hash per room and minute, `wk:{room:<id>}:report:m:<minute>`, merged
+//!   with `HINCRBY` by every edge sharing the room (lua/room_report.lua: atomic per minute), the
+//!   leader's figures set with `HSET`; a sorted set of the minutes with data; the first sold-out
+//!   time; the sessions already counted as holds (one member per used session, kept
+//!   [`USED_KEEP_SECONDS`]). The report's keys live [`KEEP_SECONDS`] (30 days) after their last
+//!   write. It survives edge restarts and is the same on every edge.
+//! - The embedded store remembers each used session (16 bytes) for the room's life in the process,
+//!   as the embedded state remembers each joiner.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dashmap::DashMap;
+use parking_lot::Mutex;
+
+use super::redis::RedisRooms;
+use super::state::{StateError, Who};
+
+/// How long a room's report stays in Redis after its last write.
+pub const KEEP_SECONDS: u64 = 30 * 86_400;
+/// How long the set of sessions already counted as holds stays after its last write: a session
+/// lasts at most a day (`session-seconds` ≤ 86 400), so one used later is a new session.
+pub const USED_KEEP_SECONDS: u64 = 2 * 86_400;
+
+/// Upper bounds (seconds, inclusive) of the wait histogram's buckets; one more bucket holds the
+/// waits above the last.
+pub const WAIT_BOUNDS: [u64; 14] = [1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200];
+/// Buckets of the wait histogram (the bounds and the overflow).
+pub const WAIT_BUCKETS: usize = WAIT_BOUNDS.len() + 1;
+
+/// The refusal reasons a report counts (names of [`crate::reject::Reject::reason`]); any other
+/// reason counts as `other`.
+pub const REASONS: [&str; 8] =
+    ["rate_limited", "blocked", "bot_required", "bot_failed", "bot_unavailable", "not_admitted", "room_state_unavailable", "other"];
+
+/// The counted events of a minute (besides refusals and waits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// A new place (not a rejoin of a place held).
+    Joins = 0,
+    /// A session opened (an admission token issued for a new session).
+    Admissions = 1,
+    /// A session reached a protected path or the core with its token, counted once a session.
+    Holds = 2,
+    /// Places the release leader served (`serving` moved by that many).
+    Released = 3,
+}
+
+const COUNTS: [&str; 4] = ["joins", "admissions", "holds", "released"];
+const REFUSED_AT: usize = COUNTS.len();
+const WAIT_AT: usize = REFUSED_AT + REASONS.len();
+const SLOTS: usize = WAIT_AT + WAIT_BUCKETS;
+
+/// The field name of counter `i` in a minute's record.
+fn field(i: usize) -> String {
+    match i {
+        i if i < REFUSED_AT => COUNTS[i].to_owned(),
+        i if i < WAIT_AT => format!("refused:{}", REASONS[i - REFUSED_AT]),
+        i => format!("wait:{}", i - WAIT_AT),
+    }
+}
+
+static FIELDS: LazyLock<Vec<String>> = LazyLock::new(|| (0..SLOTS).map(field).collect());
+
+/// The leader's figures of a minute (the last tick of the minute that wrote them).
+pub const GAUGES: [&str; 5] = ["rate_set_milli", "rate_measured_milli", "p99_us", "p99_target_us", "sold_out"];
+
+/// One minute's atomic counters.
+struct Slot([AtomicU64; SLOTS]);
+
+impl Slot {
+    fn new() -> Self {
+        Slot(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+/// What one edge counted and has not flushed yet (atomics only: the request path adds to it).
+pub struct Tally {
+    slots: [Slot; 2],
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally { slots: [Slot::new(), Slot::new()] }
+    }
+}
+
+/// The minute of a Unix ms time.
+pub fn minute_of(ms: u64) -> u64 {
+    ms / 60_000
+}
+
+impl Tally {
+    fn add(&self, now_ms: u64, i: usize, n: u64) {
+        if n > 0 {
+            self.slots[(minute_of(now_ms) & 1) as usize].0[i].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts `n` events of `what` at `now_ms`.
+    pub fn count(&self, now_ms: u64, what: Count, n: u64) {
+        self.add(now_ms, what as usize, n);
+    }
+
+    /// Counts a refusal at `now_ms` (reason as [`crate::reject::Reject::reason`] names it).
+    pub fn refused(&self, now_ms: u64, reason: &str) {
+        let i = REASONS.iter().position(|r| *r == reason).unwrap_or(REASONS.len() - 1);
+        self.add(now_ms, REFUSED_AT + i, 1);
+    }
+
+    /// Counts an admission at `now_ms` after waiting `wait_s` seconds since the join.
+    pub fn admitted(&self, now_ms: u64, wait_s: u64) {
+        self.add(now_ms, Count::Admissions as usize, 1);
+        self.add(now_ms, WAIT_AT + wait_bucket(wait_s), 1);
+    }
+
+    /// Takes what was counted: per minute, the non-zero (field, count) pairs.
+    pub fn take(&self, now_ms: u64) -> Vec<(u64, Vec<(&'static str, u64)>)> {
+        let now = minute_of(now_ms);
+        let mut out = Vec::new();
+        for minute in [now.saturating_sub(1), now] {
+            let slot = &self.slots[(minute & 1) as usize];
+            let pairs: Vec<(&'static str, u64)> = slot
+                .0
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| match c.swap(0, Ordering::Relaxed) {
+                    0 => None,
+                    n => Some((FIELDS[i].as_str(), n)),
+                })
+                .collect();
+            if !pairs.is_empty() {
+                out.push((minute, pairs));
+            }
+        }
+        out
+    }
+
+    /// Puts counts taken by [`Tally::take`] back (the store did not take them: they go with the
+    /// next flush, into the minute of that flush's slot of the same parity).
+    pub fn put_back(&self, minute: u64, pairs: &[(&'static str, u64)]) {
+        for (f, n) in pairs {
+            if let Some(i) = FIELDS.iter().position(|x| x == f) {
+                self.slots[(minute & 1) as usize].0[i].fetch_add(*n, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The histogram bucket of a wait of `wait_s` seconds.
+pub fn wait_bucket(wait_s: u64) -> usize {
+    WAIT_BOUNDS.iter().position(|b| wait_s <= *b).unwrap_or(WAIT_BOUNDS.len())
+}
+
+/// The `q` quantile (0..1] of a wait histogram: the upper bound of its bucket in seconds; `None`
+/// when empty, or when it falls in the overflow bucket (over [`WAIT_BOUNDS`]'s last).
+pub fn wait_quantile(h: &[u64], q: f64) -> Option<u64> {
+    let total: u64 = h.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let want = (q * total as f64).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (i, n) in h.iter().enumerate() {
+        seen += n;
+        if seen >= want {
+            return WAIT_BOUNDS.get(i).copied();
+        }
+    }
+    None
+}
+
+/// One minute as stored: field → value.
+pub type MinuteRecord = BTreeMap<String, u64>;
+
+/// Where a room's report is kept: with the room's state.
+pub enum ReportStore {
+    /// In this process (lost on restart).
+    Embedded {
+        minutes: Mutex<BTreeMap<u64, MinuteRecord>>,
+        sold_out_at_ms: AtomicU64,
+        used: DashMap<Who, ()>,
+    },
+    /// In Redis, shared by every edge of the room.
+    Redis { redis: RedisRooms, prefix: String },
+}
+
+static REPORT_ADD: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(include_str!("../../../lua/room_report.lua")));
+
+impl ReportStore {
+    /// The store of room `id`'s report: in Redis with the room's state there, else in this process.
+    pub fn new(redis: Option<&RedisRooms>, id: &str) -> Self {
+        match redis {
+            None => ReportStore::Embedded { minutes: Mutex::new(BTreeMap::new()), sold_out_at_ms: AtomicU64::new(0), used: DashMap::new() },
+            Some(r) => ReportStore::Redis { redis: r.clone(), prefix: format!("wk:{{room:{id}}}:report") },
+        }
+    }
+
+    /// `embedded` or `redis`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReportStore::Embedded { .. } => "embedded",
+            ReportStore::Redis { .. } => "redis",
+        }
+    }
+
+    /// Adds counts to a minute and sets the leader's figures in it (one atomic step per minute).
+    pub async fn add(&self, minute: u64, add: &[(&str, u64)], set: &[(&str, u64)]) -> Result<(), StateError> {
+        match self {
+            ReportStore::Embedded { minutes, .. } => {
+                let mut m = minutes.lock();
+                let rec = m.entry(minute).or_default();
+                for (f, n) in add {
+                    *rec.entry((*f).to_owned()).or_default() += n;
+                }
+                for (f, v) in set {
+                    rec.insert((*f).to_owned(), *v);
+                }
+                Ok(())
+            }
+            ReportStore::Redis { redis, prefix } => {
+                let mut inv = REPORT_ADD.prepare_invoke();
+                inv.key(format!("{prefix}:m:{minute}")).key(format!("{prefix}:minutes"));
+                inv.arg(minute).arg(KEEP_SECONDS).arg(add.len());
+                for (f, n) in add.iter().chain(set) {
+                    inv.arg(*f).arg(*n);
+                }
+                redis.invoke(&inv).await.map(|_| ())
+            }
+        }
+    }
+
+    /// Marks `who`'s session used; true the first time (it counts as a hold then).
+    pub async fn first_use(&self, who: Who) -> Result<bool, StateError> {
+        match self {
+            ReportStore::Embedded { used, .. } => Ok(used.insert(who, ()).is_none()),
+            ReportStore::Redis { redis, prefix } => {
+                let key = format!("{prefix}:used");
+                let mut p = redis::pipe();
+                p.cmd("SADD").arg(&key).arg(format!("{who:016x}")).cmd("EXPIRE").arg(&key).arg(USED_KEEP_SECONDS).ignore();
+                let v = redis.pipe(&p).await?;
+                Ok(matches!(v.first(), Some(redis::Value::Int(1))))
+            }
+        }
+    }
+
+    /// Records the first time the room sold out (later ones keep the first).
+    pub async fn sold_out(&self, at_ms: u64) -> Result<(), StateError> {
+        match self {
+            ReportStore::Embedded { sold_out_at_ms, .. } => {
+                let _ = sold_out_at_ms.compare_exchange(0, at_ms, Ordering::Relaxed, Ordering::Relaxed);
+                Ok(())
+            }
+            ReportStore::Redis { redis, prefix } => {
+                let key = format!("{prefix}:meta");
+                let mut p = redis::pipe();
+                p.cmd("HSETNX").arg(&key).arg("sold_out_at_ms").arg(at_ms).ignore().cmd("EXPIRE").arg(&key).arg(KEEP_SECONDS).ignore();
+                redis.pipe(&p).await.map(|_| ())
+            }
+        }
+    }
+
+    /// The minutes with data in `[from, to]` (minute numbers), and the first sold-out time (ms).
+    pub async fn read(&self, from: u64, to: u64) -> Result<(Vec<(u64, MinuteRecord)>, Option<u64>), StateError> {
+        match self {
+            ReportStore::Embedded { minutes, sold_out_at_ms, .. } => {
+                let rows = minutes.lock().range(from..=to).map(|(m, r)| (*m, r.clone())).collect();
+                Ok((rows, Some(sold_out_at_ms.load(Ordering::Relaxed)).filter(|t| *t != 0)))
+            }
+            ReportStore::Redis { redis, prefix } => {
+                let mut p = redis::pipe();
+                p.cmd("ZRANGEBYSCORE").arg(format!("{prefix}:minutes")).arg(from).arg(to).arg("LIMIT").arg(0).arg(MAX_ROWS + 1);
+                p.cmd("HGET").arg(format!("{prefix}:meta")).arg("sold_out_at_ms");
+                let v = redis.pipe(&p).await?;
+                let list: Vec<u64> = match v.first() {
+                    Some(redis::Value::Array(items)) => items.iter().filter_map(|x| text(x)?.parse().ok()).collect(),
+                    _ => Vec::new(),
+                };
+                let sold = v.get(1).and_then(text).and_then(|s| s.parse().ok());
+                if list.len() > MAX_ROWS {
+                    return Err(StateError(TOO_MANY.into()));
+                }
+                let mut p = redis::pipe();
+                for m in &list {
+                    p.cmd("HGETALL").arg(format!("{prefix}:m:{m}"));
+                }
+                let v = if list.is_empty() { Vec::new() } else { redis.pipe(&p).await? };
+                let rows = list
+                    .iter()
+                    .zip(v)
+                    .map(|(m, rec)| {
+                        let mut out = MinuteRecord::new();
+                        if let redis::Value::Array(items) | redis::Value::Set(items) = rec {
+                            for kv in items.chunks(2) {
+                                if let [k, val] = kv
+                                    && let (Some(k), Some(val)) = (text(k), text(val).and_then(|s| s.parse::<u64>().ok()))
+                                {
+                                    out.insert(k, val);
+                                }
+                            }
+                        } else if let redis::Value::Map(pairs) = rec {
+                            for (k, val) in pairs {
+                                if let (Some(k), Some(val)) = (text(&k), text(&val).and_then(|s| s.parse::<u64>().ok())) {
+                                    out.insert(k, val);
+                                }
+                            }
+                        }
+                        (*m, out)
+                    })
+                    .collect();
+                Ok((rows, sold))
+            }
+        }
+    }
+}
+
+fn text(v: &redis::Value) -> Option<String> {
+    match v {
+        redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        redis::Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// Most minutes one report answer holds (a week).
+pub const MAX_ROWS: usize = 7 * 1440;
+pub const TOO_MANY: &str = "more than 10080 minutes in the range: narrow it with from and to";
+
+/// A room's report: this edge's tally and the store.
+pub struct RoomReport {
+    /// Counted here, not flushed yet.
+    pub tally: Tally,
+    /// Where it is kept.
+    pub store: ReportStore,
+}
+
+impl RoomReport {
+    /// The report of room `id`, kept in Redis with the room's state there, else in this process.
+    pub fn new(redis: Option<&RedisRooms>, id: &str) -> Self {
+        RoomReport { tally: Tally::default(), store: ReportStore::new(redis, id) }
+    }
+
+    /// Flushes this edge's counts (and, from the leader, `set`: its figures of the current
+    /// minute, written when `always` or when the minute has counts). Counts the store did not
+    /// take are put back for the next flush.
+    pub async fn flush(&self, now_ms: u64, set: Option<&[(&str, u64)]>, always: bool) -> Result<(), StateError> {
+        let now = minute_of(now_ms);
+        let mut taken = self.tally.take(now_ms);
+        if set.is_some() && always && !taken.iter().any(|(m, _)| *m == now) {
+            taken.push((now, Vec::new()));
+        }
+        let mut failed = None;
+        for (minute, pairs) in &taken {
+            let gauges = if *minute == now { set.unwrap_or(&[]) } else { &[] };
+            if let Err(e) = self.store.add(*minute, pairs, gauges).await {
+                self.tally.put_back(*minute, pairs);
+                failed = Some(e);
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tally_keeps_two_minutes_apart_and_empties_on_take() {
+        let t = Tally::default();
+        let m = 29_000_000u64; // a minute number
+        t.count(m * 60_000 + 59_999, Count::Joins, 2);
+        t.admitted(m * 60_000 + 59_999, 3);
+        t.count((m + 1) * 60_000, Count::Joins, 1);
+        t.refused((m + 1) * 60_000, "rate_limited");
+        t.refused((m + 1) * 60_000, "something_new");
+        let taken = t.take((m + 1) * 60_000 + 500);
+        assert_eq!(
+            taken,
+            vec![
+                (m, vec![("joins", 2), ("admissions", 1), ("wait:2", 1)]),
+                (m + 1, vec![("joins", 1), ("refused:rate_limited", 1), ("refused:other", 1)]),
+            ]
+        );
+        assert!(t.take((m + 1) * 60_000 + 1500).is_empty());
+    }
+
+    #[test]
+    fn wait_buckets_and_quantiles() {
+        assert_eq!((wait_bucket(0), wait_bucket(1), wait_bucket(2), wait_bucket(3), wait_bucket(7200), wait_bucket(7201)), (0, 0, 1, 2, 13, 14));
+        let mut h = vec![0u64; WAIT_BUCKETS];
+        assert_eq!(wait_quantile(&h, 0.5), None);
+        h[0] = 50;
+        h[3] = 40;
+        h[6] = 9;
+        h[14] = 1;
+        assert_eq!(wait_quantile(&h, 0.5), Some(1));
+        assert_eq!(wait_quantile(&h, 0.9), Some(10));
+        assert_eq!(wait_quantile(&h, 0.99), Some(60));
+        assert_eq!(wait_quantile(&h, 1.0), None, "the overflow bucket has no bound");
+    }
+
+}
