@@ -521,6 +521,15 @@ impl Room {
             "passing": self.passing(&spec),
             "reject_all": self.rejecting(),
             "test_mode": spec.config.test_mode,
+            // The invite lane's share of the release (`[rooms.invite] share`; null without one):
+            // lane places given (in lane order), lane places let in by the lane, and lane places
+            // `serving` has passed.
+            "lane": spec.lane_share.map(|share| json!({
+                "share": share,
+                "issued": c.lane_issued,
+                "serving": c.lane_serving,
+                "passed": c.lane_passed,
+            })),
             "tracked": self.state.tracked(),
             "decision": d,
             "config_sync_error": *self.sync_problem.lock(),
