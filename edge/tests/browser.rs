@@ -723,7 +723,7 @@ async fn chromium_the_console_signs_in_charts_and_controls_a_room() {
     // The right one: the room's four charts fill within 3 s.
     page.eval(&format!("document.getElementById('token').value = {ADMIN_TOKEN:?}; document.getElementById('signin').requestSubmit(); true")).await;
     let charts = "(() => { const c = [...document.querySelectorAll('[data-room=\"r1\"] [data-points]')]; \
-                  return c.length === 4 && c.every(e => Number(e.dataset.points) >= 2); })()";
+                  return c.length === 5 && c.every(e => Number(e.dataset.points) >= 2); })()";
     page.until(charts, 3.0, "four charts with two points each").await;
     assert_eq!(page.eval("getComputedStyle(document.getElementById('signin')).display").await, "none", "the sign-in form is gone");
     assert_eq!(page.eval("document.querySelectorAll('[data-room=\"r1\"] canvas').length >= 4").await, true);
@@ -887,11 +887,15 @@ async fn chromium_the_console_shows_a_rooms_report_with_charts_and_its_csv() {
     // writes its figures in it too.)
     let charts = format!(
         "(() => {{ const c = [...document.querySelectorAll('#report [data-points]')]; const n = Number(c[0]?.dataset.points); \
-         return c.length === 4 && c.every(e => Number(e.dataset.points) === n) && n >= {minutes} && n <= {minutes} + 1 \
-         && document.querySelectorAll('#report canvas').length >= 4 && n; }})()"
+         return c.length === 5 && c.every(e => Number(e.dataset.points) === n) && n >= {minutes} && n <= {minutes} + 1 \
+         && document.querySelectorAll('#report canvas').length >= 5 && n; }})()"
     );
-    let shown = page.until(&charts, 5.0, "the report's four charts, one point a minute").await.as_u64().unwrap();
+    let shown = page.until(&charts, 5.0, "the report's five charts, one point a minute").await.as_u64().unwrap();
     assert_eq!(page.eval("document.querySelector('#report h2').textContent").await, "Report of r1");
+    assert_eq!(
+        page.eval("[...document.querySelectorAll('#report .u-title')].map(e => e.textContent)").await,
+        serde_json::json!(["Per minute", "Drop-offs of each minute's fans", "Release rate set / measured (/s)", "Core P99 / target (ms)", "Wait (s)"])
+    );
     let figures = page
         .eval("Object.fromEntries([...document.querySelectorAll('#report [data-figure]')].map(f => [f.dataset.figure, f.querySelector('b').textContent]))")
         .await;
@@ -918,7 +922,7 @@ async fn chromium_the_console_shows_a_rooms_report_with_charts_and_its_csv() {
     page.eval("localStorage.setItem('wicket-console-lang', 'zh-CN'); location.reload(); true").await;
     page.until(&format!("!!{}", room_button("报告")), 8.0, "the Report button in zh-CN").await;
     page.eval(&format!("{}.click(); true", room_button("报告"))).await;
-    page.until("document.querySelectorAll('#report [data-points]').length === 4", 5.0, "the zh-CN report's charts").await;
+    page.until("document.querySelectorAll('#report [data-points]').length === 5", 5.0, "the zh-CN report's charts").await;
     assert_eq!(page.eval("document.querySelector('#report h2').textContent").await, "r1 的报告");
     assert_eq!(page.eval("document.querySelector('#report [data-figure=\"joins\"]').textContent").await, "3加入");
     page.screenshot("console-report-zh-CN.png").await;
