@@ -558,7 +558,8 @@ async fn the_demo_site_speaks_each_fan_language_chosen_as_the_queue_page_chooses
     assert_eq!(titles.len(), 17, "each language its own title: {titles:?}");
     // How a language is chosen, as the queue page chooses: ?lang= over the cookie over
     // Accept-Language; an unknown ?lang= or cookie is passed over; nothing known: English.
-    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         ("/", &[("accept-language", "ko-KR,ko;q=0.9,en;q=0.5")], "ko"),
         ("/", &[("accept-language", "fr;q=0.4, zh-TW;q=0.8")], "zh-TW"),
         ("/", &[("accept-language", "xx, sv")], "en"),
