@@ -723,7 +723,7 @@ async fn chromium_the_console_signs_in_charts_and_controls_a_room() {
     // The right one: the room's four charts fill within 3 s.
     page.eval(&format!("document.getElementById('token').value = {ADMIN_TOKEN:?}; document.getElementById('signin').requestSubmit(); true")).await;
     let charts = "(() => { const c = [...document.querySelectorAll('[data-room=\"r1\"] [data-points]')]; \
-                  return c.length === 5 && c.every(e => Number(e.dataset.points) >= 2); })()";
+                  return c.length === 4 && c.every(e => Number(e.dataset.points) >= 2); })()";
     page.until(charts, 3.0, "four charts with two points each").await;
     assert_eq!(page.eval("getComputedStyle(document.getElementById('signin')).display").await, "none", "the sign-in form is gone");
     assert_eq!(page.eval("document.querySelectorAll('[data-room=\"r1\"] canvas').length >= 4").await, true);
