@@ -8,6 +8,12 @@
 //! bearer token), pays through a stand-in provider (`POST /buy/ev-42/pay`: a signed payment
 //! callback to the core) and ends on a done page whose `Wicket-Revoke: 1` ends the session.
 //!
+//! The stand-in site's pages (the detail page at `/`, the buy page, the done page) speak the fan
+//! languages of the queue page, chosen as it chooses ([`crate::i18n::choose`]): `?lang=` (kept in
+//! the `wicket_lang` cookie the queue page reads too), else that cookie, else `Accept-Language`;
+//! right to left for Arabic and Persian. Their texts: static/site/text.json. Their style sheet is
+//! served by the edge from memory (`site-dir`).
+//!
 //! The generated config holds secrets: it lives in a private temp folder (0700, files 0600)
 //! removed when the demo stops.
 //!
@@ -27,11 +33,80 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 
-/// The example detail page (static/site/index.html).
+/// The example detail page (static/site/index.html), a template of [`render_site`].
 pub const DETAIL_PAGE: &str = include_str!("../../static/site/index.html");
 
-/// The stand-in site's buy page (static/site/buy.html), where an admitted fan holds and pays.
+/// The stand-in site's buy page (static/site/buy.html), where an admitted fan holds and pays; a
+/// template of [`render_site`].
 pub const BUY_PAGE: &str = include_str!("../../static/site/buy.html");
+
+/// The stand-in site's style sheet, served by the edge from the demo's `site-dir`.
+pub const SITE_CSS: &str = include_str!("../../static/site/site.css");
+
+/// The stand-in site's texts: language tag → key → text (static/site/text.json).
+static SITE_TEXT: std::sync::LazyLock<std::collections::HashMap<String, std::collections::HashMap<String, String>>> =
+    std::sync::LazyLock::new(|| serde_json::from_str(include_str!("../../static/site/text.json")).unwrap_or_default());
+
+/// The stand-in site's text `key` in `lang` (English when that language lacks it; empty when no
+/// language has it).
+pub fn site_text(lang: crate::i18n::Lang, key: &str) -> &'static str {
+    SITE_TEXT.get(lang.tag()).and_then(|m| m.get(key)).or_else(|| SITE_TEXT.get("en")?.get(key)).map_or("", String::as_str)
+}
+
+/// Fills a stand-in site template for `lang`: `{{lang}}` and `{{dir}}` (the `<html>` attributes),
+/// `{{language_links}}` (a link to each language, this one marked current), `{{js_text}}` (the
+/// `js_` texts as JSON, for the page's script), and any other `{{key}}` with its text, escaped.
+pub fn render_site(template: &str, lang: crate::i18n::Lang) -> String {
+    use crate::i18n::{Lang, html_escape};
+    let mut out = String::with_capacity(template.len() + 2048);
+    let mut rest = template;
+    while let Some(i) = rest.find("{{") {
+        out.push_str(&rest[..i]);
+        let Some(j) = rest[i..].find("}}") else { break };
+        let key = &rest[i + 2..i + j];
+        match key {
+            "lang" => out.push_str(lang.tag()),
+            "dir" => out.push_str(if lang.is_rtl() { "rtl" } else { "ltr" }),
+            "language_links" => {
+                for l in Lang::ALL {
+                    let current = if l == lang { " aria-current=\"true\"" } else { "" };
+                    out.push_str(&format!(
+                        "<a href=\"?lang={t}\" lang=\"{t}\" hreflang=\"{t}\"{current}>{}</a>",
+                        html_escape(l.text("lang_name")),
+                        t = l.tag()
+                    ));
+                }
+            }
+            "js_text" => {
+                let texts: serde_json::Map<String, serde_json::Value> = SITE_TEXT
+                    .get("en")
+                    .into_iter()
+                    .flat_map(|m| m.keys())
+                    .filter(|k| k.starts_with("js_"))
+                    .map(|k| (k.clone(), site_text(lang, k).into()))
+                    .collect();
+                // (In a script element: no `</` may end it early.)
+                out.push_str(&serde_json::Value::Object(texts).to_string().replace("</", "<\\/"));
+            }
+            k => out.push_str(&html_escape(site_text(lang, k))),
+        }
+        rest = &rest[i + j + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The language of a stand-in site request, as the queue page chooses; with a `Set-Cookie` that
+/// keeps a `?lang=` choice (for the queue page too).
+fn site_lang(req: &http::Request<hyper::body::Incoming>) -> (crate::i18n::Lang, Option<String>) {
+    use crate::i18n::{LANG_COOKIE, Lang};
+    let query = crate::i18n::query_lang(req.uri().query());
+    let asked = query.and_then(Lang::from_tag);
+    let saved = crate::identity::cookie(req.headers(), LANG_COOKIE);
+    let accept = req.headers().get(http::header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok());
+    let lang = crate::i18n::choose(query, saved, accept);
+    (lang, asked.map(|l| crate::identity::set_cookie(LANG_COOKIE, l.tag(), 365 * 86_400, false)))
+}
 
 /// Seconds from the start of a demo to the sale's opening, unless asked otherwise.
 pub const OPENS_IN_SECONDS: u64 = 60;
@@ -119,7 +194,7 @@ pub fn write_files(dir: &Path, ports: DemoPorts, secrets: &DemoSecrets) -> std::
 /// [`write_files`] with the sale opening `opens_in` seconds from now. Every file is 0600.
 pub fn write_files_opening(dir: &Path, ports: DemoPorts, secrets: &DemoSecrets, opens_in: u64) -> std::io::Result<PathBuf> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir.join("site"))?;
-    write_private(&dir.join("site/index.html"), DETAIL_PAGE.as_bytes())?;
+    write_private(&dir.join("site/site.css"), SITE_CSS.as_bytes())?;
     let opens = time_plus(opens_in);
     let closes = time_plus(12 * 3600);
     let event = serde_json::json!({
@@ -252,27 +327,47 @@ fn page(status: u16, ctype: &str, body: String, revoke: bool) -> http::Response<
     b.body(Full::new(Bytes::from(body))).unwrap_or_default()
 }
 
+/// A page of the stand-in site in the fan's language (it varies with the language's sources).
+fn site_page(body: String, set_lang: Option<String>, revoke: bool) -> http::Response<Full<Bytes>> {
+    let mut r = page(200, "text/html; charset=utf-8", body, revoke);
+    let h = r.headers_mut();
+    h.insert(http::header::VARY, http::HeaderValue::from_static("Accept-Language, Cookie"));
+    if let Some(c) = set_lang.and_then(|c| http::HeaderValue::from_str(&c).ok()) {
+        h.insert(http::header::SET_COOKIE, c);
+    }
+    r
+}
+
+/// The done page, in `lang`.
+fn done_page(lang: crate::i18n::Lang) -> String {
+    use crate::i18n::html_escape;
+    let t = |k: &str| html_escape(site_text(lang, k));
+    format!(
+        "<!doctype html><html lang=\"{tag}\" dir=\"{dir}\"><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+         <title>{title}</title><link rel=\"stylesheet\" href=\"/site.css\"><main class=\"buy\"><h1>{title}</h1><p>{text}</p>\
+         <p><a href=\"/\">{back}</a></p></main>",
+        tag = lang.tag(),
+        dir = if lang.is_rtl() { "rtl" } else { "ltr" },
+        title = t("done_title"),
+        text = t("done_text"),
+        back = t("done_back"),
+    )
+}
+
 async fn origin_answer(req: http::Request<hyper::body::Incoming>, provider: &StandInProvider) -> http::Response<Full<Bytes>> {
     use http_body_util::BodyExt;
     let path = req.uri().path().trim_end_matches('/').to_owned();
     let user = req.headers().get("wicket-user").and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned();
+    let (lang, set_lang) = site_lang(&req);
     match (req.method().clone(), path.as_str()) {
-        (http::Method::GET, "/buy/ev-42") => page(200, "text/html; charset=utf-8", BUY_PAGE.to_owned(), false),
+        (http::Method::GET, "" | "/index.html") => site_page(render_site(DETAIL_PAGE, lang), set_lang, false),
+        (http::Method::GET, "/buy/ev-42") => site_page(render_site(BUY_PAGE, lang), set_lang, false),
         (http::Method::POST, "/buy/ev-42/pay") => {
             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let (status, answer) = stand_in_payment(&body, provider).await;
             page(status, "application/json", answer, false)
         }
-        (http::Method::GET, "/buy/ev-42/done") => page(
-            200,
-            "text/html; charset=utf-8",
-            "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
-             <title>You have a ticket</title><body style=\"font:16px system-ui;max-width:36em;margin:4em auto;padding:0 1em\">\
-             <h1>You have a ticket</h1><p>Paid through the stand-in provider. Your place in the waiting room is used up \
-             (this page said <code>Wicket-Revoke: 1</code>): the session has ended.</p><p><a href=\"/\">Back to the event</a></p>"
-                .to_owned(),
-            true,
-        ),
+        (http::Method::GET, "/buy/ev-42/done") => site_page(done_page(lang), set_lang, true),
         _ => page(
             200,
             "text/html; charset=utf-8",
@@ -385,7 +480,7 @@ mod tests {
         let path = write_files(dir.path(), DemoPorts::default(), &DemoSecrets::random()).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(dir.path()), 0o700);
-        for f in [path.clone(), dir.path().join("ev-42.json"), dir.path().join("site/index.html")] {
+        for f in [path.clone(), dir.path().join("ev-42.json"), dir.path().join("site/site.css")] {
             assert_eq!(mode(&f), 0o600, "{}", f.display());
         }
         let kept = dir.path().to_owned();

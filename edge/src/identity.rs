@@ -153,6 +153,16 @@ impl HeadView for RequestHeader {
     }
 }
 
+impl HeadView for http::HeaderMap {
+    fn each<'a>(&'a self, name: &str, f: &mut dyn FnMut(&'a [u8]) -> bool) {
+        for v in self.get_all(name) {
+            if f(v.as_bytes()) {
+                return;
+            }
+        }
+    }
+}
+
 impl HeadView for [httparse::Header<'_>] {
     fn each<'a>(&'a self, name: &str, f: &mut dyn FnMut(&'a [u8]) -> bool) {
         for h in self.iter().filter(|h| h.name.eq_ignore_ascii_case(name)) {

@@ -887,11 +887,15 @@ async fn chromium_the_console_shows_a_rooms_report_with_charts_and_its_csv() {
     // writes its figures in it too.)
     let charts = format!(
         "(() => {{ const c = [...document.querySelectorAll('#report [data-points]')]; const n = Number(c[0]?.dataset.points); \
-         return c.length === 4 && c.every(e => Number(e.dataset.points) === n) && n >= {minutes} && n <= {minutes} + 1 \
-         && document.querySelectorAll('#report canvas').length >= 4 && n; }})()"
+         return c.length === 5 && c.every(e => Number(e.dataset.points) === n) && n >= {minutes} && n <= {minutes} + 1 \
+         && document.querySelectorAll('#report canvas').length >= 5 && n; }})()"
     );
-    let shown = page.until(&charts, 5.0, "the report's four charts, one point a minute").await.as_u64().unwrap();
+    let shown = page.until(&charts, 5.0, "the report's five charts, one point a minute").await.as_u64().unwrap();
     assert_eq!(page.eval("document.querySelector('#report h2').textContent").await, "Report of r1");
+    assert_eq!(
+        page.eval("[...document.querySelectorAll('#report .u-title')].map(e => e.textContent)").await,
+        serde_json::json!(["Per minute", "Drop-offs of each minute's fans", "Release rate set / measured (/s)", "Core P99 / target (ms)", "Wait (s)"])
+    );
     let figures = page
         .eval("Object.fromEntries([...document.querySelectorAll('#report [data-figure]')].map(f => [f.dataset.figure, f.querySelector('b').textContent]))")
         .await;
@@ -918,7 +922,7 @@ async fn chromium_the_console_shows_a_rooms_report_with_charts_and_its_csv() {
     page.eval("localStorage.setItem('wicket-console-lang', 'zh-CN'); location.reload(); true").await;
     page.until(&format!("!!{}", room_button("报告")), 8.0, "the Report button in zh-CN").await;
     page.eval(&format!("{}.click(); true", room_button("报告"))).await;
-    page.until("document.querySelectorAll('#report [data-points]').length === 4", 5.0, "the zh-CN report's charts").await;
+    page.until("document.querySelectorAll('#report [data-points]').length === 5", 5.0, "the zh-CN report's charts").await;
     assert_eq!(page.eval("document.querySelector('#report h2').textContent").await, "r1 的报告");
     assert_eq!(page.eval("document.querySelector('#report [data-figure=\"joins\"]').textContent").await, "3加入");
     page.screenshot("console-report-zh-CN.png").await;
@@ -1139,4 +1143,62 @@ async fn chromium_the_console_generates_invite_codes_and_a_fan_redeems_one_on_th
     assert_eq!(stored["redeemed"].as_u64(), Some(1));
     let stats = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
     assert_eq!(stats["issued"].as_u64(), Some(1), "one place: the invitee's");
+}
+
+/// The console shows a room's invite lane and its share of the release (lane.js, loaded once a
+/// room's stats carry `lane`; a room without a share shows none): the share, the lane places given
+/// and those let in by the lane, as the room's stats say, and a chart of both. Three allowlisted
+/// fans join the lane with nothing released; then a release of 4/s lets them in a quarter at a
+/// time. Screenshots: console-lane.png, console-lane-zh-CN.png.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_the_console_shows_the_invite_lanes_share_of_the_release() {
+    let edge = TestEdge::start(&format!(
+        "user-header = \"x-user-id\"\n[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\n\
+         secret = \"{HS_SECRET}\"\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 0.0 }}\ninvite = {{ share = 0.25 }}\n\
+         [[rooms]]\nid = \"r2\"\nevent = \"ev-2\"\ntarget = \"/buy/ev-2\"\nprotected = [\"/buy/ev-2\"]\n"
+    ));
+    let r = edge.admin("POST", "/admin/rooms/r1/invites/users", r#"{"users": ["inv-1", "inv-2", "inv-3"]}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    for user in ["inv-1", "other-1", "inv-2", "other-2", "inv-3", "other-3"] {
+        let r = request("GET", &edge.url("/queue/r1"), &[("x-user-id", user), ("accept", "application/json")], b"").await;
+        assert_eq!((r.status, r.json()["state"].as_str()), (200, Some("waiting")), "{user}: {}", r.text());
+    }
+    let lane = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json()["lane"].clone();
+    assert_eq!(lane, serde_json::json!({"share": 0.25, "issued": 3, "serving": 0, "passed": 0}));
+    assert!(edge.admin("GET", "/admin/rooms/r2/stats", "").await.json()["lane"].is_null());
+
+    let mut page = Cdp::launch("en-US").await;
+    page.navigate(&edge.admin_url("/")).await;
+    page.until("!document.getElementById('signin').hidden", 5.0, "the sign-in form").await;
+    page.eval(&format!("document.getElementById('token').value = {ADMIN_TOKEN:?}; document.getElementById('signin').requestSubmit(); true")).await;
+    let figure = |room: &str| format!("document.querySelector('[data-room=\"{room}\"] [data-figure=\"lane\"]')?.textContent");
+    let said = page.until(&figure("r1"), 6.0, "the lane figure").await;
+    assert_eq!(said, "25 % · 3 · 0invite lane: share / joined / let in by it");
+    let points = page.until("Number(document.querySelector('[data-room=\"r1\"] .lane-chart')?.dataset.points) >= 2 && document.querySelector('[data-room=\"r1\"] .lane-chart canvas') !== null", 5.0, "the lane chart's points").await;
+    assert_eq!(points, true);
+    assert_eq!(page.eval(&format!("{} ?? null", figure("r2"))).await, serde_json::Value::Null, "r2 has no lane");
+    // A release of 4/s: a quarter of it goes to the lane, whose three fans are let in first.
+    let r = edge.admin("PUT", "/admin/rooms/r1/release", r#"{"mode": "fixed", "rate": 4}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // (Everyone is let in within a few ticks; the lane's fans partly by the lane, the rest as
+    // `serving` reaches them.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let lane = loop {
+        let s = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
+        if s["serving"] == 6 {
+            break s["lane"].clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "{s}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let let_in = lane["serving"].as_u64().unwrap();
+    assert!((1..=3).contains(&let_in), "the lane let in its share first: {lane}");
+    page.until(&format!("{} === '25 % · 3 · {let_in}invite lane: share / joined / let in by it'", figure("r1")), 5.0, "the lane let in").await;
+    page.screenshot("console-lane.png").await;
+    page.eval("localStorage.setItem('wicket-console-lang', 'zh-CN'); location.reload(); true").await;
+    let said = page.until(&figure("r1"), 8.0, "the lane figure in zh-CN").await;
+    assert_eq!(said, format!("25 % · 3 · {let_in}邀请通道：份额 / 加入 / 经通道放行"));
+    page.screenshot("console-lane-zh-CN.png").await;
 }

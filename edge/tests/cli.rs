@@ -258,6 +258,17 @@ async fn demo_tells_one_story_from_countdown_to_paid_then_stops_on_sigterm_and_l
     let opens = time::OffsetDateTime::parse(ev.json()["opens_at"].as_str().unwrap(), &time::format_description::well_known::Rfc3339).unwrap();
     let left = (opens - time::OffsetDateTime::now_utc()).whole_seconds();
     assert!((-10..=4).contains(&left), "opens in {left} s");
+    // Its style sheet is served by the edge from memory; the page, through the edge, in the
+    // language asked, which sticks (the queue page reads the same cookie).
+    let css = get(&format!("{base}/site.css"), &[]).await;
+    assert_eq!(css.status, 200);
+    assert!(css.header("content-type").is_some_and(|t| t.starts_with("text/css")), "{:?}", css.header("content-type"));
+    assert_eq!(css.text(), wicket_edge::demo::SITE_CSS);
+    let ja = get(&format!("{base}/?lang=ja"), &[]).await;
+    assert!(ja.text().contains("<html lang=\"ja\" dir=\"ltr\">") && ja.text().contains("<h1>先史時代パーク — 1元 1日券</h1>"), "{}", ja.text());
+    let kept = ja.cookies().get("wicket_lang").cloned().expect("the choice is kept");
+    let queue = get(&format!("{base}/queue/ev-42"), &[("accept", "text/html"), ("cookie", &format!("wicket_lang={kept}"))]).await;
+    assert!(queue.text().contains("lang=\"ja\"") || queue.text().contains("lang=ja"), "{}", queue.text());
     let o = get(&format!("{base}/anything"), &[]).await;
     assert!(o.text().contains("existing site"));
     assert_eq!(get(&format!("{base}/buy/ev-42"), &[("accept", "text/html")]).await.status, 302);
@@ -495,5 +506,73 @@ fn every_subcommand_option_has_help_text() {
             .map(|(_, l)| *l)
             .collect();
         assert!(bare.is_empty(), "wicket {sub} --help has options without a description: {bare:?}\n{help}");
+    }
+}
+
+/// The demo's stand-in site speaks the 17 fan languages, chosen as the queue page chooses:
+/// `?lang=` (kept in the `wicket_lang` cookie), else that cookie, else `Accept-Language`, else
+/// English; Arabic and Persian right to left; the page's script gets its texts in that language.
+/// Every language has every text of the English catalogue, with the same placeholders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_site_speaks_each_fan_language_chosen_as_the_queue_page_chooses() {
+    use wicket_edge::demo::{StandInProvider, start_origin};
+    use wicket_edge::i18n::Lang;
+    let port = free_port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let provider = StandInProvider { callback_to: "127.0.0.1:9".parse().unwrap(), callback_secret: "c".repeat(32) };
+    // (It makes its own runtime on a thread of its own: started off this one.)
+    tokio::task::spawn_blocking(move || start_origin(addr, provider)).await.unwrap().unwrap();
+    let base = format!("http://{addr}");
+    let text: serde_json::Value = serde_json::from_str(include_str!("../../static/site/text.json")).unwrap();
+    let en = text["en"].as_object().unwrap();
+    let h1 = |body: &str| body.split("<h1>").nth(1).and_then(|r| r.split("</h1>").next()).unwrap_or_default().to_owned();
+    let mut titles = std::collections::HashSet::new();
+    for lang in Lang::ALL {
+        let t = text[lang.tag()].as_object().unwrap_or_else(|| panic!("no texts for {}", lang.tag()));
+        for (k, v) in en {
+            let v = v.as_str().unwrap();
+            let mine = t.get(k).and_then(|x| x.as_str()).unwrap_or_else(|| panic!("{}: no {k}", lang.tag()));
+            for ph in ["{time}", "{order}", "{amount}", "{why}"] {
+                assert_eq!(mine.contains(ph), v.contains(ph), "{}: {k} and {ph}", lang.tag());
+            }
+        }
+        let dir = if lang.is_rtl() { "rtl" } else { "ltr" };
+        for (path, key) in [("/", "title"), ("/buy/ev-42", "title"), ("/buy/ev-42/done", "done_title")] {
+            let r = get(&format!("{base}{path}?lang={}", lang.tag()), &[("accept-language", "en")]).await;
+            assert_eq!(r.status, 200, "{path}");
+            let body = r.text();
+            assert!(body.contains(&format!("lang=\"{}\" dir=\"{dir}\"", lang.tag())), "{} {path}: {body}", lang.tag());
+            assert_eq!(h1(&body), wicket_edge::i18n::html_escape(t[key].as_str().unwrap()), "{} {path}", lang.tag());
+            assert_eq!(r.header("vary"), Some("Accept-Language, Cookie"));
+            assert_eq!(r.cookies().get("wicket_lang").map(String::as_str), Some(lang.tag()), "{} {path}: the choice is kept", lang.tag());
+            if path == "/" {
+                titles.insert(h1(&body));
+                // The script's texts, as JSON in the page.
+                let js = body.split("<script type=\"application/json\" id=\"text\">").nth(1).and_then(|r| r.split("</script>").next()).unwrap();
+                let js: serde_json::Value = serde_json::from_str(js).unwrap();
+                assert_eq!(js["js_open"], t["js_open"], "{}", lang.tag());
+                assert!(!body.contains("{{"), "{}: a name left unfilled", lang.tag());
+            }
+        }
+    }
+    assert_eq!(titles.len(), 17, "each language its own title: {titles:?}");
+    // How a language is chosen, as the queue page chooses: ?lang= over the cookie over
+    // Accept-Language; an unknown ?lang= or cookie is passed over; nothing known: English.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
+        ("/", &[("accept-language", "ko-KR,ko;q=0.9,en;q=0.5")], "ko"),
+        ("/", &[("accept-language", "fr;q=0.4, zh-TW;q=0.8")], "zh-TW"),
+        ("/", &[("accept-language", "xx, sv")], "en"),
+        ("/", &[], "en"),
+        ("/", &[("cookie", "wicket_lang=fa"), ("accept-language", "ja")], "fa"),
+        ("/?lang=de", &[("cookie", "wicket_lang=fa"), ("accept-language", "ja")], "de"),
+        ("/?lang=klingon", &[("cookie", "wicket_lang=ar")], "ar"),
+        ("/buy/ev-42", &[("cookie", "wicket_lang=nope"), ("accept-language", "pt-BR")], "pt-BR"),
+    ];
+    for (path, headers, want) in cases {
+        let r = get(&format!("{base}{path}"), headers).await;
+        assert!(r.text().contains(&format!("<html lang=\"{want}\"")), "{path} {headers:?}: {}", &r.text()[..200.min(r.text().len())]);
+        let set = r.cookies().contains_key("wicket_lang");
+        assert_eq!(set, path.contains("lang=de"), "{path}: only a valid ?lang= is kept");
     }
 }

@@ -37,7 +37,7 @@ async fn the_page_and_its_files_are_served_with_a_strict_policy_and_hold_no_data
     assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
     assert_eq!(page.header("x-frame-options"), Some("DENY"));
     assert!(page.text().contains("/console/console.js") && !page.text().contains("r1"), "no room data in the page");
-    for f in ["/console/console.js", "/console/report.js", "/console/console.css", "/console/vendor/uplot/uPlot.iife.min.js", "/console/vendor/uplot/uPlot.min.css", "/console/vendor/uplot/LICENSE"] {
+    for f in ["/console/console.js", "/console/report.js", "/console/lane.js", "/console/console.css", "/console/vendor/uplot/uPlot.iife.min.js", "/console/vendor/uplot/uPlot.min.css", "/console/vendor/uplot/LICENSE"] {
         assert_eq!(get(&edge.admin_url(f), &[]).await.status, 200, "{f}");
     }
     // The page weight a browser downloads (gzip): what README "The console" reports.

@@ -390,3 +390,60 @@ async fn a_passthrough_room_lets_fans_in_on_any_edge_until_someone_waits() {
     let s3 = status(a.status(&ra, &t3, "u3").await.unwrap());
     assert_eq!(s3.state, Phase::Waiting);
 }
+
+/// A rolling upgrade: a room published without this wave's fields reads on every edge; a room
+/// config an edge cannot read (a field it does not know, as an older edge meets a newer one's)
+/// leaves the room as that edge had it, says why by name in its stats, and is applied once it reads
+/// again. A room this edge never had is not made from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_room_config_an_edge_cannot_read_leaves_its_room_as_it_was_and_says_why() {
+    use http::Method;
+    use wicket_edge::room::admin::handle;
+    let redis = RedisServer::start();
+    let a = edge(&redis.url(), "");
+    let b = edge(&redis.url(), "");
+    let store = RedisRooms::new(&redis.url()).unwrap();
+    let body = serde_json::json!({"event": "ev-7", "target": "/buy/r7", "protected": ["/buy/r7"]}).to_string();
+    assert_eq!(handle(&a, &Method::PUT, "/admin/rooms/r7", body.as_bytes()).await.status(), 201);
+    // What A published carries only the fields the release before knew (none of this wave's at
+    // their defaults).
+    let published = store.specs().await.unwrap().into_iter().find(|(id, _)| id == "r7").unwrap().1;
+    let v: serde_json::Value = serde_json::from_str(&published).unwrap();
+    for field in ["reject-all", "queuing-status-code", "test-mode", "event-name", "invite"] {
+        assert!(v.get(field).is_none(), "{field} published at its default: {published}");
+    }
+    b.tick_all(unix_ms()).await;
+    assert_eq!(b.get("r7").unwrap().spec().config.target, "/buy/r7");
+    assert!(b.get("r7").unwrap().stats()["config_sync_error"].is_null());
+    // A newer edge's config with a field B does not know (and a changed target).
+    let mut newer = v.clone();
+    newer["target"] = "/buy/r7-new".into();
+    newer["waiting-music"] = "on".into();
+    store.put_spec("r7", Some(&newer.to_string())).await.unwrap();
+    for _ in 0..2 {
+        b.tick_all(unix_ms()).await;
+    }
+    let room = b.get("r7").expect("the room is kept");
+    assert_eq!(room.spec().config.target, "/buy/r7", "the last config it could read");
+    assert_eq!(b.protection().find("/buy/r7/seat").map(|p| p.rule.room.clone()).as_deref(), Some("r7"));
+    let why = room.stats()["config_sync_error"].as_str().unwrap_or_default().to_owned();
+    assert!(why.contains("unknown field `waiting-music`"), "{why}");
+    // A new room B cannot read is not made; one it can read again is applied, the problem gone.
+    store.put_spec("r8", Some(&newer.to_string())).await.unwrap();
+    b.tick_all(unix_ms()).await;
+    assert!(b.get("r8").is_none());
+    newer.as_object_mut().unwrap().remove("waiting-music");
+    store.put_spec("r7", Some(&newer.to_string())).await.unwrap();
+    b.tick_all(unix_ms()).await;
+    let room = b.get("r7").unwrap();
+    assert_eq!(room.spec().config.target, "/buy/r7-new");
+    assert!(room.stats()["config_sync_error"].is_null());
+    // A config that reads but does not validate is kept out the same way, with its path.
+    newer["queuing-status-code"] = 418.into();
+    store.put_spec("r7", Some(&newer.to_string())).await.unwrap();
+    b.tick_all(unix_ms()).await;
+    let room = b.get("r7").unwrap();
+    assert_eq!((room.spec().config.target.as_str(), room.spec().config.queuing_status_code), ("/buy/r7-new", 200));
+    let why = room.stats()["config_sync_error"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(why, "room.queuing-status-code: must be 200, 202 or 429");
+}

@@ -59,11 +59,24 @@ async fn fan_get(fan: &Fan, base: &str, path: &str) -> Resp {
     get(&format!("{base}{path}"), &[("cookie", &cookie), ("accept", "application/json"), ("user-agent", "fan")]).await
 }
 
+/// Every refusal reason a report counts, at 0 but for `some`.
+fn refusals(some: &[(&str, u64)]) -> Value {
+    let mut v = json!({"rate_limited": 0, "blocked": 0, "bot_required": 0, "bot_failed": 0, "bot_unavailable": 0,
+        "not_admitted": 0, "room_state_unavailable": 0, "other": 0, "room_closed": 0, "reject_all": 0, "sold_out": 0,
+        "invite_only": 0, "invite_invalid": 0, "invite_taken": 0, "bad_request": 0, "no_ticket": 0});
+    for (k, n) in some {
+        assert!(v.get(k).is_some(), "no reason {k}");
+        v[k] = json!(n);
+    }
+    v
+}
+
 /// The counts of one minute of a report (the leader's figures left out: they change every tick).
 fn counts(row: &Value) -> Value {
     json!({
         "minute": row["minute"], "joins": row["joins"], "admissions": row["admissions"], "holds": row["holds"],
-        "released": row["released"], "refusals": row["refusals"],
+        "released": row["released"], "refusals": row["refusals"], "held_of_admitted": row["held_of_admitted"],
+        "admitted_of_released": row["admitted_of_released"], "drop_offs": row["drop_offs"],
         "waits": row["wait_histogram"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).sum::<u64>(),
     })
 }
@@ -121,9 +134,10 @@ async fn a_sale_on_two_edges_sharing_redis_is_reported_per_minute_on_both_and_af
         assert_eq!(r.status, 403, "{}", r.text());
     }
     let minute = rfc3339(m);
-    let refusals = json!({"rate_limited": 2, "blocked": 0, "bot_required": 0, "bot_failed": 0, "bot_unavailable": 0,
-                          "not_admitted": 2, "room_state_unavailable": 0, "other": 0});
-    let want = json!({"minute": minute, "joins": 5, "admissions": 4, "holds": 2, "released": 5, "refusals": refusals, "waits": 4});
+    let refusals = refusals(&[("rate_limited", 2), ("not_admitted", 2)]);
+    // By cohort: of the minute's 4 admissions 2 were used; of its 5 places released, 4 came.
+    let want = json!({"minute": minute, "joins": 5, "admissions": 4, "holds": 2, "released": 5, "refusals": refusals, "waits": 4,
+        "held_of_admitted": 2, "admitted_of_released": 4, "drop_offs": {"unused": 2, "abandoned": 1}});
     let on_a = report_until(&a, "A reports the sale", |v| {
         v["minutes"].as_array().unwrap().iter().any(|r| r["minute"] == minute && counts(r) == want)
     })
@@ -176,8 +190,12 @@ async fn a_sale_on_two_edges_sharing_redis_is_reported_per_minute_on_both_and_af
         lines[0],
         "minute,joins,admissions,holds,released,refused_rate_limited,refused_blocked,refused_bot_required,refused_bot_failed,\
          refused_bot_unavailable,refused_not_admitted,refused_room_state_unavailable,refused_other,wait_p50_s,wait_p90_s,wait_p99_s,\
-         rate_set,rate_measured,p99_ms,p99_target_ms,sold_out"
+         rate_set,rate_measured,p99_ms,p99_target_ms,sold_out,\
+         unused,abandoned,held_of_admitted,admitted_of_released,refused_room_closed,refused_reject_all,refused_sold_out,\
+         refused_invite_only,refused_invite_invalid,refused_invite_taken,refused_bad_request,refused_no_ticket",
+        "the first release's columns first, in their places; those added since after them"
     );
+    assert!(lines[1].ends_with(",2,1,2,4,0,0,0,0,0,0,0,0"), "{}", lines[1]);
     assert!(lines[1].starts_with(&format!("{minute},5,4,2,5,2,0,0,0,0,2,0,0,")), "{}", lines[1]);
     assert!(lines[1].contains(",1000,"), "{}", lines[1]);
     let auth = format!("Bearer {ADMIN_TOKEN}");
@@ -327,8 +345,7 @@ async fn a_passthrough_room_reports_each_fan_let_straight_in_as_one_hold() {
     }
     let minute = rfc3339(m);
     let want = json!({"minute": minute, "joins": 3, "admissions": 3, "holds": 3, "released": 3, "waits": 3,
-        "refusals": {"rate_limited": 0, "blocked": 0, "bot_required": 0, "bot_failed": 0, "bot_unavailable": 0,
-                     "not_admitted": 0, "room_state_unavailable": 0, "other": 0}});
+        "refusals": refusals(&[]), "held_of_admitted": 3, "admitted_of_released": 3, "drop_offs": {"unused": 0, "abandoned": 0}});
     let report = report_until(&edge, "three fans let straight in", |v| {
         v["minutes"].as_array().unwrap().iter().any(|r| counts(r) == want)
     })
@@ -337,4 +354,173 @@ async fn a_passthrough_room_reports_each_fan_let_straight_in_as_one_hold() {
     let t = &report["totals"];
     assert_eq!((&t["wait_seconds"], &t["drop_offs"]), (&json!({"p50": 1, "p90": 1, "p99": 1}), &json!({"unused": 0, "abandoned": 0})), "{t}");
     assert_eq!(t["wait_histogram"][0], 3, "no wait: the first bucket (≤ 1 s)");
+}
+
+/// Sleeps until `left` seconds are left of the current minute; that minute's number.
+async fn minute_ending(left: u64) -> u64 {
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let in_minute = (now().as_millis() % 60_000) as u64;
+    let at = (60 - left) * 1000;
+    let wait = if in_minute <= at { at - in_minute } else { 60_000 - in_minute + at };
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    now().as_secs() / 60
+}
+
+/// Drop-offs by cohort across two minutes (one edge, or two sharing Redis): a session admitted in
+/// one minute and used in the next counts as used in its admission's minute; a fan whose turn came
+/// in one minute and who comes for it in the next counts in the turn's minute; a later use moves an
+/// earlier minute's `unused` down. JSON, totals (the sums of the minutes) and CSV agree.
+async fn drop_offs_by_cohort(redis: Option<&RedisServer>) {
+    let origin = TestUpstream::start("origin").await;
+    let conf = format!(
+        "origin = \"{}\"\n{}\n[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
+         release = {{ mode = \"fixed\", rate = 1000.0 }}\n",
+        origin.url(),
+        hs_tokens()
+    );
+    let (a, b) = match redis {
+        Some(r) => {
+            let store = format!("store = \"{}\"", r.url());
+            (TestEdge::start_full(&store, &conf, &[], &[]), Some(TestEdge::start_full(&store, &conf, &[], &[])))
+        }
+        None => (TestEdge::start(&conf), None),
+    };
+    let base_a = format!("http://{}", a.addr);
+    let base_b = b.as_ref().map_or(base_a.clone(), |b| format!("http://{}", b.addr));
+    let m = minute_ending(9).await;
+    // Minute m: P (edge A) and Q (edge B) are admitted; R joins and is released, but is away.
+    let (mut p, mut q, mut r) = (Fan::default(), Fan::default(), Fan::default());
+    assert_eq!(p.join(&base_a, "r1").await.status, 200);
+    admitted(&mut p, &base_a).await;
+    assert_eq!(q.join(&base_b, "r1").await.status, 200);
+    admitted(&mut q, &base_b).await;
+    assert_eq!(r.join(&base_a, "r1").await.status, 200);
+    // (R's place is released at the next tick, and every edge sees it within a tick.)
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(minute_with(0).await, m, "minute m's part took too long");
+    tokio::time::sleep(Duration::from_millis(60_000 - (unix_ms() % 60_000) + 300)).await;
+    // Minute m + 1: P buys (through B); R comes back for its turn (through B) and is admitted;
+    // S joins and never comes back.
+    assert_eq!(fan_get(&p, &base_b, "/buy").await.status, 200);
+    let s = r.status(&base_b, "r1").await;
+    assert_eq!(s["state"], "admitted", "{s}");
+    let mut later = Fan::default();
+    assert_eq!(later.join(&base_a, "r1").await.status, 200);
+    let (mm, m1) = (rfc3339(m), rfc3339(m + 1));
+    let want_m = json!({"minute": mm, "joins": 3, "admissions": 2, "holds": 0, "released": 3, "refusals": refusals(&[]), "waits": 2,
+        "held_of_admitted": 1, "admitted_of_released": 3, "drop_offs": {"unused": 1, "abandoned": 0}});
+    let want_m1 = json!({"minute": m1, "joins": 1, "admissions": 1, "holds": 1, "released": 1, "refusals": refusals(&[]), "waits": 1,
+        "held_of_admitted": 0, "admitted_of_released": 0, "drop_offs": {"unused": 1, "abandoned": 1}});
+    let v = report_until(&a, "both minutes by cohort", |v| {
+        let rows: Vec<Value> = v["minutes"].as_array().unwrap().iter().map(counts).collect();
+        rows == [want_m.clone(), want_m1.clone()]
+    })
+    .await;
+    let t = &v["totals"];
+    assert_eq!(
+        (&t["admissions"], &t["holds"], &t["released"], &t["held_of_admitted"], &t["admitted_of_released"], &t["drop_offs"]),
+        (&json!(3), &json!(1), &json!(4), &json!(1), &json!(3), &json!({"unused": 2, "abandoned": 1})),
+        "{t}"
+    );
+    // R buys too (through A): minute m + 1's admission is used after all.
+    assert_eq!(fan_get(&r, &base_a, "/buy").await.status, 200);
+    let v = report_until(&a, "R's use counted in its admission's minute", |v| row(v, &m1)["drop_offs"]["unused"] == 0).await;
+    assert_eq!(row(&v, &m1)["held_of_admitted"], 1);
+    assert_eq!(row(&v, &m1)["holds"], 2, "P's hold and R's: both happened in m + 1");
+    assert_eq!(v["totals"]["drop_offs"], json!({"unused": 1, "abandoned": 1}));
+    // Edge B reads the same; the CSV's drop-off columns say the same.
+    let on = b.as_ref().unwrap_or(&a);
+    let v = report_until(on, "the other edge agrees", |w| w["minutes"] == v["minutes"]).await;
+    assert_eq!(v["totals"]["drop_offs"], json!({"unused": 1, "abandoned": 1}));
+    let csv = on.admin("GET", "/admin/rooms/r1/report?format=csv", "").await.text();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = |line: &str, name: &str| line.split(',').nth(header.iter().position(|h| *h == name).unwrap()).unwrap().to_owned();
+    let lines: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(lines.len(), 2, "{csv}");
+    let cells = |l: &str| ["unused", "abandoned", "held_of_admitted", "admitted_of_released"].map(|n| col(l, n));
+    assert_eq!(cells(lines[0]), ["1", "0", "1", "3"], "{csv}");
+    assert_eq!(cells(lines[1]), ["0", "1", "1", "0"], "{csv}");
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_offs_are_counted_by_cohort_across_minutes_on_two_edges_sharing_redis() {
+    let redis = RedisServer::start();
+    drop_offs_by_cohort(Some(&redis)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_offs_are_counted_by_cohort_across_minutes_on_an_embedded_edge() {
+    drop_offs_by_cohort(None).await;
+}
+
+/// What the room's own endpoints refuse is counted in its report by reason: no ticket, a bad
+/// join, a wrong method, an unknown endpoint, reject-all (page and join), invite-only, a malformed
+/// and an unknown invite code, a closed room, a wrong proof.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rooms_own_refusals_are_counted_by_reason() {
+    let origin = TestUpstream::start("origin").await;
+    let past = |h: i64| {
+        (time::OffsetDateTime::now_utc() - time::Duration::hours(h)).format(&time::format_description::well_known::Rfc3339).unwrap()
+    };
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n{}\n[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nbot-check = \"pow\"\n\
+         [[rooms]]\nid = \"r2\"\nevent = \"ev-2\"\ntarget = \"/buy2\"\nprotected = [\"/buy2\"]\n[rooms.invite]\nonly = true\n\
+         [[rooms]]\nid = \"r3\"\nevent = \"ev-3\"\ntarget = \"/buy3\"\nprotected = [\"/buy3\"]\n\
+         schedule = {{ opens-at = \"{}\", closes-at = \"{}\" }}\n",
+        origin.url(),
+        hs_tokens(),
+        past(2),
+        past(1)
+    ));
+    let base = format!("http://{}", edge.addr);
+    let json_h = [("accept", "application/json"), ("user-agent", "fan")];
+    let call = |method: &'static str, path: &'static str, body: &'static [u8]| {
+        let url = format!("{base}{path}");
+        async move { request(method, &url, &json_h, body).await }
+    };
+    let cases: &[(&str, &str, &[u8], u16, &str)] = &[
+        ("GET", "/queue/r1/status", b"", 401, "unauthorized"),
+        ("GET", "/queue/r1/events", b"", 401, "unauthorized"),
+        ("POST", "/queue/r1/join", b"{not json", 400, "bad_request"),
+        ("POST", "/queue/r1/join", br#"{"pow":{"challenge":"forged","nonce":"1"}}"#, 403, "forbidden"),
+        ("PUT", "/queue/r1/join", b"", 405, "bad_request"),
+        ("GET", "/queue/r1/nope", b"", 404, "not_found"),
+        ("GET", "/queue/r2", b"", 403, "invite_only"),
+        ("POST", "/queue/r2/invite", br#"{"code":"no!"}"#, 400, "bad_request"),
+        ("POST", "/queue/r2/invite", br#"{"code":"NOSUCHCODE1"}"#, 403, "invite_invalid"),
+        ("POST", "/queue/r2/invite", b"[]", 400, "bad_request"),
+    ];
+    for (method, path, body, status, code) in cases {
+        let r = call(method, path, body).await;
+        assert_eq!((r.status, r.json()["error"].as_str()), (*status, Some(*code)), "{method} {path}: {}", r.text());
+    }
+    // Reject-all: a new fan's page and join say closed (200), each counted.
+    assert_eq!(edge.admin("POST", "/admin/rooms/r1/reject-all", "").await.status, 200);
+    for (method, path) in [("GET", "/queue/r1"), ("POST", "/queue/r1/join")] {
+        let r = call(method, path, b"{}").await;
+        assert_eq!((r.status, r.json()["state"].as_str()), (200, Some("closed")), "{method} {path}: {}", r.text());
+    }
+    // A room past its closing: the page says closed.
+    let r = call("GET", "/queue/r3", b"").await;
+    assert_eq!(r.json()["state"], "closed", "{}", r.text());
+    let total = |id: &'static str| {
+        let edge = &edge;
+        async move { edge.admin("GET", &format!("/admin/rooms/{id}/report"), "").await.json()["totals"]["refusals"].clone() }
+    };
+    let want1 = refusals(&[("no_ticket", 2), ("bad_request", 2), ("bot_failed", 1), ("other", 1), ("reject_all", 2)]);
+    let want2 = refusals(&[("invite_only", 1), ("bad_request", 2), ("invite_invalid", 1)]);
+    let want3 = refusals(&[("room_closed", 1)]);
+    let deadline = Instant::now() + Duration::from_secs(6);
+    loop {
+        let got = (total("r1").await, total("r2").await, total("r3").await);
+        if got == (want1.clone(), want2.clone(), want3.clone()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{got:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -209,7 +209,7 @@ function roomCard(id) {
     el("button", { onclick: () => act("resume") }, t("resume")),
     el("button", { onclick: () => confirm(t("confirm_queue_all", id)) && act("queue-all") }, t("queue_all")),
     el("button", { onclick: () => confirm(t("confirm_reject_all", id)) && act("reject-all") }, t("reject_all")),
-    el("button", { onclick: () => report(id) }, t("report")),
+    el("button", { onclick: () => need("report.js", () => openReport(id)) }, t("report")),
     mode, rate, min, max,
     el("button", {
       onclick: () => {
@@ -290,10 +290,15 @@ function inviteRow(id) {
   return [row, msg];
 }
 
-// A room's post-sale report (report.js, loaded the first time one is asked for).
-function report(id) {
-  if (window.openReport) return openReport(id);
-  document.head.append(el("script", { src: "/console/report.js", onload: () => openReport(id) }));
+// Code loaded the first time it is needed (report.js: a room's post-sale report; lane.js: its
+// invite lane's share), so the page stays small; `then` runs once it is there.
+const loaded = {};
+function need(file, then) {
+  if (loaded[file] === 1) return then();
+  if (!loaded[file]) {
+    loaded[file] = 2;
+    document.head.append(el("script", { src: `/console/${file}`, onload: () => { loaded[file] = 1; then(); } }));
+  }
 }
 
 function updateRoom(s, at) {
@@ -317,6 +322,7 @@ function updateRoom(s, at) {
     figure(t("leader"), s.leader ? t("yes") : t("no")),
     figure(t("window"), fmtWindow(s.window)),
   );
+  if (s.lane) need("lane.js", () => showLane(room, s, x));
   push(room.queue, x, [s.queued, s.serving, s.issued]);
   push(room.release, x, [s.release_per_second, s.measured_release_per_second]);
   push(room.p99, x, [core.p99_ms_edge, core.p99_ms_core, core.p99_target_ms]);

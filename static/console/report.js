@@ -1,5 +1,6 @@
 // Wicket operator console: a room's post-sale report (GET /admin/rooms/<room>/report), opened by a
-// room card's "Report" button: totals, four per-minute charts, the CSV download. console.js loads
+// room card's "Report" button: totals, five per-minute charts (drop-offs by the minute's own fans:
+// admitted then, never used; let in then, never came), the CSV download. console.js loads
 // it when first asked for (it uses console.js's TEXT, t, el, api, fmt, say and chart).
 "use strict";
 
@@ -8,14 +9,14 @@ Object.assign(TEXT.en, {
   joins: "joins", admissions: "admissions", holds: "holds (sessions used)", released: "released",
   unused: "admitted, never used", abandoned: "let in, never came", refusals: "refusals",
   wait: "wait P50 / P90 / P99 (s)", sold_out_at: "sold out at", minutes: "minutes",
-  r_flow: "Per minute", r_rate: "Release rate set / measured (/s)", r_p99: "Core P99 / target (ms)", r_wait: "Wait (s)",
+  r_flow: "Per minute", r_drop: "Drop-offs of each minute's fans", r_rate: "Release rate set / measured (/s)", r_p99: "Core P99 / target (ms)", r_wait: "Wait (s)",
 });
 Object.assign(TEXT["zh-CN"], {
   report_of: "{0} 的报告", csv: "下载 CSV", close: "关闭", refresh: "刷新",
   joins: "加入", admissions: "放行", holds: "已使用会话", released: "已放行序号",
   unused: "放行后未使用", abandoned: "轮到时未回来", refusals: "拒绝",
   wait: "等待 P50 / P90 / P99（秒）", sold_out_at: "售罄时间", minutes: "分钟数",
-  r_flow: "每分钟", r_rate: "放行速率 设定 / 实测（每秒）", r_p99: "核心 P99 / 目标（毫秒）", r_wait: "等待（秒）",
+  r_flow: "每分钟", r_drop: "每分钟的流失（按该分钟的粉丝）", r_rate: "放行速率 设定 / 实测（每秒）", r_p99: "核心 P99 / 目标（毫秒）", r_wait: "等待（秒）",
 });
 
 // The report card (one, for the room last asked), made on first use under the room cards.
@@ -56,12 +57,13 @@ async function openReport(id) {
     figure("sold_out_at", T.sold_out_at ? new Date(T.sold_out_at).toLocaleString() : "—"),
     figure("minutes", fmt(v.minutes.length)),
   );
-  // Four charts, x = each minute's start.
+  // Five charts, x = each minute's start.
   const m = v.minutes;
   const x = m.map((row) => Date.parse(row.minute) / 1000);
   const specs = [
     [t("r_flow"), [[t("joins"), "#8a93a6", (q) => q.joins], [t("admissions"), "#2e7d32", (q) => q.admissions],
       [t("holds"), "#1565c0", (q) => q.holds], [t("refusals"), "#c62828", (q) => Object.values(q.refusals).reduce((a, b) => a + b, 0)]]],
+    [t("r_drop"), [[t("unused"), "#ef6c00", (q) => q.drop_offs.unused], [t("abandoned"), "#6a1b9a", (q) => q.drop_offs.abandoned]]],
     [t("r_rate"), [["set", "#6a1b9a", (q) => q.rate_set], ["measured", "#ef6c00", (q) => q.rate_measured]]],
     [t("r_p99"), [["P99", "#c62828", (q) => q.p99_ms], ["target", "#5b6479", (q) => q.p99_target_ms, [6, 4]]]],
     [t("r_wait"), [["P50", "#00838f", (q) => q.wait_seconds.p50], ["P90", "#ef6c00", (q) => q.wait_seconds.p90], ["P99", "#c62828", (q) => q.wait_seconds.p99]]],

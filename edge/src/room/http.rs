@@ -110,6 +110,21 @@ fn error_json(code: &str, message: &str) -> serde_json::Value {
     json!({"error": code, "message": message})
 }
 
+/// Counts a refusal of this room's endpoints in its report (reasons: [`super::tally::REASONS`]).
+fn refused(room: &Room, reason: &str) {
+    room.report.tally.refused(super::unix_ms(), reason);
+}
+
+/// Counts the refusal a page or join answer carries: closed (or turning everyone away), sold out
+/// for good. Status polls and event streams are not counted (a fan polls many times).
+fn count_outcome(room: &Room, s: &Status) {
+    match s.state {
+        Phase::Closed => refused(room, if room.rejecting() { "reject_all" } else { "room_closed" }),
+        Phase::SoldOut if !s.restock_possible => refused(room, "sold_out"),
+        _ => {}
+    }
+}
+
 /// True when the client asked for JSON rather than a page.
 fn wants_json(session: &Session) -> bool {
     let accept = header_str(session.req_header(), "accept").unwrap_or("");
@@ -153,9 +168,13 @@ pub async fn serve(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueReque
             json_answer(session, q, 200, &v).await
         }
         (_, "" | "join" | "status" | "events" | "challenge" | "invite") => {
+            refused(&room, "bad_request");
             json_answer(session, q, 405, &error_json("bad_request", "method not allowed here")).await
         }
-        _ => json_answer(session, q, 404, &error_json("not_found", "no such queue endpoint")).await,
+        _ => {
+            refused(&room, "not_found");
+            json_answer(session, q, 404, &error_json("not_found", "no such queue endpoint")).await
+        }
     }
 }
 
@@ -166,6 +185,7 @@ async fn test_link(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueReque
     let key = session.req_header().uri.query().and_then(|qs| qs.split('&').find_map(|p| p.strip_prefix("key="))).unwrap_or("").to_owned();
     let now = unix_now();
     if !super::tester::verify(&st.rooms.signer, &room.id, &key, now) {
+        refused(room, "test_key_invalid");
         return json_answer(session, q, 403, &error_json("forbidden", "not a valid test key of this room")).await;
     }
     let left = key.split('.').next().and_then(|e| e.parse::<u64>().ok()).map_or(60, |e| e.saturating_sub(now));
@@ -258,8 +278,9 @@ fn status_json(st: &QueueEdge<'_>, room: &Room, s: &Status) -> serde_json::Value
     v
 }
 
-async fn room_error(session: &mut Session, q: &mut QueueRequest, e: RoomError) -> pingora::Result<bool> {
+async fn room_error(session: &mut Session, q: &mut QueueRequest, room: &Room, e: RoomError) -> pingora::Result<bool> {
     tracing::warn!("waiting room: {e}");
+    refused(room, "room_state_unavailable");
     json_answer(session, q, 503, &error_json("unavailable", "the waiting room is unavailable, try again shortly")).await
 }
 
@@ -283,13 +304,13 @@ async fn invite_gate(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueReq
         match attempt(st, q.ip, &sub, room, &code).await {
             Ok(Ok(_)) => return None,
             Ok(Err(why)) => return Some(send_reply(session, q, refuse(session.req_header(), room, why, html)).await),
-            Err(e) => return Some(room_error(session, q, e.into()).await),
+            Err(e) => return Some(room_error(session, q, room, e.into()).await),
         }
     }
     match st.rooms.may_join(room, &sub).await {
         Ok(true) => None,
         Ok(false) => Some(send_reply(session, q, refuse(session.req_header(), room, Refusal::InviteOnly, html)).await),
-        Err(e) => Some(room_error(session, q, e.into()).await),
+        Err(e) => Some(room_error(session, q, room, e.into()).await),
     }
 }
 
@@ -310,18 +331,21 @@ async fn page(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
         // gates admission, not the place.
         match do_join(st, q, room, given).await {
             Ok(t) => ticket = t,
-            Err(e) => return room_error(session, q, e.into()).await,
+            Err(e) => return room_error(session, q, room, e.into()).await,
         }
     }
     let status = match ticket {
         Some(t) => match status_for(st, q, room, t, given).await {
             Ok(s) => Some(s),
-            Err(e) => return room_error(session, q, e).await,
+            Err(e) => return room_error(session, q, room, e).await,
         },
         // Reject-all: nobody new is queued.
         None if rejected => Some(Status::closed()),
         None => None,
     };
+    if let Some(s) = &status {
+        count_outcome(room, s);
+    }
     let (code, retry) = queuing(room, status.as_ref());
     if json {
         return match status {
@@ -330,7 +354,10 @@ async fn page(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
                 extra.extend(retry);
                 answer(session, code, "application/json", Bytes::from(status_json(st, room, &s).to_string()), &extra).await
             }
-            None => json_answer(session, q, 403, &bot_refusal(room, "solve the room's bot check, then POST join")).await,
+            None => {
+                refused(room, "bot_required");
+                json_answer(session, q, 403, &bot_refusal(room, "solve the room's bot check, then POST join")).await
+            }
         };
     }
     if let Some(s) = &status
@@ -374,7 +401,10 @@ async fn page(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
 async fn join(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
     let body = match st.read_body(session).await {
         Ok(b) => b,
-        Err(r) => return json_answer(session, q, r.status(), &error_json(r.code(), &r.message())).await,
+        Err(r) => {
+            refused(room, r.reason());
+            return json_answer(session, q, r.status(), &error_json(r.code(), &r.message())).await;
+        }
     };
     let proof: ProofBody = if body.iter().all(u8::is_ascii_whitespace) {
         ProofBody::default()
@@ -382,6 +412,7 @@ async fn join(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
         match serde_json::from_slice(&body) {
             Ok(p) => p,
             Err(_) => {
+                refused(room, "bad_request");
                 return json_answer(session, q, 400, &error_json("bad_request", "body must be {}, {\"pow\":{...}} or {\"captcha\":\"...\"}"))
                     .await;
             }
@@ -405,6 +436,7 @@ async fn join(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
         };
         if let Err(why) = verdict {
             // A wrong, forged, expired or replayed proof: refused, and any place held stays owed.
+            refused(room, "bot_failed");
             return json_answer(session, q, 403, &bot_refusal(room, why)).await;
         }
         let pass = st.bot.issue_pass(&q.device, unix_now());
@@ -420,21 +452,28 @@ async fn join(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
     let t = match ticket {
         Some(t) => t,
         // Reject-all: nobody new is queued.
-        None if room.rejecting() => return json_answer(session, q, 200, &status_json(st, room, &Status::closed())).await,
+        None if room.rejecting() => {
+            refused(room, "reject_all");
+            return json_answer(session, q, 200, &status_json(st, room, &Status::closed())).await;
+        }
         None => match do_join(st, q, room, given).await {
             Ok(Some(t)) => t,
-            Ok(None) => return json_answer(session, q, 403, &bot_refusal(room, "solve the room's bot check, then POST join")).await,
-            Err(e) => return room_error(session, q, e.into()).await,
+            Ok(None) => {
+                refused(room, "bot_required");
+                return json_answer(session, q, 403, &bot_refusal(room, "solve the room's bot check, then POST join")).await;
+            }
+            Err(e) => return room_error(session, q, room, e.into()).await,
         },
     };
     match status_for(st, q, room, t, given).await {
         Ok(s) => {
+            count_outcome(room, &s);
             let (code, retry) = queuing(room, Some(&s));
             let mut extra = cookie_headers(q);
             extra.extend(retry);
             answer(session, code, "application/json", Bytes::from(status_json(st, room, &s).to_string()), &extra).await
         }
-        Err(e) => room_error(session, q, e).await,
+        Err(e) => room_error(session, q, room, e).await,
     }
 }
 
@@ -451,17 +490,19 @@ fn no_ticket(room: &Room) -> serde_json::Value {
 
 async fn status(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
     let Some(t) = ticket_of(st, session, q, room) else {
+        refused(room, "no_ticket");
         return json_answer(session, q, 401, &no_ticket(room)).await;
     };
     let given = t.owed && check_given(st, session, q, room);
     match status_for(st, q, room, t, given).await {
         Ok(s) => json_answer(session, q, 200, &status_json(st, room, &s)).await,
-        Err(e) => room_error(session, q, e).await,
+        Err(e) => room_error(session, q, room, e).await,
     }
 }
 
 async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
     let Some(t) = ticket_of(st, session, q, room) else {
+        refused(room, "no_ticket");
         return json_answer(session, q, 401, &no_ticket(room)).await;
     };
     let mut h = ResponseHeader::build(200, Some(6))?;

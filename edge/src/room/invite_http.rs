@@ -121,6 +121,9 @@ pub fn page(lang: Lang, room: &Room, why: Refusal) -> String {
 /// A refusal: the invite page (`html`, in the language the request asks for) or
 /// `{"error", "message", "invite", "only_until"}`.
 pub fn refuse(req: &pingora::http::RequestHeader, room: &Room, why: Refusal, html: bool) -> Reply {
+    // Counted in the room's report under the answer's error code (`invite_only`, `bad_request`,
+    // `invite_invalid`, `invite_taken`, `rate_limited`).
+    room.report.tally.refused(unix_ms(), why.code());
     let mut headers = Vec::new();
     if let Refusal::TooMany(s) = why {
         headers.push((header::RETRY_AFTER, s.to_string()));
@@ -172,17 +175,22 @@ pub async fn serve(st: &QueueEdge<'_>, session: &mut Session, ip: IpAddr, sub: &
     let form = header_str(session.req_header(), "content-type").is_some_and(|c| c.starts_with("application/x-www-form-urlencoded"));
     let body = match st.read_body(session).await {
         Ok(b) => b,
-        Err(r) => return Reply::json(r.status(), &error_json(r.code(), &r.message())),
+        Err(r) => {
+            room.report.tally.refused(unix_ms(), r.reason());
+            return Reply::json(r.status(), &error_json(r.code(), &r.message()));
+        }
     };
     let Some(code) = body_code(&body, form) else {
         if form {
             return refuse(session.req_header(), room, Refusal::Malformed, true);
         }
+        room.report.tally.refused(unix_ms(), "bad_request");
         return Reply::json(400, &error_json("bad_request", "body must be {\"code\": \"...\"} (or the form field code)"));
     };
     match attempt(st, ip, sub, room, &code).await {
         Err(e) => {
             tracing::warn!(room = %room.id, "invite redeem: {e}");
+            room.report.tally.refused(unix_ms(), "room_state_unavailable");
             Reply::json(503, &error_json("unavailable", "the waiting room is unavailable, try again shortly"))
         }
         Ok(Err(why)) => refuse(session.req_header(), room, why, form),

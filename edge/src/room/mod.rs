@@ -141,6 +141,9 @@ pub struct Room {
     /// The stamp of the operator override this edge made or applied last (0: none), so each
     /// published override is applied once ([`Room::apply_override`]).
     override_stamp: AtomicU64,
+    /// Why the room config another edge published last was not applied here (a field this edge
+    /// does not know, a problem): the room runs on with the config it had ([`Rooms::sync_specs`]).
+    pub sync_problem: Mutex<Option<String>>,
 }
 
 /// An operator's override of a room (pause, resume, queue-all, reject-all, release mode and bounds) as
@@ -207,6 +210,7 @@ impl Room {
             admissions: AtomicU64::new(0),
             passed: Mutex::new((0, 0)),
             book: Mutex::new(ReleaseBook::default()),
+            sync_problem: Mutex::new(None),
         };
         room.apply_mode(&spec);
         room
@@ -517,8 +521,18 @@ impl Room {
             "passing": self.passing(&spec),
             "reject_all": self.rejecting(),
             "test_mode": spec.config.test_mode,
+            // The invite lane's share of the release (`[rooms.invite] share`; null without one):
+            // lane places given (in lane order), lane places let in by the lane, and lane places
+            // `serving` has passed.
+            "lane": spec.lane_share.map(|share| json!({
+                "share": share,
+                "issued": c.lane_issued,
+                "serving": c.lane_serving,
+                "passed": c.lane_passed,
+            })),
             "tracked": self.state.tracked(),
             "decision": d,
+            "config_sync_error": *self.sync_problem.lock(),
         })
     }
 }
@@ -695,6 +709,9 @@ pub struct Rooms {
     invites: dashmap::DashMap<String, Arc<dyn invite::InviteStore>>,
     /// Invite code attempts per client address and identity (this edge's).
     pub invite_attempts: invite::Attempts,
+    /// Room configs published by other edges that this edge could not apply: id → the problem
+    /// (each told in the log once, not every tick).
+    sync_problems: Mutex<HashMap<String, String>>,
 }
 
 pub mod state_backend {
@@ -830,6 +847,7 @@ impl Rooms {
             protection: ArcSwap::from_pointee(ProtectionTable::default()),
             invites: dashmap::DashMap::new(),
             invite_attempts: invite::Attempts::default(),
+            sync_problems: Mutex::new(HashMap::new()),
         };
         for s in specs {
             rooms.insert(s);
@@ -924,14 +942,30 @@ impl Rooms {
                 continue;
             }
             let spec = match serde_json::from_str::<config::RoomConfig>(&json).map_err(|e| e.to_string()).and_then(|c| {
-                c.compile(&id, "room").map_err(|issues| format!("{issues:?}"))
+                c.compile(&id, "room").map_err(|issues| {
+                    issues.iter().map(|i| format!("{}: {}", i.path, i.message)).collect::<Vec<_>>().join("; ")
+                })
             }) {
                 Ok(spec) => spec,
                 Err(e) => {
-                    tracing::warn!(room = %id, "published room config not applied: {e}");
+                    // (An edge older than the one that wrote it meets a field it does not know,
+                    // named in serde's message: it keeps the room as it had it.)
+                    let known = self.get(&id);
+                    if self.sync_problems.lock().insert(id.clone(), e.clone()).as_ref() != Some(&e) {
+                        let kept = if known.is_some() { "the room runs on with the config it had" } else { "the room is not created here" };
+                        tracing::warn!(room = %id, "room config published by another edge not applied ({kept}): {e}");
+                    }
+                    if let Some(room) = known {
+                        *room.sync_problem.lock() = Some(e);
+                    }
                     continue;
                 }
             };
+            if self.sync_problems.lock().remove(&id).is_some()
+                && let Some(room) = self.get(&id)
+            {
+                *room.sync_problem.lock() = None;
+            }
             if self.get(&id).is_none_or(|r| r.spec().config != spec.config) {
                 tracing::info!(room = %id, "room config from another edge");
                 self.insert(spec);
@@ -1103,7 +1137,7 @@ impl Rooms {
         let alive = room.state.session_alive(who, now_ms).await?;
         if alive || cap.is_none_or(|cap| room.active.load(Ordering::Relaxed) < cap) {
             let waited_s = (now_ms / 1000).saturating_sub(t.issued_at);
-            return self.admit(room, &spec, s, who, sub, (pos, waited_s), alive, now_ms).await.map(StatusOutcome::Status);
+            return self.admit(room, &spec, s, who, sub, (pos, t.lane, waited_s), alive, now_ms).await.map(StatusOutcome::Status);
         }
         // At the total-active cap: first in line, waiting for a session to end.
         s.ahead = Some(0);
@@ -1267,7 +1301,7 @@ impl Rooms {
         mut s: Status,
         who: Who,
         sub: &str,
-        (pos, waited_s): (u64, u64),
+        (pos, lane, waited_s): (u64, u64, u64),
         alive: bool,
         now_ms: u64,
     ) -> Result<Status, RoomError> {
@@ -1276,7 +1310,10 @@ impl Rooms {
         if !alive && room.state.open_session(who, now_ms + cfg.session_seconds * 1000).await? {
             room.active.fetch_add(1, Ordering::Relaxed);
             room.admissions.fetch_add(1, Ordering::Relaxed);
-            room.report.tally.admitted(now_ms, waited_s);
+            // The place's turn came in the minute this edge saw `serving` (or the lane) pass it.
+            let turn = room.report.marks.lock().turn_minute(pos, lane).unwrap_or(tally::minute_of(now_ms));
+            room.report.tally.admitted(now_ms, waited_s, turn);
+            room.report.store.admitted(who, now_ms);
         }
         self.touch(room, who, now_ms).await;
         let claims = keys.new_claims(&cfg.event, sub, &room.id, pos, cfg.max_qty, cfg.token_seconds as i64);

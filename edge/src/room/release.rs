@@ -40,6 +40,7 @@ impl Rooms {
         let leader = room.state.lead(&self.node, LEASE_MS).await?;
         room.leader.store(leader, Ordering::Relaxed);
         let mut c = room.state.refresh().await?;
+        room.report.marks.lock().note(super::tally::minute_of(now_ms), c.serving, c.lane_serving);
         let now_s = (now_ms / 1000) as i64;
         let (opens_at, closes_at) = room.window(&spec);
         let open = opens_at.is_none_or(|o| now_s >= o);
@@ -125,6 +126,9 @@ impl Rooms {
         };
         let step = if leader && whole > 0 { Some(room.state.advance_lane(&self.node, whole, lane, now_ms).await?) } else { None };
         let serving = step.map_or(c.serving, |a| a.serving);
+        if let Some(a) = step {
+            room.report.marks.lock().note(super::tally::minute_of(now_ms), a.serving, a.lane_serving);
+        }
         if leader && spec.config.bot_check != super::config::RoomBotCheck::Off {
             // Places whose turn came with the bot check still owed, past the grace: lost.
             room.state.lapse(now_ms, spec.config.proof_grace_seconds * 1000).await?;

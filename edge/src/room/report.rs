@@ -10,7 +10,7 @@ use http::Response;
 use serde_json::{Value, json};
 
 use super::state::Who;
-use super::tally::{Count, GAUGES, MAX_ROWS, MinuteRecord, REASONS, TOO_MANY, WAIT_BOUNDS, WAIT_BUCKETS, wait_quantile};
+use super::tally::{Count, GAUGES, minute_of, MAX_ROWS, MinuteRecord, REASONS, TOO_MANY, WAIT_BOUNDS, WAIT_BUCKETS, wait_quantile};
 use super::{Room, Rooms, rfc3339};
 use crate::admin_reply::{error, json_response};
 
@@ -40,11 +40,13 @@ impl Rooms {
         if room.use_noted(who) {
             return;
         }
-        match room.report.store.first_use(who).await {
+        let session_ms = room.spec().config.session_seconds * 1000;
+        match room.report.store.first_use(who, now_ms, session_ms).await {
             Ok(first) => {
                 room.mark_use_noted(who);
-                if first {
+                if let Some(admitted_ms) = first {
                     room.report.tally.count(now_ms, Count::Holds, 1);
+                    room.report.tally.count_in(now_ms, minute_of(admitted_ms), Count::HeldOfAdmitted, 1);
                 }
             }
             Err(e) => tracing::debug!(room = %room.id, "report: session use: {e}"),
@@ -204,6 +206,17 @@ fn refusals(r: &MinuteRecord) -> serde_json::Map<String, Value> {
     REASONS.iter().map(|k| ((*k).to_owned(), get(r, &format!("refused:{k}")).into())).collect()
 }
 
+/// A minute's drop-offs, by cohort ([`super::tally`]): its admissions never used, its released
+/// places whose fan never came.
+fn drop_off_counts(r: &MinuteRecord) -> (u64, u64) {
+    (get(r, "admissions").saturating_sub(get(r, "held_of_admitted")), get(r, "released").saturating_sub(get(r, "admitted_of_released")))
+}
+
+fn drop_offs(r: &MinuteRecord) -> Value {
+    let (unused, abandoned) = drop_off_counts(r);
+    json!({"unused": unused, "abandoned": abandoned})
+}
+
 /// The JSON report.
 fn build(room: &Room, ask: &Ask, rows: &[(u64, MinuteRecord)], sold_out_at: Option<u64>) -> Value {
     let mut total = MinuteRecord::new();
@@ -224,6 +237,9 @@ fn build(room: &Room, ask: &Ask, rows: &[(u64, MinuteRecord)], sold_out_at: Opti
                 "admissions": get(r, "admissions"),
                 "holds": get(r, "holds"),
                 "released": get(r, "released"),
+                "held_of_admitted": get(r, "held_of_admitted"),
+                "admitted_of_released": get(r, "admitted_of_released"),
+                "drop_offs": drop_offs(r),
                 "refusals": refusals(r),
                 "wait_histogram": h,
                 "wait_seconds": waits(&h),
@@ -236,7 +252,11 @@ fn build(room: &Room, ask: &Ask, rows: &[(u64, MinuteRecord)], sold_out_at: Opti
         })
         .collect();
     let h = histogram(&total);
-    let (admissions, holds, released) = (get(&total, "admissions"), get(&total, "holds"), get(&total, "released"));
+    // The totals' drop-offs are the sums of the minutes' (each minute's cohort, never below 0).
+    let (unused, abandoned) = rows.iter().fold((0, 0), |(u, a), (_, r)| {
+        let d = drop_off_counts(r);
+        (u + d.0, a + d.1)
+    });
     json!({
         "room": room.id,
         "event": room.spec().config.event,
@@ -246,13 +266,12 @@ fn build(room: &Room, ask: &Ask, rows: &[(u64, MinuteRecord)], sold_out_at: Opti
         "wait_bounds_seconds": WAIT_BOUNDS,
         "totals": {
             "joins": get(&total, "joins"),
-            "admissions": admissions,
-            "holds": holds,
-            "released": released,
-            "drop_offs": {
-                "unused": admissions.saturating_sub(holds),
-                "abandoned": released.saturating_sub(admissions),
-            },
+            "admissions": get(&total, "admissions"),
+            "holds": get(&total, "holds"),
+            "released": get(&total, "released"),
+            "held_of_admitted": get(&total, "held_of_admitted"),
+            "admitted_of_released": get(&total, "admitted_of_released"),
+            "drop_offs": {"unused": unused, "abandoned": abandoned},
             "refusals": refusals(&total),
             "wait_histogram": h,
             "wait_seconds": waits(&h),
@@ -262,18 +281,30 @@ fn build(room: &Room, ask: &Ask, rows: &[(u64, MinuteRecord)], sold_out_at: Opti
     })
 }
 
-/// The CSV report: a header, then one row a minute.
+/// The refusal reasons of the first CSV release, in their columns before the waits; the later
+/// ones come last ([`csv`]).
+const CSV_FIRST_REASONS: usize = 8;
+
+/// The CSV report: a header, then one row a minute. Columns are only ever appended (a script
+/// that reads them by position keeps working): the first release's, then the drop-offs and the
+/// refusal reasons added since.
 fn csv(rows: &[(u64, MinuteRecord)]) -> String {
     let mut out = String::from("minute,joins,admissions,holds,released");
-    for r in REASONS {
+    let (first, later) = REASONS.split_at(CSV_FIRST_REASONS);
+    for r in first {
         out.push_str(&format!(",refused_{r}"));
     }
-    out.push_str(",wait_p50_s,wait_p90_s,wait_p99_s,rate_set,rate_measured,p99_ms,p99_target_ms,sold_out\n");
+    out.push_str(",wait_p50_s,wait_p90_s,wait_p99_s,rate_set,rate_measured,p99_ms,p99_target_ms,sold_out");
+    out.push_str(",unused,abandoned,held_of_admitted,admitted_of_released");
+    for r in later {
+        out.push_str(&format!(",refused_{r}"));
+    }
+    out.push('\n');
     let opt = |v: Option<String>| v.unwrap_or_default();
     for (m, r) in rows {
         let h = histogram(r);
         out.push_str(&format!("{},{},{},{},{}", opt(minute_time(*m)), get(r, "joins"), get(r, "admissions"), get(r, "holds"), get(r, "released")));
-        for reason in REASONS {
+        for reason in first {
             out.push_str(&format!(",{}", get(r, &format!("refused:{reason}"))));
         }
         for q in [0.5, 0.9, 0.99] {
@@ -282,7 +313,13 @@ fn csv(rows: &[(u64, MinuteRecord)]) -> String {
         for f in ["rate_set_milli", "rate_measured_milli", "p99_us", "p99_target_us"] {
             out.push_str(&format!(",{}", opt(milli(r, f).map(|v| v.to_string()))));
         }
-        out.push_str(&format!(",{}\n", opt(r.get("sold_out").map(|v| v.to_string()))));
+        out.push_str(&format!(",{}", opt(r.get("sold_out").map(|v| v.to_string()))));
+        let (unused, abandoned) = drop_off_counts(r);
+        out.push_str(&format!(",{unused},{abandoned},{},{}", get(r, "held_of_admitted"), get(r, "admitted_of_released")));
+        for reason in later {
+            out.push_str(&format!(",{}", get(r, &format!("refused:{reason}"))));
+        }
+        out.push('\n');
     }
     out
 }

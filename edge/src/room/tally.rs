@@ -7,6 +7,25 @@
 //! event's minute (Unix ms / 60 000). The release loop flushes both slots once a tick (a
 //! second): the slot of the current minute's parity belongs to this minute, the other to the
 //! one before (a tick late by more than a minute would put that minute's counts one minute late).
+//! A count that belongs to another minute than the event's own (a cohort count, below) waits in a
+//! small map under a lock instead, keyed by its minute.
+//!
+//! # Drop-offs, by cohort
+//! A minute's drop-offs are counted against the fans of that minute, whenever they show up:
+//! - `held_of_admitted`: sessions opened (admitted) in this minute that were used later (counted
+//!   at the first use, in the minute of the session's admission). A minute's `unused` drop-offs
+//!   are its `admissions − held_of_admitted`.
+//! - `admitted_of_released`: places whose turn came (released) in this minute whose fan came and
+//!   was admitted (counted at the admission, in the minute the place's turn came: [`ReleaseMarks`]).
+//!   A minute's `abandoned` drop-offs are its `released − admitted_of_released`.
+//!
+//! Both grow after the minute is over (a fan admitted at 20:00 who buys at 20:07 moves 20:00's
+//! `unused` down at 20:07). The minute of a session's admission is its end less the room's
+//! `session-seconds` (Redis: the session's score; embedded: remembered at admission). The minute of
+//! a place's turn is where this edge saw `serving` (or the lane's) pass it; an edge that does not
+//! lead sees the leader's step up to a tick (a second) late, so at a minute's edge a place can
+//! count one minute late, and a place released before this edge started watching the room counts
+//! in the minute of its admission.
 //!
 //! # Storing ([`ReportStore`])
 //! - Embedded room state: in this process (a map of minutes). It does **not** survive a restart.
@@ -16,7 +35,7 @@
 //!   time; the sessions already counted as holds (one member per used session, kept
 //!   [`USED_KEEP_SECONDS`]). The report's keys live [`KEEP_SECONDS`] (30 days) after their last
 //!   write. It survives edge restarts and is the same on every edge.
-//! - The embedded store remembers each used session (16 bytes) for the room's life in the process,
+//! - The embedded store remembers each admitted session (16 bytes: when admitted, whether used) for the room's life in the process,
 //!   as the embedded state remembers each joiner.
 
 use std::collections::BTreeMap;
@@ -41,10 +60,32 @@ pub const WAIT_BOUNDS: [u64; 14] = [1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200
 /// Buckets of the wait histogram (the bounds and the overflow).
 pub const WAIT_BUCKETS: usize = WAIT_BOUNDS.len() + 1;
 
-/// The refusal reasons a report counts (names of [`crate::reject::Reject::reason`]); any other
-/// reason counts as `other`.
-pub const REASONS: [&str; 8] =
-    ["rate_limited", "blocked", "bot_required", "bot_failed", "bot_unavailable", "not_admitted", "room_state_unavailable", "other"];
+/// The refusal reasons a report counts: those of the checks before a room's paths (names of
+/// [`crate::reject::Reject::reason`]), then those the room's own endpoints give ([`super::http`],
+/// [`super::invite_http`]); any other reason counts as `other`. New reasons are only ever
+/// appended (the CSV's columns keep their places).
+pub const REASONS: [&str; 16] = [
+    "rate_limited",
+    "blocked",
+    "bot_required",
+    "bot_failed",
+    "bot_unavailable",
+    "not_admitted",
+    "room_state_unavailable",
+    "other",
+    // The room's own answers (and `room_closed` from the protected paths of a closed room).
+    "room_closed",
+    "reject_all",
+    "sold_out",
+    "invite_only",
+    "invite_invalid",
+    "invite_taken",
+    "bad_request",
+    "no_ticket",
+];
+
+/// Where `other` is in [`REASONS`].
+const OTHER: usize = 7;
 
 /// The counted events of a minute (besides refusals and waits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,9 +98,13 @@ pub enum Count {
     Holds = 2,
     /// Places the release leader served (`serving` moved by that many).
     Released = 3,
+    /// Sessions admitted in the minute that were used, counted in the admission's minute.
+    HeldOfAdmitted = 4,
+    /// Places whose turn came in the minute whose fan was admitted, counted in the turn's minute.
+    AdmittedOfReleased = 5,
 }
 
-const COUNTS: [&str; 4] = ["joins", "admissions", "holds", "released"];
+const COUNTS: [&str; 6] = ["joins", "admissions", "holds", "released", "held_of_admitted", "admitted_of_released"];
 const REFUSED_AT: usize = COUNTS.len();
 const WAIT_AT: usize = REFUSED_AT + REASONS.len();
 const SLOTS: usize = WAIT_AT + WAIT_BUCKETS;
@@ -87,14 +132,17 @@ impl Slot {
     }
 }
 
-/// What one edge counted and has not flushed yet (atomics only: the request path adds to it).
+/// What one edge counted and has not flushed yet (atomics on the request path; a count for another
+/// minute than the current one waits in `late`).
 pub struct Tally {
     slots: [Slot; 2],
+    /// (minute, counter) → count: cohort counts of past minutes, and counts a flush put back.
+    late: Mutex<BTreeMap<(u64, usize), u64>>,
 }
 
 impl Default for Tally {
     fn default() -> Self {
-        Tally { slots: [Slot::new(), Slot::new()] }
+        Tally { slots: [Slot::new(), Slot::new()], late: Mutex::new(BTreeMap::new()) }
     }
 }
 
@@ -115,47 +163,114 @@ impl Tally {
         self.add(now_ms, what as usize, n);
     }
 
+    /// Counts `n` events of `what` in `minute` (a cohort's), at `now_ms`.
+    pub fn count_in(&self, now_ms: u64, minute: u64, what: Count, n: u64) {
+        if minute == minute_of(now_ms) {
+            self.add(now_ms, what as usize, n);
+        } else if n > 0 {
+            *self.late.lock().entry((minute, what as usize)).or_default() += n;
+        }
+    }
+
     /// Counts a refusal at `now_ms` (reason as [`crate::reject::Reject::reason`] names it).
     pub fn refused(&self, now_ms: u64, reason: &str) {
-        let i = REASONS.iter().position(|r| *r == reason).unwrap_or(REASONS.len() - 1);
+        let i = REASONS.iter().position(|r| *r == reason).unwrap_or(OTHER);
         self.add(now_ms, REFUSED_AT + i, 1);
     }
 
-    /// Counts an admission at `now_ms` after waiting `wait_s` seconds since the join.
-    pub fn admitted(&self, now_ms: u64, wait_s: u64) {
+    /// Counts an admission at `now_ms` after waiting `wait_s` seconds since the join, of a place
+    /// whose turn came in minute `turn` (its cohort of released places).
+    pub fn admitted(&self, now_ms: u64, wait_s: u64, turn: u64) {
         self.add(now_ms, Count::Admissions as usize, 1);
         self.add(now_ms, WAIT_AT + wait_bucket(wait_s), 1);
+        self.count_in(now_ms, turn, Count::AdmittedOfReleased, 1);
     }
 
-    /// Takes what was counted: per minute, the non-zero (field, count) pairs.
+    /// Takes what was counted: per minute (in order), the non-zero (field, count) pairs.
     pub fn take(&self, now_ms: u64) -> Vec<(u64, Vec<(&'static str, u64)>)> {
         let now = minute_of(now_ms);
-        let mut out = Vec::new();
+        let mut by_minute: BTreeMap<u64, [u64; SLOTS]> = BTreeMap::new();
         for minute in [now.saturating_sub(1), now] {
             let slot = &self.slots[(minute & 1) as usize];
-            let pairs: Vec<(&'static str, u64)> = slot
-                .0
-                .iter()
-                .enumerate()
-                .filter_map(|(i, c)| match c.swap(0, Ordering::Relaxed) {
-                    0 => None,
-                    n => Some((FIELDS[i].as_str(), n)),
-                })
-                .collect();
-            if !pairs.is_empty() {
-                out.push((minute, pairs));
+            for (i, c) in slot.0.iter().enumerate() {
+                let n = c.swap(0, Ordering::Relaxed);
+                if n > 0 {
+                    by_minute.entry(minute).or_insert([0; SLOTS])[i] += n;
+                }
             }
         }
-        out
+        for ((minute, i), n) in std::mem::take(&mut *self.late.lock()) {
+            by_minute.entry(minute).or_insert([0; SLOTS])[i] += n;
+        }
+        by_minute
+            .into_iter()
+            .map(|(m, counts)| (m, counts.iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, n)| (FIELDS[i].as_str(), *n)).collect()))
+            .collect()
     }
 
     /// Puts counts taken by [`Tally::take`] back (the store did not take them: they go with the
-    /// next flush, into the minute of that flush's slot of the same parity).
+    /// next flush, in their own minute).
     pub fn put_back(&self, minute: u64, pairs: &[(&'static str, u64)]) {
+        let mut late = self.late.lock();
         for (f, n) in pairs {
             if let Some(i) = FIELDS.iter().position(|x| x == f) {
-                self.slots[(minute & 1) as usize].0[i].fetch_add(*n, Ordering::Relaxed);
+                *late.entry((minute, i)).or_default() += n;
             }
+        }
+    }
+}
+
+/// Where `serving` and the lane's `lane_serving` stood at the end of each minute, as this edge
+/// saw them (each tick): the minute a place's turn came, for the `admitted_of_released` cohort.
+/// Minutes where neither moved have no mark; at most [`MARKS_KEPT`] marks are kept.
+#[derive(Debug, Default)]
+pub struct ReleaseMarks {
+    /// The counters when this edge began watching (places up to here: turn before that, not known).
+    base: Option<(u64, u64)>,
+    /// (minute, serving, lane_serving), minutes rising, both counters never falling.
+    marks: std::collections::VecDeque<(u64, u64, u64)>,
+}
+
+/// Most minutes [`ReleaseMarks`] keeps (a week of minutes that released someone).
+pub const MARKS_KEPT: usize = 7 * 1440;
+
+impl ReleaseMarks {
+    /// The counters seen at `minute`.
+    pub fn note(&mut self, minute: u64, serving: u64, lane_serving: u64) {
+        let Some(base) = self.base else {
+            self.base = Some((serving, lane_serving));
+            return;
+        };
+        let last = self.marks.back().map_or(base, |m| (m.1, m.2));
+        let (serving, lane_serving) = (serving.max(last.0), lane_serving.max(last.1));
+        match self.marks.back_mut() {
+            Some(m) if m.0 == minute => (m.1, m.2) = (serving, lane_serving),
+            _ if (serving, lane_serving) == last => {}
+            _ => {
+                self.marks.push_back((minute, serving, lane_serving));
+                if self.marks.len() > MARKS_KEPT {
+                    self.marks.pop_front();
+                }
+            }
+        }
+    }
+
+    /// The minute the turn of place `position` (admission order) — or of lane place `lane`
+    /// (0: none) — came; `None` when this edge did not see it come (before it watched, or not yet).
+    pub fn turn_minute(&self, position: u64, lane: u64) -> Option<u64> {
+        let (base_s, base_l) = self.base?;
+        if position <= base_s || (lane > 0 && lane <= base_l) {
+            return None;
+        }
+        let first = |at: fn(&(u64, u64, u64)) -> u64, v: u64| {
+            let i = self.marks.partition_point(|m| at(m) < v);
+            self.marks.get(i).map(|m| m.0)
+        };
+        let by_serving = first(|m| m.1, position);
+        let by_lane = if lane > 0 { first(|m| m.2, lane) } else { None };
+        match (by_serving, by_lane) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }
@@ -192,7 +307,8 @@ pub enum ReportStore {
     Embedded {
         minutes: Mutex<BTreeMap<u64, MinuteRecord>>,
         sold_out_at_ms: AtomicU64,
-        used: DashMap<Who, ()>,
+        /// who → when its session was admitted (ms), [`USED`] set once it was used.
+        used: DashMap<Who, u64>,
     },
     /// In Redis, shared by every edge of the room.
     Redis { redis: RedisRooms, prefix: String },
@@ -243,16 +359,49 @@ impl ReportStore {
         }
     }
 
-    /// Marks `who`'s session used; true the first time (it counts as a hold then).
-    pub async fn first_use(&self, who: Who) -> Result<bool, StateError> {
+    /// `who`'s session was opened at `now_ms` (embedded: remembered for the session's first use;
+    /// Redis reads the session's own score then).
+    pub fn admitted(&self, who: Who, now_ms: u64) {
+        if let ReportStore::Embedded { used, .. } = self {
+            // A session used before stays used (a hold is counted once per identity, as in Redis).
+            used.entry(who).and_modify(|v| {
+                if *v & USED == 0 {
+                    *v = now_ms;
+                }
+            }).or_insert(now_ms & !USED);
+        }
+    }
+
+    /// Marks `who`'s session used at `now_ms`; the first time (it counts as a hold then), when
+    /// the session was admitted (ms; `now_ms` when not known). `session_ms`: the room's session
+    /// length (a Redis session's score is its end).
+    pub async fn first_use(&self, who: Who, now_ms: u64, session_ms: u64) -> Result<Option<u64>, StateError> {
         match self {
-            ReportStore::Embedded { used, .. } => Ok(used.insert(who, ()).is_none()),
+            ReportStore::Embedded { used, .. } => {
+                let mut e = used.entry(who).or_insert(now_ms);
+                if *e & USED != 0 {
+                    return Ok(None);
+                }
+                let at = (*e).min(now_ms);
+                *e |= USED;
+                Ok(Some(at))
+            }
             ReportStore::Redis { redis, prefix } => {
                 let key = format!("{prefix}:used");
+                let sessions = format!("{}:sessions", prefix.trim_end_matches(":report"));
+                let who = format!("{who:016x}");
                 let mut p = redis::pipe();
-                p.cmd("SADD").arg(&key).arg(format!("{who:016x}")).cmd("EXPIRE").arg(&key).arg(USED_KEEP_SECONDS).ignore();
+                p.cmd("SADD").arg(&key).arg(&who).cmd("EXPIRE").arg(&key).arg(USED_KEEP_SECONDS).ignore();
+                p.cmd("ZSCORE").arg(sessions).arg(&who);
                 let v = redis.pipe(&p).await?;
-                Ok(matches!(v.first(), Some(redis::Value::Int(1))))
+                if !matches!(v.first(), Some(redis::Value::Int(1))) {
+                    return Ok(None);
+                }
+                let until = v.get(1).and_then(|s| match s {
+                    redis::Value::Double(d) => Some(*d as u64),
+                    other => text(other)?.parse::<f64>().ok().map(|f| f as u64),
+                });
+                Ok(Some(until.map_or(now_ms, |u| u.saturating_sub(session_ms).min(now_ms))))
             }
         }
     }
@@ -336,6 +485,9 @@ fn text(v: &redis::Value) -> Option<String> {
     }
 }
 
+/// The bit of an embedded [`ReportStore`]'s `used` entry saying the session was used.
+const USED: u64 = 1 << 63;
+
 /// Most minutes one report answer holds (a week).
 pub const MAX_ROWS: usize = 7 * 1440;
 pub const TOO_MANY: &str = "more than 10080 minutes in the range: narrow it with from and to";
@@ -346,12 +498,14 @@ pub struct RoomReport {
     pub tally: Tally,
     /// Where it is kept.
     pub store: ReportStore,
+    /// The minute each place's turn came, as this edge saw it.
+    pub marks: Mutex<ReleaseMarks>,
 }
 
 impl RoomReport {
     /// The report of room `id`, kept in Redis with the room's state there, else in this process.
     pub fn new(redis: Option<&RedisRooms>, id: &str) -> Self {
-        RoomReport { tally: Tally::default(), store: ReportStore::new(redis, id) }
+        RoomReport { tally: Tally::default(), store: ReportStore::new(redis, id), marks: Mutex::new(ReleaseMarks::default()) }
     }
 
     /// Flushes this edge's counts (and, from the leader, `set`: its figures of the current
@@ -384,7 +538,7 @@ mod tests {
         let t = Tally::default();
         let m = 29_000_000u64; // a minute number
         t.count(m * 60_000 + 59_999, Count::Joins, 2);
-        t.admitted(m * 60_000 + 59_999, 3);
+        t.admitted(m * 60_000 + 59_999, 3, m);
         t.count((m + 1) * 60_000, Count::Joins, 1);
         t.refused((m + 1) * 60_000, "rate_limited");
         t.refused((m + 1) * 60_000, "something_new");
@@ -392,11 +546,58 @@ mod tests {
         assert_eq!(
             taken,
             vec![
-                (m, vec![("joins", 2), ("admissions", 1), ("wait:2", 1)]),
+                (m, vec![("joins", 2), ("admissions", 1), ("admitted_of_released", 1), ("wait:2", 1)]),
                 (m + 1, vec![("joins", 1), ("refused:rate_limited", 1), ("refused:other", 1)]),
             ]
         );
         assert!(t.take((m + 1) * 60_000 + 1500).is_empty());
+    }
+
+    #[test]
+    fn cohort_counts_of_past_minutes_wait_in_their_own_minute() {
+        let t = Tally::default();
+        let m = 29_000_000u64;
+        let now = (m + 5) * 60_000 + 10;
+        // Admitted now, its place's turn came at m + 4; a session of minute m used now.
+        t.admitted(now, 70, m + 4);
+        t.count_in(now, m, Count::HeldOfAdmitted, 1);
+        t.count_in(now, m + 5, Count::HeldOfAdmitted, 1);
+        assert_eq!(
+            t.take(now + 1000),
+            vec![
+                (m, vec![("held_of_admitted", 1)]),
+                (m + 4, vec![("admitted_of_released", 1)]),
+                (m + 5, vec![("admissions", 1), ("held_of_admitted", 1), ("wait:7", 1)]),
+            ]
+        );
+        // What a failed flush puts back goes with the next one, in its own minute (not the slot
+        // of the same parity).
+        t.put_back(m + 3, &[("joins", 2)]);
+        assert_eq!(t.take((m + 9) * 60_000), vec![(m + 3, vec![("joins", 2)])]);
+        assert!(t.take((m + 9) * 60_000).is_empty());
+    }
+
+    #[test]
+    fn release_marks_name_the_minute_a_place_was_passed() {
+        let mut k = ReleaseMarks::default();
+        assert_eq!(k.turn_minute(1, 0), None, "not watching yet");
+        k.note(100, 10, 0); // watching from here: places 1-10 came before
+        k.note(100, 10, 0);
+        k.note(101, 14, 0);
+        k.note(101, 20, 2);
+        k.note(102, 20, 2); // nothing moved: no mark
+        k.note(103, 25, 2);
+        k.note(104, 24, 2); // (never backwards)
+        assert_eq!(k.turn_minute(10, 0), None, "before this edge watched");
+        assert_eq!(k.turn_minute(11, 0), Some(101));
+        assert_eq!(k.turn_minute(20, 0), Some(101));
+        assert_eq!(k.turn_minute(21, 0), Some(103));
+        assert_eq!(k.turn_minute(25, 0), Some(103));
+        assert_eq!(k.turn_minute(26, 0), None, "not come yet (a passthrough place): the caller's minute");
+        // A lane place: the earlier of its lane turn and its place's turn.
+        assert_eq!(k.turn_minute(40, 2), Some(101));
+        assert_eq!(k.turn_minute(21, 3), Some(103));
+        assert_eq!(k.turn_minute(40, 3), None);
     }
 
     #[test]
