@@ -272,8 +272,11 @@ impl Tls {
     /// or timed out (logged at DEBUG: scanners and broken clients are everyday events).
     pub async fn handshake(&self, stream: Stream) -> Option<Stream> {
         let l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().ok()?;
+        // The records are gathered until each flush, in a buffer that exists only while there
+        // are some (the listener has no write buffer: server.rs).
+        let under = crate::replay::under_tls(l4);
         let limit = Duration::from_millis(self.config.handshake_timeout_ms);
-        match tokio::time::timeout(limit, pingora::protocols::tls::server::handshake(&self.acceptor, *l4)).await {
+        match tokio::time::timeout(limit, pingora::protocols::tls::server::handshake(&self.acceptor, under)).await {
             Ok(Ok(tls)) => Some(Box::new(tls)),
             Ok(Err(e)) => {
                 tracing::debug!("TLS handshake failed: {e}");
