@@ -4,8 +4,8 @@
 # - memory per open event stream, over HTTP and HTTPS (TLS 1.3): the edge's Pss (smaps_rollup)
 #   with N fans joined, then with each holding its stream open (its first frame read);
 # - fan-out: the room paused through the admin API, the time until each open stream has its
-#   `paused` frame: P50 / P99 / max over N streams (over HTTP the kernel's receive time of each
-#   segment, SO_TIMESTAMPNS; over HTTPS the time the client read it, an upper bound);
+#   `paused` frame: P50 / P99 / max over N streams (the kernel's receive time of each segment,
+#   SO_TIMESTAMPNS, so the Python client's own pace does not count);
 # - the edge's CPU while N streams stay open and nothing changes (each stream looks at its status
 #   every second), in µs per stream per second;
 # - poll-only: memory per fan that polled its status once and keeps the keep-alive connection
@@ -165,7 +165,7 @@ section = "\n".join([
     "room r1, release rate 0, so everyone stays queued). Memory: the edge's Pss with the N fans joined, then with each holding",
     "its event stream open (first frame read) or having polled its status once on a keep-alive connection; kernel socket",
     "buffers not included. Fan-out: `POST /admin/rooms/r1/pause`, then the time until each stream has its `paused` frame",
-    "(HTTP: the kernel's receive time of the segment; HTTPS: when the client read it, an upper bound). The machine is shared",
+    "(the kernel's receive time of the segment that carried it, so the client's pace does not count). The machine is shared",
     f"with other jobs (load average at the end: {os.environ['LOADAVG']}): timings vary between runs, memory does not.", "",
     "| fans hold | Pss joined → open (KiB) | bytes per fan | state change reaches every stream |", "|---|---|---|---|",
     f"| event stream, HTTP | {ev['kib'][0]:,} → {ev['kib'][1]:,} | {ev['bytes']:,} | {fan(ev)} |",

@@ -5,10 +5,10 @@
 Each of N visitors joins room r1 (GET /queue/r1, JSON; its cookies kept), then says "joined" and
 waits for a line on stdin. Then each opens GET /queue/r1/events (events: reads the first frame) or
 polls GET /queue/r1/status once on a keep-alive connection (poll), says "open N" and waits for a
-line. On "pause" it pauses the room through the admin API and times, per stream, the arrival of the
-first frame that says "paused": over plain HTTP the kernel's receive time of the segment
-(SO_TIMESTAMPNS, so the client's own pace does not count), over HTTPS the time this loop read it
-(an upper bound). It prints one JSON line of figures, then waits for a line and exits.
+line. On "pause" it reads what each stream holds, pauses the room through the admin API and
+times, per stream, the arrival of the first frame that says "paused": the kernel's receive time of
+its segment (SO_TIMESTAMPNS; over HTTPS peeked on the raw socket before the TLS read), so the
+client's own pace does not count. It prints one JSON line of figures, then waits for a line and exits.
 Sockets are spread over 127.0.0.2-9 for ports.
 """
 import json, selectors, socket, ssl, struct, sys, time, urllib.request
@@ -21,11 +21,20 @@ SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 def connect(i):
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if mode == "events":
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.bind((f"127.0.0.{2 + i % 8}", 0))
     s.connect(("127.0.0.1", port))
     if ctx:
         s = ctx.wrap_socket(s, server_hostname="localhost")
     return s
+
+def stamp(anc):
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            sec, nsec = struct.unpack("qq", raw[:16])
+            return sec + nsec / 1e9
+    return time.time()
 
 def read_head(s, buf=b""):
     while b"\r\n\r\n" not in buf:
@@ -58,8 +67,6 @@ conns = []
 for i, jar in enumerate(cookies):
     s = connect(i)
     if mode == "events":
-        if not ctx:
-            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         s.sendall(f"GET /queue/r1/events HTTP/1.1\r\nHost: localhost\r\nCookie: {jar}\r\n\r\n".encode())
         head, rest = read_head(s)
         assert " 200 " in head.split("\r\n")[0], head
@@ -78,6 +85,14 @@ if cmd == "pause" and mode == "events":
     for i, s in enumerate(conns):
         s.setblocking(False)
         sel.register(s, selectors.EVENT_READ, i)
+    # What arrived before the pause (frames at the poll interval) is read first, so the next
+    # segment on each socket is news.
+    for s in conns:
+        try:
+            while s.recv(65536):
+                pass
+        except (BlockingIOError, ssl.SSLWantReadError):
+            pass
     tails = [b""] * len(conns)
     got = [None] * len(conns)
     left = len(conns)
@@ -92,14 +107,23 @@ if cmd == "pause" and mode == "events":
             i, s = key.data, key.fileobj
             try:
                 if ctx:
-                    data, at = s.recv(65536), time.time()
+                    # The kernel's receive time of the segment at the head of the socket's queue
+                    # (peeked on the raw socket), then the TLS records read through.
+                    raw = socket.socket(fileno=s.fileno())
+                    try:
+                        _, anc, _, _ = raw.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK)
+                        at = stamp(anc)
+                    except BlockingIOError:
+                        at = time.time()
+                    finally:
+                        raw.detach()
+                    data = s.recv(65536)
+                    # Records already decrypted into the TLS object: epoll does not see them.
+                    while data and s.pending():
+                        data += s.recv(65536)
                 else:
                     data, anc, _, _ = s.recvmsg(65536, socket.CMSG_SPACE(16))
-                    at = time.time()
-                    for level, kind, raw in anc:
-                        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                            sec, nsec = struct.unpack("qq", raw[:16])
-                            at = sec + nsec / 1e9
+                    at = stamp(anc)
             except (BlockingIOError, ssl.SSLWantReadError):
                 continue
             if not data:
@@ -114,5 +138,5 @@ if cmd == "pause" and mode == "events":
     q = lambda p: round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1000, 1) if lat else None
     print(json.dumps({"streams": len(conns), "reached": len(lat), "closed": closed,
                       "p50_ms": q(0.50), "p99_ms": q(0.99), "max_ms": round(lat[-1] * 1000, 1) if lat else None,
-                      "timing": "read by the client" if ctx else "kernel receive time"}), flush=True)
+                      "timing": "kernel receive time"}), flush=True)
     sys.stdin.readline()
