@@ -10,6 +10,9 @@
 //! before one flush; over TLS each write is a record of its own and, past the socket's small
 //! write buffer, a `sendto` of its own (two per page answered). Gathered, the writes between two
 //! flushes leave as one record in one `sendto`.
+//!
+//! Under TLS ([`under_tls`]) the same gathering stands in for a write buffer: the records written
+//! between two flushes leave in one `write`, and an idle connection keeps no buffer.
 
 use std::pin::Pin;
 use std::future::Future;
@@ -113,6 +116,14 @@ pub fn buffered(stream: Stream, bytes: &[u8]) -> Stream {
     let mut r = replayed(put_back(stream, bytes));
     r.gather.get_or_insert(Gather { out: Vec::new(), polls: None, put_off: None });
     r
+}
+
+/// The connection under an HTTPS connection's TLS: its writes (the TLS records) gathered until a
+/// flush, so a handshake flight or an answer's records leave in one `write`, as Pingora's 4 KiB
+/// write buffer under TLS did; unlike that buffer, this one exists only while records are
+/// gathered, and an idle HTTPS connection holds none.
+pub fn under_tls(stream: Stream) -> Replayed {
+    Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Gather { out: Vec::new(), polls: None, put_off: None }) }
 }
 
 impl Replayed {

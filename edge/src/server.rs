@@ -114,10 +114,6 @@ impl BackgroundService for ReloadOnHangup {
     }
 }
 
-/// Write buffer of an HTTPS connection under its TLS layer, bytes: the records of one handshake
-/// flight leave in one segment.
-const TLS_WRITE_BUFFER: usize = 4096;
-
 /// Builds the Pingora server for a validated state. Listening happens in `run`.
 pub fn build(state: Arc<EdgeState>) -> Server {
     let e = &state.config.edge;
@@ -158,7 +154,9 @@ pub fn build(state: Arc<EdgeState>) -> Server {
         proxy.server_options = Some(options);
         let front = Front { state: state.clone(), proxy: Arc::new(proxy), tls: Some(tls), https_redirect: None, hsts: hsts.map(crate::front::Hsts::new) };
         let mut secure = Service::new("wicket edge tls".to_owned(), front);
-        secure.add_listener(ListenerConfig::tcp(cfg.listen.clone()).l4_buffer(L4BufferSettings::new(0, TLS_WRITE_BUFFER)));
+        // No buffer of Pingora's under TLS either: the records are gathered only while there are
+        // some (replay::under_tls), so an idle HTTPS connection holds its TLS state and no buffer.
+        secure.add_listener(ListenerConfig::tcp(cfg.listen.clone()).l4_buffer(L4BufferSettings::unbuffered()));
         server.add_service(secure);
     }
     server.add_service(background_service("wicket tls reload", ReloadOnHangup { state: state.clone() }));

@@ -2,7 +2,7 @@
 //! restart) and the handshake.
 //!
 //! TLS is OpenSSL through Pingora's own `openssl` feature (`pingora::tls` is the `openssl` crate):
-//! the system's libssl (Debian's `libssl-dev` to build), Mozilla's "intermediate" settings
+//! OpenSSL 3.6 built into the binary by `openssl-src` (Pingora's vendored build), Mozilla's "intermediate" settings
 //! (TLS 1.2 and 1.3, forward-secret AEAD ciphers), session resumption (tickets and the server
 //! cache), ALPN `h2` then `http/1.1`. Why not rustls: Pingora marks it experimental; BoringSSL
 //! builds from source (cmake, a C++ toolchain, minutes of CI) for the same handshake.
@@ -272,8 +272,11 @@ impl Tls {
     /// or timed out (logged at DEBUG: scanners and broken clients are everyday events).
     pub async fn handshake(&self, stream: Stream) -> Option<Stream> {
         let l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().ok()?;
+        // The records are gathered until each flush, in a buffer that exists only while there
+        // are some (the listener has no write buffer: server.rs).
+        let under = crate::replay::under_tls(l4);
         let limit = Duration::from_millis(self.config.handshake_timeout_ms);
-        match tokio::time::timeout(limit, pingora::protocols::tls::server::handshake(&self.acceptor, *l4)).await {
+        match tokio::time::timeout(limit, pingora::protocols::tls::server::handshake(&self.acceptor, under)).await {
             Ok(Ok(tls)) => Some(Box::new(tls)),
             Ok(Err(e)) => {
                 tracing::debug!("TLS handshake failed: {e}");

@@ -62,3 +62,65 @@ async fn an_idle_keep_alive_connection_holds_no_buffer() {
         }
     }
 }
+
+/// HTTPS clients (HTTP/1.1 by ALPN, TLS 1.3) that each made one request and keep their connection
+/// open, idle: the edge holds no write buffer under TLS for them (Pingora's 4 KiB one before; the
+/// records are gathered only while there are some, `replay::under_tls`), so the Rust heap per
+/// idle connection (both ends: the client's TLS stream is part of it) stays near the plain HTTP
+/// figure. OpenSSL's own per-connection state (about 20 KB with OpenSSL 3.6, its record buffers
+/// given back by `RELEASE_BUFFERS`) is allocated with C's `malloc`, which dhat does not see;
+/// `bench/idle-conns/run.sh` measures the whole process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_https_connection_holds_no_write_buffer() {
+    use tokio::io::AsyncWriteExt;
+    {
+        let pki = wicket_testkit::pki::Pki::new();
+        let cert = pki.leaf("a", &["a.test"], 30);
+        let port = free_port();
+        let _edge = TestEdge::start(&format!("keepalive-seconds = 60\n{}", tls_config(port, &[cert], "")));
+        let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+        b.set_ca_file(pki.path("ca.pem")).unwrap();
+        b.set_alpn_protos(b"\x08http/1.1").unwrap();
+        let connector = b.build();
+        let connect = || async {
+            let ssl = connector.configure().unwrap().into_ssl("a.test").unwrap();
+            let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
+            std::pin::Pin::new(&mut tls).connect().await.unwrap();
+            tls
+        };
+        let _profiler = dhat::Profiler::builder().testing().build();
+        const PAGE: &[u8] = b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n";
+        const PROXIED: &[u8] = b"GET / HTTP/1.1\r\nHost: a.test\r\nExpect: 100-continue\r\n\r\n";
+        for (what, request) in [("a file from the fast path", PAGE), ("an answer of the proxy", PROXIED)] {
+            // Warm: the edge's per-thread state and lazily built parts.
+            for _ in 0..20 {
+                let mut s = connect().await;
+                s.write_all(request).await.unwrap();
+                read_answer(&mut s).await.expect("an answer");
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            const N: usize = 200;
+            let heap = dhat::HeapStats::get().curr_bytes;
+            let mut conns = Vec::with_capacity(N);
+            for _ in 0..N {
+                let mut s = connect().await;
+                s.write_all(request).await.unwrap();
+                let r = read_answer(&mut s).await.expect("an answer");
+                assert_eq!(r.status, 200, "{}", r.head);
+                assert!(!r.head.contains("connection: close"), "{}", r.head);
+                conns.push(s);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let heap_each = dhat::HeapStats::get().curr_bytes.saturating_sub(heap) / N;
+            eprintln!("{what}: {N} idle HTTPS clients: Rust heap {heap_each} bytes each (both ends)");
+            assert!(heap_each <= 6 * 1024, "{heap_each} bytes of Rust heap per idle HTTPS connection after {what}");
+            // They are served when they speak again.
+            for s in conns.iter_mut().take(10) {
+                s.write_all(PAGE).await.unwrap();
+                let r = read_answer(s).await.expect("an answer after idling");
+                assert_eq!((r.status, r.body.as_slice()), (200, detail_page().as_bytes()));
+            }
+        }
+    }
+}

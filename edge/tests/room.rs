@@ -501,6 +501,55 @@ async fn a_fan_closing_the_event_stream_is_not_an_error() {
     assert!(errors.iter().all(|l| l.ends_with(" 0")), "{errors:?}");
 }
 
+/// A room-wide change reaches every open event stream at once, not at each stream's next
+/// one-second look: the room's pulse wakes them. Twenty streams each read their first frame; the
+/// room is paused right after (within the second those streams sleep through); every stream gets
+/// its `paused` frame well within that second, then `waiting` again on resume. A stream whose
+/// fan hung up is not held by the pulse (the streams end when their fans go; see the close test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_and_a_resume_reach_every_open_event_stream_at_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&room_config(&origin.url(), "release = { mode = \"fixed\", rate = 0.0 }\n"));
+    async fn until(s: &mut tokio::net::TcpStream, got: &mut Vec<u8>, what: &[u8]) {
+        let mut buf = [0u8; 4096];
+        while !got.windows(what.len()).any(|w| w == what) {
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.expect("a frame").unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        got.clear();
+    }
+    let mut streams = Vec::new();
+    for i in 0..20 {
+        let mut c = Client::user(&format!("fan{i}"));
+        assert_eq!(c.json(&edge.url("/queue/r1")).await.status, 200);
+        let cookies: Vec<String> = c.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut s = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+        let head = format!(
+            "GET /queue/r1/events HTTP/1.1\r\nHost: x\r\nX-User-Id: fan{i}\r\nUser-Agent: {}\r\nAccept-Language: en\r\nCookie: {}\r\n\r\n",
+            c.ua,
+            cookies.join("; ")
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        streams.push((s, Vec::new()));
+    }
+    for (s, got) in streams.iter_mut() {
+        until(s, got, b"\"state\":\"waiting\"").await;
+    }
+    for (change, state) in [("pause", "paused"), ("resume", "waiting")] {
+        let at = Instant::now();
+        assert_eq!(edge.admin("POST", &format!("/admin/rooms/r1/{change}"), "").await.status, 200);
+        let needle = format!("\"state\":\"{state}\"");
+        for (s, got) in streams.iter_mut() {
+            until(s, got, needle.as_bytes()).await;
+        }
+        // Each stream would otherwise see it at its next look, up to a second later.
+        let took = at.elapsed();
+        assert!(took < Duration::from_millis(700), "{change} reached 20 streams in {took:?}");
+    }
+}
+
 /// An edge with embedded room state that restarts holds none of the places it gave out: their
 /// tickets are refused with "join first" (never read as a place someone else now holds), and
 /// the fans join the new queue (issue #17).

@@ -516,9 +516,12 @@ async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest,
     session.write_response_header(Box::new(h), false).await?;
     let started = Instant::now();
     let sub = q.sub().to_owned();
-    // The status is looked at every second and a frame sent when its state changed or the poll
-    // interval passed, so an operator's pause, resume or queue-all, a
-    // sale selling out or stock coming back reach every stream within a second.
+    // The status is looked at every second (the place moves, the turn comes) and at once when
+    // the room says what every fan sees may have changed (its pulse: an operator's pause, resume
+    // or queue-all, a sale selling out or stock coming back), and a frame is sent when the state
+    // changed or the poll interval passed: a room-wide change reaches every open stream without
+    // waiting for its next second.
+    let mut pulse = Some(room.pulse());
     let mut last: Option<(Phase, bool, bool)> = None;
     let mut last_sent = Instant::now();
     loop {
@@ -548,7 +551,19 @@ async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest,
         if done || started.elapsed() + Duration::from_secs(1) > EVENTS_MAX {
             break;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let gone = tokio::select! {
+            r = async {
+                match pulse.as_mut() {
+                    Some(p) => p.changed().await.is_err(),
+                    None => std::future::pending::<bool>().await,
+                }
+            } => r,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+        };
+        if gone {
+            // The room was removed: the timer alone, until the status says so.
+            pulse = None;
+        }
     }
     session.write_response_body(Some(Bytes::new()), true).await?;
     Ok(true)

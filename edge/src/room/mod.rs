@@ -144,6 +144,10 @@ pub struct Room {
     /// Why the room config another edge published last was not applied here (a field this edge
     /// does not know, a problem): the room runs on with the config it had ([`Rooms::sync_specs`]).
     pub sync_problem: Mutex<Option<String>>,
+    /// Bumped when what every queued fan sees may have changed (the operator's mode, reject-all,
+    /// the spec, sold out or stock back): the room's event streams wait on it beside their
+    /// one-second look ([`Room::pulse`]), so such a change reaches every open stream at once.
+    pulse: tokio::sync::watch::Sender<u64>,
 }
 
 /// An operator's override of a room (pause, resume, queue-all, reject-all, release mode and bounds) as
@@ -200,6 +204,7 @@ impl Room {
             measured_milli: AtomicU64::new(0),
             active: AtomicU64::new(0),
             override_stamp: AtomicU64::new(0),
+            pulse: tokio::sync::watch::Sender::new(0),
             leader: AtomicBool::new(false),
             last_decision: Mutex::new(None),
             last_input: Mutex::new(None),
@@ -243,6 +248,17 @@ impl Room {
             }
         }
         *self.spec.write() = Arc::new(spec);
+        self.changed();
+    }
+
+    /// Tells the room's event streams that what a queued fan sees may have changed.
+    pub fn changed(&self) {
+        self.pulse.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// What an event stream waits on beside its timer: changes after this call ([`Room::changed`]).
+    pub fn pulse(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.pulse.subscribe()
     }
 
     /// Admissions per second the release runs at now.
@@ -288,6 +304,8 @@ impl Room {
             _ => 0,
         };
         self.hold.store(flag, Ordering::Relaxed);
+        drop((c, before));
+        self.changed();
     }
 
     /// The mode and bounds in force now as an override to publish, under a new stamp (kept as
@@ -333,6 +351,7 @@ impl Room {
         self.set_mode(now_ms, mode);
         if o.mode == "reject_all" {
             self.hold.store(HOLD_REJECT_ALL, Ordering::Relaxed);
+            self.changed();
         }
         true
     }
@@ -343,6 +362,7 @@ impl Room {
     pub fn set_reject_all(&self, now_ms: u64) {
         self.set_mode(now_ms, ReleaseMode::Paused);
         self.hold.store(HOLD_REJECT_ALL, Ordering::Relaxed);
+        self.changed();
     }
 
     /// Whether the room turns everyone away (its `reject-all` setting, or the operator's run-time
@@ -446,8 +466,11 @@ impl Room {
 
     /// Records the core event's schedule (the release loop's poll of `GET /v1/events/{event}`).
     pub fn set_core_window(&self, opens_at: Option<i64>, closes_at: Option<i64>) {
-        self.core_opens_at.store(opens_at.unwrap_or(i64::MIN), Ordering::Relaxed);
-        self.core_closes_at.store(closes_at.unwrap_or(i64::MIN), Ordering::Relaxed);
+        let opens = self.core_opens_at.swap(opens_at.unwrap_or(i64::MIN), Ordering::Relaxed);
+        let closes = self.core_closes_at.swap(closes_at.unwrap_or(i64::MIN), Ordering::Relaxed);
+        if (opens, closes) != (opens_at.unwrap_or(i64::MIN), closes_at.unwrap_or(i64::MIN)) {
+            self.changed();
+        }
     }
 
     /// Where `position` (join order) stands in admission order.

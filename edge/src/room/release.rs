@@ -213,8 +213,13 @@ impl Rooms {
                 room.available.store(stock.available, Ordering::Relaxed);
                 room.held.store(stock.held, Ordering::Relaxed);
                 room.sold.store(stock.sold, Ordering::Relaxed);
-                room.restock_possible.store(stock.sold_out && stock.held > 0, Ordering::Relaxed);
-                if room.sold_out.swap(stock.sold_out, Ordering::Relaxed) != stock.sold_out {
+                let restock = stock.sold_out && stock.held > 0;
+                let restock_changed = room.restock_possible.swap(restock, Ordering::Relaxed) != restock;
+                let sold_out_changed = room.sold_out.swap(stock.sold_out, Ordering::Relaxed) != stock.sold_out;
+                if restock_changed || sold_out_changed {
+                    room.changed();
+                }
+                if sold_out_changed {
                     tracing::info!(room = %room.id, sold_out = stock.sold_out, held = stock.held, "core stock");
                     if stock.sold_out
                         && let Err(e) = room.report.store.sold_out(unix_ms()).await

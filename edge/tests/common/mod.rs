@@ -482,7 +482,7 @@ impl RawResp {
 }
 
 /// Reads one answer (head, then `Content-Length` bytes or until the peer closes) within 10 s.
-pub async fn read_answer(s: &mut tokio::net::TcpStream) -> Option<RawResp> {
+pub async fn read_answer<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Option<RawResp> {
     use tokio::io::AsyncReadExt;
     let mut buf = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
