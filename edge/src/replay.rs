@@ -107,7 +107,7 @@ pub fn gathered(stream: Stream, polls: Arc<Polls>) -> Stream {
     Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Gather { out: Vec::new(), polls: Some(polls), put_off: None }) })
 }
 
-/// A plain HTTP/1.1 connection handed to the proxy, with `bytes` put back in front and its
+/// An HTTP/1.1 connection (plain, or the plain side of TLS) handed to the proxy, with `bytes` put back in front and its
 /// writes gathered until a flush (as Pingora's own write buffer would, so an answer's head and a
 /// short body leave in one `write`). Unlike that buffer, this one exists only while something
 /// is gathered: an idle keep-alive connection holds none (the public listener has no write

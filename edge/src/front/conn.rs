@@ -53,12 +53,11 @@ impl Hsts {
 
 impl<P: Handover> Front<P> {
     pub(crate) async fn to_proxy(self: &Arc<Self>, stream: Stream, read: &[u8], shutdown: &ShutdownWatch) -> Option<Stream> {
-        // Put the bytes back so the proxy reads the request from its start; on plain HTTP, with
-        // its writes gathered until a flush (the listener has no write buffer: see server.rs).
-        let stream = match self.tls {
-            Some(_) => crate::replay::put_back(stream, read),
-            None => crate::replay::buffered(stream, read),
-        };
+        // Put the bytes back so the proxy reads the request from its start, with its writes
+        // gathered until a flush (the listener has no write buffer: see server.rs). Under TLS too:
+        // an answer's head, a chunk's size line, its data and its end then leave as one TLS record,
+        // not one each (an event stream's frame was three records, each through OpenSSL's buffer).
+        let stream = crate::replay::buffered(stream, read);
         // This one request only: the connection then comes back to the front for the next one.
         // (Pingora's own HTTP/1.1 loop would keep it for every later request: past the fast path,
         // and holding its session's buffers while the client is idle.) Keep-alive is set per
