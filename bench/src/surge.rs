@@ -517,10 +517,13 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         let sh = sh.clone();
         tokio::spawn(async move { crash_plan(&sh).await })
     });
+    // The queue's connections are shared between polls and joins as before the lanes were split
+    // (more connections at once would load the edge more, and the end-to-end figures with it).
     let sale_conns = (s.connections / 4).max(8);
-    let join_conns = (s.connections / 2).max(8);
+    let join_conns = (s.connections / 4).max(8);
+    let poll_conns = s.connections.saturating_sub(join_conns).max(8);
     let sems = [
-        Arc::new(tokio::sync::Semaphore::new(s.connections)),
+        Arc::new(tokio::sync::Semaphore::new(poll_conns)),
         Arc::new(tokio::sync::Semaphore::new(sale_conns)),
         Arc::new(tokio::sync::Semaphore::new(join_conns)),
     ];
@@ -568,7 +571,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         }
     }
     sh.stop.store(true, Ordering::Relaxed);
-    let _ = sems[0].acquire_many(s.connections as u32).await;
+    let _ = sems[0].acquire_many(poll_conns as u32).await;
     let _ = sems[1].acquire_many(sale_conns as u32).await;
     let _ = sems[2].acquire_many(join_conns as u32).await;
     let _ = sampler.await;
