@@ -576,7 +576,7 @@ const LIGHT_LEAD: f64 = 2.0;
 /// this is idle, whatever the tail of those few says: a P99 of 40 requests is their slowest one,
 /// and on a busy machine (the edge swamped by joins on the same cores) that is scheduling noise,
 /// not load. Light load then grows the budget as it does when the few are all fast.
-const LIGHT_UTIL: f64 = 0.2;
+const LIGHT_UTIL: f64 = 0.05;
 
 /// Why the tick chose its rate. JSON: the same snake_case name as [`Reason::as_str`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
