@@ -237,7 +237,8 @@ async fn main() -> anyhow::Result<()> {
                 "client_p99_windows_ok": r.client_p99_windows_ok, "client_p99_windows": r.client_p99_windows,
                 "drop_window": r.drop_window, "drop_window_client_p99_ok": r.drop_window_client_p99_ok, "drop_while_selling": r.drop_while_selling,
                 "paid_out_seconds": r.paid_out_seconds,
-                "bots_share_of_seats": r.bots_share_of_seats, "edge_rss_mb": r.edge_rss_mb,
+                "longest_stall_seconds": r.longest_stall_s, "longest_stall_from_seconds": r.longest_stall_from_s,
+                "bots_share_of_seats": r.bots_share_of_seats, "bots_share_of_population": r.bots_share_of_population, "bots_share_of_admitted": r.bots_share_of_admitted, "edge_rss_mb": r.edge_rss_mb,
                 "requests_per_second": r.requests_per_second, "endpoints": r.endpoints, "statuses": r.statuses, "examples": r.examples,
                 "crashes": r.crashes,
             }))?);

@@ -50,7 +50,14 @@ pub fn machine() -> String {
         .and_then(|t| t.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
         .unwrap_or_else(|| "unknown CPU".into());
     let date = time::OffsetDateTime::now_utc().date();
-    format!("{cpus} cores ({model}), {date}")
+    // The box may be shared: the load when the figure was written says how much.
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty())
+        .map(|l| format!(", load average (1/5/15 min) at the end: {l}"))
+        .unwrap_or_default();
+    format!("{cpus} cores ({model}), {date}{load}")
 }
 
 /// Percentile of sorted microsecond samples, in ms.

@@ -209,8 +209,16 @@ pub struct SurgeReport {
     pub drop_while_selling: Option<bool>,
     /// The P99 target the windows were held to, ms.
     pub p99_target_ms: f64,
+    /// The longest stall: the longest interval (s) in which no fan was admitted (none saw
+    /// "admitted") while fans waited, the sale was not sold out and the core's hold P99 was within
+    /// target (idle, or ≥ 99% of that second's holds within it); and the second it began.
+    pub longest_stall_s: f64,
+    pub longest_stall_from_s: Option<f64>,
     pub bots_share_of_seats: f64,
     pub bots_share_of_population: f64,
+    /// Bots among the fans admitted (who saw "admitted"): beside their share of seats, it tells a
+    /// race for seats among the admitted from an admission out of turn.
+    pub bots_share_of_admitted: f64,
     pub edge_rss_mb: f64,
     pub requests_per_second: f64,
     pub endpoints: Vec<crate::stats::EndpointFigures>,
@@ -283,9 +291,13 @@ struct Shared {
     stack: Stack,
     http: reqwest::Client,
     users: Vec<Mutex<User>>,
-    /// Who is due when, in two lanes: the queue (join, status) and the sale (hold, pay). People act in
-    /// parallel, so a backlog at the entrance must not hold up the buyers who were already let in.
-    lanes: [Mutex<DueQueue>; 2],
+    /// Who is due when, in three lanes: the queue (status polls of fans who joined), the sale (hold,
+    /// pay, leave) and the entrance (joins). People act in parallel, so a backlog at the entrance
+    /// must not hold up the fans already queued nor the buyers already let in: with one lane for
+    /// joins and polls, a million joins due in the first 10 s (more than the bench can send on
+    /// this box) came before every poll due later, and fans whose turn came did not poll for tens
+    /// of seconds (issue #26: "admissions stopped ... while the core went idle").
+    lanes: [Mutex<DueQueue>; 3],
     start: Instant,
     rec: Recorder,
     join_seq: AtomicU64,
@@ -330,6 +342,7 @@ impl Shared {
     fn schedule(&self, user: u32, at_ms: u64) {
         let lane = match self.users[user as usize].lock().phase {
             Phase::Hold | Phase::Pay | Phase::Leave => 1,
+            Phase::Join => 2,
             _ => 0,
         };
         self.lanes[lane].lock().push(Reverse((at_ms, user)));
@@ -417,7 +430,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         stack,
         http,
         users,
-        lanes: [Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new())],
+        lanes: [Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new())],
         start: Instant::now(),
         rec: Recorder::default(),
         join_seq: AtomicU64::new(0),
@@ -476,6 +489,12 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                     );
                     let _ = std::io::stderr().flush();
                 }
+                // The bench's own count of fans who saw "admitted", beside the room's figures (the
+                // longest stall is read from it: a place served that nobody picks up admits nobody).
+                let mut stats = stats;
+                if let Some(o) = stats.as_object_mut() {
+                    o.insert("bench_admitted".into(), json!(sh.admitted.load(Ordering::Relaxed)));
+                }
                 samples.lock().push((t, stats, stock));
                 if let Ok(text) = sh.stack.core_metrics(&sh.http).await
                     && let Some((n, within)) = hold_histogram(&text, sh.s.p99_target_ms)
@@ -498,10 +517,15 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         let sh = sh.clone();
         tokio::spawn(async move { crash_plan(&sh).await })
     });
+    // The queue's connections are shared between polls and joins as before the lanes were split
+    // (more connections at once would load the edge more, and the end-to-end figures with it).
     let sale_conns = (s.connections / 4).max(8);
+    let join_conns = (s.connections / 4).max(8);
+    let poll_conns = s.connections.saturating_sub(join_conns).max(8);
     let sems = [
-        Arc::new(tokio::sync::Semaphore::new(s.connections)),
+        Arc::new(tokio::sync::Semaphore::new(poll_conns)),
         Arc::new(tokio::sync::Semaphore::new(sale_conns)),
+        Arc::new(tokio::sync::Semaphore::new(join_conns)),
     ];
     let deadline = Duration::from_secs(s.max_seconds);
     let mut last_progress = (0usize, Instant::now());
@@ -522,7 +546,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         }
         let now = sh.now_ms();
         let mut dispatched = false;
-        for lane in [1, 0] {
+        for lane in [1, 0, 2] {
             // Run whoever is due in this lane while it has free connections.
             loop {
                 let Ok(permit) = sems[lane].clone().try_acquire_owned() else { break };
@@ -547,8 +571,9 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         }
     }
     sh.stop.store(true, Ordering::Relaxed);
-    let _ = sems[0].acquire_many(s.connections as u32).await;
+    let _ = sems[0].acquire_many(poll_conns as u32).await;
     let _ = sems[1].acquire_many(sale_conns as u32).await;
+    let _ = sems[2].acquire_many(join_conns as u32).await;
     let _ = sampler.await;
     if let Some(k) = killer {
         // It stops waiting once the run stops; a kill under way finishes its restart first.
@@ -1040,10 +1065,15 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
     // FIFO fidelity: the order users sent their join vs the order of the positions the edge gave them.
     let mut pairs: Vec<(u64, u64)> = Vec::new();
     let mut abandoned = 0;
+    let (mut admitted_all, mut admitted_bots) = (0u64, 0u64);
     for (i, u) in sh.users.iter().enumerate() {
         let g = u.lock();
         if g.outcome == Outcome::Abandoned {
             abandoned += 1;
+        }
+        if g.admitted_ms.is_some() {
+            admitted_all += 1;
+            admitted_bots += u64::from(g.bot);
         }
         if !g.bot && g.admitted_ms.is_some() && g.position > 0 {
             pairs.push((g.join_seq, g.position));
@@ -1070,8 +1100,9 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         .collect();
     let queue_length = samples
         .iter()
-        .filter_map(|(t, st, _)| st["queue_length"].as_f64().or(st["waiting"].as_f64()).map(|q| (*t, q)))
+        .filter_map(|(t, st, _)| st["queued"].as_f64().or(st["queue_length"].as_f64()).map(|q| (*t, q)))
         .collect();
+    let (longest_stall_s, longest_stall_from_s) = longest_stall(samples, core_windows);
     let endpoints = sh.rec.endpoints(seconds);
     let total_requests: u64 = endpoints.iter().map(|e| e.requests).sum();
     Ok(SurgeReport {
@@ -1104,8 +1135,11 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         }),
         drop_while_selling: sh.s.capacity_drop.map(|(_, to)| sellout.is_none_or(|t| t > to as f64)),
         p99_target_ms: target,
+        longest_stall_s,
+        longest_stall_from_s,
         bots_share_of_seats: if sold == 0 { 0.0 } else { sold_by_bots as f64 / sold as f64 },
         bots_share_of_population: bots as f64 / sh.s.users.max(1) as f64,
+        bots_share_of_admitted: if admitted_all == 0 { 0.0 } else { admitted_bots as f64 / admitted_all as f64 },
         edge_rss_mb: sh.stack.edge_peak_rss_mb(),
         requests_per_second: total_requests as f64 / seconds,
         endpoints,
@@ -1116,6 +1150,39 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         hold_p99: windows.iter().map(|w| (w.0 as f64, w.1)).collect(),
         crashes: if sh.s.crashes { Some(crash_figures(sh, &stock, samples, paid_out).await?) } else { None },
     })
+}
+
+/// The longest stall of a run from its one-second samples (t, room stats with the bench's count of
+/// fans admitted, `bench_admitted`, stock) and the core's windows (t, fraction of its holds within
+/// target; a second without a window saw fewer than 5 holds: an idle core, under target): the
+/// longest run of consecutive samples in which no fan was admitted (the bench's count did not
+/// move; the room's `serving` where the samples have no count) while fans waited (places issued
+/// beyond those admitted; people queued where there is no count), the sale was not sold out and the core was within target.
+/// (seconds, when it began); (0, None) when there was none.
+fn longest_stall(samples: &[(f64, Value, Value)], core_windows: &[(f64, f64)]) -> (f64, Option<f64>) {
+    let core_ok = |t: f64| core_windows.iter().find(|w| (w.0 - t).abs() < 0.01).is_none_or(|w| w.1 >= 0.99);
+    let admitted = |st: &Value| st["bench_admitted"].as_u64().or(st["serving"].as_u64());
+    let (mut best, mut best_from) = (0.0f64, None);
+    let mut run: Option<f64> = None;
+    for pair in samples.windows(2) {
+        let ((t0, a, _), (t1, b, stock)) = (&pair[0], &pair[1]);
+        let (Some(n0), Some(n1)) = (admitted(a), admitted(b)) else {
+            run = None;
+            continue;
+        };
+        let waiting = if a["bench_admitted"].is_u64() { a["issued"].as_u64().unwrap_or(0) > n0 } else { a["queued"].as_u64().unwrap_or(0) > 0 };
+        let sold_out = a["sold_out"] == true || b["sold_out"] == true || stock["pools"]["main"]["available"].as_u64() == Some(0);
+        if n1 == n0 && waiting && !sold_out && core_ok(*t1) {
+            let from = *run.get_or_insert(*t0);
+            if t1 - from > best {
+                best = t1 - from;
+                best_from = Some(from);
+            }
+        } else {
+            run = None;
+        }
+    }
+    ((best * 10.0).round() / 10.0, best_from.map(|f| f.round()))
 }
 
 /// The gap in a sorted list of event times (ms) that spans `t`: next event at or after `t` minus the
@@ -1271,6 +1338,8 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
             "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "paid_out_seconds": r.paid_out_seconds, "admitted": r.admitted,
             "sold": r.sold, "abandoned": r.abandoned, "still_waiting": r.still_waiting, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
             "bots_share_of_seats": r.bots_share_of_seats, "bots_share_of_population": r.bots_share_of_population,
+            "bots_share_of_admitted": r.bots_share_of_admitted,
+            "longest_stall_seconds": r.longest_stall_s, "longest_stall_from_seconds": r.longest_stall_from_s,
         }),
     )?;
     let dir = crate::report::bench_dir().join("results");
@@ -1299,7 +1368,8 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
          | time to sell out (first / every ticket paid) | {sellout} / {paid_out} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
          | users over their limit | {overlimit} |\n| FIFO Kendall τ | {tau} |\n\
          | 1-s windows with the core's hold P99 ≤ target (core histogram) | {ok:.3} of {nw} |\n\
-         | 1-s windows with hold P99 ≤ target at the bench's clients (end to end) | {cok:.3} of {cnw} |\n{drop}| bots' share of seats / of population | {bs:.3} / {bp:.3} |\n\
+         | 1-s windows with hold P99 ≤ target at the bench's clients (end to end) | {cok:.3} of {cnw} |\n{drop}| longest stall (no fan admitted while fans wait, not sold out, core within target) | {stall} |\n\
+         | bots' share of seats / of population / of the fans admitted | {bs:.3} / {bp:.3} / {ba:.3} |\n\
          | edge peak RSS | {rss:.1} MB |\n| real requests/s (all endpoints) | {rps:.0} |\n\n\
          | endpoint | requests | per s | P50 | P99 |\n|---|---|---|---|---|\n{rows}\n\
          Plots: `results/{name}-release.svg`, `results/{name}-p99.svg`, `results/{name}-queue.svg`.\n",
@@ -1336,8 +1406,13 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
             ),
             _ => String::new(),
         },
+        stall = match r.longest_stall_from_s {
+            Some(from) => format!("{:.1} s (from {from:.0} s)", r.longest_stall_s),
+            None => "none".into(),
+        },
         bs = r.bots_share_of_seats,
         bp = r.bots_share_of_population,
+        ba = r.bots_share_of_admitted,
         rss = r.edge_rss_mb,
         rps = r.requests_per_second,
     );
@@ -1469,5 +1544,38 @@ mod tests {
         assert_eq!(hold_histogram("nothing here", 100), None);
         let hist = [(1.0, 0, 0), (2.0, 1000, 995), (3.0, 1002, 997), (4.0, 2002, 1900)];
         assert_eq!(core_p99_windows(&hist, 5), vec![(2.0, 0.995), (4.0, 0.903)]);
+    }
+
+    /// A stall counts only while people wait, the sale sells and the core is within target: an
+    /// over-target second or a sold-out sale ends it, as does an admission.
+    #[test]
+    fn the_longest_stall_is_counted_only_while_fans_wait_under_target() {
+        let sample = |t: f64, serving: u64, queued: u64, available: u64| {
+            (t, json!({"serving": serving, "issued": serving + queued, "queued": queued, "sold_out": false}), json!({"pools": {"main": {"available": available}}}))
+        };
+        // Admitting until 3 s, then stuck from 3 to 10 s (7 s) with people queued.
+        let mut s: Vec<_> = (0..=3).map(|t| sample(t as f64, 10 * t, 500, 100)).collect();
+        s.extend((4..=10).map(|t| sample(t as f64, 30, 500, 100)));
+        s.extend((11..=12).map(|t| sample(t as f64, 30 + t, 500, 100)));
+        assert_eq!(longest_stall(&s, &[]), (7.0, Some(3.0)));
+        // The core over target at 7 s: that second is the core's own limit, not a stall: 3 s, then 3 s.
+        assert_eq!(longest_stall(&s, &[(7.0, 0.9)]), (3.0, Some(3.0)));
+        // Within target (≥ 99% of holds in time): still a stall.
+        assert_eq!(longest_stall(&s, &[(7.0, 0.995)]).0, 7.0);
+        // Nobody queued, or sold out: nothing is owed.
+        let idle: Vec<_> = (0..10).map(|t| sample(t as f64, 5, 0, 100)).collect();
+        assert_eq!(longest_stall(&idle, &[]), (0.0, None));
+        let sold: Vec<_> = (0..10).map(|t| sample(t as f64, 5, 900, 0)).collect();
+        assert_eq!(longest_stall(&sold, &[]), (0.0, None));
+        // With the bench's count: places served that nobody picks up (fans told to come back later
+        // than their turn) admit nobody: a stall, though `serving` moves.
+        let fans = |t: u64, admitted: u64| {
+            (t as f64, json!({"serving": 100 * t, "issued": 10_000, "queued": 9000, "bench_admitted": admitted}), json!({"pools": {"main": {"available": 100}}}))
+        };
+        let s: Vec<_> = [(0, 0), (1, 50), (2, 90), (3, 90), (4, 90), (5, 90), (6, 90), (7, 120)].map(|(t, n)| fans(t, n)).to_vec();
+        assert_eq!(longest_stall(&s, &[]), (4.0, Some(2.0)));
+        // Everyone who joined admitted: nobody waits.
+        let done: Vec<_> = (0..5).map(|t| fans(t, 10_000)).collect();
+        assert_eq!(longest_stall(&done, &[]), (0.0, None));
     }
 }

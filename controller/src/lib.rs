@@ -572,6 +572,11 @@ pub fn fair_shares(rooms: &[RoomDemand]) -> Vec<Option<f64>> {
 const LIGHT_FILL: f64 = 0.95;
 /// ...up to this multiple of the occupancy (doubling per interval, as slow start does).
 const LIGHT_LEAD: f64 = 2.0;
+/// With few requests, a core whose own utilisation (in flight / its concurrency limit) is at most
+/// this is idle, whatever the tail of those few says: a P99 of 40 requests is their slowest one,
+/// and on a busy machine (the edge swamped by joins on the same cores) that is scheduling noise,
+/// not load. Light load then grows the budget as it does when the few are all fast.
+const LIGHT_UTIL: f64 = 0.05;
 
 /// Why the tick chose its rate. JSON: the same snake_case name as [`Reason::as_str`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -1121,11 +1126,14 @@ impl ReleaseController {
             Reason::ThinMetrics
         } else if !enough {
             // Few requests. Light is not thin: when the few are all fast (pressure well under the
-            // slow-start exit) and none failed, the core is idle, not unmeasured — grow as slow
+            // slow-start exit), or the core's own utilisation is near nothing (LIGHT_UTIL), and
+            // none failed, the core is idle, not unmeasured — grow as slow
             // start does, doubling while the occupancy fills the budget. Anything slow or failing
             // among the few: hold.
             let x = pressure.unwrap_or(f64::INFINITY);
-            if x > cfg.slow_start_exit_pressure || err > 0.0 {
+            // (Under target here: over it is cut above.) The core's own utilisation says idle.
+            let idle = x <= 1.0 && input.utilisation.is_some_and(|u| u.is_finite() && (0.0..=LIGHT_UTIL).contains(&u));
+            if (x > cfg.slow_start_exit_pressure && !idle) || err > 0.0 {
                 Reason::ThinMetrics
             } else if in_cooldown {
                 Reason::CoolDown
@@ -1600,11 +1608,27 @@ mod tests {
         let mut failing = light(5000, 156.0);
         failing.error_fraction = 1.0 / 6.0;
         assert_ne!(c.tick(&failing).reason, Reason::LightLoad);
-        let mut c = ReleaseController::new(cfg);
+        let mut c = ReleaseController::new(cfg.clone());
         let mut slow = light(0, 20.0);
         slow.p99_ms = Some(70.0);
+        slow.utilisation = None;
         let d = c.tick(&slow);
         assert_eq!((d.reason, d.budget), (Reason::ThinMetrics, 20.0));
+        // Slow ones at a core that is busy by its own count: held too.
+        slow.utilisation = Some(0.5);
+        slow.now_ms = 500;
+        assert_eq!(c.tick(&slow).reason, Reason::ThinMetrics);
+        // Issue 26 (StarArena): slow ones under target while the core's own utilisation is near
+        // nothing — the tail of a few requests on a machine swamped by joins, not load: light load
+        // grows, it does not hold the sale at its minimum rate.
+        let mut c = ReleaseController::new(cfg);
+        slow.utilisation = Some(0.003);
+        let d = c.tick(&slow);
+        assert_eq!((d.reason, d.budget), (Reason::LightLoad, 40.0));
+        // Over target is over, whatever the utilisation.
+        slow.p99_ms = Some(130.0);
+        slow.now_ms = 1000;
+        assert!(matches!(c.tick(&slow).reason, Reason::CutFar | Reason::CutMild | Reason::Confirming), "over target");
         // No measurement at all (no latency, no utilisation): thin, held.
         let mut none = light(1000, 20.0);
         none.p99_ms = None;

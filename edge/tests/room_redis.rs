@@ -209,6 +209,39 @@ async fn rooms_made_changed_and_deleted_on_one_edge_reach_the_other() {
     b.tick_all(unix_ms()).await;
     assert_eq!(guard(&b, "/buy/r7/seat").as_deref(), Some("r1"));
     assert_eq!(guard(&b, "/buy/r7b").as_deref(), Some("r7"));
+    // A weight (issue 26) travels with the room; a bad one is refused with its path and changes
+    // nothing on either edge; back to the default, it is not written at all.
+    let weighted = |w: serde_json::Value| {
+        serde_json::json!({"event": "ev-7", "target": "/buy/r7", "protected": ["/buy/r7b"], "release": {"weight": w}}).to_string()
+    };
+    assert_eq!(handle(&a, &Method::PUT, "/admin/rooms/r7", weighted(serde_json::json!(2)).as_bytes()).await.status(), 200);
+    b.tick_all(unix_ms()).await;
+    assert_eq!(b.get("r7").unwrap().spec().config.release.weight, 2.0, "the other edge has the weight");
+    assert_eq!(b.get("r7").unwrap().stats()["weight"], 2.0);
+    for (bad, why) in [
+        (serde_json::json!(0), "more than 0"),
+        (serde_json::json!(-1), "more than 0"),
+        (serde_json::json!(1e6), "at most 1000"),
+        (serde_json::json!("NaN"), "invalid type"),
+        (serde_json::json!("inf"), "invalid type"),
+        (serde_json::json!("2"), "invalid type"),
+        (serde_json::json!(null), "invalid type"),
+    ] {
+        let r = handle(&a, &Method::PUT, "/admin/rooms/r7", weighted(bad.clone()).as_bytes()).await;
+        let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
+        assert_eq!((r.status().as_u16(), v["error"].as_str()), (400, Some("bad_request")), "{bad}: {v}");
+        assert_eq!(v["issues"][0]["path"], "room.release.weight", "{bad}: {v}");
+        assert!(v["issues"][0]["message"].as_str().unwrap().contains(why), "{bad}: {v}");
+    }
+    b.tick_all(unix_ms()).await;
+    assert_eq!(a.get("r7").unwrap().spec().config.release.weight, 2.0, "a refused body changes nothing here");
+    assert_eq!(b.get("r7").unwrap().spec().config.release.weight, 2.0, "nor there");
+    assert_eq!(handle(&a, &Method::PUT, "/admin/rooms/r7", put(&["/buy/r7b"]).as_bytes()).await.status(), 200);
+    b.tick_all(unix_ms()).await;
+    assert_eq!(b.get("r7").unwrap().spec().config.release.weight, 1.0);
+    let r = handle(&a, &Method::GET, "/admin/rooms/r7", b"").await;
+    let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
+    assert!(v["config"]["release"].get("weight").is_none(), "the default is not written: {v}");
     // Deleted: gone on both; the config file's room stays.
     assert_eq!(handle(&a, &Method::DELETE, "/admin/rooms/r7", b"").await.status(), 200);
     assert!(a.get("r7").is_none());

@@ -75,9 +75,19 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
     let rest = path.trim_start_matches("/admin/rooms/");
     let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
     if *method == Method::PUT && action.is_empty() {
-        let cfg: RoomConfig = match serde_json::from_slice(body) {
+        let cfg: RoomConfig = match serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body)) {
             Ok(c) => c,
-            Err(e) => return error(400, "bad_request", format!("invalid room body: {e}")),
+            // The field that does not parse, by its path (`room.release.weight`), as the config's issues do.
+            Err(e) if e.path().iter().next().is_some() => {
+                let path = format!("room.{}", e.path());
+                let message = e.inner().to_string();
+                return json_response(
+                    400,
+                    &json!({"error": "bad_request", "message": format!("invalid room body at {path}: {message}"),
+                            "issues": [{"path": path, "message": message}]}),
+                );
+            }
+            Err(e) => return error(400, "bad_request", format!("invalid room body: {}", e.inner())),
         };
         return match cfg.compile(id, "room") {
             Err(issues) => json_response(

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `schedule` | no pre-queue, open now (but never before the core event's `opens_at`), never closes |
 //! | `method` | `fifo` |
-//! | `release` | `auto`, start 50/s, min 5/s, max 2000/s, P99 target 100 ms |
+//! | `release` | `auto`, start 50/s, min 5/s, max 2000/s, P99 target 100 ms, weight 1 (its part of a core shared with other rooms) |
 //! | `total-active-max` | no cap |
 //! | `session-seconds` | 600 |
 //! | `session-idle-seconds` | 120 (not seen this long: out of the session budget until seen again) |
@@ -108,11 +108,34 @@ pub struct ReleaseConfig {
     /// Core P99 the controller keeps under, ms. Default 100.
     #[serde(alias = "p99_target_ms")]
     pub p99_target_ms: f64,
+    /// The room's weight when rooms of this edge share one core ([`crate::controller::fair_shares`]):
+    /// a room of weight 2 is entitled to twice the part of a room of weight 1 while both want
+    /// more. In (0, 1000]. Default 1; serialised only when set otherwise (an older edge sharing
+    /// the room refuses fields it does not know).
+    #[serde(skip_serializing_if = "is_default_weight")]
+    pub weight: f64,
+}
+
+/// The default room weight.
+pub const DEFAULT_WEIGHT: f64 = 1.0;
+/// The highest room weight: beyond it a room would starve the others down to rounding.
+pub const MAX_WEIGHT: f64 = 1000.0;
+
+fn is_default_weight(w: &f64) -> bool {
+    *w == DEFAULT_WEIGHT
 }
 
 impl Default for ReleaseConfig {
     fn default() -> Self {
-        ReleaseConfig { mode: ReleaseModeConfig::Auto, rate: None, start: 50.0, min: 5.0, max: 2000.0, p99_target_ms: 100.0 }
+        ReleaseConfig {
+            mode: ReleaseModeConfig::Auto,
+            rate: None,
+            start: 50.0,
+            min: 5.0,
+            max: 2000.0,
+            p99_target_ms: 100.0,
+            weight: DEFAULT_WEIGHT,
+        }
     }
 }
 
@@ -391,6 +414,9 @@ impl RoomConfig {
         }
         if !r.p99_target_ms.is_finite() || r.p99_target_ms < 1.0 || r.p99_target_ms > 60_000.0 {
             out.push(issue(format!("{path}.release.p99-target-ms"), "must be between 1 and 60000"));
+        }
+        if !(r.weight.is_finite() && r.weight > 0.0 && r.weight <= MAX_WEIGHT) {
+            out.push(issue(format!("{path}.release.weight"), "must be more than 0 and at most 1000 (the room's weight in sharing the core)"));
         }
         match (r.mode, r.rate) {
             (ReleaseModeConfig::Fixed, None) => out.push(issue(format!("{path}.release.rate"), "required when mode = \"fixed\"")),
@@ -766,6 +792,53 @@ mod tests {
         // A room without a lane serialises as before (no `invite` key).
         let plain = room("").unwrap();
         assert!(serde_json::to_value(&plain.config).unwrap().get("invite").is_none());
+    }
+
+    /// `release.weight`: more than 0, at most 1000, finite; a wrong type named by its key; written
+    /// back only when not the default (an older edge sharing the room refuses unknown fields).
+    #[test]
+    fn the_room_weight_is_checked_with_its_path() {
+        let room = |release: &str| -> Result<RoomSpec, Vec<ConfigIssue>> {
+            let v: toml::Value = toml::from_str(&format!(
+                "id = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n[release]\n{release}\n"
+            ))
+            .unwrap();
+            compile_rooms(&[v]).map(|mut s| s.remove(0))
+        };
+        assert_eq!(room("").unwrap().config.release.weight, 1.0);
+        assert_eq!(room("weight = 2.5").unwrap().config.release.weight, 2.5);
+        assert_eq!(room("weight = 1000").unwrap().config.release.weight, 1000.0);
+        assert_eq!(room("weight = 3").unwrap().config.release.weight, 3.0, "an integer is a number");
+        for bad in ["0", "-1", "-0.0", "nan", "inf", "-inf", "1000.5", "1e300"] {
+            let e = room(&format!("weight = {bad}")).unwrap_err();
+            assert_eq!(e.len(), 1, "{bad}: {e:?}");
+            assert_eq!(e[0].path, "rooms[0].release.weight", "{bad}");
+            assert!(e[0].message.contains("more than 0 and at most 1000"), "{bad}: {e:?}");
+        }
+        // The wrong type: named by its key, with the room's other problems.
+        for bad in ["\"NaN\"", "\"inf\"", "\"2\"", "true", "[2]", "{ x = 1 }"] {
+            let e = room(&format!("weight = {bad}\nmin = -1")).unwrap_err();
+            assert!(e.iter().any(|i| i.path == "rooms[0].release" && i.message.contains("weight")), "{bad}: {e:?}");
+        }
+        // The admin API's body: the same checks.
+        let body = |w: serde_json::Value| serde_json::from_value::<RoomConfig>(serde_json::json!({
+            "event": "e", "target": "/", "protected": ["/a"], "release": {"mode": "auto", "weight": w}
+        }));
+        assert_eq!(body(serde_json::json!(2)).unwrap().compile("r1", "room").unwrap().config.release.weight, 2.0);
+        let e = body(serde_json::json!(0)).unwrap().compile("r1", "room").unwrap_err();
+        assert_eq!(e.iter().map(|i| i.path.as_str()).collect::<Vec<_>>(), ["room.release.weight"]);
+        assert!(body(serde_json::json!(-3.5)).unwrap().compile("r1", "room").is_err());
+        assert!(body(serde_json::json!(1e9)).unwrap().compile("r1", "room").is_err());
+        for bad in [serde_json::json!("NaN"), serde_json::json!("2"), serde_json::json!(null), serde_json::json!([1])] {
+            assert!(body(bad.clone()).is_err(), "{bad}");
+        }
+        // Serialised only when set: the default leaves `release` as older edges know it.
+        let plain = serde_json::to_value(&room("").unwrap().config).unwrap();
+        assert!(plain["release"].get("weight").is_none(), "{plain}");
+        let weighted = serde_json::to_value(&room("weight = 2").unwrap().config).unwrap();
+        assert_eq!(weighted["release"]["weight"], 2.0);
+        let back: RoomConfig = serde_json::from_value(weighted).unwrap();
+        assert_eq!(back.release.weight, 2.0);
     }
 
     #[test]

@@ -520,6 +520,8 @@ impl Room {
                 "metrics_age_ms": input.map(|i| i.metrics_age_ms),
             },
             "budget": d.map(|d| d.budget),
+            "weight": spec.config.release.weight,
+            "fair_share": input.and_then(|i| i.fair_share).map(round),
             "room": self.id,
             "event": self.spec().config.event,
             "mode": self.mode(),

@@ -154,8 +154,9 @@ impl Rooms {
 
     /// `room`'s fair share of the core, which every room of this edge shares (one core, one latency
     /// window): the rooms' total occupancy (tokens out and sessions active) divided max-min by
-    /// demand ([`crate::controller::fair_shares`]): a room whose occupancy plus queue is under an
-    /// equal part gets all it wants, the others split the rest. A room under its share grows
+    /// demand ([`crate::controller::fair_shares`]), weighted by each room's `release.weight`: a room
+    /// whose occupancy plus queue is under its weighted part gets all it wants, the others split
+    /// the rest in proportion to their weights. A room under its share grows
     /// towards it while the core is under target, one over it gives way at the hold pressure, and
     /// over target only the rooms at or over their share cut, so one room's surge neither starves
     /// another's release nor teaches it a threshold, and no room is held below its minimum rate.
@@ -168,7 +169,8 @@ impl Rooms {
             .map(|r| {
                 let occ = if r.id == room.id { active } else { r.active.load(Ordering::Relaxed) };
                 let c = r.state.counters();
-                crate::controller::RoomDemand::new(occ as f64, c.waiting() as f64)
+                let weight = r.spec().config.release.weight;
+                crate::controller::RoomDemand { weight, ..crate::controller::RoomDemand::new(occ as f64, c.waiting() as f64) }
             })
             .collect();
         let i = rooms.iter().position(|r| r.id == room.id)?;

@@ -356,6 +356,96 @@ async fn rooms_on_one_core_share_it_by_demand() {
     assert_eq!(a.controller.lock().tick(&input).reason, crate::controller::Reason::CutFar);
 }
 
+/// Issue 26: `release.weight`. Two rooms of weights 2 and 1 surging side by side on one core, each
+/// with its own controller fed its fair share from the real room state (queues joined, places
+/// released by `advance`), on a core whose P99 rises with the rooms' total sessions: once both
+/// have settled, their sessions split the core 2:1. Equal weights split it evenly (the control).
+#[tokio::test]
+async fn rooms_of_weights_two_and_one_split_a_surged_core_two_to_one() {
+    async fn run(weight_a: f64) -> (f64, f64) {
+        let rooms = rooms_with(&format!("[rooms.release]\nstart = 50\nmin = 5\nmax = 2000\nweight = {weight_a}\n"));
+        let a = rooms.get("r1").unwrap();
+        assert_eq!(a.spec().config.release.weight, weight_a);
+        let mut spec = a.spec().as_ref().clone();
+        spec.id = "r2".into();
+        spec.config.release.weight = 1.0;
+        let b = rooms.insert(spec);
+        for i in 0..6000 {
+            for r in [&a, &b] {
+                let who = format!("{}-fan-{i}", r.id);
+                rooms.join(r, &who, &who).await.unwrap();
+            }
+        }
+        // Sessions last 20 s; the core's P99 reaches the 100 ms target at 1,000 sessions.
+        const SESSION_TICKS: usize = 20;
+        let mut admitted: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+        let mut carry = [0.0f64; 2];
+        let mut tail = [0.0f64; 2];
+        let occ = |v: &Vec<u64>| v.iter().rev().take(SESSION_TICKS).sum::<u64>();
+        for tick in 0..150u64 {
+            let total = (occ(&admitted[0]) + occ(&admitted[1])) as f64;
+            let p99 = 20.0 + 80.0 * (total / 1000.0).powi(3);
+            for (k, room) in [&a, &b].into_iter().enumerate() {
+                let active = occ(&admitted[k]);
+                room.active.store(active, Ordering::Relaxed);
+                let input = crate::controller::TickInput {
+                    now_ms: 1_000 + tick * 1000,
+                    p99_ms: Some(p99),
+                    samples: 1000,
+                    occupancy: active as f64,
+                    fair_share: rooms.fair_share(room, active),
+                    ..Default::default()
+                };
+                let d = room.controller.lock().tick(&input);
+                let n = d.rate + carry[k];
+                let whole = (n.floor() as u64).min(room.state.counters().waiting());
+                carry[k] = (n - n.floor()).min(1.0);
+                room.state.advance("n", whole).await.unwrap();
+                admitted[k].push(whole);
+                if tick >= 110 {
+                    tail[k] += active as f64 / 40.0;
+                }
+            }
+        }
+        assert!(a.state.counters().waiting() > 0 && b.state.counters().waiting() > 0, "both still queued: a surge to the end");
+        (tail[0], tail[1])
+    }
+    let (a, b) = run(2.0).await;
+    assert!((1.7..=2.3).contains(&(a / b)), "weights 2:1 gave sessions {a:.0} : {b:.0}");
+    assert!(a + b > 700.0, "the core is used: {a:.0} + {b:.0}");
+    let (a, b) = run(1.0).await;
+    assert!((0.85..=1.15).contains(&(a / b)), "weights 1:1 gave sessions {a:.0} : {b:.0}");
+}
+
+/// The weight reaches the shares: with both rooms wanting more, weights 3:1 give 3/4 and 1/4 of
+/// what they hold; a room whose demand is under its weighted part still gets all it wants.
+#[tokio::test]
+async fn the_room_weight_divides_the_fair_share() {
+    let rooms = rooms_with("[rooms.release]\nweight = 3\n");
+    let a = rooms.get("r1").unwrap();
+    let mut spec = a.spec().as_ref().clone();
+    spec.id = "r2".into();
+    spec.config.release.weight = 1.0;
+    let b = rooms.insert(spec);
+    for i in 0..1000 {
+        rooms.join(&a, &format!("a{i}"), &format!("a{i}")).await.unwrap();
+    }
+    for i in 0..100 {
+        rooms.join(&b, &format!("b{i}"), &format!("b{i}")).await.unwrap();
+    }
+    a.active.store(200, Ordering::Relaxed);
+    b.active.store(600, Ordering::Relaxed);
+    assert_eq!(rooms.fair_share(&a, 200), Some(600.0));
+    assert_eq!(rooms.fair_share(&b, 600), Some(200.0));
+    // The light room wants 10 + 100: under its quarter of 1,000, so it gets it all.
+    a.active.store(990, Ordering::Relaxed);
+    b.active.store(10, Ordering::Relaxed);
+    assert_eq!(rooms.fair_share(&b, 10), Some(110.0));
+    assert!(rooms.fair_share(&a, 990).is_some_and(|s| (s - 890.0).abs() < 1e-6));
+    let stats = a.stats();
+    assert_eq!(stats["weight"], 3.0);
+}
+
 #[test]
 fn reject_all_is_published_as_its_own_mode_and_resume_ends_it() {
     let (here, there) = (rooms_with(""), rooms_with(""));
