@@ -9,8 +9,9 @@
 //! - [`proxy`]: Pingora's proxy phases (`ProxyHttp`), the door of everything the others hand over
 //!   and of nginx's `/wicket/auth`.
 //!
-//! [`Front`] is generic over what it hands over to ([`Handover`]), so the HTTP/1.1 and HTTP/2
-//! doors never name the proxy; [`crate::server`] puts the two together.
+//! [`Front`] (in `conn`, with what every door shares: HSTS, the handover to the proxy) is generic
+//! over what it hands over to ([`Handover`]), so the HTTP/1.1 and HTTP/2 doors never name the
+//! proxy; [`crate::server`] puts the two together.
 
 mod conn;
 pub mod forward;

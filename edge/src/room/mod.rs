@@ -27,6 +27,8 @@
 //!   and where they are kept (in this process, or in Redis with the room's state).
 //! - [`report`]: the post-sale report served (`GET /admin/rooms/<room>/report`), and the hooks
 //!   that count a session's first use and refusals on a room's paths.
+//! - `tests`: the rooms' unit tests on the embedded state (the Redis state runs the same checks in
+//!   edge/tests/room_redis.rs; the two states' conformance suite is edge/tests/common/room_state.rs).
 //!
 //! # The path of a visitor
 //! `GET /queue/r` → (bot check when the room asks) → [`Rooms::join`]: the identity's place, or a new
