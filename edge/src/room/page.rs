@@ -575,13 +575,7 @@ mod tests {
             eta_seconds: Some(Eta { low: 240, high: 420 }),
             poll_after_ms: 8000,
             release_per_second: rate,
-            token: None,
-            redirect: None,
-            token_seconds: None,
-            opens_at: None,
-            restock_possible: false,
-            proof_owed: None,
-            proof_deadline_seconds: None,
+            ..Status::closed()
         }
     }
 
