@@ -25,6 +25,8 @@
 //! | `event-name` | `[edge.queue-page] event-name`: the event's name on this room's page |
 //! | `test-mode` | `false`; `true`: only fans with the operator's test cookie meet the room, everyone else passes as if it were off |
 //! | `invite` | none: everyone may queue (`[rooms.invite]`: the presale lane, [`super::invite`]; `share`: its share of each release) |
+//! | `layout` | `single` (every key in one Redis Cluster slot); `spread`: across the cluster ([`super::spread`]) |
+//! | `spread` | 6 shards, blocks of 1000 positions, a block used at most 250 ms, joins written every 200 ms |
 
 use serde::{Deserialize, Serialize};
 
