@@ -244,3 +244,122 @@ async fn a_failover_of_the_rooms_master_numbers_no_place_twice() {
 fn cfg_block_limit() -> usize {
     50
 }
+
+/// Three edges built as `wicket serve` builds them (`Rooms` from one config with a spread room on a
+/// Redis Cluster) run a small sale with their release loops: every fan, joining at any edge, is
+/// admitted at any edge in the order of their places, and the places follow the join order across
+/// edges (each fan joins after the one before was answered); an edge that dies holding a block does
+/// not stop the queue (its block is taken as done after the grace, its fans still get in); and the
+/// admin API refuses to change a live room's layout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_on_a_spread_room_across_three_edges() {
+    use std::sync::atomic::Ordering;
+    use wicket_edge::WicketConfig;
+    use wicket_edge::identity::Signer;
+    use wicket_edge::room::state_backend::Backend;
+    use wicket_edge::room::{Phase, Rooms, StatusOutcome};
+    let cluster = RedisCluster::start(3);
+    let list = cluster.seeds().iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ");
+    let text = format!(
+        "store = {{ cluster = [{list}] }}\n[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\n\
+         secret = \"hs-secret-for-room-tests-0123456789abcdef\"\n\
+         [[rooms]]\nid = \"big\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nlayout = \"spread\"\n\
+         release = {{ mode = \"fixed\", rate = 40.0 }}\nspread = {{ block = 20, block-ms = 100, flush-ms = 20 }}\n"
+    );
+    let cfg = WicketConfig::from_toml_str(&text).unwrap();
+    assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
+    let edge = || {
+        let backend = Backend::Redis(RedisRooms::for_store(cfg.room_store.as_ref().unwrap()).unwrap());
+        Rooms::new(cfg.rooms_config(), Signer::new(b"shared-edge-secret-0123"), backend).unwrap()
+    };
+    let edges: Vec<Rooms> = (0..3).map(|_| edge()).collect();
+    let rooms: Vec<_> = edges.iter().map(|e| e.get("big").unwrap()).collect();
+    assert_eq!(rooms[0].stats()["layout"], "spread");
+    // 60 fans, one after another, round-robin over the edges.
+    let mut tickets = Vec::new();
+    let mut when = Vec::new();
+    for i in 0..60usize {
+        let e = i % 3;
+        let asked = std::time::Instant::now();
+        tickets.push((format!("u{i}"), edges[e].join(&rooms[e], &format!("u{i}"), "dev").await.unwrap()));
+        when.push((asked, std::time::Instant::now()));
+        if i % 10 == 9 {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    }
+    // A fan who asked after another was answered gets a later place, unless their edges' blocks
+    // overlapped in time: the FIFO error across edges, at most block-ms (100 ms) plus a batch.
+    let mut inversions = 0;
+    for i in 0..60 {
+        for j in i + 1..60 {
+            if tickets[j].1.position < tickets[i].1.position {
+                inversions += 1;
+                let apart = when[j].0.saturating_duration_since(when[i].1);
+                assert!(apart <= Duration::from_millis(100 + 20 + 150), "fan {j} asked {apart:?} after fan {i} was answered, yet got an earlier place");
+            }
+        }
+    }
+    eprintln!("{inversions} of {} pairs out of join order", 60 * 59 / 2);
+    // A fourth edge takes 5 fans and dies holding its block (never ended).
+    let doomed = edge();
+    let droom = doomed.get("big").unwrap();
+    let mut orphans = Vec::new();
+    for i in 0..5 {
+        orphans.push((format!("o{i}"), doomed.join(&droom, &format!("o{i}"), "dev").await.unwrap()));
+    }
+    drop(droom);
+    drop(doomed);
+    // Ten more fans after it.
+    for i in 60..70usize {
+        let e = i % 3;
+        tickets.push((format!("u{i}"), edges[e].join(&rooms[e], &format!("u{i}"), "dev").await.unwrap()));
+    }
+    // The release loops tick until everyone is in (40/s; the dead edge's block waits out the grace).
+    let mut admitted_at: HashMap<String, usize> = HashMap::new();
+    let everyone: Vec<(String, wicket_edge::room::ticket::QueueTicket)> = tickets.iter().chain(&orphans).cloned().collect();
+    let started = std::time::Instant::now();
+    let mut tick = 0usize;
+    while admitted_at.len() < everyone.len() && started.elapsed() < Duration::from_secs(30) {
+        for (e, r) in edges.iter().zip(&rooms) {
+            e.tick_room(r, unix_ms()).await.unwrap();
+        }
+        for (i, (sub, t)) in everyone.iter().enumerate() {
+            if admitted_at.contains_key(sub) {
+                continue;
+            }
+            // Each fan polls an edge other than the one it joined at.
+            let e = (i + 1) % 3;
+            match edges[e].status(&rooms[e], t, sub).await.unwrap() {
+                StatusOutcome::Status(s) if s.state == Phase::Admitted => {
+                    admitted_at.insert(sub.clone(), tick);
+                }
+                StatusOutcome::Status(_) => {}
+                StatusOutcome::Rejoin => panic!("{sub} lost its place"),
+            }
+        }
+        tick += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(admitted_at.len(), everyone.len(), "everyone admitted within 30 s: {} of {}", admitted_at.len(), everyone.len());
+    assert_eq!(rooms.iter().filter(|r| r.leader.load(Ordering::Relaxed)).count(), 1, "one leader");
+    // Admitted in the order of their places (a fan is never let in before one ahead of it).
+    let mut by_place: Vec<(u64, usize)> = everyone.iter().map(|(sub, t)| (t.position, admitted_at[sub])).collect();
+    by_place.sort_unstable();
+    assert!(by_place.windows(2).all(|w| w[0].1 <= w[1].1), "admitted in place order: {by_place:?}");
+    // The release counted people, not numbers: the room's own counters agree.
+    let c = rooms[0].state.refresh().await.unwrap();
+    assert_eq!(c.waiting(), 0, "{c:?}");
+    // The post-sale report finds a session's admission on its shard: its first use is counted
+    // once, in the minute it was admitted (not the minute of use).
+    let who = edges[0].who("big", "u0");
+    let later = unix_ms() + 120_000;
+    let session_ms = rooms[0].spec().config.session_seconds * 1000;
+    let first = rooms[0].report.store.first_use(who, later, session_ms).await.unwrap().expect("first use");
+    assert!(first + 60_000 < later, "admitted {} ms before its use", later - first);
+    assert_eq!(rooms[1].report.store.first_use(who, later, session_ms).await.unwrap(), None, "once over every edge");
+    // A live room's layout is fixed.
+    let body = serde_json::json!({"event": "ev-1", "target": "/buy", "protected": ["/buy"]}).to_string();
+    let r = wicket_edge::room::admin::handle(&edges[0], &http::Method::PUT, "/admin/rooms/big", body.as_bytes()).await;
+    let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
+    assert_eq!((r.status().as_u16(), v["error"].as_str()), (409, Some("conflict")), "{v}");
+}

@@ -905,7 +905,12 @@ impl Rooms {
                     state_backend::Backend::Redis(r) => Some(r),
                     state_backend::Backend::Embedded => None,
                 };
-                let report = tally::RoomReport::new(redis, &spec.id);
+                // (A spread room's sessions are sharded: its report marks a session's use next to it.)
+                let sessions = match spec.config.layout {
+                    config::RoomLayout::Spread => spread::shard_prefixes(&spec.id, spec.config.spread.shards),
+                    config::RoomLayout::Single => Vec::new(),
+                };
+                let report = tally::RoomReport::new(redis, &spec.id, sessions);
                 let room = Arc::new(Room::new(spec, state, report));
                 self.rooms.write().insert(room.id.clone(), room.clone());
                 room

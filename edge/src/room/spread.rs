@@ -86,6 +86,12 @@ pub fn shard_tags(id: &str, shards: u32) -> Vec<String> {
         .collect()
 }
 
+/// The key prefixes of a room's shards (`wk:{<tag>}`): its identity map and sessions live under
+/// them (and the report's marks of a session's first use, [`super::tally`]).
+pub fn shard_prefixes(id: &str, shards: u32) -> Vec<String> {
+    shard_tags(id, shards).iter().map(|t| format!("wk:{{{t}}}")).collect()
+}
+
 /// Whether `tag`'s slot is at least a third of the slot space away from `room`'s own slot (so,
 /// on a cluster of 2 or 3 masters with equal ranges, on another master than the room's).
 fn away_from_room(tag: &str, room: &str) -> bool {
@@ -256,7 +262,7 @@ impl SpreadRoom {
     /// Room `id` on `redis`, remembering at most `max_tracked` identities on this edge.
     pub fn new(redis: RedisRooms, id: &str, cfg: SpreadConfig, max_tracked: usize) -> Arc<Self> {
         let k = |s: &str| format!("wk:{{room:{id}}}:{s}");
-        let shards = shard_tags(id, cfg.shards).iter().map(|t| SessionKeys::under(&format!("wk:{{{t}}}"))).collect();
+        let shards = shard_prefixes(id, cfg.shards).iter().map(|p| SessionKeys::under(p)).collect();
         Arc::new_cyclic(|me| SpreadRoom {
             redis,
             cfg,
