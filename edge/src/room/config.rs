@@ -26,7 +26,7 @@
 //! | `test-mode` | `false`; `true`: only fans with the operator's test cookie meet the room, everyone else passes as if it were off |
 //! | `invite` | none: everyone may queue (`[rooms.invite]`: the presale lane, [`super::invite`]; `share`: its share of each release) |
 //! | `layout` | `single` (every key in one Redis Cluster slot); `spread`: across the cluster ([`super::spread`]) |
-//! | `spread` | 6 shards, blocks of 1000 positions, a block used at most 250 ms, joins written every 200 ms |
+//! | `spread` | 6 shards, blocks of 1000 positions, a block used at most 100 ms, joins written every 200 ms |
 
 use serde::{Deserialize, Serialize};
 
@@ -273,7 +273,7 @@ pub struct SpreadConfig {
     /// Positions an edge leases at once. Default 1000.
     pub block: u64,
     /// An edge hands out no place from a block older than this, ms (the FIFO error's bound
-    /// across edges, with the block's fill time). Default 250.
+    /// across edges, with the block's fill time). Default 100.
     #[serde(alias = "block_ms")]
     pub block_ms: u64,
     /// How often an edge writes the joins it took (one batch per shard), ms: a join is answered
@@ -284,7 +284,7 @@ pub struct SpreadConfig {
 
 impl Default for SpreadConfig {
     fn default() -> Self {
-        SpreadConfig { shards: 6, block: 1000, block_ms: 250, flush_ms: 200 }
+        SpreadConfig { shards: 6, block: 1000, block_ms: 100, flush_ms: 200 }
     }
 }
 

@@ -6,13 +6,13 @@
 //!   out nothing from a block older than `block-ms`: a fan who joined at another edge a moment
 //!   earlier may get a later number, by at most `max(block-ms, the block's fill time)` — the FIFO
 //!   error across edges. Within an edge the order is exact.
-//! - **Real places only.** Each block is recorded on a shard (blocks go round the shards) before a
-//!   place is handed out from it, and ends with how far it was used (lua/room_spread_block.lua).
-//!   The leader reads every shard's records once a tick, walks them in position order and passes
-//!   only places handed out, skipping unused ends ([`SpreadRoom::step`], [`walk`]); it waits at a
-//!   block still in use (at most `block-ms`, plus a grace for an edge that died holding one, and the
-//!   same grace at a gap no block holds: a lease not recorded yet). Its step is written with the
-//!   lease checked (lua/room_spread_advance.lua).
+//! - **Real places only.** When an edge leaves a block (used up, or `block-ms` old) it records on a
+//!   shard (blocks go round the shards) how far it used it (lua/room_spread_block.lua). The leader
+//!   reads every shard's records once a tick, walks them in position order and passes only places
+//!   handed out, skipping unused ends ([`SpreadRoom::step`], [`walk`]). Positions no record holds
+//!   yet (a block still in use) are a gap where it waits, at most a grace after which it passes
+//!   them (an edge that died holding a block: its fans are let in, uncounted); its step is written
+//!   with the lease checked (lua/room_spread_advance.lua).
 //! - **Identities and sessions sharded.** The identity map (a rejoin keeps its place) and the
 //!   sessions are split over `shards` slots chosen to spread evenly over the slot space
 //!   ([`shard_tags`]). A join takes its place at arrival and waits for the edge's next batch
@@ -216,10 +216,6 @@ impl Block {
     }
 }
 
-/// The arguments of no block (lua/room_spread_block.lua).
-fn no_block() -> [String; 5] {
-    ["0".into(), "0".into(), "0".into(), "0".into(), "0".into()]
-}
 
 /// A join waiting for its batch.
 type Waiter = oneshot::Sender<Result<(u64, bool), StateError>>;
@@ -444,32 +440,13 @@ impl SpreadRoom {
         ((start.saturating_sub(1) / self.cfg.block.max(1)) % self.shards.len() as u64) as usize
     }
 
-    /// Writes block records (lua/room_spread_block.lua): `prev` ended, `new` started; one call
-    /// when both are on one shard.
-    async fn record(&self, prev: Option<Block>, new: Option<Block>) -> Result<(), StateError> {
-        let none = || ["0".to_string(), "0".into(), "0".into()];
-        let new_args = |b: Option<Block>| b.map_or_else(none, |b| [b.start.to_string(), b.end.to_string(), b.lease_ms.to_string()]);
-        let call = |k: usize, prev: Option<Block>, new: Option<Block>| {
-            let mut args: Vec<String> = prev.map_or_else(no_block, |p| p.end_args()).into();
-            args.extend(new_args(new));
-            async move {
-                let sh = &self.shards[k];
-                self.redis.run(&BLOCK, &[&sh.blk, &sh.placed], &args).await
-            }
-        };
-        match (prev, new) {
-            (Some(p), Some(n)) if self.block_shard(p.start) != self.block_shard(n.start) => {
-                let (a, b) = futures::future::join(call(self.block_shard(p.start), Some(p), None), call(self.block_shard(n.start), None, Some(n))).await;
-                a.and(b).map(|_| ())
-            }
-            (Some(p), _) => call(self.block_shard(p.start), Some(p), new).await.map(|_| ()),
-            (None, Some(n)) => call(self.block_shard(n.start), None, Some(n)).await.map(|_| ()),
-            (None, None) => Ok(()),
-        }
+    /// Records block `b`'s end on its shard (lua/room_spread_block.lua): how far it was used.
+    async fn record_end(&self, b: Block) -> Result<(), StateError> {
+        let sh = &self.shards[self.block_shard(b.start)];
+        self.redis.run(&BLOCK, &[&sh.blk, &sh.placed], &b.end_args()).await.map(|_| ())
     }
 
-    /// Leases the next block (`INCRBY` on the block counter's slot), then records it (and the end
-    /// of the current one) on the shards before any place is handed out from it.
+    /// Leases the next block (`INCRBY` on the block counter's slot), ending the current one.
     async fn lease(&self, size: u64) -> Result<Block, StateError> {
         let (floor, prev) = {
             let l = self.local.lock();
@@ -486,7 +463,11 @@ impl SpreadRoom {
             end = int(&self.redis.cmd(cmd).await?).ok_or_else(|| StateError("INCRBY answered no number".into()))?.max(0) as u64;
         }
         let b = Block { start: end + 1 - size, end, next: end + 1 - size, leased: Instant::now(), lease_ms: now_ms() };
-        self.record(prev, Some(b)).await?;
+        // The block is recorded when it ends (within block-ms): until then the leader finds a gap
+        // there and waits, as it would at a block still in use.
+        if let Some(p) = prev {
+            self.record_end(p).await?;
+        }
         let mut l = self.local.lock();
         l.floor = l.floor.max(b.end);
         l.block = Some(b);
@@ -503,7 +484,7 @@ impl SpreadRoom {
 
     /// Ends block `b` (the caller holds `leasing`).
     async fn end(&self, b: Block) -> Result<(), StateError> {
-        self.record(Some(b), None).await?;
+        self.record_end(b).await?;
         let mut l = self.local.lock();
         if l.block.is_some_and(|cur| cur.start == b.start) {
             l.block = None;
