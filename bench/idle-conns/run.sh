@@ -12,12 +12,15 @@
 # idle_conn_bytes_nginx, idle_conn_edge_vs_nginx and their _tls twins of bench/results/summary.json.
 #
 #   bash bench/idle-conns/run.sh            # N=50000, capped by the open-file limit (ulimit -n)
+#   SETTLE=65 bash bench/idle-conns/run.sh  # read Pss 65 s after each half opened, not 2 s: past the 60 s
+#                                           # handshake timeout whose timer Pingora keeps for a new connection
 #
 # Needs: cargo, nginx, openssl, python3. Loopback only (clients spread over 127.0.0.2-9 for ports).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 N="${N:-50000}"
+SETTLE="${SETTLE:-2}"
 LIMIT="$(ulimit -n)"
 if [ "$LIMIT" != unlimited ] && [ "$N" -gt $((LIMIT - 1000)) ]; then
   echo "note: open-file limit $LIMIT (ulimit -n): holding $((LIMIT - 1000)) connections instead of $N" >&2
@@ -128,11 +131,11 @@ measure() { # name port http|https pids... → "name bytes_per_conn before_kib a
   before="$(pss_kib "$@")"
   coproc CLIENTS { python3 "$WORK/clients.py" "$port" "$N" "${ca[@]}"; }
   read -r first <&"${CLIENTS[0]}"
-  sleep 2
+  sleep "$SETTLE"
   half="$(pss_kib "$@")"
   echo >&"${CLIENTS[1]}"
   read -r opened <&"${CLIENTS[0]}"
-  sleep 2
+  sleep "$SETTLE"
   after="$(pss_kib "$@")"
   echo >&"${CLIENTS[1]}"
   wait "$CLIENTS_PID" 2>/dev/null || true
