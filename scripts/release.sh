@@ -9,7 +9,8 @@
 #
 # `--version` names the commit (git, or WICKET_COMMIT where there is no .git) and the build date:
 # SOURCE_DATE_EPOCH when given (reproducible builds), else the start of today (UTC), so a second run the same day
-# rebuilds nothing. Needs cargo, cmake, pkg-config, perl and make (the OpenSSL Pingora vendors), objcopy (binutils).
+# rebuilds nothing. Needs cargo, cmake, pkg-config and libssl-dev (the binaries link the system's OpenSSL:
+# .cargo/config.toml), objcopy (binutils). The binaries then need libssl3 where they run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

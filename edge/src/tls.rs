@@ -2,7 +2,10 @@
 //! restart) and the handshake.
 //!
 //! TLS is OpenSSL through Pingora's own `openssl` feature (`pingora::tls` is the `openssl` crate):
-//! OpenSSL 3.6 built into the binary by `openssl-src` (Pingora's vendored build), Mozilla's "intermediate" settings
+//! the system's libssl (OpenSSL 3.0 on Debian 12), linked dynamically because the repository's
+//! `.cargo/config.toml` sets `OPENSSL_NO_VENDOR=1` over the OpenSSL 3.6 that Pingora's feature builds
+//! into the binary (`openssl-src`; `OPENSSL_NO_VENDOR=0` builds that one: its state costs an idle
+//! HTTPS connection about 7.5 KB more, bench/RESULTS.md "Idle connections"), Mozilla's "intermediate" settings
 //! (TLS 1.2 and 1.3, forward-secret AEAD ciphers), session resumption (tickets and the server
 //! cache), ALPN `h2` then `http/1.1`. Why not rustls: Pingora marks it experimental; BoringSSL
 //! builds from source (cmake, a C++ toolchain, minutes of CI) for the same handshake.

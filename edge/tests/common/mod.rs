@@ -381,12 +381,14 @@ impl TestEdge {
         let cfg = wicket_edge::WicketConfig::from_file(&path).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let issues = cfg.validate();
         assert!(issues.is_empty(), "{issues:?}\n{text}");
+        // The HTTPS listener starts apart from the others: waited for too.
+        let https: Option<SocketAddr> = cfg.edge.tls.as_ref().and_then(|t| t.listen.parse().ok());
         let (watch, stop) = stop_pair();
         let thread = std::thread::spawn(move || wicket_edge::run(cfg, Box::new(watch)));
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
         let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(addr).is_err() || TcpStream::connect(admin).is_err() {
+        while TcpStream::connect(addr).is_err() || TcpStream::connect(admin).is_err() || https.is_some_and(|a| TcpStream::connect(a).is_err()) {
             assert!(Instant::now() < deadline, "edge did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
