@@ -370,6 +370,9 @@ pub struct SaleFigures {
 pub struct MegaFigures {
     pub sale: SaleFigures,
     pub layout: String,
+    /// The layout the room's stats name at the end (`None`: the edge's stats carry no layout, as before
+    /// the spread layout).
+    pub layout_in_stats: Option<String>,
     pub edges: usize,
     pub masters: usize,
     pub replicas_per_master: usize,
@@ -405,7 +408,7 @@ pub struct MegaFigures {
 pub fn figures(
     sale: SaleFigures,
     mega: &Mega,
-    layout: &str,
+    (layout, layout_in_stats): (&str, Option<String>),
     edges: usize,
     (joins, join_seconds): (u64, f64),
     double_sold: u64,
@@ -450,6 +453,7 @@ pub fn figures(
     MegaFigures {
         sale,
         layout: layout.to_string(),
+        layout_in_stats,
         edges,
         masters: MASTERS,
         replicas_per_master: 1,
@@ -507,6 +511,9 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
     if let Some(e) = &m.error {
         bad.push(e.clone());
     }
+    if m.layout == "spread" && m.layout_in_stats.as_deref() != Some("spread") {
+        bad.push(format!("asked for the spread layout, the room's stats say {:?}", m.layout_in_stats));
+    }
     if m.layout == "spread" && !quick {
         if m.ops_per_join_busiest > 0.1 {
             bad.push(format!("{:.3} Redis operations per join on the busiest node > 0.1", m.ops_per_join_busiest));
@@ -518,17 +525,18 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
     bad
 }
 
-/// summary.json (`megasale`, `megasale_quick`) and the RESULTS.md section.
+/// summary.json (`megasale_<layout>`, `megasale_quick_<layout>`) and the RESULTS.md section
+/// (`surge-megasale-<layout>`, `surge-megasale-quick-<layout>`): each layout keeps its own figures.
 pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
     let r = &m.sale;
     let quick = command.contains("--quick");
-    let key = if quick { "megasale_quick" } else { "megasale" };
+    let key = format!("megasale{}_{}", if quick { "_quick" } else { "" }, m.layout);
     let round = |x: f64, d: i32| (x * 10f64.powi(d)).round() / 10f64.powi(d);
     let nan = |x: f64, d: i32| if x.is_nan() { Value::Null } else { json!(round(x, d)) };
     crate::report::merge_summary(
-        key,
+        &key,
         json!({
-            "command": command, "layout": m.layout, "edges": m.edges, "masters": m.masters, "replicas_per_master": m.replicas_per_master,
+            "command": command, "layout": m.layout, "layout_in_stats": m.layout_in_stats, "edges": m.edges, "masters": m.masters, "replicas_per_master": m.replicas_per_master,
             "core_store": m.core_store, "fans": r.fans, "seats": r.seats, "seconds": round(r.seconds, 1),
             "sold": r.sold, "oversold": r.oversold, "double_sold": m.double_sold + r.seats_double_sold, "admitted": r.admitted,
             "still_waiting": r.still_waiting, "sellout_seconds": r.sellout_seconds.map(|s| round(s, 1)), "paid_out_seconds": r.paid_out_seconds.map(|s| round(s, 1)),
@@ -583,7 +591,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
     let top: Vec<String> = m.top_commands_busiest.iter().map(|(k, v)| format!("`{k}` {v}")).collect();
     let per_edge: Vec<String> = m.tau_per_edge.iter().enumerate().map(|(i, t)| format!("edge {i} {}", t.map_or("n/a".into(), |t| format!("{t:.4}")))).collect();
     let body = format!(
-        "## Surge: megasale{quick_title}\n\nCommand: `{command}`\n\nMachine: {machine}; 2 shared cores: the bench, {edges} edges, the core and \
+        "## Surge: megasale, {layout} layout{quick_title}\n\nCommand: `{command}`\n\nMachine: {machine}; 2 shared cores: the bench, {edges} edges, the core and \
          {nodes} redis-servers all run on them.\n\n\
          {edges} `wicket` edges share one room (`layout = \"{layout}\"`, one `edge.secret`) on a Redis Cluster of {masters} masters with \
          a replica each (`cluster-node-timeout {nt}`, as the testkit starts it: no persistence); the core (`wicket-core`) keeps the sale \
@@ -594,6 +602,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
          NODES`); neither comes back. Every fan waiting with a place at a kill is marked, and its next answer judged: kept if it \
          admits the fan (or says sold out) or names a place no further back.\n\n\
          | figure | value |\n|---|---|\n\
+         | layout (asked / in the room's stats) | {layout} / {in_stats} |\n\
          | fans / seats | {users} / {seats} |\n| run time | {secs:.1} s |\n| joins given a place | {joins} |\n\
          | **joins/s** (first to last join given a place) | **{jps:.0}** |\n| admitted | {admitted} |\n\
          | **sold** (paid) | **{sold}** |\n| **oversold** | **{oversold}** |\n\
@@ -614,6 +623,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
         edges = m.edges,
         nodes = m.masters * (1 + m.replicas_per_master),
         layout = m.layout,
+        in_stats = m.layout_in_stats.as_deref().unwrap_or("not given"),
         masters = m.masters,
         nt = m.node_timeout_ms,
         key = main_key(),
@@ -643,7 +653,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
         error = m.error.as_ref().map(|e| format!("| error | {e} |\n")).unwrap_or_default(),
         top = if top.is_empty() { "none".into() } else { top.join(", ") },
     );
-    crate::report::write_section(if quick { "surge-megasale-quick" } else { "surge-megasale" }, &body)
+    crate::report::write_section(&format!("surge-megasale{}-{}", if quick { "-quick" } else { "" }, m.layout), &body)
 }
 
 #[cfg(test)]

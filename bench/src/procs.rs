@@ -154,6 +154,8 @@ pub struct Stack {
     shaper: Option<Arc<Shaper>>,
     /// The room asks for a proof-of-work before a join.
     pow: bool,
+    /// The edges' `RUST_LOG` (megasale: `error`, or every edge warns at each try while a master fails over).
+    edge_log: &'static str,
     _dir: tempfile::TempDir,
 }
 
@@ -344,6 +346,7 @@ p99-target-ms = {p99}
             core_base: format!("http://127.0.0.1:{core_port}"),
             shaper,
             pow: o.pow,
+            edge_log: if o.room_cluster.is_some() { "error" } else { "warn" },
             _dir: dir,
         };
         if stack.redis.is_some() {
@@ -416,7 +419,7 @@ p99-target-ms = {p99}
                 let child = Command::new(binary("wicket")?)
                     .args(["serve", "--config"])
                     .arg(&e.cfg)
-                    .env("RUST_LOG", "warn")
+                    .env("RUST_LOG", self.edge_log)
                     .stdout(Stdio::null())
                     .stderr(Stdio::inherit())
                     .spawn()?;

@@ -1246,6 +1246,10 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
     let (longest_stall_s, longest_stall_from_s) = longest_stall(samples, core_windows);
     let endpoints = sh.rec.endpoints(seconds);
     let total_requests: u64 = endpoints.iter().map(|e| e.requests).sum();
+    let layout_in_stats = match &sh.mega {
+        Some(_) => sh.stack.room_stats(&sh.http).await.ok().and_then(|v| v["layout"].as_str().map(str::to_string)),
+        None => None,
+    };
     Ok(SurgeReport {
         scenario: sh.s.name.to_string(),
         users: sh.s.users,
@@ -1317,7 +1321,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
             crate::megasale::figures(
                 sale,
                 m,
-                &sh.s.layout,
+                (&sh.s.layout, layout_in_stats),
                 sh.stack.edges.len(),
                 (sh.joins_placed.load(Ordering::Relaxed), join_seconds),
                 double_sold_users,
