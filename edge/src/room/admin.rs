@@ -96,6 +96,12 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             ),
             Ok(spec) => {
                 let existed = rooms.get(id).is_some();
+                if let Some(old) = rooms.get(id)
+                    && (old.spec().config.layout, &old.spec().config.spread) != (spec.config.layout, &spec.config.spread)
+                {
+                    // The state was made for the old layout: moving it would lose places.
+                    return error(409, "conflict", "a room's layout and [rooms.spread] settings are fixed while it exists: delete it and create it again");
+                }
                 if let Err(e) = rooms.publish(id, Some(&spec.config)).await {
                     return error(503, "unavailable", format!("the room state store did not take the change: {e}"));
                 }

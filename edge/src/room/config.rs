@@ -25,6 +25,8 @@
 //! | `event-name` | `[edge.queue-page] event-name`: the event's name on this room's page |
 //! | `test-mode` | `false`; `true`: only fans with the operator's test cookie meet the room, everyone else passes as if it were off |
 //! | `invite` | none: everyone may queue (`[rooms.invite]`: the presale lane, [`super::invite`]; `share`: its share of each release) |
+//! | `layout` | `single` (every key in one Redis Cluster slot); `spread`: across the cluster ([`super::spread`]) |
+//! | `spread` | 6 shards, blocks of 1000 positions, a block used at most 250 ms, joins written every 200 ms |
 
 use serde::{Deserialize, Serialize};
 
@@ -234,6 +236,62 @@ pub struct RoomConfig {
     /// each release. None: everyone may queue (and the room never reads its invites).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invite: Option<InviteConfig>,
+    /// Where a room shared through Redis keeps its state: `single` (default), every key in one
+    /// Cluster slot; `spread`, across the cluster ([`SpreadConfig`], [`super::spread`]). No
+    /// effect on the embedded store. Fixed for the room's life.
+    #[serde(default, skip_serializing_if = "RoomLayout::is_single")]
+    pub layout: RoomLayout,
+    /// `[rooms.spread]`: the spread layout's blocks and shards.
+    #[serde(default, skip_serializing_if = "SpreadConfig::is_default")]
+    pub spread: SpreadConfig,
+}
+
+/// Where a room's shared state lives ([`RoomConfig::layout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoomLayout {
+    /// Every key of the room in one Cluster slot: one node carries the room's joins.
+    #[default]
+    Single,
+    /// Positions leased to each edge in blocks, identities and sessions sharded across slots.
+    Spread,
+}
+
+impl RoomLayout {
+    fn is_single(&self) -> bool {
+        *self == RoomLayout::Single
+    }
+}
+
+/// `[rooms.spread]`: a room spread across a Redis Cluster ([`super::spread`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct SpreadConfig {
+    /// Shards of the identity map and the sessions, each on its own slot, spread evenly over the
+    /// slot space. Default 6 (two on each of 3 masters, three on each of 2).
+    pub shards: u32,
+    /// Positions an edge leases at once. Default 1000.
+    pub block: u64,
+    /// An edge hands out no place from a block older than this, ms (the FIFO error's bound
+    /// across edges, with the block's fill time). Default 250.
+    #[serde(alias = "block_ms")]
+    pub block_ms: u64,
+    /// How often an edge writes the joins it took (one batch per shard), ms: a join is answered
+    /// after its batch is written. Default 200.
+    #[serde(alias = "flush_ms")]
+    pub flush_ms: u64,
+}
+
+impl Default for SpreadConfig {
+    fn default() -> Self {
+        SpreadConfig { shards: 6, block: 1000, block_ms: 250, flush_ms: 200 }
+    }
+}
+
+impl SpreadConfig {
+    fn is_default(&self) -> bool {
+        *self == SpreadConfig::default()
+    }
 }
 
 /// `[rooms.invite]`: who may take a place while the room is invite-only (see [`super::invite`]).
@@ -354,6 +412,37 @@ impl RoomConfig {
         RoomConfig::deserialize(v.clone()).map_err(|e| e.to_string())
     }
 
+    /// The spread layout's bounds, and the features it does not carry (each keeps state per place
+    /// in one slot: owed places, the pre-queue's draw, passthrough's serve-my-place, the lane).
+    fn check_spread(&self, path: &str, out: &mut Vec<ConfigIssue>) {
+        let s = &self.spread;
+        if s.shards == 0 || s.shards > 1024 {
+            out.push(issue(format!("{path}.spread.shards"), "must be between 1 and 1024"));
+        }
+        if s.block == 0 || s.block > 1_000_000 {
+            out.push(issue(format!("{path}.spread.block"), "must be between 1 and 1000000"));
+        }
+        if s.block_ms < 10 || s.block_ms > 10_000 {
+            out.push(issue(format!("{path}.spread.block-ms"), "must be between 10 and 10000"));
+        }
+        if s.flush_ms < 5 || s.flush_ms > 1000 {
+            out.push(issue(format!("{path}.spread.flush-ms"), "must be between 5 and 1000"));
+        }
+        let without = |what: &str| format!("the spread layout does not carry {what} yet: use layout = \"single\" for this room");
+        if self.bot_check != RoomBotCheck::Off {
+            out.push(issue(format!("{path}.bot-check"), without("the room's bot check (owed places); guard the paths with [[edge.bot.routes]]")));
+        }
+        if self.method == QueueMethod::Random {
+            out.push(issue(format!("{path}.method"), without("the random pre-queue")));
+        }
+        if self.queue == QueueWhen::WhenNeeded {
+            out.push(issue(format!("{path}.queue"), without("passthrough (\"when-needed\")")));
+        }
+        if self.invite.as_ref().is_some_and(|i| i.share.is_some()) {
+            out.push(issue(format!("{path}.invite.share"), without("the invite lane's share of the release")));
+        }
+    }
+
     /// Validates; `path` prefixes every problem (`rooms[0]`, or `room` for the admin API).
     pub fn compile(&self, id: &str, path: &str) -> Result<RoomSpec, Vec<ConfigIssue>> {
         let mut out = Vec::new();
@@ -466,6 +555,9 @@ impl RoomConfig {
         }
         if ![200, 202, 429].contains(&self.queuing_status_code) {
             out.push(issue(format!("{path}.queuing-status-code"), "must be 200, 202 or 429"));
+        }
+        if self.layout == RoomLayout::Spread {
+            self.check_spread(path, &mut out);
         }
         if self.queue == QueueWhen::WhenNeeded && self.method == QueueMethod::Random {
             out.push(issue(format!("{path}.queue"), "\"when-needed\" needs method = \"fifo\" (a random draw has nobody to let through)"));
@@ -690,6 +782,34 @@ mod tests {
             assert!(paths.contains(&want), "{want} missing from {issues:?}");
         }
         assert!(!paths.iter().any(|p| p.contains("stand-in")), "{issues:?}");
+    }
+
+    #[test]
+    fn the_spread_layout_names_its_bad_settings_and_what_it_does_not_carry() {
+        let room = |extra: &str| {
+            let t: toml::Value = toml::from_str(&format!("id = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n{extra}")).unwrap();
+            RoomConfig::from_toml(&t).unwrap().compile("r1", "rooms[0]")
+        };
+        let s = room("layout = \"spread\"\n").unwrap();
+        assert_eq!((s.config.layout, s.config.spread.clone()), (RoomLayout::Spread, SpreadConfig::default()));
+        let s = room("layout = \"spread\"\n[spread]\nshards = 12\nblock = 500\nblock-ms = 100\nflush-ms = 50\n").unwrap();
+        assert_eq!(s.config.spread, SpreadConfig { shards: 12, block: 500, block_ms: 100, flush_ms: 50 });
+        let paths = |extra: &str| room(extra).unwrap_err().into_iter().map(|i| i.path).collect::<Vec<_>>();
+        assert_eq!(
+            paths("layout = \"spread\"\nbot-check = \"pow\"\nqueue = \"when-needed\"\n[spread]\nshards = 0\nblock = 0\nblock-ms = 5\nflush-ms = 2000\n"),
+            // (The first: "when-needed" never asks a room's bot check, whatever the layout.)
+            ["rooms[0].queue", "rooms[0].spread.shards", "rooms[0].spread.block", "rooms[0].spread.block-ms", "rooms[0].spread.flush-ms", "rooms[0].bot-check", "rooms[0].queue"]
+        );
+        let issues = room("layout = \"spread\"\nmethod = \"random\"\nschedule = { opens-at = \"2026-12-01T10:00:00Z\" }\ninvite = { share = 0.2 }\n").unwrap_err();
+        for path in ["rooms[0].method", "rooms[0].invite.share"] {
+            assert!(issues.iter().any(|i| i.path == path && i.message.contains("spread layout")), "{path}: {issues:?}");
+        }
+        // The single layout ignores [spread]'s defaults and keeps its features; an unknown layout is refused.
+        assert!(room("bot-check = \"pow\"\n").is_ok());
+        assert!(RoomConfig::from_toml(&toml::from_str("event = \"e\"\ntarget = \"/b\"\nprotected = [\"/b\"]\nlayout = \"sharded\"\n").unwrap()).is_err());
+        // A room at the default layout is written as before (no new field for older edges).
+        let v = serde_json::to_value(&room("").unwrap().config).unwrap();
+        assert!(v.get("layout").is_none() && v.get("spread").is_none(), "{v}");
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! # Layout
 //! - [`config`]: a room's config (`[[rooms]]`, admin body), defaults, validation with paths.
 //! - [`state`]: the [`state::RoomState`] trait and its embedded implementation (counters, not lists).
-//! - [`redis`]: the Redis implementation (several edges, one queue, a leader with a lease).
+//! - [`redis`]: the Redis implementation (several edges, one queue, a leader with a lease), every
+//!   key of a room in one Cluster slot (`layout = "single"`, the default).
+//! - [`spread`]: a room spread across a Redis Cluster (`layout = "spread"`): positions leased to
+//!   each edge in blocks, identities and sessions sharded across slots, joins written in batches.
 //! - [`state_backend`] (inline below): which of the two new rooms get, embedded or one shared Redis
 //!   connection.
 //! - [`ticket`]: the signed `wicket_q_<room>` cookie.
@@ -50,6 +53,7 @@ pub mod redis;
 pub mod release;
 pub mod report;
 pub mod shuffle;
+pub mod spread;
 pub mod state;
 pub mod tester;
 pub mod tally;
@@ -545,6 +549,7 @@ impl Room {
             "joins": self.joins.load(Ordering::Relaxed),
             "admissions": self.admissions.load(Ordering::Relaxed),
             "queue": spec.config.queue,
+            "layout": spec.config.layout,
             "passing": self.passing(&spec),
             "reject_all": self.rejecting(),
             "test_mode": spec.config.test_mode,
@@ -757,11 +762,15 @@ pub mod state_backend {
     }
 
     impl Backend {
-        /// The state of a new room.
-        pub fn state_for(&self, room: &str, max_tracked: usize) -> Arc<dyn RoomState> {
+        /// The state of a new room (its layout on Redis: one slot, or spread).
+        pub fn state_for(&self, spec: &super::RoomSpec) -> Arc<dyn RoomState> {
+            let c = &spec.config;
             match self {
-                Backend::Embedded => Arc::new(EmbeddedState::new(max_tracked)),
-                Backend::Redis(r) => Arc::new(r.room(room)),
+                Backend::Embedded => Arc::new(EmbeddedState::new(c.max_tracked)),
+                Backend::Redis(r) if c.layout == super::config::RoomLayout::Spread => {
+                    super::spread::SpreadRoom::new(r.clone(), &spec.id, c.spread.clone(), c.max_tracked)
+                }
+                Backend::Redis(r) => Arc::new(r.room(&spec.id)),
             }
         }
     }
@@ -891,12 +900,17 @@ impl Rooms {
                 r
             }
             None => {
-                let state = self.backend.state_for(&spec.id, spec.config.max_tracked);
+                let state = self.backend.state_for(&spec);
                 let redis = match &self.backend {
                     state_backend::Backend::Redis(r) => Some(r),
                     state_backend::Backend::Embedded => None,
                 };
-                let report = tally::RoomReport::new(redis, &spec.id);
+                // (A spread room's sessions are sharded: its report marks a session's use next to it.)
+                let sessions = match spec.config.layout {
+                    config::RoomLayout::Spread => spread::shard_prefixes(&spec.id, spec.config.spread.shards),
+                    config::RoomLayout::Single => Vec::new(),
+                };
+                let report = tally::RoomReport::new(redis, &spec.id, sessions);
                 let room = Arc::new(Room::new(spec, state, report));
                 self.rooms.write().insert(room.id.clone(), room.clone());
                 room

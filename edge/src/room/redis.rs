@@ -37,8 +37,8 @@ pub enum RoomStore {
 
 static JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_join.lua")));
 static FREEZE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_freeze.lua")));
-static LEAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_lead.lua")));
-static RESIGN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_resign.lua")));
+pub(super) static LEAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_lead.lua")));
+pub(super) static RESIGN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_resign.lua")));
 static PASS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_pass.lua")));
 static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_advance.lua")));
 static END_SESSION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_end_session.lua")));
@@ -201,10 +201,7 @@ impl RedisRooms {
             serving: k("serving"),
             prequeue: k("prequeue"),
             shuffle: k("shuffle"),
-            who: k("who"),
-            sessions: k("sessions"),
-            seen: k("seen"),
-            ended: k("ended"),
+            s: SessionKeys::under(&format!("wk:{{room:{id}}}")),
             leader: k("leader"),
             owed: k("owed"),
             passed: k("passed"),
@@ -233,11 +230,8 @@ pub struct RedisRoom {
     serving: String,
     prequeue: String,
     shuffle: String,
-    who: String,
-    sessions: String,
-    /// identity -> last seen (ms).
-    seen: String,
-    ended: String,
+    /// The identity map and the sessions.
+    s: SessionKeys,
     leader: String,
     /// identity -> position: places whose bot check is owed, turn not come.
     owed: String,
@@ -257,11 +251,78 @@ pub struct RedisRoom {
     max_tracked: usize,
 }
 
-fn who_hex(w: Who) -> String {
+/// The keys of admitted sessions and of the identity map behind them: a single room has one
+/// set in its slot, a spread room ([`super::spread`]) one per shard, each in a slot of its own.
+pub(super) struct SessionKeys {
+    /// identity -> position, or "d<position>" once that session ended.
+    pub(super) who: String,
+    /// identity -> session end (ms).
+    sessions: String,
+    /// identity -> last seen (ms).
+    seen: String,
+    /// Exits not yet counted by a sweep.
+    ended: String,
+}
+
+impl SessionKeys {
+    /// The keys under `prefix` (`wk:{room:<id>}`: the room's slot, or a shard's).
+    pub(super) fn under(prefix: &str) -> Self {
+        SessionKeys { who: format!("{prefix}:who"), sessions: format!("{prefix}:sessions"), seen: format!("{prefix}:seen"), ended: format!("{prefix}:ended") }
+    }
+
+    pub(super) async fn open(&self, r: &RedisRooms, who: Who, until_ms: u64) -> Result<bool, StateError> {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(&self.sessions).arg("NX").arg(until_ms).arg(who_hex(who));
+        Ok(int(&r.cmd(cmd).await?) == Some(1))
+    }
+
+    pub(super) async fn alive(&self, r: &RedisRooms, who: Who, now_ms: u64) -> Result<bool, StateError> {
+        let mut cmd = redis::cmd("ZSCORE");
+        cmd.arg(&self.sessions).arg(who_hex(who));
+        let v = r.cmd(cmd).await?;
+        let until = match &v {
+            Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse::<f64>().ok()),
+            Value::Double(d) => Some(*d),
+            Value::Int(i) => Some(*i as f64),
+            _ => None,
+        };
+        Ok(until.is_some_and(|u| u > now_ms as f64))
+    }
+
+    pub(super) async fn touch(&self, r: &RedisRooms, who: Who, now_ms: u64) -> Result<(), StateError> {
+        // XX-free ZADD: the sweep drops entries idle past the window and those of ended sessions.
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(&self.seen).arg(now_ms).arg(who_hex(who));
+        r.cmd(cmd).await.map(|_| ())
+    }
+
+    pub(super) async fn end(&self, r: &RedisRooms, who: Who) -> Result<bool, StateError> {
+        let v = r.run(&END_SESSION, &[&self.sessions, &self.who, &self.ended, &self.seen], &[who_hex(who)]).await?;
+        Ok(int(&v) == Some(1))
+    }
+
+    pub(super) async fn spent(&self, r: &RedisRooms, who: Who, position: u64) -> Result<bool, StateError> {
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(&self.who).arg(who_hex(who));
+        let v = r.cmd(cmd).await?;
+        Ok(matches!(&v, Value::BulkString(b) if b.as_slice() == format!("d{position}").as_bytes()))
+    }
+
+    pub(super) async fn sweep(&self, r: &RedisRooms, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
+        let args = [now_ms.to_string(), "1000".into(), idle_ms.to_string()];
+        let v = r.run(&SWEEP, &[&self.sessions, &self.who, &self.ended, &self.seen], &args).await?;
+        match ints(&v).as_slice() {
+            [Some(a), Some(e)] => Ok((*a.max(&0) as u64, *e.max(&0) as u64)),
+            _ => Err(StateError(format!("room_sweep answered {v:?}"))),
+        }
+    }
+}
+
+pub(super) fn who_hex(w: Who) -> String {
     format!("{w:016x}")
 }
 
-fn int(v: &Value) -> Option<i64> {
+pub(super) fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
@@ -270,7 +331,7 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-fn ints(v: &Value) -> Vec<Option<i64>> {
+pub(super) fn ints(v: &Value) -> Vec<Option<i64>> {
     match v {
         Value::Array(items) => items.iter().map(int).collect(),
         _ => Vec::new(),
@@ -286,7 +347,7 @@ impl RoomState for RedisRoom {
                 &JOIN,
                 &[
                     &self.issued,
-                    &self.who,
+                    &self.s.who,
                     &self.prequeue,
                     &self.shuffle,
                     &self.owed,
@@ -322,7 +383,7 @@ impl RoomState for RedisRoom {
 
     async fn proof_state(&self, who: Who, position: u64, now_ms: u64, grace_ms: u64) -> Result<ProofState, StateError> {
         let args = [who_hex(who), position.to_string(), now_ms.to_string(), grace_ms.to_string()];
-        let v = self.redis.run(&PROOF, &[&self.who, &self.owed, &self.passed], &args).await?;
+        let v = self.redis.run(&PROOF, &[&self.s.who, &self.owed, &self.passed], &args).await?;
         match ints(&v).as_slice() {
             [Some(0)] => Ok(ProofState::Proven),
             [Some(1)] => Ok(ProofState::Owed),
@@ -334,7 +395,7 @@ impl RoomState for RedisRoom {
 
     async fn lapse(&self, now_ms: u64, grace_ms: u64) -> Result<u64, StateError> {
         let args = [now_ms.saturating_sub(grace_ms).to_string(), "1000".into()];
-        let v = self.redis.run(&LAPSE, &[&self.who, &self.passed], &args).await?;
+        let v = self.redis.run(&LAPSE, &[&self.s.who, &self.passed], &args).await?;
         Ok(int(&v).unwrap_or(0).max(0) as u64)
     }
 
@@ -365,7 +426,7 @@ impl RoomState for RedisRoom {
             lane_passed: get(6).unwrap_or(0).max(0) as u64,
         };
         let mut hlen = redis::cmd("HLEN");
-        hlen.arg(&self.who);
+        hlen.arg(&self.s.who);
         if let Ok(v) = self.redis.cmd(hlen).await {
             *self.tracked.lock() = int(&v).unwrap_or(0).max(0) as usize;
         }
@@ -430,50 +491,27 @@ impl RoomState for RedisRoom {
     }
 
     async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {
-        let mut cmd = redis::cmd("ZADD");
-        cmd.arg(&self.sessions).arg("NX").arg(until_ms).arg(who_hex(who));
-        Ok(int(&self.redis.cmd(cmd).await?) == Some(1))
+        self.s.open(&self.redis, who, until_ms).await
     }
 
     async fn session_alive(&self, who: Who, now_ms: u64) -> Result<bool, StateError> {
-        let mut cmd = redis::cmd("ZSCORE");
-        cmd.arg(&self.sessions).arg(who_hex(who));
-        let v = self.redis.cmd(cmd).await?;
-        let until = match &v {
-            Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse::<f64>().ok()),
-            Value::Double(d) => Some(*d),
-            Value::Int(i) => Some(*i as f64),
-            _ => None,
-        };
-        Ok(until.is_some_and(|u| u > now_ms as f64))
+        self.s.alive(&self.redis, who, now_ms).await
     }
 
     async fn touch(&self, who: Who, now_ms: u64) -> Result<(), StateError> {
-        // XX-free ZADD: the sweep drops entries idle past the window and those of ended sessions.
-        let mut cmd = redis::cmd("ZADD");
-        cmd.arg(&self.seen).arg(now_ms).arg(who_hex(who));
-        self.redis.cmd(cmd).await.map(|_| ())
+        self.s.touch(&self.redis, who, now_ms).await
     }
 
     async fn end_session(&self, who: Who) -> Result<bool, StateError> {
-        let v = self.redis.run(&END_SESSION, &[&self.sessions, &self.who, &self.ended, &self.seen], &[who_hex(who)]).await?;
-        Ok(int(&v) == Some(1))
+        self.s.end(&self.redis, who).await
     }
 
     async fn spent(&self, who: Who, position: u64) -> Result<bool, StateError> {
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(&self.who).arg(who_hex(who));
-        let v = self.redis.cmd(cmd).await?;
-        Ok(matches!(&v, Value::BulkString(b) if b.as_slice() == format!("d{position}").as_bytes()))
+        self.s.spent(&self.redis, who, position).await
     }
 
     async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
-        let args = [now_ms.to_string(), "1000".into(), idle_ms.to_string()];
-        let v = self.redis.run(&SWEEP, &[&self.sessions, &self.who, &self.ended, &self.seen], &args).await?;
-        match ints(&v).as_slice() {
-            [Some(a), Some(e)] => Ok((*a.max(&0) as u64, *e.max(&0) as u64)),
-            _ => Err(StateError(format!("room_sweep answered {v:?}"))),
-        }
+        self.s.sweep(&self.redis, now_ms, idle_ms).await
     }
 
     fn tracked(&self) -> usize {

@@ -310,18 +310,25 @@ pub enum ReportStore {
         /// who → when its session was admitted (ms), [`USED`] set once it was used.
         used: DashMap<Who, u64>,
     },
-    /// In Redis, shared by every edge of the room.
-    Redis { redis: RedisRooms, prefix: String },
+    /// In Redis, shared by every edge of the room. `sessions`: the key prefixes the room's
+    /// sessions live under, by identity (one for a single room, one per shard for a spread one):
+    /// a session's first use is marked next to it (`<prefix>:report:used`, one slot).
+    Redis { redis: RedisRooms, prefix: String, sessions: Vec<String> },
 }
 
 static REPORT_ADD: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(include_str!("../../../lua/room_report.lua")));
 
 impl ReportStore {
-    /// The store of room `id`'s report: in Redis with the room's state there, else in this process.
-    pub fn new(redis: Option<&RedisRooms>, id: &str) -> Self {
+    /// The store of room `id`'s report: in Redis with the room's state there (its sessions under
+    /// `sessions`, by identity; none: the room's own slot), else in this process.
+    pub fn new(redis: Option<&RedisRooms>, id: &str, sessions: Vec<String>) -> Self {
         match redis {
             None => ReportStore::Embedded { minutes: Mutex::new(BTreeMap::new()), sold_out_at_ms: AtomicU64::new(0), used: DashMap::new() },
-            Some(r) => ReportStore::Redis { redis: r.clone(), prefix: format!("wk:{{room:{id}}}:report") },
+            Some(r) => ReportStore::Redis {
+                redis: r.clone(),
+                prefix: format!("wk:{{room:{id}}}:report"),
+                sessions: if sessions.is_empty() { vec![format!("wk:{{room:{id}}}")] } else { sessions },
+            },
         }
     }
 
@@ -347,7 +354,7 @@ impl ReportStore {
                 }
                 Ok(())
             }
-            ReportStore::Redis { redis, prefix } => {
+            ReportStore::Redis { redis, prefix, .. } => {
                 let mut inv = REPORT_ADD.prepare_invoke();
                 inv.key(format!("{prefix}:m:{minute}")).key(format!("{prefix}:minutes"));
                 inv.arg(minute).arg(KEEP_SECONDS).arg(add.len());
@@ -386,9 +393,10 @@ impl ReportStore {
                 *e |= USED;
                 Ok(Some(at))
             }
-            ReportStore::Redis { redis, prefix } => {
-                let key = format!("{prefix}:used");
-                let sessions = format!("{}:sessions", prefix.trim_end_matches(":report"));
+            ReportStore::Redis { redis, sessions, .. } => {
+                let at = &sessions[(who % sessions.len() as u64) as usize];
+                let key = format!("{at}:report:used");
+                let sessions = format!("{at}:sessions");
                 let who = format!("{who:016x}");
                 let mut p = redis::pipe();
                 p.cmd("SADD").arg(&key).arg(&who).cmd("EXPIRE").arg(&key).arg(USED_KEEP_SECONDS).ignore();
@@ -413,7 +421,7 @@ impl ReportStore {
                 let _ = sold_out_at_ms.compare_exchange(0, at_ms, Ordering::Relaxed, Ordering::Relaxed);
                 Ok(())
             }
-            ReportStore::Redis { redis, prefix } => {
+            ReportStore::Redis { redis, prefix, .. } => {
                 let key = format!("{prefix}:meta");
                 let mut p = redis::pipe();
                 p.cmd("HSETNX").arg(&key).arg("sold_out_at_ms").arg(at_ms).ignore().cmd("EXPIRE").arg(&key).arg(KEEP_SECONDS).ignore();
@@ -429,7 +437,7 @@ impl ReportStore {
                 let rows = minutes.lock().range(from..=to).map(|(m, r)| (*m, r.clone())).collect();
                 Ok((rows, Some(sold_out_at_ms.load(Ordering::Relaxed)).filter(|t| *t != 0)))
             }
-            ReportStore::Redis { redis, prefix } => {
+            ReportStore::Redis { redis, prefix, .. } => {
                 let mut p = redis::pipe();
                 p.cmd("ZRANGEBYSCORE").arg(format!("{prefix}:minutes")).arg(from).arg(to).arg("LIMIT").arg(0).arg(MAX_ROWS + 1);
                 p.cmd("HGET").arg(format!("{prefix}:meta")).arg("sold_out_at_ms");
@@ -504,8 +512,8 @@ pub struct RoomReport {
 
 impl RoomReport {
     /// The report of room `id`, kept in Redis with the room's state there, else in this process.
-    pub fn new(redis: Option<&RedisRooms>, id: &str) -> Self {
-        RoomReport { tally: Tally::default(), store: ReportStore::new(redis, id), marks: Mutex::new(ReleaseMarks::default()) }
+    pub fn new(redis: Option<&RedisRooms>, id: &str, sessions: Vec<String>) -> Self {
+        RoomReport { tally: Tally::default(), store: ReportStore::new(redis, id, sessions), marks: Mutex::new(ReleaseMarks::default()) }
     }
 
     /// Flushes this edge's counts (and, from the leader, `set`: its figures of the current

@@ -54,7 +54,7 @@ async fn passing(state: &dyn RoomState) {
 }
 
 /// Sessions: opened once, alive until they end or expire; an ended session spends its place.
-async fn sessions(state: &dyn RoomState, t0: u64) {
+pub async fn sessions(state: &dyn RoomState, t0: u64) {
     let who: Who = 7;
     let (pos, _) = join(state, who).await;
     assert!(state.open_session(who, t0 + 60_000).await.unwrap(), "a new session");
@@ -70,7 +70,7 @@ async fn sessions(state: &dyn RoomState, t0: u64) {
 
 /// Idle sessions: a session counts as active while seen within the idle
 /// window, stops counting when idle, counts again when seen, and never after it ended.
-async fn idle_sessions(state: &dyn RoomState, t0: u64) {
+pub async fn idle_sessions(state: &dyn RoomState, t0: u64) {
     let (a, b, c): (Who, Who, Who) = (11, 22, 33);
     let idle = 10_000;
     for who in [a, b, c] {
