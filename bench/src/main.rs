@@ -111,9 +111,15 @@ enum Cmd {
         /// Print only; don't write RESULTS.md / summary.json / plots.
         #[arg(long)]
         dry_run: bool,
-        /// Megasale: the room's layout on the cluster, `single` (every key in one slot) or `spread`.
-        #[arg(long, default_value = "single")]
+        /// Megasale: the room's layout on the cluster, `spread` (across the cluster) or `single` (every key in one slot).
+        #[arg(long, default_value = "spread")]
         layout: String,
+        /// Megasale, spread layout: positions an edge leases at once (`[rooms.spread] block`).
+        #[arg(long, default_value_t = 1000)]
+        block: u32,
+        /// Megasale, spread layout: an edge stops using a block this long after leasing it (`block-ms`).
+        #[arg(long, default_value_t = 250)]
+        block_ms: u32,
         /// Override the number of seats.
         #[arg(long)]
         seats: Option<u32>,
@@ -236,7 +242,7 @@ async fn main() -> anyhow::Result<()> {
             }
             anyhow::ensure!(!check || r.ok(), "not every fan of each sale was admitted within 30 s:\n{table}");
         }
-        Cmd::Surge { scenario, quick, users, dry_run, layout, seats, release_max, check } => {
+        Cmd::Surge { scenario, quick, users, dry_run, layout, block, block_ms, seats, release_max, check } => {
             let mut s = surge::Scenario::preset(&scenario, quick)?;
             if let Some(u) = users {
                 s.users = u;
@@ -249,6 +255,8 @@ async fn main() -> anyhow::Result<()> {
             }
             anyhow::ensure!(matches!(layout.as_str(), "single" | "spread"), "--layout single | spread, not {layout}");
             s.layout = layout.clone();
+            s.spread.1 = block;
+            s.spread.2 = block_ms;
             let r = surge::run(s, !quick).await?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({
                 "scenario": r.scenario, "users": r.users, "seats": r.seats, "seconds": r.seconds,
@@ -266,12 +274,17 @@ async fn main() -> anyhow::Result<()> {
             }))?);
             if !dry_run {
                 let cmd = format!(
-                    "cargo build --release --workspace && target/release/wicket-bench surge {scenario}{}{}{}{}{}",
+                    "cargo build --release --workspace && target/release/wicket-bench surge {scenario}{}{}{}{}{}{}",
                     if quick { " --quick" } else { "" },
                     users.map(|u| format!(" --users {u}")).unwrap_or_default(),
                     seats.map(|u| format!(" --seats {u}")).unwrap_or_default(),
                     release_max.map(|u| format!(" --release-max {u}")).unwrap_or_default(),
                     if scenario == "megasale" { format!(" --layout {layout}") } else { String::new() },
+                    if scenario == "megasale" && layout == "spread" && (block, block_ms) != (1000, 250) {
+                        format!(" --block {block} --block-ms {block_ms}")
+                    } else {
+                        String::new()
+                    },
                 );
                 surge::publish(&r, &cmd)?;
             }

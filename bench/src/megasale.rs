@@ -373,6 +373,8 @@ pub struct MegaFigures {
     /// The layout the room's stats name at the end (`None`: the edge's stats carry no layout, as before
     /// the spread layout).
     pub layout_in_stats: Option<String>,
+    /// `[rooms.spread]` with the spread layout: shards, block, block-ms.
+    pub spread: Option<(u32, u32, u32)>,
     pub edges: usize,
     pub masters: usize,
     pub replicas_per_master: usize,
@@ -386,6 +388,8 @@ pub struct MegaFigures {
     pub double_sold: u64,
     pub tau_across_edges: f64,
     pub tau_per_edge: Vec<Option<f64>>,
+    /// τ over every fan given a place (admitted or not): the order the queue would admit them in.
+    pub tau_all_placed: f64,
     pub kills: Vec<Value>,
     pub kills_while_selling: bool,
     pub places_marked: u64,
@@ -408,11 +412,12 @@ pub struct MegaFigures {
 pub fn figures(
     sale: SaleFigures,
     mega: &Mega,
-    (layout, layout_in_stats): (&str, Option<String>),
+    (layout, layout_in_stats, spread): (&str, Option<String>, (u32, u32, u32)),
     edges: usize,
     (joins, join_seconds): (u64, f64),
     double_sold: u64,
     tau: (f64, Vec<Option<f64>>),
+    tau_all_placed: f64,
 ) -> MegaFigures {
     let paid_out_ms = sale.paid_out_seconds.map(|t| (t * 1000.0) as u64);
     let nodes = mega.nodes.lock().clone();
@@ -454,6 +459,7 @@ pub fn figures(
         sale,
         layout: layout.to_string(),
         layout_in_stats,
+        spread: (layout == "spread").then_some(spread),
         edges,
         masters: MASTERS,
         replicas_per_master: 1,
@@ -465,6 +471,7 @@ pub fn figures(
         double_sold,
         tau_across_edges: tau.0,
         tau_per_edge: tau.1,
+        tau_all_placed,
         kills_while_selling: kills.len() == 2 && kills.iter().all(|k| k.sold < k.capacity && paid_out_ms.is_none_or(|p| p > k.at_ms)),
         kills: kill_rows,
         places_marked: marked,
@@ -525,22 +532,35 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
     bad
 }
 
-/// summary.json (`megasale_<layout>`, `megasale_quick_<layout>`) and the RESULTS.md section
-/// (`surge-megasale-<layout>`, `surge-megasale-quick-<layout>`): each layout keeps its own figures.
+/// The name of a run's figures: the layout, and a spread layout's block and block-ms when they are not
+/// the defaults (`spread`, `spread_b1000_25ms`).
+pub fn variant(layout: &str, spread: Option<(u32, u32, u32)>) -> String {
+    match spread {
+        Some((_, block, ms)) if (block, ms) != (1000, 250) => format!("{layout}_b{block}_{ms}ms"),
+        _ => layout.to_string(),
+    }
+}
+
+/// summary.json (`megasale_<variant>`, `megasale_quick_<variant>`) and the RESULTS.md section
+/// (`surge-megasale-<variant>`, `surge-megasale-quick-<variant>`): each layout and spread setting keeps its
+/// own figures.
 pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
     let r = &m.sale;
     let quick = command.contains("--quick");
-    let key = format!("megasale{}_{}", if quick { "_quick" } else { "" }, m.layout);
+    let name = variant(&m.layout, m.spread);
+    let key = format!("megasale{}_{name}", if quick { "_quick" } else { "" });
     let round = |x: f64, d: i32| (x * 10f64.powi(d)).round() / 10f64.powi(d);
     let nan = |x: f64, d: i32| if x.is_nan() { Value::Null } else { json!(round(x, d)) };
     crate::report::merge_summary(
         &key,
         json!({
-            "command": command, "layout": m.layout, "layout_in_stats": m.layout_in_stats, "edges": m.edges, "masters": m.masters, "replicas_per_master": m.replicas_per_master,
+            "command": command, "layout": m.layout, "layout_in_stats": m.layout_in_stats,
+            "spread": m.spread.map(|(shards, block, block_ms)| json!({"shards": shards, "block": block, "block_ms": block_ms})), "edges": m.edges, "masters": m.masters, "replicas_per_master": m.replicas_per_master,
             "core_store": m.core_store, "fans": r.fans, "seats": r.seats, "seconds": round(r.seconds, 1),
             "sold": r.sold, "oversold": r.oversold, "double_sold": m.double_sold + r.seats_double_sold, "admitted": r.admitted,
             "still_waiting": r.still_waiting, "sellout_seconds": r.sellout_seconds.map(|s| round(s, 1)), "paid_out_seconds": r.paid_out_seconds.map(|s| round(s, 1)),
             "tau_across_edges": nan(m.tau_across_edges, 4), "tau_per_edge": m.tau_per_edge.iter().map(|t| t.map(|t| round(t, 4))).collect::<Vec<_>>(),
+            "tau_all_placed": nan(m.tau_all_placed, 4),
             "places_marked": m.places_marked, "places_checked": m.places_checked, "places_lost": m.places_lost, "places_unchecked": m.places_unchecked,
             "joins": m.joins, "joins_per_second": round(m.joins_per_second, 0),
             "ops_per_join_busiest": round(m.ops_per_join_busiest, 4), "ops_per_join_all": round(m.ops_per_join_all, 4),
@@ -591,9 +611,9 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
     let top: Vec<String> = m.top_commands_busiest.iter().map(|(k, v)| format!("`{k}` {v}")).collect();
     let per_edge: Vec<String> = m.tau_per_edge.iter().enumerate().map(|(i, t)| format!("edge {i} {}", t.map_or("n/a".into(), |t| format!("{t:.4}")))).collect();
     let body = format!(
-        "## Surge: megasale, {layout} layout{quick_title}\n\nCommand: `{command}`\n\nMachine: {machine}; 2 shared cores: the bench, {edges} edges, the core and \
+        "## Surge: megasale, {layout} layout{block_title}{quick_title}\n\nCommand: `{command}`\n\nMachine: {machine}; 2 shared cores: the bench, {edges} edges, the core and \
          {nodes} redis-servers all run on them.\n\n\
-         {edges} `wicket` edges share one room (`layout = \"{layout}\"`, one `edge.secret`) on a Redis Cluster of {masters} masters with \
+         {edges} `wicket` edges share one room (`layout = \"{layout}\"`{spread}, one `edge.secret`) on a Redis Cluster of {masters} masters with \
          a replica each (`cluster-node-timeout {nt}`, as the testkit starts it: no persistence); the core (`wicket-core`) keeps the sale \
          on its own embedded store, so the cluster's `INFO commandstats` count the room alone. Fans go to the edges round-robin \
          (fan i to edge i mod {edges}) and keep their cookies; far-back fans poll as `poll_after_ms` tells them; a failed connection \
@@ -609,6 +629,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
          | **double-sold** (users with more than one live order or over the limit; seats given twice) | **{double}** |\n\
          | time to sell out (first / every ticket paid) | {sellout} / {paid_out} |\n| still queued at the end | {waiting} |\n\
          | **τ across edges** (Kendall, place vs join order, admitted fans of all edges) | **{tau}** ({per_edge}) |\n\
+         | τ over every fan given a place (the order the queue would admit them in) | {tau_all} |\n\
          | **places kept after the kills**: fans waiting with a place / judged / **lost** / not heard from again | {marked} / {checked} / **{lost}** / {unchecked} |\n\
          | both kills while the sale was selling | {selling} |\n\
          | **Redis operations per join on the busiest node** (shard {busiest}) | **{opj:.4}** |\n\
@@ -619,11 +640,19 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
          | shard | nodes | operations | share | per join |\n|---|---|---|---|---|\n{shards}\n\
          Busiest shard's commands: {top}.\n",
         quick_title = if quick { " (quick)" } else { "" },
+        block_title = match m.spread {
+            Some((_, b, ms)) if (b, ms) != (1000, 250) => format!(", block {b}, block-ms {ms}"),
+            _ => String::new(),
+        },
         machine = crate::report::machine(),
         edges = m.edges,
         nodes = m.masters * (1 + m.replicas_per_master),
         layout = m.layout,
         in_stats = m.layout_in_stats.as_deref().unwrap_or("not given"),
+        spread = m
+            .spread
+            .map(|(sh, b, ms)| format!(" with `[rooms.spread] shards = {sh}`, `block = {b}`, `block-ms = {ms}`"))
+            .unwrap_or_default(),
         masters = m.masters,
         nt = m.node_timeout_ms,
         key = main_key(),
@@ -641,6 +670,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
         waiting = r.still_waiting,
         tau = if m.tau_across_edges.is_nan() { "n/a".into() } else { format!("{:.4}", m.tau_across_edges) },
         per_edge = per_edge.join(", "),
+        tau_all = if m.tau_all_placed.is_nan() { "n/a".into() } else { format!("{:.4}", m.tau_all_placed) },
         marked = m.places_marked,
         checked = m.places_checked,
         lost = m.places_lost,
@@ -653,7 +683,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
         error = m.error.as_ref().map(|e| format!("| error | {e} |\n")).unwrap_or_default(),
         top = if top.is_empty() { "none".into() } else { top.join(", ") },
     );
-    crate::report::write_section(&format!("surge-megasale{}-{}", if quick { "-quick" } else { "" }, m.layout), &body)
+    crate::report::write_section(&format!("surge-megasale{}-{}", if quick { "-quick" } else { "" }, name.replace('_', "-")), &body)
 }
 
 #[cfg(test)]
@@ -738,6 +768,13 @@ mod tests {
         assert_eq!(per, vec![Some(1.0), Some(1.0)]);
         assert!(all < 0.6, "{all}");
         assert!(tau_across_edges(&[], 2).0.is_nan());
+    }
+
+    #[test]
+    fn each_spread_setting_has_its_own_name() {
+        assert_eq!(variant("single", None), "single");
+        assert_eq!(variant("spread", Some((12, 1000, 250))), "spread");
+        assert_eq!(variant("spread", Some((12, 1000, 25))), "spread_b1000_25ms");
     }
 
     #[test]

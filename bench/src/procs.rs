@@ -97,11 +97,9 @@ pub struct StackOptions {
     pub edges: usize,
     /// The room's layout on the cluster: `None` or `single` (the default: every key in one slot), `spread`.
     pub layout: Option<String>,
+    /// With `layout = "spread"`: (shards, block, block-ms) of `[rooms.spread]`.
+    pub spread: (u32, u32, u32),
 }
-
-/// The lines a room gets for `layout = "spread"` (issue #27 item 1): identity shards over the slot
-/// space, blocks of positions leased by each edge.
-pub const SPREAD_TABLE: &str = "[rooms.spread]\nshards = 12\nblock = 1000\nblock-ms = 250\n";
 
 /// A process of the stack that can be SIGKILLed and started again with the same command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,8 +250,11 @@ impl Stack {
             None => format!("store = \"{store}\""),
         };
         let (layout_key, layout_table) = match o.layout.as_deref() {
-            Some("spread") => ("layout = \"spread\"\n", SPREAD_TABLE),
-            _ => ("", ""),
+            Some("spread") => (
+                "layout = \"spread\"\n",
+                format!("[rooms.spread]\nshards = {}\nblock = {}\nblock-ms = {}\n", o.spread.0, o.spread.1, o.spread.2),
+            ),
+            _ => ("", String::new()),
         };
         let config = |edge_port: u16, admin_port: u16, store_line: &str| {
             let core = CoreToml::new(ADMIN, CALLBACK, HS)

@@ -38,6 +38,10 @@ pub struct Scenario {
     pub hold_seconds: u32,
     pub max_seconds: u64,
     pub connections: usize,
+    /// Joins in flight at once (0: a quarter of `connections`). A spread room answers a join with its
+    /// edge's next batch (every `flush-ms`), so a million fans need many joins in flight, as a million
+    /// browsers have.
+    pub join_connections: usize,
     /// Halve the core's capacity between these seconds of the run.
     pub capacity_drop: Option<(u64, u64)>,
     pub release_max: u32,
@@ -51,6 +55,8 @@ pub struct Scenario {
     pub edges: usize,
     /// The room's layout on the cluster (`single` or `spread`).
     pub layout: String,
+    /// `[rooms.spread]` of the spread layout: (shards, block, block-ms).
+    pub spread: (u32, u32, u32),
 }
 
 impl Scenario {
@@ -75,12 +81,14 @@ impl Scenario {
             hold_seconds: 20,
             max_seconds: 600,
             connections: 256,
+            join_connections: 0,
             capacity_drop: None,
             release_max: 2000,
             crashes: false,
             megasale: false,
             edges: 1,
             layout: "single".into(),
+            spread: (12, 1000, 250),
         };
         let mut s = match name {
             "stararena" => base,
@@ -117,6 +125,7 @@ impl Scenario {
                 ramp_seconds: 60.0,
                 release_max: 60,
                 max_seconds: 900,
+                join_connections: 1024,
                 megasale: true,
                 edges: 4,
                 ..base
@@ -147,6 +156,7 @@ impl Scenario {
                 s.release_max = 40;
                 s.ramp_seconds = 5.0;
                 s.max_seconds = 45;
+                s.join_connections = 256;
             }
             if s.crashes {
                 s.users = 2000;
@@ -486,6 +496,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         room_cluster: mega.as_ref().map(|m| m.seeds()),
         edges: s.edges,
         layout: s.megasale.then(|| s.layout.clone()),
+        spread: s.spread,
     })
     .await?;
     let stack_edges = stack.edges.len();
@@ -524,7 +535,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         })
         .collect();
     let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(s.connections)
+        .pool_max_idle_per_host(s.connections + s.join_connections)
         .timeout(Duration::from_secs(10))
         .build()?;
     let sh = Arc::new(Shared {
@@ -637,8 +648,8 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
     // The queue's connections are shared between polls and joins as before the lanes were split
     // (more connections at once would load the edge more, and the end-to-end figures with it).
     let sale_conns = (s.connections / 4).max(8);
-    let join_conns = (s.connections / 4).max(8);
-    let poll_conns = s.connections.saturating_sub(join_conns).max(8);
+    let join_conns = if s.join_connections > 0 { s.join_connections } else { (s.connections / 4).max(8) };
+    let poll_conns = s.connections.saturating_sub((s.connections / 4).max(8)).max(8);
     let sems = [
         Arc::new(tokio::sync::Semaphore::new(poll_conns)),
         Arc::new(tokio::sync::Semaphore::new(sale_conns)),
@@ -1296,11 +1307,14 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         crashes: if sh.s.crashes { Some(crash_figures(sh, &stock, samples, paid_out).await?) } else { None },
         users_with_several_orders,
         megasale: sh.mega.as_ref().map(|m| {
-            let mut fans = Vec::new();
+            let (mut fans, mut placed) = (Vec::new(), Vec::new());
             for u in &sh.users {
                 let g = u.lock();
-                if !g.bot && g.admitted_ms.is_some() && g.position > 0 {
-                    fans.push((usize::from(g.join_edge), g.join_seq, g.position));
+                if !g.bot && g.position > 0 {
+                    placed.push((usize::from(g.join_edge), g.join_seq, g.position));
+                    if g.admitted_ms.is_some() {
+                        fans.push((usize::from(g.join_edge), g.join_seq, g.position));
+                    }
                 }
             }
             let (first, last) = (sh.first_join_ms.load(Ordering::Relaxed), sh.last_join_ms.load(Ordering::Relaxed));
@@ -1321,11 +1335,12 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
             crate::megasale::figures(
                 sale,
                 m,
-                (&sh.s.layout, layout_in_stats),
+                (&sh.s.layout, layout_in_stats, sh.s.spread),
                 sh.stack.edges.len(),
                 (sh.joins_placed.load(Ordering::Relaxed), join_seconds),
                 double_sold_users,
                 crate::megasale::tau_across_edges(&fans, sh.stack.edges.len()),
+                crate::megasale::tau_across_edges(&placed, 0).0,
             )
         }),
     })
