@@ -345,6 +345,10 @@ struct Shared {
     s: Scenario,
     stack: Stack,
     http: reqwest::Client,
+    /// The buyers' client (hold, pay, leave), driven by a runtime thread of its own
+    /// ([`SaleThread`]): a fan's phone is not slowed by a million other fans' joins and polls, so
+    /// the end-to-end figures measure the edge and the core, not the bench's own scheduler.
+    sale_http: reqwest::Client,
     users: Vec<Mutex<User>>,
     /// Who is due when, in three lanes: the queue (status polls of fans who joined), the sale (hold,
     /// pay, leave) and the entrance (joins). People act in parallel, so a backlog at the entrance
@@ -538,10 +542,13 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         .pool_max_idle_per_host(s.connections + s.join_connections)
         .timeout(Duration::from_secs(10))
         .build()?;
+    let sale = SaleThread::start()?;
+    let sale_http = reqwest::Client::builder().pool_max_idle_per_host(s.connections).timeout(Duration::from_secs(10)).build()?;
     let sh = Arc::new(Shared {
         s: s.clone(),
         stack,
         http,
+        sale_http,
         users,
         lanes: [Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new())],
         start: Instant::now(),
@@ -688,10 +695,15 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 let Some(u) = next else { break };
                 dispatched = true;
                 let sh2 = sh.clone();
-                tokio::spawn(async move {
+                let work = async move {
                     step(&sh2, u).await;
                     drop(permit);
-                });
+                };
+                if lane == 1 {
+                    sale.spawn(work);
+                } else {
+                    tokio::spawn(work);
+                }
             }
         }
         if !dispatched {
@@ -702,6 +714,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
     let _ = sems[0].acquire_many(poll_conns as u32).await;
     let _ = sems[1].acquire_many(sale_conns as u32).await;
     let _ = sems[2].acquire_many(join_conns as u32).await;
+    drop(sale);
     let _ = sampler.await;
     if let Some(k) = killer {
         // It stops waiting once the run stops; a kill under way finishes its restart first.
@@ -722,6 +735,35 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
     // The samples are taken out of the lock before the report awaits anything.
     let samples = std::mem::take(&mut *samples.lock());
     report(&sh, &samples, &core_windows, seconds, bots).await
+}
+
+/// The runtime thread the sale lane runs on (one worker): the buyers' requests are not queued
+/// behind the entrance's and the queue's tasks on the bench's main runtime.
+struct SaleThread {
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl SaleThread {
+    fn start() -> anyhow::Result<SaleThread> {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("sale-lane").enable_all().build()?;
+        Ok(SaleThread { rt: Some(rt) })
+    }
+
+    fn spawn(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        if let Some(rt) = &self.rt {
+            rt.spawn(work);
+        }
+    }
+}
+
+impl Drop for SaleThread {
+    /// Ends it without waiting (a runtime cannot be dropped where blocking is not allowed; at the
+    /// end of a run its tasks are done: every sale permit is back).
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// Seconds between a process's restart and the next kill (the sale settles in between).
@@ -912,7 +954,7 @@ async fn step(sh: &Shared, u: u32) {
         }
         Phase::Hold => {
             let Some(token) = token else { return finish(sh, u, Outcome::Error) };
-            let r = sh.stack.hold(&sh.http, edge, &token, sku, qty, &user_id, &ip, if bot { "" } else { &cookies }).await;
+            let r = sh.stack.hold(&sh.sale_http, edge, &token, sku, qty, &user_id, &ip, if bot { "" } else { &cookies }).await;
             let Ok((status, body)) = r else {
                 // The hold may have been made: the retry carries the same key, token and body.
                 if crashes {
@@ -984,7 +1026,7 @@ async fn step(sh: &Shared, u: u32) {
                     g.outcome = Outcome::Paid;
                 }
             }
-            match sh.stack.pay(&sh.http, &order, amount).await {
+            match sh.stack.pay(&sh.sale_http, &order, amount).await {
                 Ok(status) if crashes && (status >= 500 || status == 429) => {
                     sh.rec.record("pay", second, status, t0.elapsed().as_micros() as u32);
                     odd(sh, "callback_retries");
@@ -1007,7 +1049,7 @@ async fn step(sh: &Shared, u: u32) {
             }
         }
         Phase::Leave => {
-            let r = sh.stack.leave(&sh.http, edge, &user_id, &ip, if bot { "" } else { &cookies }).await;
+            let r = sh.stack.leave(&sh.sale_http, edge, &user_id, &ip, if bot { "" } else { &cookies }).await;
             if let Ok(status) = r {
                 sh.rec.record("leave", second, status, t0.elapsed().as_micros() as u32);
             }
