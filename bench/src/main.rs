@@ -255,6 +255,11 @@ async fn main() -> anyhow::Result<()> {
             }
             anyhow::ensure!(matches!(layout.as_str(), "single" | "spread"), "--layout single | spread, not {layout}");
             s.layout = layout.clone();
+            if layout == "single" {
+                // Joins in flight for the spread layout's batches (every flush-ms); a single room answers
+                // each join at once, and the default quarter of the connections keeps up with it.
+                s.join_connections = 0;
+            }
             s.spread.1 = block;
             s.spread.2 = block_ms;
             let r = surge::run(s, !quick).await?;

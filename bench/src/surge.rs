@@ -149,11 +149,11 @@ impl Scenario {
                 s.release_max = 100;
             }
             if s.megasale {
-                // Enough admitted fans (~750) that τ is not two or three swapped neighbours, slow enough that
-                // both kills come while it sells; under 90 s with debug binaries on 2 cores.
+                // Enough admitted fans (~1,150) that τ is not a few swapped neighbours, slow enough that both
+                // kills come while it sells; under 90 s with debug binaries on 2 cores.
                 s.users = 6000;
-                s.seats = 1000;
-                s.release_max = 40;
+                s.seats = 1500;
+                s.release_max = 60;
                 s.ramp_seconds = 5.0;
                 s.max_seconds = 45;
                 s.join_connections = 256;
