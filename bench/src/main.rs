@@ -120,6 +120,9 @@ enum Cmd {
         /// Megasale, spread layout: an edge stops using a block this long after leasing it (`block-ms`).
         #[arg(long, default_value_t = 250)]
         block_ms: u32,
+        /// Megasale, spread layout: an edge writes its joins (and numbers them) this often (`flush-ms`).
+        #[arg(long, default_value_t = 200)]
+        flush_ms: u32,
         /// Override the number of seats.
         #[arg(long)]
         seats: Option<u32>,
@@ -242,7 +245,7 @@ async fn main() -> anyhow::Result<()> {
             }
             anyhow::ensure!(!check || r.ok(), "not every fan of each sale was admitted within 30 s:\n{table}");
         }
-        Cmd::Surge { scenario, quick, users, dry_run, layout, block, block_ms, seats, release_max, check } => {
+        Cmd::Surge { scenario, quick, users, dry_run, layout, block, block_ms, flush_ms, seats, release_max, check } => {
             let mut s = surge::Scenario::preset(&scenario, quick)?;
             if let Some(u) = users {
                 s.users = u;
@@ -262,6 +265,7 @@ async fn main() -> anyhow::Result<()> {
             }
             s.spread.1 = block;
             s.spread.2 = block_ms;
+            s.spread.3 = flush_ms;
             let r = surge::run(s, !quick).await?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({
                 "scenario": r.scenario, "users": r.users, "seats": r.seats, "seconds": r.seconds,
@@ -285,8 +289,8 @@ async fn main() -> anyhow::Result<()> {
                     seats.map(|u| format!(" --seats {u}")).unwrap_or_default(),
                     release_max.map(|u| format!(" --release-max {u}")).unwrap_or_default(),
                     if scenario == "megasale" { format!(" --layout {layout}") } else { String::new() },
-                    if scenario == "megasale" && layout == "spread" && (block, block_ms) != (1000, 250) {
-                        format!(" --block {block} --block-ms {block_ms}")
+                    if scenario == "megasale" && layout == "spread" && (block, block_ms, flush_ms) != (1000, 250, 200) {
+                        format!(" --block {block} --block-ms {block_ms} --flush-ms {flush_ms}")
                     } else {
                         String::new()
                     },

@@ -373,8 +373,8 @@ pub struct MegaFigures {
     /// The layout the room's stats name at the end (`None`: the edge's stats carry no layout, as before
     /// the spread layout).
     pub layout_in_stats: Option<String>,
-    /// `[rooms.spread]` with the spread layout: shards, block, block-ms.
-    pub spread: Option<(u32, u32, u32)>,
+    /// `[rooms.spread]` with the spread layout: shards, block, block-ms, flush-ms.
+    pub spread: Option<(u32, u32, u32, u32)>,
     pub edges: usize,
     pub masters: usize,
     pub replicas_per_master: usize,
@@ -412,7 +412,7 @@ pub struct MegaFigures {
 pub fn figures(
     sale: SaleFigures,
     mega: &Mega,
-    (layout, layout_in_stats, spread): (&str, Option<String>, (u32, u32, u32)),
+    (layout, layout_in_stats, spread): (&str, Option<String>, (u32, u32, u32, u32)),
     edges: usize,
     (joins, join_seconds): (u64, f64),
     double_sold: u64,
@@ -532,11 +532,12 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
     bad
 }
 
-/// The name of a run's figures: the layout, and a spread layout's block and block-ms when they are not
-/// the defaults (`spread`, `spread_b1000_25ms`).
-pub fn variant(layout: &str, spread: Option<(u32, u32, u32)>) -> String {
+/// The name of a run's figures: the layout, and a spread layout's block, block-ms and flush-ms when they
+/// are not the defaults (`spread`, `spread_b1000_25ms`, `spread_b1000_25ms_f25ms`).
+pub fn variant(layout: &str, spread: Option<(u32, u32, u32, u32)>) -> String {
     match spread {
-        Some((_, block, ms)) if (block, ms) != (1000, 250) => format!("{layout}_b{block}_{ms}ms"),
+        Some((_, block, ms, 200)) if (block, ms) != (1000, 250) => format!("{layout}_b{block}_{ms}ms"),
+        Some((_, block, ms, flush)) if flush != 200 => format!("{layout}_b{block}_{ms}ms_f{flush}ms"),
         _ => layout.to_string(),
     }
 }
@@ -555,7 +556,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
         &key,
         json!({
             "command": command, "layout": m.layout, "layout_in_stats": m.layout_in_stats,
-            "spread": m.spread.map(|(shards, block, block_ms)| json!({"shards": shards, "block": block, "block_ms": block_ms})), "edges": m.edges, "masters": m.masters, "replicas_per_master": m.replicas_per_master,
+            "spread": m.spread.map(|(shards, block, block_ms, flush_ms)| json!({"shards": shards, "block": block, "block_ms": block_ms, "flush_ms": flush_ms})), "edges": m.edges, "masters": m.masters, "replicas_per_master": m.replicas_per_master,
             "core_store": m.core_store, "fans": r.fans, "seats": r.seats, "seconds": round(r.seconds, 1),
             "sold": r.sold, "oversold": r.oversold, "double_sold": m.double_sold + r.seats_double_sold, "admitted": r.admitted,
             "still_waiting": r.still_waiting, "sellout_seconds": r.sellout_seconds.map(|s| round(s, 1)), "paid_out_seconds": r.paid_out_seconds.map(|s| round(s, 1)),
@@ -627,7 +628,8 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
          | **joins/s** (first to last join given a place) | **{jps:.0}** |\n| admitted | {admitted} |\n\
          | **sold** (paid) | **{sold}** |\n| **oversold** | **{oversold}** |\n\
          | **double-sold** (users with more than one live order or over the limit; seats given twice) | **{double}** |\n\
-         | time to sell out (first / every ticket paid) | {sellout} / {paid_out} |\n| still queued at the end | {waiting} |\n\
+         | time to sell out (first / every ticket paid) | {sellout} / {paid_out} |\n\
+         | still queued when the run ended (it ends once every ticket is paid and no fan finished for 10 s; they learn it at their next poll) | {waiting} |\n\
          | **τ across edges** (Kendall, place vs join order, admitted fans of all edges) | **{tau}** ({per_edge}) |\n\
          | τ over every fan given a place (the order the queue would admit them in) | {tau_all} |\n\
          | **places kept after the kills**: fans waiting with a place / judged / **lost** / not heard from again | {marked} / {checked} / **{lost}** / {unchecked} |\n\
@@ -641,7 +643,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
          Busiest shard's commands: {top}.\n",
         quick_title = if quick { " (quick)" } else { "" },
         block_title = match m.spread {
-            Some((_, b, ms)) if (b, ms) != (1000, 250) => format!(", block {b}, block-ms {ms}"),
+            Some((_, b, ms, f)) if (b, ms, f) != (1000, 250, 200) => format!(", block {b}, block-ms {ms}, flush-ms {f}"),
             _ => String::new(),
         },
         machine = crate::report::machine(),
@@ -651,7 +653,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
         in_stats = m.layout_in_stats.as_deref().unwrap_or("not given"),
         spread = m
             .spread
-            .map(|(sh, b, ms)| format!(" with `[rooms.spread] shards = {sh}`, `block = {b}`, `block-ms = {ms}`"))
+            .map(|(sh, b, ms, f)| format!(" with `[rooms.spread] shards = {sh}`, `block = {b}`, `block-ms = {ms}`, `flush-ms = {f}`"))
             .unwrap_or_default(),
         masters = m.masters,
         nt = m.node_timeout_ms,
@@ -773,8 +775,9 @@ mod tests {
     #[test]
     fn each_spread_setting_has_its_own_name() {
         assert_eq!(variant("single", None), "single");
-        assert_eq!(variant("spread", Some((12, 1000, 250))), "spread");
-        assert_eq!(variant("spread", Some((12, 1000, 25))), "spread_b1000_25ms");
+        assert_eq!(variant("spread", Some((12, 1000, 250, 200))), "spread");
+        assert_eq!(variant("spread", Some((12, 1000, 25, 200))), "spread_b1000_25ms");
+        assert_eq!(variant("spread", Some((12, 1000, 25, 25))), "spread_b1000_25ms_f25ms");
     }
 
     #[test]

@@ -97,8 +97,8 @@ pub struct StackOptions {
     pub edges: usize,
     /// The room's layout on the cluster: `None` or `single` (the default: every key in one slot), `spread`.
     pub layout: Option<String>,
-    /// With `layout = "spread"`: (shards, block, block-ms) of `[rooms.spread]`.
-    pub spread: (u32, u32, u32),
+    /// With `layout = "spread"`: (shards, block, block-ms, flush-ms) of `[rooms.spread]`.
+    pub spread: (u32, u32, u32, u32),
 }
 
 /// A process of the stack that can be SIGKILLed and started again with the same command.
@@ -252,7 +252,10 @@ impl Stack {
         let (layout_key, layout_table) = match o.layout.as_deref() {
             Some("spread") => (
                 "layout = \"spread\"\n",
-                format!("[rooms.spread]\nshards = {}\nblock = {}\nblock-ms = {}\n", o.spread.0, o.spread.1, o.spread.2),
+                format!(
+                    "[rooms.spread]\nshards = {}\nblock = {}\nblock-ms = {}\nflush-ms = {}\n",
+                    o.spread.0, o.spread.1, o.spread.2, o.spread.3
+                ),
             ),
             _ => ("", String::new()),
         };

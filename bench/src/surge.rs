@@ -55,8 +55,8 @@ pub struct Scenario {
     pub edges: usize,
     /// The room's layout on the cluster (`single` or `spread`).
     pub layout: String,
-    /// `[rooms.spread]` of the spread layout: (shards, block, block-ms).
-    pub spread: (u32, u32, u32),
+    /// `[rooms.spread]` of the spread layout: (shards, block, block-ms, flush-ms).
+    pub spread: (u32, u32, u32, u32),
 }
 
 impl Scenario {
@@ -88,7 +88,7 @@ impl Scenario {
             megasale: false,
             edges: 1,
             layout: "single".into(),
-            spread: (12, 1000, 250),
+            spread: (12, 1000, 250, 200),
         };
         let mut s = match name {
             "stararena" => base,
