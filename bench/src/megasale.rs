@@ -548,7 +548,11 @@ pub fn variant(layout: &str, spread: Option<(u32, u32, u32, u32)>) -> String {
 pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
     let r = &m.sale;
     let quick = command.contains("--quick");
-    let name = variant(&m.layout, m.spread);
+    // A full run with another number of fans than the preset's million keeps its own figures too.
+    let name = match r.fans {
+        n if quick || n == 1_000_000 => variant(&m.layout, m.spread),
+        n => format!("{}_{n}_fans", variant(&m.layout, m.spread)),
+    };
     let key = format!("megasale{}_{name}", if quick { "_quick" } else { "" });
     let round = |x: f64, d: i32| (x * 10f64.powi(d)).round() / 10f64.powi(d);
     let nan = |x: f64, d: i32| if x.is_nan() { Value::Null } else { json!(round(x, d)) };
