@@ -1,13 +1,13 @@
 #!lua
--- room_spread_block: one edge's blocks of a spread room (`layout = "spread"`, DESIGN §7b), kept in
--- that edge's own slot (`wk:{room:<id>:e:<edge>}:...`), so the room's slot carries only the block
--- counter (`INCRBY issued`). Ends the edge's previous block (how far it used it: the leader's
--- advance counts only those places and skips the unused end) and records its new one, before the
--- edge hands out a place from it.
+-- room_spread_block: the records of a spread room's blocks of positions (`layout = "spread"`,
+-- edge/src/room/spread.rs), kept on the room's shards (blocks go round them, so the records and the
+-- leader's reads spread over the cluster; the block counter itself is a plain `INCRBY`). Ends an
+-- edge's previous block (how far it used it: the leader counts only those places and skips the
+-- unused end) and/or records its new one, before the edge hands out a place from it.
 --
--- KEYS (the edge's slot): 1 blk HASH block start -> "end:lease ms:used:final" (used: last position
+-- KEYS (one shard's slot, `wk:{room:<id>:<k>.<n>}:...`): 1 blk HASH block start -> "end:lease ms:used:final" (used: last position
 --   handed out, start - 1 for none; final 1 once the edge hands out no more from it)
---   2 placed STRING places this edge handed out, counted when a block ends
+--   2 placed STRING places handed out from this shard's blocks, counted when a block ends
 -- ARGV: 1 previous block's start (0: none)   2 its end   3 its lease time (ms)   4 last position
 --   handed out from it   5 places handed out from it   6 new block's start (0: none)   7 its end
 --   8 its lease time (ms, the edge's clock)

@@ -2,22 +2,23 @@
 //! no longer sits on one node, so a room's joins are not bounded by one node's scripts a second.
 //!
 //! - **Positions in blocks.** An edge leases a block of `block` positions (`INCRBY` on the room's
-//!   slot: the one command a block costs there) and numbers its joins in it, in arrival order. It hands
+//!   slot: the one command a block costs there) and numbers its joins in it as they arrive. It hands
 //!   out nothing from a block older than `block-ms`: a fan who joined at another edge a moment
 //!   earlier may get a later number, by at most `max(block-ms, the block's fill time)` — the FIFO
 //!   error across edges. Within an edge the order is exact.
-//! - **Real places only.** Each edge keeps its blocks in a slot of its own
-//!   (`wk:{room:<id>:e:<edge>}`, lua/room_spread_block.lua): a new block is recorded before a
-//!   place is handed out from it, and the block before it ends with how far it was used. The
-//!   leader reads every edge's blocks once a tick, walks them in position order and passes only
-//!   places handed out, skipping unused ends ([`SpreadRoom::step`]); it waits at a block still in
-//!   use (at most `block-ms`, plus a grace for an edge that died holding one, and the same grace
-//!   at a gap no block holds: a lease not recorded yet). Its step is written with the lease checked
-//!   (lua/room_spread_advance.lua).
+//! - **Real places only.** Each block is recorded on a shard (blocks go round the shards) before a
+//!   place is handed out from it, and ends with how far it was used (lua/room_spread_block.lua).
+//!   The leader reads every shard's records once a tick, walks them in position order and passes
+//!   only places handed out, skipping unused ends ([`SpreadRoom::step`], [`walk`]); it waits at a
+//!   block still in use (at most `block-ms`, plus a grace for an edge that died holding one, and the
+//!   same grace at a gap no block holds: a lease not recorded yet). Its step is written with the
+//!   lease checked (lua/room_spread_advance.lua).
 //! - **Identities and sessions sharded.** The identity map (a rejoin keeps its place) and the
 //!   sessions are split over `shards` slots chosen to spread evenly over the slot space
-//!   ([`shard_tags`]). A join waits for the edge's next batch (every `flush-ms`): one `HMGET` and
-//!   one `HSET` per shard for the whole batch, so a join costs a fraction of a Redis command.
+//!   ([`shard_tags`]). A join takes its place at arrival and waits for the edge's next batch
+//!   (every `flush-ms`): one `HMGET` and one `HSET` per shard for the whole batch, so a join costs
+//!   a fraction of a Redis command. An identity found holding a place keeps it (the place just
+//!   taken is left a hole, counted by the release as a place: rejoins without their ticket only).
 //! - **What it does not carry (yet).** Owed places of the room's bot check, the random pre-queue,
 //!   passthrough and the invite lane's share keep per-place state in one slot; validation refuses
 //!   them with this layout ([`super::config::RoomConfig::compile`]).
@@ -46,10 +47,6 @@ static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("..
 /// as done (the edge's last report on its way, clocks a little apart), and how long it waits at a
 /// gap no block holds.
 const GRACE_MS: u64 = 2000;
-/// An edge renews its entry in the room's list of edges this often (the leader reads the blocks
-/// of the edges listed; one gone this long with no block left is dropped from the list).
-const HEARTBEAT: Duration = Duration::from_secs(5);
-const EDGE_GONE_MS: u64 = 60_000;
 /// Most joins one batch takes (the rest wait for the next).
 const MAX_BATCH: usize = 20_000;
 
@@ -117,13 +114,8 @@ struct MainKeys {
     passed: String,
     /// Places handed out and not passed, as the leader's last step counted.
     waiting: String,
-    /// ZSET edge id -> last heartbeat (ms).
-    edges: String,
-}
-
-/// The keys of one edge's blocks (`wk:{room:<id>:e:<edge>}:...`).
-fn edge_keys(room: &str, edge: &str) -> (String, String) {
-    (format!("wk:{{room:{room}:e:{edge}}}:blk"), format!("wk:{{room:{room}:e:{edge}}}:placed"))
+    /// Active sessions, as the leader's last sweep counted.
+    active: String,
 }
 
 /// A block as the leader reads it from its edge's record.
@@ -196,6 +188,15 @@ pub fn walk(serving: u64, mut n: u64, blocks: &[BlockRecord], now_ms: u64, done_
     w
 }
 
+/// One shard's keys: identities and sessions ([`SessionKeys`]), and the records of the blocks
+/// whose number falls on it (`blk`: block start -> "end:lease ms:used:final"; `placed`: places
+/// handed out from its blocks, counted when a block ends).
+struct Shard {
+    s: SessionKeys,
+    blk: String,
+    placed: String,
+}
+
 /// The block this edge numbers its joins in.
 #[derive(Debug, Clone, Copy)]
 struct Block {
@@ -225,13 +226,13 @@ type Waiter = oneshot::Sender<Result<(u64, bool), StateError>>;
 
 #[derive(Default)]
 struct Local {
-    pending: Vec<(Who, Waiter)>,
+    /// Joins waiting for their batch: identity, the place taken at arrival.
+    pending: Vec<(Who, u64, Waiter)>,
     /// The identities this edge numbered (or found), for a rejoin here.
     known: HashMap<Who, u64>,
     block: Option<Block>,
     /// The highest position this edge ever leased.
     floor: u64,
-    last_heartbeat: Option<Instant>,
 }
 
 /// One spread room's state on one edge.
@@ -239,20 +240,21 @@ pub struct SpreadRoom {
     redis: RedisRooms,
     cfg: SpreadConfig,
     main: MainKeys,
-    id: String,
-    /// This edge's id in the room (its blocks' slot).
-    edge: String,
-    shards: Vec<SessionKeys>,
+    shards: Vec<Shard>,
     /// The node id that holds the leader's lease here (set by `lead`): its `refresh` steps too.
     leading: Mutex<Option<String>>,
     /// A gap the leader's walk stopped at, and since when.
     gap: Mutex<Option<(u64, Instant)>>,
     /// When this edge last stepped as the leader.
     stepped: Mutex<Option<Instant>>,
+    /// Active sessions as last known (the leader's sweep, published for the other edges).
+    active: std::sync::atomic::AtomicU64,
     cache: Mutex<Counters>,
     local: Mutex<Local>,
-    /// Only the batch task touches the block (one batch at a time).
+    /// One batch at a time.
     batching: tokio::sync::Mutex<()>,
+    /// One lease (or end of a block) at a time.
+    leasing: tokio::sync::Mutex<()>,
     flusher: AtomicBool,
     me: Weak<SpreadRoom>,
     max_tracked: usize,
@@ -262,21 +264,23 @@ impl SpreadRoom {
     /// Room `id` on `redis`, remembering at most `max_tracked` identities on this edge.
     pub fn new(redis: RedisRooms, id: &str, cfg: SpreadConfig, max_tracked: usize) -> Arc<Self> {
         let k = |s: &str| format!("wk:{{room:{id}}}:{s}");
-        let shards = shard_prefixes(id, cfg.shards).iter().map(|p| SessionKeys::under(p)).collect();
+        let shards = shard_prefixes(id, cfg.shards)
+            .iter()
+            .map(|p| Shard { s: SessionKeys::under(p), blk: format!("{p}:blk"), placed: format!("{p}:placed") })
+            .collect();
         Arc::new_cyclic(|me| SpreadRoom {
             redis,
             cfg,
-            main: MainKeys { issued: format!("wk:{{{}}}:issued", counter_tag(id)), serving: k("serving"), leader: k("leader"), passed: k("passed"), waiting: k("waiting"), edges: k("edges") },
-            id: id.to_owned(),
-            // (Away from the room's slot, as the counter is.)
-            edge: std::iter::repeat_with(|| hex::encode(rand::random::<[u8; 6]>())).find(|e| away_from_room(&format!("room:{id}:e:{e}"), id)).unwrap_or_default(),
+            main: MainKeys { issued: format!("wk:{{{}}}:issued", counter_tag(id)), serving: k("serving"), leader: k("leader"), passed: k("passed"), waiting: k("waiting"), active: k("active") },
             shards,
             leading: Mutex::new(None),
             gap: Mutex::new(None),
             stepped: Mutex::new(None),
+            active: std::sync::atomic::AtomicU64::new(0),
             cache: Mutex::new(Counters::default()),
             local: Mutex::new(Local::default()),
             batching: tokio::sync::Mutex::new(()),
+            leasing: tokio::sync::Mutex::new(()),
             flusher: AtomicBool::new(false),
             me: me.clone(),
             max_tracked,
@@ -284,7 +288,7 @@ impl SpreadRoom {
     }
 
     fn shard(&self, who: Who) -> &SessionKeys {
-        &self.shards[(who % self.shards.len() as u64) as usize]
+        &self.shards[(who % self.shards.len() as u64) as usize].s
     }
 
     /// Starts the batch task on the first join (it ends with the room).
@@ -305,11 +309,11 @@ impl SpreadRoom {
         });
     }
 
-    /// Writes one batch: the identities' places (a known identity keeps its own), one `HMGET` and
-    /// one `HSET` per shard; then answers each join. A block that aged is ended.
+    /// Writes one batch: the identities' places (one already holding a place keeps it), one `HMGET`
+    /// and one `HSET` per shard; then answers each join. A block that aged is ended.
     pub async fn flush(&self) {
         let _one = self.batching.lock().await;
-        let batch: Vec<(Who, Waiter)> = {
+        let batch: Vec<(Who, u64, Waiter)> = {
             let mut l = self.local.lock();
             let n = l.pending.len().min(MAX_BATCH);
             l.pending.drain(..n).collect()
@@ -318,31 +322,32 @@ impl SpreadRoom {
             self.place(batch).await;
         }
         let aged = self.local.lock().block.is_some_and(|b| b.leased.elapsed() >= Duration::from_millis(self.cfg.block_ms));
-        if aged && let Err(e) = self.end_block().await {
+        if aged && let Err(e) = self.end_aged_block().await {
             tracing::debug!("spread room: ending a block: {e}");
         }
     }
 
-    async fn place(&self, batch: Vec<(Who, Waiter)>) {
-        // The identities in arrival order, once each.
-        let mut order: Vec<Who> = Vec::new();
+    async fn place(&self, batch: Vec<(Who, u64, Waiter)>) {
+        // The identities once each, with the place the first of their joins took.
+        let mut order: Vec<(Who, u64)> = Vec::new();
         let mut waiters: HashMap<Who, Vec<Waiter>> = HashMap::new();
-        for (who, tx) in batch {
+        for (who, p, tx) in batch {
             let e = waiters.entry(who).or_default();
             if e.is_empty() {
-                order.push(who);
+                order.push((who, p));
             }
             e.push(tx);
         }
-        let mut by_shard: HashMap<usize, Vec<Who>> = HashMap::new();
-        for who in &order {
-            by_shard.entry((who % self.shards.len() as u64) as usize).or_default().push(*who);
+        let mut by_shard: HashMap<usize, Vec<(Who, u64)>> = HashMap::new();
+        for (who, p) in &order {
+            by_shard.entry((who % self.shards.len() as u64) as usize).or_default().push((*who, *p));
         }
-        // Places held already (a rejoin at another edge, or after this edge forgot).
+        // Places held already (a rejoin at another edge, or after this edge forgot): those keep
+        // theirs, and the place just taken is a hole.
         let reads = by_shard.iter().map(|(k, whos)| async move {
             let mut cmd = redis::cmd("HMGET");
-            cmd.arg(&self.shards[*k].who);
-            for w in whos {
+            cmd.arg(&self.shards[*k].s.who);
+            for (w, _) in whos {
                 cmd.arg(who_hex(*w));
             }
             (*k, self.redis.cmd(cmd).await)
@@ -353,40 +358,29 @@ impl SpreadRoom {
             let whos = &by_shard[&k];
             match r {
                 Ok(Value::Array(items)) if items.len() == whos.len() => {
-                    for (w, v) in whos.iter().zip(items) {
+                    for ((w, _), v) in whos.iter().zip(items) {
                         if let Some(p) = live_position(&v) {
                             held.insert(*w, p);
                         }
                     }
                 }
                 Ok(v) => {
-                    for w in whos {
+                    for (w, _) in whos {
                         failed.insert(*w, StateError(format!("HMGET answered {v:?}")));
                     }
                 }
                 Err(e) => {
-                    for w in whos {
+                    for (w, _) in whos {
                         failed.insert(*w, e.clone());
                     }
                 }
             }
         }
-        // New places, in arrival order.
-        let fresh: Vec<Who> = order.iter().copied().filter(|w| !held.contains_key(w) && !failed.contains_key(w)).collect();
-        let mut given: HashMap<Who, u64> = HashMap::new();
-        match self.take(fresh.len() as u64).await {
-            Ok(positions) => given.extend(fresh.iter().copied().zip(positions)),
-            Err(e) => {
-                for w in &fresh {
-                    failed.insert(*w, e.clone());
-                }
-            }
-        }
         let writes = by_shard.iter().filter_map(|(k, whos)| {
-            let new: Vec<(Who, u64)> = whos.iter().filter_map(|w| given.get(w).map(|p| (*w, *p))).collect();
+            let new: Vec<(Who, u64)> = whos.iter().filter(|(w, _)| !held.contains_key(w) && !failed.contains_key(w)).copied().collect();
             (!new.is_empty()).then_some(async move {
                 let mut cmd = redis::cmd("HSET");
-                cmd.arg(&self.shards[*k].who);
+                cmd.arg(&self.shards[*k].s.who);
                 for (w, p) in &new {
                     cmd.arg(who_hex(*w)).arg(*p);
                 }
@@ -395,24 +389,21 @@ impl SpreadRoom {
         });
         for (new, r) in futures::future::join_all(writes).await {
             if let Err(e) = r {
-                // Not remembered: the join fails (the fan tries again); the number is a hole the
+                // Not remembered: the join fails (the fan tries again); the place is a hole the
                 // release counts as a place.
                 for (w, _) in new {
-                    given.remove(&w);
                     failed.insert(w, e.clone());
                 }
             }
         }
         let mut l = self.local.lock();
-        for who in order {
+        for (who, p) in order {
             let answer = if let Some(e) = failed.remove(&who) {
                 Err(e)
-            } else if let Some(p) = held.get(&who) {
-                Ok((*p, false))
-            } else if let Some(p) = given.get(&who) {
-                Ok((*p, true))
+            } else if let Some(q) = held.get(&who) {
+                Ok((*q, false))
             } else {
-                Err(StateError("no place given".into()))
+                Ok((p, true))
             };
             if let Ok((p, _)) = answer
                 && (l.known.len() < self.max_tracked || l.known.contains_key(&who))
@@ -426,42 +417,64 @@ impl SpreadRoom {
         }
     }
 
-    /// `k` positions from this edge's blocks, in order (leasing new blocks as they run out or age).
-    async fn take(&self, mut k: u64) -> Result<Vec<u64>, StateError> {
-        let mut out = Vec::with_capacity(k as usize);
-        while k > 0 {
-            let usable = {
-                let l = self.local.lock();
-                l.block.filter(|b| b.next <= b.end && b.leased.elapsed() < Duration::from_millis(self.cfg.block_ms))
-            };
-            // (A block full or aged is ended by the lease of the next.)
-            let b = match usable {
-                Some(b) => b,
-                None => self.lease(k.max(self.cfg.block)).await?,
-            };
-            let n = k.min(b.end + 1 - b.next);
-            out.extend(b.next..b.next + n);
-            k -= n;
-            if let Some(cur) = self.local.lock().block.as_mut() {
-                cur.next += n;
-            }
+    /// The next place of this edge's block, taken at the join's arrival (so joins are in arrival
+    /// order at this edge whatever the batch); a new block is leased when it is used up or aged.
+    async fn take(&self) -> Result<u64, StateError> {
+        let try_take = || {
+            let mut l = self.local.lock();
+            let b = l.block.as_mut().filter(|b| b.next <= b.end && b.leased.elapsed() < Duration::from_millis(self.cfg.block_ms))?;
+            b.next += 1;
+            Some(b.next - 1)
+        };
+        if let Some(p) = try_take() {
+            return Ok(p);
         }
-        Ok(out)
+        let _one = self.leasing.lock().await;
+        if let Some(p) = try_take() {
+            return Ok(p);
+        }
+        // (The block used up or aged is ended by the lease of the next.)
+        self.lease(self.cfg.block).await?;
+        try_take().ok_or_else(|| StateError("a fresh block gave no place".into()))
     }
 
-    /// Leases the next block (`INCRBY` on the room's slot), then records it in this edge's slot
-    /// with the end of the current one (one script), before any place is handed out from it.
-    async fn lease(&self, size: u64) -> Result<Block, StateError> {
-        let (floor, prev, beat) = {
-            let l = self.local.lock();
-            (l.floor, l.block, l.last_heartbeat.is_none_or(|t| t.elapsed() >= HEARTBEAT))
+    /// The shard a block's record lives on: the shard the block's number falls on (blocks go
+    /// round the shards, so their records and the leader's reads spread evenly).
+    fn block_shard(&self, start: u64) -> usize {
+        ((start.saturating_sub(1) / self.cfg.block.max(1)) % self.shards.len() as u64) as usize
+    }
+
+    /// Writes block records (lua/room_spread_block.lua): `prev` ended, `new` started; one call
+    /// when both are on one shard.
+    async fn record(&self, prev: Option<Block>, new: Option<Block>) -> Result<(), StateError> {
+        let none = || ["0".to_string(), "0".into(), "0".into()];
+        let new_args = |b: Option<Block>| b.map_or_else(none, |b| [b.start.to_string(), b.end.to_string(), b.lease_ms.to_string()]);
+        let call = |k: usize, prev: Option<Block>, new: Option<Block>| {
+            let mut args: Vec<String> = prev.map_or_else(no_block, |p| p.end_args()).into();
+            args.extend(new_args(new));
+            async move {
+                let sh = &self.shards[k];
+                self.redis.run(&BLOCK, &[&sh.blk, &sh.placed], &args).await
+            }
         };
-        if beat {
-            let mut cmd = redis::cmd("ZADD");
-            cmd.arg(&self.main.edges).arg(now_ms()).arg(&self.edge);
-            self.redis.cmd(cmd).await?;
-            self.local.lock().last_heartbeat = Some(Instant::now());
+        match (prev, new) {
+            (Some(p), Some(n)) if self.block_shard(p.start) != self.block_shard(n.start) => {
+                let (a, b) = futures::future::join(call(self.block_shard(p.start), Some(p), None), call(self.block_shard(n.start), None, Some(n))).await;
+                a.and(b).map(|_| ())
+            }
+            (Some(p), _) => call(self.block_shard(p.start), Some(p), new).await.map(|_| ()),
+            (None, Some(n)) => call(self.block_shard(n.start), None, Some(n)).await.map(|_| ()),
+            (None, None) => Ok(()),
         }
+    }
+
+    /// Leases the next block (`INCRBY` on the block counter's slot), then records it (and the end
+    /// of the current one) on the shards before any place is handed out from it.
+    async fn lease(&self, size: u64) -> Result<Block, StateError> {
+        let (floor, prev) = {
+            let l = self.local.lock();
+            (l.floor, l.block)
+        };
         let mut cmd = redis::cmd("INCRBY");
         cmd.arg(&self.main.issued).arg(size);
         let mut end = int(&self.redis.cmd(cmd).await?).ok_or_else(|| StateError("INCRBY answered no number".into()))?.max(0) as u64;
@@ -473,24 +486,24 @@ impl SpreadRoom {
             end = int(&self.redis.cmd(cmd).await?).ok_or_else(|| StateError("INCRBY answered no number".into()))?.max(0) as u64;
         }
         let b = Block { start: end + 1 - size, end, next: end + 1 - size, leased: Instant::now(), lease_ms: now_ms() };
-        let (blk, placed) = edge_keys(&self.id, &self.edge);
-        let mut args: Vec<String> = prev.map_or_else(no_block, |p| p.end_args()).into();
-        args.extend([b.start.to_string(), b.end.to_string(), b.lease_ms.to_string()]);
-        self.redis.run(&BLOCK, &[&blk, &placed], &args).await?;
+        self.record(prev, Some(b)).await?;
         let mut l = self.local.lock();
         l.floor = l.floor.max(b.end);
         l.block = Some(b);
         Ok(b)
     }
 
-    /// Ends this edge's block (it aged with no join to start the next, or the edge stops): how far
-    /// it was used, so the leader passes its unused end at once.
-    async fn end_block(&self) -> Result<(), StateError> {
-        let Some(b) = self.local.lock().block else { return Ok(()) };
-        let (blk, placed) = edge_keys(&self.id, &self.edge);
-        let mut args: Vec<String> = b.end_args().into();
-        args.extend(["0".into(), "0".into(), "0".into()]);
-        self.redis.run(&BLOCK, &[&blk, &placed], &args).await?;
+    /// Ends this edge's block if it aged with no join to start the next: how far it was used, so
+    /// the leader passes its unused end at once.
+    async fn end_aged_block(&self) -> Result<(), StateError> {
+        let _one = self.leasing.lock().await;
+        let Some(b) = self.local.lock().block.filter(|b| b.leased.elapsed() >= Duration::from_millis(self.cfg.block_ms)) else { return Ok(()) };
+        self.end(b).await
+    }
+
+    /// Ends block `b` (the caller holds `leasing`).
+    async fn end(&self, b: Block) -> Result<(), StateError> {
+        self.record(Some(b), None).await?;
         let mut l = self.local.lock();
         if l.block.is_some_and(|cur| cur.start == b.start) {
             l.block = None;
@@ -498,28 +511,17 @@ impl SpreadRoom {
         Ok(())
     }
 
-    /// The leader's step: reads every edge's blocks, walks them from `serving` by up to `n` real
-    /// places ([`walk`]) and writes the result with the lease checked; drops the blocks passed and
-    /// the edges gone. `None`: not the leader (nothing written).
+    /// The leader's step: reads the blocks of every edge (on every shard), walks them from
+    /// `serving` by up to `n` real places ([`walk`]) and writes the result with the lease checked;
+    /// drops the blocks passed. `None`: not the leader (nothing written).
     pub async fn step(&self, node: &str, n: u64) -> Result<Option<Advanced>, StateError> {
         let m = &self.main;
-        let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(&m.edges).arg(0).arg(-1).arg("WITHSCORES");
-        let edges: Vec<(String, u64)> = match self.redis.cmd(cmd).await? {
-            Value::Array(items) => items
-                .chunks(2)
-                .filter_map(|p| Some((text(&p[0])?, text(p.get(1)?)?.parse::<f64>().ok()? as u64)))
-                .collect(),
-            Value::Map(items) => items.iter().filter_map(|(k, v)| Some((text(k)?, text(v)?.parse::<f64>().ok()? as u64))).collect(),
-            _ => Vec::new(),
-        };
         let mut get = redis::cmd("GET");
         get.arg(&m.serving);
         let serving = int(&self.redis.cmd(get).await?).unwrap_or(0).max(0) as u64;
-        let reads = edges.iter().map(|(e, _)| async move {
-            let (blk, placed) = edge_keys(&self.id, e);
+        let reads = self.shards.iter().map(|sh| async move {
             let mut p = redis::pipe();
-            p.cmd("HGETALL").arg(&blk).cmd("GET").arg(&placed);
+            p.cmd("HGETALL").arg(&sh.blk).cmd("GET").arg(&sh.placed);
             self.redis.pipe(&p).await
         });
         let mut blocks = Vec::new();
@@ -561,19 +563,17 @@ impl SpreadRoom {
         let v = self.redis.run(&ADVANCE, &[&m.leader, &m.serving, &m.passed, &m.waiting], &args).await?;
         let (serving, waiting) = match ints(&v).as_slice() {
             [Some(s), Some(q)] => ((*s).max(0) as u64, (*q).max(0) as u64),
-            [Some(-1)] => return Ok(None),
             _ if int(&v) == Some(-1) => return Ok(None),
             _ => return Err(StateError(format!("room_spread_advance answered {v:?}"))),
         };
-        // Blocks passed, by edge; edges gone long with no block left.
+        // The blocks passed go, shard by shard.
         let mut drops: HashMap<usize, Vec<u64>> = HashMap::new();
         for start in &w.drop {
             drops.entry(owner[start]).or_default().push(*start);
         }
         let cleanups = drops.iter().map(|(i, starts)| {
-            let (blk, _) = edge_keys(&self.id, &edges[*i].0);
             let mut cmd = redis::cmd("HDEL");
-            cmd.arg(blk);
+            cmd.arg(&self.shards[*i].blk);
             for s in starts {
                 cmd.arg(*s);
             }
@@ -581,15 +581,6 @@ impl SpreadRoom {
         });
         for r in futures::future::join_all(cleanups).await {
             r?;
-        }
-        let held: std::collections::HashSet<usize> = owner.values().copied().collect();
-        for (i, (e, beat)) in edges.iter().enumerate() {
-            let emptied = drops.get(&i).map_or(0, Vec::len) == blocks.iter().filter(|b| owner[&b.start] == i).count();
-            if now.saturating_sub(*beat) > EDGE_GONE_MS && (!held.contains(&i) || emptied) {
-                let mut cmd = redis::cmd("ZREM");
-                cmd.arg(&m.edges).arg(e);
-                self.redis.cmd(cmd).await?;
-            }
         }
         *self.stepped.lock() = Some(Instant::now());
         let mut c = self.cache.lock();
@@ -640,18 +631,15 @@ impl RoomState for SpreadRoom {
             // Refused by validation; never an owed place or a lane place on this layout.
             return Err(StateError("the spread layout has no owed places and no invite lane".into()));
         }
-        let rx = {
-            let mut l = self.local.lock();
-            if let Some(p) = l.known.get(&who).copied()
-                && p & DONE == 0
-            {
-                return Ok(Some(Joined { position: p, fresh: false, owed: false, lane: 0 }));
-            }
-            let (tx, rx) = oneshot::channel();
-            l.pending.push((who, tx));
-            rx
-        };
+        if let Some(p) = self.local.lock().known.get(&who).copied()
+            && p & DONE == 0
+        {
+            return Ok(Some(Joined { position: p, fresh: false, owed: false, lane: 0 }));
+        }
         self.start_flusher();
+        let place = self.take().await?;
+        let (tx, rx) = oneshot::channel();
+        self.local.lock().pending.push((who, place, tx));
         let wait = Duration::from_millis(self.cfg.flush_ms) + CALL_TIMEOUT * 3;
         match tokio::time::timeout(wait, rx).await {
             Ok(Ok(Ok((position, fresh)))) => {
@@ -690,9 +678,10 @@ impl RoomState for SpreadRoom {
             return Ok(c);
         }
         let mut cmd = redis::cmd("MGET");
-        cmd.arg(&self.main.serving).arg(&self.main.waiting);
+        cmd.arg(&self.main.serving).arg(&self.main.waiting).arg(&self.main.active);
         let n = ints(&self.redis.cmd(cmd).await?);
         let get = |i: usize| n.get(i).copied().flatten().unwrap_or(0).max(0) as u64;
+        self.active.store(get(2), Ordering::Relaxed);
         let c = Counters { issued: get(0) + get(1), serving: get(0), ..Counters::default() };
         *self.cache.lock() = c;
         self.prune(c.serving);
@@ -709,8 +698,11 @@ impl RoomState for SpreadRoom {
     async fn resign(&self, node: &str) -> Result<(), StateError> {
         // Leaving: the block is done (the leader need not wait out its lease).
         {
-            let _one = self.batching.lock().await;
-            let _ = self.end_block().await;
+            let _one = self.leasing.lock().await;
+            let b = self.local.lock().block;
+            if let Some(b) = b {
+                let _ = self.end(b).await;
+            }
         }
         self.redis.run(&RESIGN, &[&self.main.leader], &[node.to_owned()]).await.map(|_| ())
     }
@@ -760,13 +752,23 @@ impl RoomState for SpreadRoom {
         self.shard(who).touch(&self.redis, who, now_ms).await
     }
 
+    /// Only the leader sweeps the shards (one sweep a tick for the room, not one per edge) and
+    /// publishes the active count; the other edges answer the count they last read (`refresh`)
+    /// and no exits (the leader's controller is the one that moves `serving`).
     async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
-        let all = futures::future::join_all(self.shards.iter().map(|s| s.sweep(&self.redis, now_ms, idle_ms))).await;
+        if self.leading.lock().is_none() {
+            return Ok((self.active.load(Ordering::Relaxed), 0));
+        }
+        let all = futures::future::join_all(self.shards.iter().map(|s| s.s.sweep(&self.redis, now_ms, idle_ms))).await;
         let mut sum = (0, 0);
         for r in all {
             let (a, e) = r?;
             sum = (sum.0 + a, sum.1 + e);
         }
+        self.active.store(sum.0, Ordering::Relaxed);
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&self.main.active).arg(sum.0);
+        self.redis.cmd(cmd).await?;
         Ok(sum)
     }
 
