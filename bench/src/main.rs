@@ -14,11 +14,14 @@
 //!   (`wicket-controller`'s simulator).
 //! - `surge`: a flash sale end to end against the real edge and core (`procs`: the processes, the
 //!   stand-in origin and payment provider; `stats`, `svg`: figures and plots).
+//! - `megasale`: the surge's multi-edge scenario on a Redis Cluster (the cluster, the kills, Redis operations
+//!   per join, places kept).
 //! - `rooms`: two sales on one edge with a separate core, one after another and at once.
 //! - `report`: where figures go (summary.json and the sections of RESULTS.md).
 
 mod controller;
 mod holds;
+mod megasale;
 mod procs;
 mod report;
 mod rooms;
@@ -94,7 +97,9 @@ enum Cmd {
         check: bool,
     },
     /// A flash sale end to end against the real edge and core: stararena | scenic | capacity-drop | bots | bots-nopow |
-    /// crashes (two edges and the core on Redis with AOF; the leader edge, the core and Redis SIGKILLed mid-sale).
+    /// crashes (two edges and the core on Redis with AOF; the leader edge, the core and Redis SIGKILLed mid-sale) |
+    /// megasale (four edges on a Redis Cluster of 3 masters with replicas, a million fans; the leader edge and the
+    /// room's master SIGKILLed mid-sale).
     Surge {
         scenario: String,
         /// Small numbers, under a minute (what the test suite runs).
@@ -106,6 +111,24 @@ enum Cmd {
         /// Print only; don't write RESULTS.md / summary.json / plots.
         #[arg(long)]
         dry_run: bool,
+        /// Megasale: the room's layout on the cluster, `spread` (across the cluster) or `single` (every key in one slot).
+        #[arg(long, default_value = "spread")]
+        layout: String,
+        /// Megasale, spread layout: positions an edge leases at once (`[rooms.spread] block`).
+        #[arg(long, default_value_t = 1000)]
+        block: u32,
+        /// Megasale, spread layout: an edge stops using a block this long after leasing it (`block-ms`).
+        #[arg(long, default_value_t = 250)]
+        block_ms: u32,
+        /// Megasale, spread layout: an edge writes its joins (and numbers them) this often (`flush-ms`).
+        #[arg(long, default_value_t = 200)]
+        flush_ms: u32,
+        /// Override the number of seats.
+        #[arg(long)]
+        seats: Option<u32>,
+        /// Override the most admissions per second.
+        #[arg(long)]
+        release_max: Option<u32>,
         /// Exit non-zero when oversold or double-sold is not 0 (crashes: also a paid order or a hold lost, a place
         /// changed or shared, FIFO τ < 0.99, a sale that did not sell out, a kill that did not happen mid-sale).
         #[arg(long)]
@@ -222,11 +245,27 @@ async fn main() -> anyhow::Result<()> {
             }
             anyhow::ensure!(!check || r.ok(), "not every fan of each sale was admitted within 30 s:\n{table}");
         }
-        Cmd::Surge { scenario, quick, users, dry_run, check } => {
+        Cmd::Surge { scenario, quick, users, dry_run, layout, block, block_ms, flush_ms, seats, release_max, check } => {
             let mut s = surge::Scenario::preset(&scenario, quick)?;
             if let Some(u) = users {
                 s.users = u;
             }
+            if let Some(n) = seats {
+                s.seats = n;
+            }
+            if let Some(n) = release_max {
+                s.release_max = n;
+            }
+            anyhow::ensure!(matches!(layout.as_str(), "single" | "spread"), "--layout single | spread, not {layout}");
+            s.layout = layout.clone();
+            if layout == "single" {
+                // Joins in flight for the spread layout's batches (every flush-ms); a single room answers
+                // each join at once, and the default quarter of the connections keeps up with it.
+                s.join_connections = 0;
+            }
+            s.spread.1 = block;
+            s.spread.2 = block_ms;
+            s.spread.3 = flush_ms;
             let r = surge::run(s, !quick).await?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({
                 "scenario": r.scenario, "users": r.users, "seats": r.seats, "seconds": r.seconds,
@@ -240,17 +279,29 @@ async fn main() -> anyhow::Result<()> {
                 "longest_stall_seconds": r.longest_stall_s, "longest_stall_from_seconds": r.longest_stall_from_s,
                 "bots_share_of_seats": r.bots_share_of_seats, "bots_share_of_population": r.bots_share_of_population, "bots_share_of_admitted": r.bots_share_of_admitted, "edge_rss_mb": r.edge_rss_mb,
                 "requests_per_second": r.requests_per_second, "endpoints": r.endpoints, "statuses": r.statuses, "examples": r.examples,
-                "crashes": r.crashes,
+                "crashes": r.crashes, "megasale": r.megasale,
             }))?);
             if !dry_run {
                 let cmd = format!(
-                    "cargo build --release --workspace && target/release/wicket-bench surge {scenario}{}{}",
+                    "cargo build --release --workspace && target/release/wicket-bench surge {scenario}{}{}{}{}{}{}",
                     if quick { " --quick" } else { "" },
-                    users.map(|u| format!(" --users {u}")).unwrap_or_default()
+                    users.map(|u| format!(" --users {u}")).unwrap_or_default(),
+                    seats.map(|u| format!(" --seats {u}")).unwrap_or_default(),
+                    release_max.map(|u| format!(" --release-max {u}")).unwrap_or_default(),
+                    if scenario == "megasale" { format!(" --layout {layout}") } else { String::new() },
+                    if scenario == "megasale" && layout == "spread" && (block, block_ms, flush_ms) != (1000, 250, 200) {
+                        format!(" --block {block} --block-ms {block_ms} --flush-ms {flush_ms}")
+                    } else {
+                        String::new()
+                    },
                 );
                 surge::publish(&r, &cmd)?;
             }
-            if check {
+            if check && let Some(m) = &r.megasale {
+                let bad = megasale::check(m, quick);
+                anyhow::ensure!(bad.is_empty(), "megasale: {}", bad.join("; "));
+            }
+            if check && r.megasale.is_none() {
                 anyhow::ensure!(r.oversold == 0 && r.double_sold == 0 && r.over_limit_users == 0, "oversold {} double-sold {} over-limit {}", r.oversold, r.double_sold, r.over_limit_users);
                 anyhow::ensure!(r.sold > 0, "nothing was sold");
                 if let (Some((from, to)), Some(false)) = (r.drop_window, r.drop_while_selling) {

@@ -90,6 +90,15 @@ pub struct StackOptions {
     /// The crash test's stack: Redis (AOF always) for the sale and the room, two edges, a payment
     /// provider with a status query.
     pub crashes: bool,
+    /// The megasale's stack (issue #27): the room's state on this Redis Cluster (seed URLs), shared by
+    /// `edges` edges; the core on its own embedded store, so the cluster carries the room alone.
+    pub room_cluster: Option<Vec<String>>,
+    /// Edges sharing the room with `room_cluster` (1 otherwise, 2 with `crashes`).
+    pub edges: usize,
+    /// The room's layout on the cluster: `None` or `single` (the default: every key in one slot), `spread`.
+    pub layout: Option<String>,
+    /// With `layout = "spread"`: (shards, block, block-ms, flush-ms) of `[rooms.spread]`.
+    pub spread: (u32, u32, u32, u32),
 }
 
 /// A process of the stack that can be SIGKILLed and started again with the same command.
@@ -143,6 +152,8 @@ pub struct Stack {
     shaper: Option<Arc<Shaper>>,
     /// The room asks for a proof-of-work before a join.
     pow: bool,
+    /// The edges' `RUST_LOG` (megasale: `error`, or every edge warns at each try while a master fails over).
+    edge_log: &'static str,
     _dir: tempfile::TempDir,
 }
 
@@ -233,10 +244,25 @@ impl Stack {
             None => ("embedded".to_string(), String::new()),
         };
         let data_dir = if redis.is_some() { "" } else { "data-dir = \"core-data\"\n" };
-        let config = |edge_port: u16, admin_port: u16| {
+        // Megasale: the edges keep the room on the cluster; the core's own file keeps its embedded store.
+        let edge_store = match &o.room_cluster {
+            Some(seeds) => format!("store = {{ cluster = [{}] }}", seeds.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ")),
+            None => format!("store = \"{store}\""),
+        };
+        let (layout_key, layout_table) = match o.layout.as_deref() {
+            Some("spread") => (
+                "layout = \"spread\"\n",
+                format!(
+                    "[rooms.spread]\nshards = {}\nblock = {}\nblock-ms = {}\nflush-ms = {}\n",
+                    o.spread.0, o.spread.1, o.spread.2, o.spread.3
+                ),
+            ),
+            _ => ("", String::new()),
+        };
+        let config = |edge_port: u16, admin_port: u16, store_line: &str| {
             let core = CoreToml::new(ADMIN, CALLBACK, HS)
                 .listen(core_port)
-                .store(&store)
+                .top(store_line)
                 .top(data_dir)
                 .top(&format!("event-files = [\"{EVENT}.json\"]"))
                 .payment(&payment_query)
@@ -273,7 +299,7 @@ session-seconds = 120
 token-seconds = 120
 max-qty = 2
 bot-check = "{bot}"
-[rooms.schedule]
+{layout_key}[rooms.schedule]
 prequeue-at = "{pre}"
 opens-at = "{opens}"
 closes-at = "{closes}"
@@ -283,7 +309,7 @@ start = 200
 min = 20
 max = {max}
 p99-target-ms = {p99}
-"#,
+{layout_table}"#,
                 method = if o.random { "random" } else { "fifo" },
                 bot = if o.pow { "pow" } else { "off" },
                 pre = rfc3339(now - time::Duration::seconds(5)),
@@ -294,12 +320,12 @@ p99-target-ms = {p99}
                 p99 = o.p99_target_ms,
             )
         };
-        let n_edges = if o.crashes { 2 } else { 1 };
+        let n_edges = if o.room_cluster.is_some() { o.edges.max(1) } else if o.crashes { 2 } else { 1 };
         let mut edges = Vec::new();
         for i in 0..n_edges {
             let (edge_port, admin_port) = (free_port(), free_port());
             let cfg = dir.path().join(format!("wicket-{i}.toml"));
-            std::fs::write(&cfg, config(edge_port, admin_port))?;
+            std::fs::write(&cfg, config(edge_port, admin_port, &edge_store))?;
             edges.push(EdgeProc {
                 base: format!("http://127.0.0.1:{edge_port}"),
                 admin: format!("http://127.0.0.1:{admin_port}"),
@@ -307,15 +333,24 @@ p99-target-ms = {p99}
                 child: parking_lot::Mutex::new(None),
             });
         }
+        let core_cfg = if o.room_cluster.is_some() {
+            // The core reads its own file (embedded store); its [edge] and [[rooms]] are not its own.
+            let cfg = dir.path().join("core.toml");
+            std::fs::write(&cfg, config(free_port(), free_port(), &format!("store = \"{store}\"")))?;
+            cfg
+        } else {
+            edges[0].cfg.clone()
+        };
         let stack = Stack {
             core: parking_lot::Mutex::new(None),
-            core_cfg: edges[0].cfg.clone(),
+            core_cfg,
             edges,
             redis,
             provider,
             core_base: format!("http://127.0.0.1:{core_port}"),
             shaper,
             pow: o.pow,
+            edge_log: if o.room_cluster.is_some() { "error" } else { "warn" },
             _dir: dir,
         };
         if stack.redis.is_some() {
@@ -388,7 +423,7 @@ p99-target-ms = {p99}
                 let child = Command::new(binary("wicket")?)
                     .args(["serve", "--config"])
                     .arg(&e.cfg)
-                    .env("RUST_LOG", "warn")
+                    .env("RUST_LOG", self.edge_log)
                     .stdout(Stdio::null())
                     .stderr(Stdio::inherit())
                     .spawn()?;

@@ -38,15 +38,33 @@ pub struct Scenario {
     pub hold_seconds: u32,
     pub max_seconds: u64,
     pub connections: usize,
+    /// Joins in flight at once (0: a quarter of `connections`). A spread room answers a join with its
+    /// edge's next batch (every `flush-ms`), so a million fans need many joins in flight, as a million
+    /// browsers have.
+    pub join_connections: usize,
     /// Halve the core's capacity between these seconds of the run.
     pub capacity_drop: Option<(u64, u64)>,
     pub release_max: u32,
     /// The crash test: Redis (AOF) under the core and two edges sharing the queue; the leader edge, the
     /// core and Redis are SIGKILLed and restarted once each mid-sale, and fans retry as browsers do.
     pub crashes: bool,
+    /// The megasale (issue #27 item 2): `edges` edges share one room on a Redis Cluster of three masters with a
+    /// replica each; one edge and the room's master are SIGKILLed mid-sale (not restarted: the fans move to
+    /// another edge, the replica takes over). Fans retry as in `crashes`.
+    pub megasale: bool,
+    pub edges: usize,
+    /// The room's layout on the cluster (`single` or `spread`).
+    pub layout: String,
+    /// `[rooms.spread]` of the spread layout: (shards, block, block-ms, flush-ms).
+    pub spread: (u32, u32, u32, u32),
 }
 
 impl Scenario {
+    /// Fans retry as browsers do (backoff, another edge after a failed connection).
+    fn retries(&self) -> bool {
+        self.crashes || self.megasale
+    }
+
     pub fn preset(name: &str, quick: bool) -> anyhow::Result<Scenario> {
         let base = Scenario {
             name: "stararena",
@@ -63,9 +81,14 @@ impl Scenario {
             hold_seconds: 20,
             max_seconds: 600,
             connections: 256,
+            join_connections: 0,
             capacity_drop: None,
             release_max: 2000,
             crashes: false,
+            megasale: false,
+            edges: 1,
+            layout: "single".into(),
+            spread: (12, 1000, 250, 200),
         };
         let mut s = match name {
             "stararena" => base,
@@ -93,7 +116,21 @@ impl Scenario {
             "bots-nopow" => Scenario { name: "bots-nopow", users: 50_000, seats: 2000, bots_fraction: 0.10, pow: false, ..base },
             // Slow enough (at most 80 admissions/s) that the sale is still selling at the third kill.
             "crashes" => Scenario { name: "crashes", users: 20_000, seats: 6000, release_max: 80, max_seconds: 300, crashes: true, ..base },
-            other => anyhow::bail!("unknown scenario {other}: stararena | scenic | capacity-drop | bots | bots-nopow | crashes"),
+            // A million fans over four edges; at most 60 admissions/s so the sale still sells when both kills
+            // come (a quarter and half of the seats taken).
+            "megasale" => Scenario {
+                name: "megasale",
+                users: 1_000_000,
+                seats: 20_000,
+                ramp_seconds: 60.0,
+                release_max: 60,
+                max_seconds: 900,
+                join_connections: 1024,
+                megasale: true,
+                edges: 4,
+                ..base
+            },
+            other => anyhow::bail!("unknown scenario {other}: stararena | scenic | capacity-drop | bots | bots-nopow | crashes | megasale"),
         };
         if quick {
             s.users = (s.users / 200).max(2000);
@@ -110,6 +147,16 @@ impl Scenario {
                 s.seats = 2000;
                 // At most 100 admissions/s: 2,000 seats cannot sell out before the drop ends.
                 s.release_max = 100;
+            }
+            if s.megasale {
+                // Enough admitted fans (~1,150) that τ is not a few swapped neighbours, slow enough that both
+                // kills come while it sells; under 90 s with debug binaries on 2 cores.
+                s.users = 6000;
+                s.seats = 1500;
+                s.release_max = 60;
+                s.ramp_seconds = 5.0;
+                s.max_seconds = 45;
+                s.join_connections = 256;
             }
             if s.crashes {
                 s.users = 2000;
@@ -169,6 +216,10 @@ struct User {
     refusals: u32,
     /// The provider took this fan's money (the fan saw "paid").
     paid_at_provider: bool,
+    /// The edge that answered the fan's join with a place (megasale: τ per edge).
+    join_edge: u8,
+    /// Megasale: (place, kill) when a kill came while the fan waited there; its next answer is judged.
+    place_check: Option<(u64, u8)>,
 }
 
 /// Everything a run measured.
@@ -230,6 +281,10 @@ pub struct SurgeReport {
     pub hold_p99: Vec<(f64, f64)>,
     /// The crash test's figures (scenario `crashes`).
     pub crashes: Option<CrashFigures>,
+    /// Users with more than one live (held or paid) order.
+    pub users_with_several_orders: u64,
+    /// The megasale's figures (scenario `megasale`).
+    pub megasale: Option<crate::megasale::MegaFigures>,
 }
 
 /// What the crash test measured.
@@ -323,6 +378,12 @@ struct Shared {
     /// Crashes: odd answers counted (a refused ticket, a refused hold token, a refused "done" page,
     /// callback retries of the provider).
     odd: Mutex<BTreeMap<&'static str, u64>>,
+    /// Megasale: the cluster and what its kills recorded.
+    mega: Option<crate::megasale::Mega>,
+    /// Join answers that gave a place; the first and the last of them, ms.
+    joins_placed: AtomicU64,
+    first_join_ms: AtomicU64,
+    last_join_ms: AtomicU64,
 }
 
 /// One SIGKILL of the crash test.
@@ -350,6 +411,51 @@ impl Shared {
             _ => 0,
         };
         self.lanes[lane].lock().push(Reverse((at_ms, user)));
+    }
+    /// Megasale: the first answer with a state after a kill tells whether the fan kept its place.
+    fn judge_place(&self, u: u32, body: &Value) {
+        let Some(mega) = &self.mega else { return };
+        let Some(state) = body["state"].as_str() else { return };
+        let Some((old, kill)) = self.users[u as usize].lock().place_check.take() else { return };
+        if let Some(t) = mega.places.lock().get_mut(kill as usize) {
+            t.judge(old, state, body["position"].as_u64());
+        }
+    }
+}
+
+impl crate::megasale::Sale for Shared {
+    fn now(&self) -> u64 {
+        self.now_ms()
+    }
+    fn started(&self) -> Instant {
+        self.start
+    }
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+    fn stock_now(&self) -> (u64, u64, u64) {
+        *self.last_stock.lock()
+    }
+    fn short(&self) -> bool {
+        self.s.max_seconds <= 100
+    }
+    fn stack(&self) -> &Stack {
+        &self.stack
+    }
+    fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+    /// Marks every fan who waits with a place now (kill `kill`); its next answer is judged.
+    fn mark_places(&self, kill: usize) -> u64 {
+        let mut n = 0;
+        for u in &self.users {
+            let mut g = u.lock();
+            if !g.bot && g.phase == Phase::Poll && g.admitted_ms.is_none() && g.position > 0 && g.place_check.is_none() {
+                g.place_check = Some((g.position, kill as u8));
+                n += 1;
+            }
+        }
+        n
     }
 }
 
@@ -379,6 +485,7 @@ fn unit(x: u64) -> f64 {
 
 /// Runs a scenario end to end and returns its report.
 pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
+    let mega = if s.megasale { Some(crate::megasale::Mega::start().await?) } else { None };
     let stack = Stack::start(StackOptions {
         seats: s.seats,
         combo_seats: s.combo_seats,
@@ -390,6 +497,10 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         shaper: s.capacity_drop.is_some(),
         release_max: s.release_max,
         crashes: s.crashes,
+        room_cluster: mega.as_ref().map(|m| m.seeds()),
+        edges: s.edges,
+        layout: s.megasale.then(|| s.layout.clone()),
+        spread: s.spread,
     })
     .await?;
     let stack_edges = stack.edges.len();
@@ -422,11 +533,13 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 place_changed: false,
                 refusals: 0,
                 paid_at_provider: false,
+                join_edge: 0,
+                place_check: None,
             })
         })
         .collect();
     let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(s.connections)
+        .pool_max_idle_per_host(s.connections + s.join_connections)
         .timeout(Duration::from_secs(10))
         .build()?;
     let sale = SaleThread::start()?;
@@ -451,7 +564,14 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         stalls: Mutex::new(Vec::new()),
         holds_ok: Mutex::new(Vec::new()),
         odd: Mutex::new(BTreeMap::new()),
+        mega,
+        joins_placed: AtomicU64::new(0),
+        first_join_ms: AtomicU64::new(u64::MAX),
+        last_join_ms: AtomicU64::new(0),
     });
+    if let Some(m) = &sh.mega {
+        m.read_before();
+    }
     // Arrivals spread over the ramp, in a shuffled order so bots are not all first.
     for i in 0..s.users {
         let at = (unit(i as u64 ^ 0xA5A5) * s.ramp_seconds * 1000.0) as u64;
@@ -524,11 +644,19 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         let sh = sh.clone();
         tokio::spawn(async move { crash_plan(&sh).await })
     });
+    let mega_killer = s.megasale.then(|| {
+        let sh = sh.clone();
+        tokio::spawn(async move {
+            if let Some(m) = &sh.mega {
+                crate::megasale::plan(&*sh, m).await;
+            }
+        })
+    });
     // The queue's connections are shared between polls and joins as before the lanes were split
     // (more connections at once would load the edge more, and the end-to-end figures with it).
     let sale_conns = (s.connections / 4).max(8);
-    let join_conns = (s.connections / 4).max(8);
-    let poll_conns = s.connections.saturating_sub(join_conns).max(8);
+    let join_conns = if s.join_connections > 0 { s.join_connections } else { (s.connections / 4).max(8) };
+    let poll_conns = s.connections.saturating_sub((s.connections / 4).max(8)).max(8);
     let sems = [
         Arc::new(tokio::sync::Semaphore::new(poll_conns)),
         Arc::new(tokio::sync::Semaphore::new(sale_conns)),
@@ -591,6 +719,12 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
     if let Some(k) = killer {
         // It stops waiting once the run stops; a kill under way finishes its restart first.
         let _ = k.await;
+    }
+    if let Some(k) = mega_killer {
+        let _ = k.await;
+    }
+    if let Some(m) = &sh.mega {
+        m.read_end();
     }
     if progress {
         eprintln!();
@@ -713,7 +847,7 @@ fn retry_later(sh: &Shared, u: u32, other_edge: bool, jitter: u64) {
 
 /// Crashes: an answer came back; a run of failures ends here.
 fn answered(sh: &Shared, u: u32) {
-    if !sh.s.crashes {
+    if !sh.s.retries() {
         return;
     }
     let mut g = sh.users[u as usize].lock();
@@ -744,7 +878,7 @@ async fn step(sh: &Shared, u: u32) {
         let g = sh.users[u as usize].lock();
         (g.phase, g.bot, g.cookies.clone(), g.token.clone(), g.order.clone(), g.sku, g.qty, g.edge)
     };
-    let crashes = sh.s.crashes;
+    let crashes = sh.s.retries();
     let user_id = format!("u{u}");
     // Each person has an address of their own; bots come from a handful.
     let ip = if bot { format!("10.255.0.{}", u % 4) } else { format!("10.{}.{}.{}", (u >> 16) & 255, (u >> 8) & 255, u & 255) };
@@ -774,8 +908,18 @@ async fn step(sh: &Shared, u: u32) {
             }
             g.join_seq = seq;
             g.position = body["position"].as_u64().unwrap_or(0);
+            g.join_edge = edge as u8;
             note_position(&mut g, &body);
             drop(g);
+            if status == 200 && body["position"].as_u64().is_some_and(|p| p > 0) {
+                let now = sh.now_ms();
+                sh.joins_placed.fetch_add(1, Ordering::Relaxed);
+                sh.first_join_ms.fetch_min(now, Ordering::Relaxed);
+                sh.last_join_ms.fetch_max(now, Ordering::Relaxed);
+            }
+            if status < 400 {
+                sh.judge_place(u, &body);
+            }
             after_status(sh, u, status, &headers, &body, bot, jitter);
         }
         Phase::Poll => {
@@ -803,6 +947,9 @@ async fn step(sh: &Shared, u: u32) {
             }
             note_position(&mut g, &body);
             drop(g);
+            if status < 400 {
+                sh.judge_place(u, &body);
+            }
             after_status(sh, u, status, &headers, &body, bot, jitter);
         }
         Phase::Hold => {
@@ -1067,6 +1214,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
     let capacity: u64 = stock["pools"]["main"]["capacity"].as_u64().unwrap_or(0);
     let mut live_qty: HashMap<String, u64> = HashMap::new();
     let mut per_user: HashMap<String, u64> = HashMap::new();
+    let mut orders_per_user: HashMap<String, u64> = HashMap::new();
     let mut seat_owners: HashMap<String, u32> = HashMap::new();
     let mut paid_orders = 0;
     let mut sold_by_bots = 0u64;
@@ -1082,6 +1230,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
             *live_qty.entry(p).or_default() += qty;
         }
         *per_user.entry(o["user"].as_str().unwrap_or("").to_string()).or_default() += qty;
+        *orders_per_user.entry(o["user"].as_str().unwrap_or("").to_string()).or_default() += 1;
         for seat in o["seats"].as_array().into_iter().flatten() {
             *seat_owners.entry(seat.as_str().unwrap_or("").to_string()).or_default() += 1;
         }
@@ -1104,6 +1253,9 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
     }
     let double_sold = seat_owners.values().filter(|&&n| n > 1).count() as u64;
     let over_limit_users = per_user.values().filter(|&&q| q > 2).count() as u64;
+    let users_with_several_orders = orders_per_user.values().filter(|&&n| n > 1).count() as u64;
+    // Megasale's double-sold: a user with more than one live order, or more tickets than the limit.
+    let double_sold_users = per_user.iter().filter(|(u, q)| **q > 2 || orders_per_user.get(*u).is_some_and(|n| *n > 1)).count() as u64;
     // FIFO fidelity: the order users sent their join vs the order of the positions the edge gave them.
     let mut pairs: Vec<(u64, u64)> = Vec::new();
     let mut abandoned = 0;
@@ -1147,6 +1299,10 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
     let (longest_stall_s, longest_stall_from_s) = longest_stall(samples, core_windows);
     let endpoints = sh.rec.endpoints(seconds);
     let total_requests: u64 = endpoints.iter().map(|e| e.requests).sum();
+    let layout_in_stats = match &sh.mega {
+        Some(_) => sh.stack.room_stats(&sh.http).await.ok().and_then(|v| v["layout"].as_str().map(str::to_string)),
+        None => None,
+    };
     Ok(SurgeReport {
         scenario: sh.s.name.to_string(),
         users: sh.s.users,
@@ -1191,6 +1347,44 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         queue_length,
         hold_p99: windows.iter().map(|w| (w.0 as f64, w.1)).collect(),
         crashes: if sh.s.crashes { Some(crash_figures(sh, &stock, samples, paid_out).await?) } else { None },
+        users_with_several_orders,
+        megasale: sh.mega.as_ref().map(|m| {
+            let (mut fans, mut placed) = (Vec::new(), Vec::new());
+            for u in &sh.users {
+                let g = u.lock();
+                if !g.bot && g.position > 0 {
+                    placed.push((usize::from(g.join_edge), g.join_seq, g.position));
+                    if g.admitted_ms.is_some() {
+                        fans.push((usize::from(g.join_edge), g.join_seq, g.position));
+                    }
+                }
+            }
+            let (first, last) = (sh.first_join_ms.load(Ordering::Relaxed), sh.last_join_ms.load(Ordering::Relaxed));
+            let join_seconds = if last > first { (last - first) as f64 / 1000.0 } else { 0.0 };
+            let sale = crate::megasale::SaleFigures {
+                fans: sh.s.users,
+                seats: capacity,
+                seconds,
+                admitted: sh.admitted.load(Ordering::Relaxed),
+                sold,
+                oversold,
+                seats_double_sold: double_sold,
+                still_waiting: (sh.s.users - sh.done.load(Ordering::Relaxed)) as u64,
+                sellout_seconds: sellout,
+                paid_out_seconds: paid_out,
+                requests_per_second: total_requests as f64 / seconds,
+            };
+            crate::megasale::figures(
+                sale,
+                m,
+                (&sh.s.layout, layout_in_stats, sh.s.spread),
+                sh.stack.edges.len(),
+                (sh.joins_placed.load(Ordering::Relaxed), join_seconds),
+                double_sold_users,
+                crate::megasale::tau_across_edges(&fans, sh.stack.edges.len()),
+                crate::megasale::tau_across_edges(&placed, 0).0,
+            )
+        }),
     })
 }
 
@@ -1363,6 +1557,9 @@ async fn order_states(sh: &Shared, ids: Vec<String>) -> anyhow::Result<HashMap<S
 /// Writes the report's figures to summary.json and RESULTS.md, and its plots to bench/results/.
 pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
     use crate::svg::{Series, line_chart};
+    if let Some(m) = &r.megasale {
+        return crate::megasale::publish(m, command);
+    }
     if let Some(c) = &r.crashes {
         return publish_crashes(r, c, command);
     }
