@@ -118,9 +118,9 @@ enum Cmd {
         #[arg(long, default_value_t = 1000)]
         block: u32,
         /// Megasale, spread layout: an edge stops using a block this long after leasing it (`block-ms`).
-        #[arg(long, default_value_t = 250)]
+        #[arg(long, default_value_t = 100)]
         block_ms: u32,
-        /// Megasale, spread layout: an edge writes its joins (and numbers them) this often (`flush-ms`).
+        /// Megasale, spread layout: an edge writes its joins this often (`flush-ms`).
         #[arg(long, default_value_t = 200)]
         flush_ms: u32,
         /// Override the number of seats.
@@ -289,7 +289,7 @@ async fn main() -> anyhow::Result<()> {
                     seats.map(|u| format!(" --seats {u}")).unwrap_or_default(),
                     release_max.map(|u| format!(" --release-max {u}")).unwrap_or_default(),
                     if scenario == "megasale" { format!(" --layout {layout}") } else { String::new() },
-                    if scenario == "megasale" && layout == "spread" && (block, block_ms, flush_ms) != (1000, 250, 200) {
+                    if scenario == "megasale" && layout == "spread" && (block, block_ms, flush_ms) != (1000, 100, 200) {
                         format!(" --block {block} --block-ms {block_ms} --flush-ms {flush_ms}")
                     } else {
                         String::new()

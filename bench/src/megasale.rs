@@ -536,7 +536,7 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
 /// are not the defaults (`spread`, `spread_b1000_25ms`, `spread_b1000_25ms_f25ms`).
 pub fn variant(layout: &str, spread: Option<(u32, u32, u32, u32)>) -> String {
     match spread {
-        Some((_, block, ms, 200)) if (block, ms) != (1000, 250) => format!("{layout}_b{block}_{ms}ms"),
+        Some((_, block, ms, 200)) if (block, ms) != (1000, 100) => format!("{layout}_b{block}_{ms}ms"),
         Some((_, block, ms, flush)) if flush != 200 => format!("{layout}_b{block}_{ms}ms_f{flush}ms"),
         _ => layout.to_string(),
     }
@@ -647,7 +647,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
          Busiest shard's commands: {top}.\n",
         quick_title = if quick { " (quick)" } else { "" },
         block_title = match m.spread {
-            Some((_, b, ms, f)) if (b, ms, f) != (1000, 250, 200) => format!(", block {b}, block-ms {ms}, flush-ms {f}"),
+            Some((_, b, ms, f)) if (b, ms, f) != (1000, 100, 200) => format!(", block {b}, block-ms {ms}, flush-ms {f}"),
             _ => String::new(),
         },
         machine = crate::report::machine(),
@@ -779,7 +779,7 @@ mod tests {
     #[test]
     fn each_spread_setting_has_its_own_name() {
         assert_eq!(variant("single", None), "single");
-        assert_eq!(variant("spread", Some((12, 1000, 250, 200))), "spread");
+        assert_eq!(variant("spread", Some((6, 1000, 100, 200))), "spread");
         assert_eq!(variant("spread", Some((12, 1000, 25, 200))), "spread_b1000_25ms");
         assert_eq!(variant("spread", Some((12, 1000, 25, 25))), "spread_b1000_25ms_f25ms");
     }

@@ -88,7 +88,7 @@ impl Scenario {
             megasale: false,
             edges: 1,
             layout: "single".into(),
-            spread: (12, 1000, 250, 200),
+            spread: (6, 1000, 100, 200),
         };
         let mut s = match name {
             "stararena" => base,
