@@ -114,11 +114,11 @@ enum Cmd {
         /// Megasale: the room's layout on the cluster, `spread` (across the cluster) or `single` (every key in one slot).
         #[arg(long, default_value = "spread")]
         layout: String,
-        /// Megasale, spread layout: positions an edge leases at once (`[rooms.spread] block`).
-        #[arg(long, default_value_t = 1000)]
+        /// Megasale, spread layout: places one edge numbers in one time bucket (`[rooms.spread] block`).
+        #[arg(long, default_value_t = 500)]
         block: u32,
-        /// Megasale, spread layout: an edge stops using a block this long after leasing it (`block-ms`).
-        #[arg(long, default_value_t = 100)]
+        /// Megasale, spread layout: the time bucket of a place, ms (`block-ms`): the FIFO error across edges.
+        #[arg(long, default_value_t = 5)]
         block_ms: u32,
         /// Megasale, spread layout: an edge writes its joins this often (`flush-ms`).
         #[arg(long, default_value_t = 200)]
@@ -289,7 +289,7 @@ async fn main() -> anyhow::Result<()> {
                     seats.map(|u| format!(" --seats {u}")).unwrap_or_default(),
                     release_max.map(|u| format!(" --release-max {u}")).unwrap_or_default(),
                     if scenario == "megasale" { format!(" --layout {layout}") } else { String::new() },
-                    if scenario == "megasale" && layout == "spread" && (block, block_ms, flush_ms) != (1000, 100, 200) {
+                    if scenario == "megasale" && layout == "spread" && (block, block_ms, flush_ms) != (500, 5, 200) {
                         format!(" --block {block} --block-ms {block_ms} --flush-ms {flush_ms}")
                     } else {
                         String::new()

@@ -500,19 +500,16 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
     if r.sold == 0 {
         bad.push("nothing was sold".into());
     }
-    // The single layout numbers every join on one counter: the admitted fans are in join order across
-    // edges. The spread layout numbers each edge's joins in blocks of `block-ms`: fans who joined at
-    // two edges less than that apart may be out of order, which the few thousand admitted fans of a
-    // sale that joined in its first seconds show most; the queue's order is judged over every fan
-    // given a place (the admitted τ is reported beside it).
-    if m.layout == "spread" {
-        // (A quick run's few thousand fans join within seconds with a thousand joins in flight, each
-        // waiting up to flush-ms for its batch: their order at the edges is the bench's more than
-        // the room's. Reported, not held, there.)
-        if !quick && (m.tau_all_placed.is_nan() || m.tau_all_placed < 0.99) {
-            bad.push(format!("τ over every fan given a place {:.4} < 0.99", m.tau_all_placed));
-        }
-    } else if m.tau_across_edges.is_nan() || m.tau_across_edges < 0.99 {
+    // The single layout numbers every join on one counter; the spread layout by arrival time bucket
+    // (`block-ms`) and edge: fans who joined at two edges less than a bucket apart may be out of
+    // order. Both are held to τ ≥ 0.99 over the admitted fans, and the spread layout over every fan
+    // given a place too. (A quick run's thousand-odd admitted fans joined within a second or two,
+    // a thousand joins in flight on debug edges: the order they reach the edges in is the bench's
+    // more than the room's — τ within one edge is ~0.996 there. Its admitted τ is reported, not held.)
+    if m.layout == "spread" && (m.tau_all_placed.is_nan() || m.tau_all_placed < 0.99) {
+        bad.push(format!("τ over every fan given a place {:.4} < 0.99", m.tau_all_placed));
+    }
+    if (m.layout != "spread" || !quick) && (m.tau_across_edges.is_nan() || m.tau_across_edges < 0.99) {
         bad.push(format!("τ across edges {:.4} < 0.99", m.tau_across_edges));
     }
     if m.places_lost > 0 {
@@ -548,7 +545,7 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
 /// are not the defaults (`spread`, `spread_b1000_25ms`, `spread_b1000_25ms_f25ms`).
 pub fn variant(layout: &str, spread: Option<(u32, u32, u32, u32)>) -> String {
     match spread {
-        Some((_, block, ms, 200)) if (block, ms) != (1000, 100) => format!("{layout}_b{block}_{ms}ms"),
+        Some((_, block, ms, 200)) if (block, ms) != (500, 5) => format!("{layout}_b{block}_{ms}ms"),
         Some((_, block, ms, flush)) if flush != 200 => format!("{layout}_b{block}_{ms}ms_f{flush}ms"),
         _ => layout.to_string(),
     }
@@ -659,7 +656,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
          Busiest shard's commands: {top}.\n",
         quick_title = if quick { " (quick)" } else { "" },
         block_title = match m.spread {
-            Some((_, b, ms, f)) if (b, ms, f) != (1000, 100, 200) => format!(", block {b}, block-ms {ms}, flush-ms {f}"),
+            Some((_, b, ms, f)) if (b, ms, f) != (500, 5, 200) => format!(", block {b}, block-ms {ms}, flush-ms {f}"),
             _ => String::new(),
         },
         machine = crate::report::machine(),

@@ -1,8 +1,9 @@
 //! A room spread across a real Redis Cluster (`layout = "spread"`, edge/src/room/spread.rs): edges
-//! (each a `SpreadRoom` on its own cluster connection, as each edge process has) number joins in
-//! leased blocks; the leader counts only real places and skips the holes; a rejoin at another edge
-//! keeps its place; sessions live on shards; the room's Redis work is spread over the masters;
-//! and a master's failover mid-burst loses no answered place and numbers no place twice.
+//! (each a `SpreadRoom` on its own cluster connection, as each edge process has) number joins by
+//! time bucket and edge index; the leader counts only real places and skips the holes; a rejoin at
+//! another edge keeps its place; sessions live on shards; the room's Redis work is spread over the
+//! masters; a failover of the master holding the edges' claims numbers no place twice; and across
+//! edges places follow the join order.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use wicket_edge::room::config::SpreadConfig;
 use wicket_edge::room::redis::RedisRooms;
-use wicket_edge::room::spread::{SpreadRoom, shard_tags, slot};
+use wicket_edge::room::spread::{EPOCH_MS, Numbering, SpreadRoom, counter_tag, shard_tags, slot};
 use wicket_edge::room::state::{Proof, RoomState, Who};
 use wicket_edge::room::unix_ms;
 use wicket_testkit::RedisCluster;
@@ -43,34 +44,53 @@ fn calls(port: u16) -> u64 {
         .sum()
 }
 
+/// Sleeps until a time bucket of `ms` has just begun (so a quick burst falls in one bucket); its number.
+async fn bucket_start(ms: u64) -> u64 {
+    loop {
+        let into = (unix_ms() - EPOCH_MS) % ms;
+        if into < 5 {
+            return (unix_ms() - EPOCH_MS) / ms;
+        }
+        tokio::time::sleep(Duration::from_millis(ms - into)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocks_per_edge_real_places_only_and_a_rejoin_anywhere_keeps_its_place() {
     let cluster = RedisCluster::start(3);
-    let cfg = SpreadConfig { shards: 6, block: 10, block_ms: 300, flush_ms: 20 };
+    let cfg = SpreadConfig { shards: 6, block: 10, block_ms: 1000, flush_ms: 20 };
+    let num = Numbering::new(&cfg);
     let (a, b) = (edge(&cluster, "r1", cfg.clone()), edge(&cluster, "r1", cfg));
-    // Edge a takes 5 joins at once: one block (1-10), places in order of the batch.
+    let t = bucket_start(1000).await;
+    // Edge a (the first to claim: index 0) takes 5 joins at once: its block of this bucket, in
+    // the order of the batch.
     let got_a = burst(&a, 1..=5).await;
     let mut pa: Vec<u64> = got_a.iter().map(|(_, p)| *p).collect();
     pa.sort_unstable();
-    assert_eq!(pa, [1, 2, 3, 4, 5], "{got_a:?}");
-    // Edge b leases the next block (11-20).
+    let a0 = num.start(t, 0);
+    assert_eq!(pa, [a0, a0 + 1, a0 + 2, a0 + 3, a0 + 4], "{got_a:?}");
+    // Edge b (index 1): its own block of the same bucket, right after a's.
     let got_b = burst(&b, 6..=8).await;
     let mut pb: Vec<u64> = got_b.iter().map(|(_, p)| *p).collect();
     pb.sort_unstable();
-    assert_eq!(pb, [11, 12, 13]);
+    let b0 = num.start(t, 1);
+    assert_eq!(pb, [b0, b0 + 1, b0 + 2]);
+    assert_eq!(b0, num.end(t, 0) + 1);
     let place: HashMap<Who, u64> = got_a.iter().chain(&got_b).copied().collect();
     // A rejoin keeps the place: at its own edge (no Redis), and at the other (the shard's map).
     assert_eq!(join(&a, 1).await, (place[&1], false));
     assert_eq!(join(&b, 2).await, (place[&2], false), "the other edge finds the place in the shard");
     assert_eq!(join(&a, 7).await, (place[&7], false));
-    // The leader counts real places only: it stops at the end of a's block, still in use.
+    // The leader counts real places only: nothing is recorded while the bucket runs.
     assert!(a.lead("node-a", 10_000).await.unwrap());
     assert!(!b.lead("node-b", 10_000).await.unwrap(), "one leader");
     let s = a.advance_lane("node-a", 100, 0, unix_ms()).await.unwrap();
-    assert_eq!((s.serving, s.released), (0, 0), "a's block is in use and reported nothing yet");
+    assert_eq!((s.serving, s.released), (0, 0), "the blocks are in use and recorded nothing yet");
     assert_eq!(b.advance_lane("node-b", 100, 0, unix_ms()).await.unwrap().released, 0, "not the leader: nothing moves");
-    // Once a's block ages, its next batch ends it (used 1-5); b's too.
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    // Once the bucket is over, each edge's next batch records its block (a: 1-5 and a hole).
+    while (unix_ms() - EPOCH_MS) / 1000 == t {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     a.flush().await;
     b.flush().await;
     // (A step by nothing counts them; the leader's refresh does it when it has not stepped for a tick.)
@@ -78,17 +98,18 @@ async fn blocks_per_edge_real_places_only_and_a_rejoin_anywhere_keeps_its_place(
     // 10: the 8 fans' places, and the two places the rejoins at the other edge took on arrival
     // before their batch found the places they held (holes the release counts as places).
     let c = a.counters();
-    assert_eq!((c.serving, c.waiting()), (0, 10), "10 places handed out");
+    assert_eq!(c.waiting(), 10, "10 places handed out: {c:?}");
+    // Every position before a's block is nobody's (no edge numbered there): passed at once.
     let s = a.advance_lane("node-a", 4, 0, unix_ms()).await.unwrap();
-    assert_eq!((s.serving, s.released), (4, 4));
-    // 5 and 6 are used; 7-10 are a hole, passed without counting; then 11-14.
+    assert_eq!((s.serving, s.released), (a0 + 3, 4));
+    // a's fifth and the hole, its unused end, then b's four; then b's unused end.
     let s = a.advance_lane("node-a", 100, 0, unix_ms()).await.unwrap();
-    assert_eq!((s.serving, s.released), (20, 6), "b's block ended too: its end (15-20) is passed");
+    assert_eq!((s.serving, s.released), (num.end(t, 1), 6));
     let c = a.refresh().await.unwrap();
-    assert_eq!((c.serving, c.waiting()), (20, 0));
-    // New joins after a quiet spell take a new block, after serving.
+    assert_eq!((c.serving, c.waiting()), (num.end(t, 1), 0));
+    // New joins take places after serving.
     let (p, fresh) = join(&b, 100).await;
-    assert!(fresh && p > 20, "{p}");
+    assert!(fresh && p > num.end(t, 1), "{p}");
     // Its session lives on its shard: the conformance checks of sessions hold on this layout (the
     // sweep on the leader: only it sweeps the shards, and publishes the active count).
     common::room_state::sessions(&*b, unix_ms()).await;
@@ -97,10 +118,15 @@ async fn blocks_per_edge_real_places_only_and_a_rejoin_anywhere_keeps_its_place(
     assert!(!b.lead("node-b", 10_000).await.unwrap());
     // An ended session spends the place: a rejoin anywhere queues anew.
     assert!(a.open_session(1, unix_ms() + 60_000).await.unwrap());
+    assert!(a.session_alive(1, unix_ms()).await.unwrap());
     assert!(b.end_session(1).await.unwrap());
+    assert!(!b.session_alive(1, unix_ms()).await.unwrap(), "ended where it was ended, at once");
+    // The other edge believes the running session it saw for at most a second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(!a.session_alive(1, unix_ms()).await.unwrap(), "ended everywhere within a second");
     assert!(a.spent(1, place[&1]).await.unwrap());
     let (again, fresh) = join(&b, 1).await;
-    assert!(fresh && again > 20, "a spent place is not given back: {again}");
+    assert!(fresh && again > num.end(t, 1), "a spent place is not given back: {again}");
 }
 
 /// Four edges take joins without pause for 4 s (each edge a few hundred per flush) while each
@@ -203,15 +229,16 @@ async fn four_edges_spread_the_work_over_the_masters() {
     assert!((busiest as f64) / (total as f64) <= 0.4, "the busiest master carries {busiest} of {total}");
 }
 
-/// The master of the room's own slot is SIGKILLed while four edges take joins; its replica takes
-/// over. Every join answered got a place no other join got, and every edge goes on numbering after
-/// the failover (a block counter that went back does not number a place twice on an edge).
+/// The master holding the edges' claims is SIGKILLed while four edges take joins; its replica
+/// takes over, with or without the last claims. Every edge goes on numbering after the failover
+/// with the index it had (it asks for it back at its next renewal), so no place is given to two
+/// identities.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failover_of_the_rooms_master_numbers_no_place_twice() {
+async fn a_failover_of_the_claims_master_numbers_no_place_twice() {
     let mut cluster = RedisCluster::start_with_replicas(3, 500);
-    let cfg = SpreadConfig { shards: 6, block: 50, block_ms: 100, flush_ms: 20 };
+    let cfg = SpreadConfig { shards: 6, block: 50, block_ms: 10, flush_ms: 20 };
     let edges: Vec<Arc<SpreadRoom>> = (0..4).map(|_| edge(&cluster, "fo", cfg.clone())).collect();
-    let main = cluster.master_of("{room:fo}").unwrap();
+    let claims = cluster.master_of(&format!("{{{}}}", counter_tag("fo"))).unwrap();
     let answered = Arc::new(parking_lot::Mutex::new(Vec::<(Who, u64)>::new()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -234,45 +261,44 @@ async fn a_failover_of_the_rooms_master_numbers_no_place_twice() {
     }
     tokio::time::sleep(Duration::from_millis(700)).await;
     let before_kill = answered.lock().len();
-    cluster.nodes[main].kill9();
-    // The replica takes over within a few node timeouts; joins go on.
+    cluster.nodes[claims].kill9();
+    // The replica takes over within a few node timeouts; joins go on, claims are renewed.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if answered.lock().len() > before_kill + 2000 || std::time::Instant::now() > deadline {
+        if answered.lock().len() > before_kill + 3000 || std::time::Instant::now() > deadline {
             break;
         }
     }
+    // At least one renewal (every 2 s) after the failover.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in tasks {
         t.await.unwrap();
     }
     let answered = answered.lock().clone();
-    assert!(answered.len() > before_kill + 2000, "joins went on after the failover: {} then {}", before_kill, answered.len());
+    assert!(answered.len() > before_kill + 3000, "joins went on after the failover: {} then {}", before_kill, answered.len());
+    let num = Numbering::new(&cfg);
     let mut seen = HashMap::new();
+    let mut indexes: HashMap<u64, HashSet<u64>> = HashMap::new();
     for (w, p) in &answered {
         if let Some(other) = seen.insert(*p, *w) {
-            // Two identities with one place can only come from two edges leasing the same block
-            // from a counter the failover set back; an edge never numbers a place twice.
-            assert_ne!(other >> 40, w >> 40, "edge {} numbered place {p} twice", w >> 40);
+            panic!("place {p} given to {other:x} and {w:x}");
         }
+        indexes.entry(w >> 40).or_default().insert(num.decode(*p).1);
     }
-    let twice = answered.len() - seen.len();
-    eprintln!("{} joins answered ({} before the kill), {twice} places shared by two edges after the failover", answered.len(), before_kill);
-    assert!(twice <= 4 * cfg_block_limit(), "at most the blocks leased in the lost window: {twice}");
-}
-
-/// At most one block per edge can be leased twice when a failover loses the counter's last writes.
-fn cfg_block_limit() -> usize {
-    50
+    eprintln!("{} joins answered ({} before the kill); indexes per edge {indexes:?}", answered.len(), before_kill);
+    for (edge, idx) in &indexes {
+        assert_eq!(idx.len(), 1, "edge {edge} kept its index through the failover: {idx:?}");
+    }
 }
 
 /// Three edges built as `wicket serve` builds them (`Rooms` from one config with a spread room on a
 /// Redis Cluster) run a small sale with their release loops: every fan, joining at any edge, is
 /// admitted at any edge in the order of their places, and the places follow the join order across
-/// edges (each fan joins after the one before was answered); an edge that dies holding a block does
-/// not stop the queue (its block is taken as done after the grace, its fans still get in); and the
-/// admin API refuses to change a live room's layout.
+/// edges exactly (each fan joins after the one before was answered: a later bucket); an edge that
+/// dies holding a block does not stop the queue (its positions are passed after the grace, its
+/// fans still get in); and the admin API refuses to change a live room's layout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_on_a_spread_room_across_three_edges() {
     use std::sync::atomic::Ordering;
@@ -286,7 +312,7 @@ async fn a_sale_on_a_spread_room_across_three_edges() {
         "store = {{ cluster = [{list}] }}\n[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\n\
          secret = \"hs-secret-for-room-tests-0123456789abcdef\"\n\
          [[rooms]]\nid = \"big\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nlayout = \"spread\"\n\
-         release = {{ mode = \"fixed\", rate = 40.0 }}\nspread = {{ block = 20, block-ms = 100, flush-ms = 20 }}\n"
+         release = {{ mode = \"fixed\", rate = 40.0 }}\nspread = {{ block = 20, block-ms = 10, flush-ms = 20 }}\n"
     );
     let cfg = WicketConfig::from_toml_str(&text).unwrap();
     assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
@@ -309,15 +335,16 @@ async fn a_sale_on_a_spread_room_across_three_edges() {
             tokio::time::sleep(Duration::from_millis(40)).await;
         }
     }
-    // A fan who asked after another was answered gets a later place, unless their edges' blocks
-    // overlapped in time: the FIFO error across edges, at most block-ms (100 ms) plus a batch.
+    // A fan who asked after another was answered gets a later place, whichever edges they joined
+    // at, unless both places were taken in one 10 ms bucket (the FIFO error across edges): then
+    // the second asked within 10 ms of the first's answer.
     let mut inversions = 0;
     for i in 0..60 {
         for j in i + 1..60 {
             if tickets[j].1.position < tickets[i].1.position {
                 inversions += 1;
                 let apart = when[j].0.saturating_duration_since(when[i].1);
-                assert!(apart <= Duration::from_millis(100 + 20 + 150), "fan {j} asked {apart:?} after fan {i} was answered, yet got an earlier place");
+                assert!(apart < Duration::from_millis(10), "fan {j} asked {apart:?} after fan {i} was answered, yet got an earlier place");
             }
         }
     }
@@ -341,6 +368,8 @@ async fn a_sale_on_a_spread_room_across_three_edges() {
     let everyone: Vec<(String, wicket_edge::room::ticket::QueueTicket)> = tickets.iter().chain(&orphans).cloned().collect();
     let started = std::time::Instant::now();
     let mut tick = 0usize;
+    // (place, people ahead as told, serving then) of the fans waiting at the second round.
+    let mut told: Vec<(u64, u64, u64)> = Vec::new();
     while admitted_at.len() < everyone.len() && started.elapsed() < Duration::from_secs(30) {
         for (e, r) in edges.iter().zip(&rooms) {
             e.tick_room(r, unix_ms()).await.unwrap();
@@ -355,7 +384,11 @@ async fn a_sale_on_a_spread_room_across_three_edges() {
                 StatusOutcome::Status(s) if s.state == Phase::Admitted => {
                     admitted_at.insert(sub.clone(), tick);
                 }
-                StatusOutcome::Status(_) => {}
+                StatusOutcome::Status(s) => {
+                    if tick == 1 {
+                        told.push((t.position, s.ahead.unwrap_or(u64::MAX), rooms[e].state.counters().serving));
+                    }
+                }
                 StatusOutcome::Rejoin => panic!("{sub} lost its place"),
             }
         }
@@ -363,6 +396,19 @@ async fn a_sale_on_a_spread_room_across_three_edges() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(admitted_at.len(), everyone.len(), "everyone admitted within 30 s: {} of {}", admitted_at.len(), everyone.len());
+    // Places are not consecutive numbers: the people ahead come from the places per second of
+    // joins the leader publishes, near the true count (the places between serving and the fan's),
+    // never more for a fan further back.
+    assert!(told.len() >= 20, "{told:?}");
+    told.sort_unstable();
+    let places: Vec<u64> = everyone.iter().map(|(_, t)| t.position).collect();
+    for (i, (p, ahead, serving)) in told.iter().enumerate() {
+        let truth = places.iter().filter(|q| *q > serving && *q < p).count() as u64;
+        assert!(ahead.abs_diff(truth) <= 5 + truth / 5, "place {p}: told {ahead} ahead, {truth} really: {told:?}");
+        if i > 0 && told[i - 1].2 == *serving {
+            assert!(told[i - 1].1 <= *ahead, "further back, no fewer ahead: {told:?}");
+        }
+    }
     assert_eq!(rooms.iter().filter(|r| r.leader.load(Ordering::Relaxed)).count(), 1, "one leader");
     // Admitted in the order of their places (a fan is never let in before one ahead of it).
     let mut by_place: Vec<(u64, usize)> = everyone.iter().map(|(sub, t)| (t.position, admitted_at[sub])).collect();

@@ -26,7 +26,7 @@
 //! | `test-mode` | `false`; `true`: only fans with the operator's test cookie meet the room, everyone else passes as if it were off |
 //! | `invite` | none: everyone may queue (`[rooms.invite]`: the presale lane, [`super::invite`]; `share`: its share of each release) |
 //! | `layout` | `single` (every key in one Redis Cluster slot); `spread`: across the cluster ([`super::spread`]) |
-//! | `spread` | 6 shards, blocks of 1000 positions, a block used at most 100 ms, joins written every 200 ms |
+//! | `spread` | 6 shards, time buckets of 5 ms with up to 500 places per edge each, joins written every 200 ms |
 
 use serde::{Deserialize, Serialize};
 
@@ -270,10 +270,12 @@ pub struct SpreadConfig {
     /// Shards of the identity map and the sessions, each on its own slot, spread evenly over the
     /// slot space. Default 6 (two on each of 3 masters, three on each of 2).
     pub shards: u32,
-    /// Positions an edge leases at once. Default 1000.
+    /// Places one edge numbers in one time bucket (more joins in a bucket spill into the next).
+    /// Default 500 (100,000 joins a second at one edge).
     pub block: u64,
-    /// An edge hands out no place from a block older than this, ms (the FIFO error's bound
-    /// across edges, with the block's fill time). Default 100.
+    /// The time bucket, ms: a join's place is (its arrival's bucket, its edge, its order there),
+    /// so across edges joins are out of order by at most this (and the edges' clock skew).
+    /// Default 5.
     #[serde(alias = "block_ms")]
     pub block_ms: u64,
     /// How often an edge writes the joins it took (one batch per shard), ms: a join is answered
@@ -284,7 +286,7 @@ pub struct SpreadConfig {
 
 impl Default for SpreadConfig {
     fn default() -> Self {
-        SpreadConfig { shards: 6, block: 1000, block_ms: 100, flush_ms: 200 }
+        SpreadConfig { shards: 6, block: 500, block_ms: 5, flush_ms: 200 }
     }
 }
 
@@ -419,11 +421,15 @@ impl RoomConfig {
         if s.shards == 0 || s.shards > 1024 {
             out.push(issue(format!("{path}.spread.shards"), "must be between 1 and 1024"));
         }
-        if s.block == 0 || s.block > 1_000_000 {
-            out.push(issue(format!("{path}.spread.block"), "must be between 1 and 1000000"));
+        if s.block == 0 || s.block > 100_000 {
+            out.push(issue(format!("{path}.spread.block"), "must be between 1 and 100000"));
+        } else if s.block_ms > 0 && s.block > 100 * s.block_ms {
+            // Positions are (bucket, edge, place): 64 edges x 100 places a ms stay below 2^53
+            // (exact in Redis scripts and in JavaScript) for 40 years from 2026.
+            out.push(issue(format!("{path}.spread.block"), "must be at most 100 places per ms of block-ms (positions must stay below 2^53)"));
         }
-        if s.block_ms < 10 || s.block_ms > 10_000 {
-            out.push(issue(format!("{path}.spread.block-ms"), "must be between 10 and 10000"));
+        if s.block_ms == 0 || s.block_ms > 1000 {
+            out.push(issue(format!("{path}.spread.block-ms"), "must be between 1 and 1000"));
         }
         if s.flush_ms < 5 || s.flush_ms > 1000 {
             out.push(issue(format!("{path}.spread.flush-ms"), "must be between 5 and 1000"));
@@ -796,10 +802,15 @@ mod tests {
         assert_eq!(s.config.spread, SpreadConfig { shards: 12, block: 500, block_ms: 100, flush_ms: 50 });
         let paths = |extra: &str| room(extra).unwrap_err().into_iter().map(|i| i.path).collect::<Vec<_>>();
         assert_eq!(
-            paths("layout = \"spread\"\nbot-check = \"pow\"\nqueue = \"when-needed\"\n[spread]\nshards = 0\nblock = 0\nblock-ms = 5\nflush-ms = 2000\n"),
+            paths("layout = \"spread\"\nbot-check = \"pow\"\nqueue = \"when-needed\"\n[spread]\nshards = 0\nblock = 0\nblock-ms = 2000\nflush-ms = 2000\n"),
             // (The first: "when-needed" never asks a room's bot check, whatever the layout.)
             ["rooms[0].queue", "rooms[0].spread.shards", "rooms[0].spread.block", "rooms[0].spread.block-ms", "rooms[0].spread.flush-ms", "rooms[0].bot-check", "rooms[0].queue"]
         );
+        // More places per bucket than 100 a ms would take positions past 2^53 within decades.
+        let issues = room("layout = \"spread\"\n[spread]\nblock = 2000\nblock-ms = 10\n").unwrap_err();
+        assert_eq!(issues.iter().map(|i| i.path.as_str()).collect::<Vec<_>>(), ["rooms[0].spread.block"]);
+        assert!(issues[0].message.contains("2^53"), "{issues:?}");
+        assert!(room("layout = \"spread\"\n[spread]\nblock = 1000\nblock-ms = 10\n").is_ok());
         let issues = room("layout = \"spread\"\nmethod = \"random\"\nschedule = { opens-at = \"2026-12-01T10:00:00Z\" }\ninvite = { share = 0.2 }\n").unwrap_err();
         for path in ["rooms[0].method", "rooms[0].invite.share"] {
             assert!(issues.iter().any(|i| i.path == path && i.message.contains("spread layout")), "{path}: {issues:?}");

@@ -6,8 +6,9 @@
 //! - [`state`]: the [`state::RoomState`] trait and its embedded implementation (counters, not lists).
 //! - [`redis`]: the Redis implementation (several edges, one queue, a leader with a lease), every
 //!   key of a room in one Cluster slot (`layout = "single"`, the default).
-//! - [`spread`]: a room spread across a Redis Cluster (`layout = "spread"`): positions leased to
-//!   each edge in blocks, identities and sessions sharded across slots, joins written in batches.
+//! - [`spread`]: a room spread across a Redis Cluster (`layout = "spread"`): places ordered by
+//!   arrival time bucket and edge, identities and sessions sharded across slots, joins written in
+//!   batches.
 //! - [`state_backend`] (inline below): which of the two new rooms get, embedded or one shared Redis
 //!   connection.
 //! - [`ticket`]: the signed `wicket_q_<room>` cookie.
@@ -183,8 +184,8 @@ pub struct ReleaseBook {
     pub lane_carry: f64,
     /// Batches already released (they are sorted by time).
     pub batches_done: usize,
-    /// `serving` at the last tick, for the measured release rate.
-    pub last_serving: Option<u64>,
+    /// Places passed at the last tick ([`state::RoomState::passed`]), for the measured release rate.
+    pub last_passed: Option<u64>,
     /// Time of the last tick, Unix ms.
     pub last_tick_ms: u64,
 }
@@ -1271,7 +1272,7 @@ impl Rooms {
             s.state = Phase::NotOpen;
             if spec.config.method == QueueMethod::Fifo {
                 s.position = Some(t.position);
-                s.ahead = Some(t.position - 1);
+                s.ahead = Some(room.state.ahead(t.position, &state::Counters { serving: 0, ..*c }));
             }
             s.opens_at = opens_at.and_then(rfc3339);
             let until_open = opens_at.map_or(0, |o| (o - now_s).max(0) as u64);
@@ -1287,7 +1288,7 @@ impl Rooms {
             // Sold out for now: the place is kept, nobody is released until tickets return.
             s.state = Phase::SoldOut;
             s.restock_possible = true;
-            let ahead = pos.saturating_sub(c.serving + 1);
+            let ahead = room.state.ahead(pos, c);
             s.ahead = Some(ahead);
             s.poll_after_ms = jitter(match ahead {
                 0..100 => 5000,
@@ -1299,7 +1300,7 @@ impl Rooms {
         if pos <= c.serving || (t.lane > 0 && t.lane <= c.lane_serving) {
             return Peek::Front(s, pos);
         }
-        let mut ahead = pos - c.serving - 1;
+        let mut ahead = room.state.ahead(pos, c);
         // The share of the release that `ahead` moves at (a lane place: its lane's, when the lane
         // is the faster way in).
         let mut share = 1.0;

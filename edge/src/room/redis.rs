@@ -277,6 +277,11 @@ impl SessionKeys {
     }
 
     pub(super) async fn alive(&self, r: &RedisRooms, who: Who, now_ms: u64) -> Result<bool, StateError> {
+        Ok(self.until(r, who).await?.is_some_and(|u| u > now_ms))
+    }
+
+    /// When `who`'s session ends (ms), if it was opened and not ended or swept.
+    pub(super) async fn until(&self, r: &RedisRooms, who: Who) -> Result<Option<u64>, StateError> {
         let mut cmd = redis::cmd("ZSCORE");
         cmd.arg(&self.sessions).arg(who_hex(who));
         let v = r.cmd(cmd).await?;
@@ -286,7 +291,7 @@ impl SessionKeys {
             Value::Int(i) => Some(*i as f64),
             _ => None,
         };
-        Ok(until.is_some_and(|u| u > now_ms as f64))
+        Ok(until.map(|u| u.max(0.0) as u64))
     }
 
     pub(super) async fn touch(&self, r: &RedisRooms, who: Who, now_ms: u64) -> Result<(), StateError> {

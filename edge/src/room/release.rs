@@ -134,13 +134,15 @@ impl Rooms {
             room.state.lapse(now_ms, spec.config.proof_grace_seconds * 1000).await?;
         }
         {
+            // People, not numbers: a spread room's places are not consecutive.
+            let passed = room.state.passed(&step.map_or(c, |a| super::state::Counters { serving: a.serving, ..c }));
             let mut b = room.book.lock();
-            if let Some(prev) = b.last_serving {
-                let inst = serving.saturating_sub(prev) as f64 * 1000.0 / dt_ms as f64;
+            if let Some(prev) = b.last_passed {
+                let inst = passed.saturating_sub(prev) as f64 * 1000.0 / dt_ms as f64;
                 let m = room.measured_rate();
                 room.set_measured_rate(if m == 0.0 { inst } else { 0.7 * m + 0.3 * inst });
             }
-            b.last_serving = Some(serving);
+            b.last_passed = Some(passed);
         }
         // The report: this edge's counts, and from the leader the places it released and its
         // figures (while people wait or sessions run, or something was counted this minute).

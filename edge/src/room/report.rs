@@ -41,7 +41,7 @@ impl Rooms {
             return;
         }
         let session_ms = room.spec().config.session_seconds * 1000;
-        match room.report.store.first_use(who, now_ms, session_ms).await {
+        match room.report.store.first_use_known(who, now_ms, session_ms, room.state.session_until(who)).await {
             Ok(first) => {
                 room.mark_use_noted(who);
                 if let Some(admitted_ms) = first {

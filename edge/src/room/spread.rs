@@ -1,32 +1,39 @@
 //! A room spread across a Redis Cluster (`layout = "spread"`, DESIGN §7b): the state of one room
 //! no longer sits on one node, so a room's joins are not bounded by one node's scripts a second.
 //!
-//! - **Positions in blocks.** An edge leases a block of `block` positions (`INCRBY` on the room's
-//!   slot: the one command a block costs there) and numbers its joins in it as they arrive. It hands
-//!   out nothing from a block older than `block-ms`: a fan who joined at another edge a moment
-//!   earlier may get a later number, by at most `max(block-ms, the block's fill time)` — the FIFO
-//!   error across edges. Within an edge the order is exact.
-//! - **Real places only.** When an edge leaves a block (used up, or `block-ms` old) it records on a
-//!   shard (blocks go round the shards) how far it used it (lua/room_spread_block.lua). The leader
-//!   reads every shard's records once a tick, walks them in position order and passes only places
-//!   handed out, skipping unused ends ([`SpreadRoom::step`], [`walk`]). Positions no record holds
-//!   yet (a block still in use) are a gap where it waits, at most a grace after which it passes
-//!   them (an edge that died holding a block: its fans are let in, uncounted); its step is written
-//!   with the lease checked (lua/room_spread_advance.lua).
+//! - **Places ordered by arrival time.** A join's place is (the `block-ms` time bucket it arrived
+//!   in, its edge's index, its order at that edge), written as one number ([`Numbering`]): across
+//!   edges, joins are out of order by at most one bucket (5 ms by default) and the edges' clock
+//!   skew; within an edge the order is exact. Numbering costs no Redis command: an edge claims an
+//!   index once (lua/room_spread_edge.lua, renewed every 2 s; at most [`EDGES`] edges number at
+//!   once) and its places of one bucket are its *block*.
+//! - **Real places only.** At each batch an edge records the blocks it left and how far it used
+//!   them, with its *watermark* (every block of a bucket before it is recorded), on one shard
+//!   (its records go round them; lua/room_spread_block.lua: one script). The leader reads the watermarks, then the
+//!   front of every shard's blocks, walks them in position order and passes only places handed
+//!   out ([`SpreadRoom::step`], [`walk`]). Positions no record holds are passed only when nobody can
+//!   hold them ([`passable`]): their edge's watermark is past them, or no edge claims the index,
+//!   or its edge was silent for the grace (2 s; an edge that died mid-bucket: its fans are let in,
+//!   uncounted). The step is written with the lease checked (lua/room_spread_advance.lua), with
+//!   how many places each second of joins holds, from which every edge tells a fan how many
+//!   people are ahead ([`ahead_of`]): places are not consecutive numbers on this layout.
 //! - **Identities and sessions sharded.** The identity map (a rejoin keeps its place) and the
 //!   sessions are split over `shards` slots chosen to spread evenly over the slot space
 //!   ([`shard_tags`]). A join takes its place at arrival and waits for the edge's next batch
 //!   (every `flush-ms`): one `HMGET` and one `HSET` per shard for the whole batch, so a join costs
 //!   a fraction of a Redis command. An identity found holding a place keeps it (the place just
 //!   taken is left a hole, counted by the release as a place: rejoins without their ticket only).
+//!   A session found running is believed for 1 s on the edge that looked (an end at another edge
+//!   reaches it within that second).
 //! - **What it does not carry (yet).** Owed places of the room's bot check, the random pre-queue,
 //!   passthrough and the invite lane's share keep per-place state in one slot; validation refuses
 //!   them with this layout ([`super::config::RoomConfig::compile`]).
 //!
-//! Edge-local state: the current block, the batch not yet written, and the identities this edge
-//! numbered (a rejoin at the same edge is answered without Redis; bounded by `max-tracked`).
+//! Edge-local state: the open block, the blocks not recorded yet, the batch not yet written, the
+//! identities this edge numbered (a rejoin at the same edge is answered without Redis; bounded by
+//! `max-tracked`) and the sessions it saw running in the last second.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
@@ -40,15 +47,40 @@ use super::config::SpreadConfig;
 use super::redis::{CALL_TIMEOUT, LEAD, RESIGN, RedisRooms, SessionKeys, int, ints, who_hex};
 use super::state::{Advanced, Counters, DONE, Joined, Proof, ProofState, RoomState, StateError, Who};
 
-static BLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_block.lua")));
+static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_block.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_edge.lua")));
 static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_advance.lua")));
 
-/// What the leader adds to `block-ms` before it takes a block whose edge never said it was done
-/// as done (the edge's last report on its way, clocks a little apart), and how long it waits at a
-/// gap no block holds.
+/// Edges that can number one room's joins at once (each holds an index below it).
+pub const EDGES: u64 = 64;
+/// 2026-01-01T00:00:00Z: buckets are counted from it on every edge (no shared key a failover
+/// could lose).
+pub const EPOCH_MS: u64 = 1_767_225_600_000;
+/// An edge whose watermark is older than this is taken as gone: the leader passes its positions
+/// of buckets older than this (its fans get in, uncounted).
 const GRACE_MS: u64 = 2000;
+/// Positions of an index no edge claims are passed once their bucket is this old (a claim made
+/// since the leader read the claims numbers from the bucket it was made in; clocks a little apart).
+const SKEW_MS: u64 = 250;
+/// An index not renewed for this long is free for another edge.
+const CLAIM_STALE_MS: u64 = 10_000;
+/// How often an edge renews its index.
+const CLAIM_EVERY: Duration = Duration::from_secs(2);
+/// An edge with no block to record still writes its watermark this often (so the leader need not
+/// wait for it at the front of the queue).
+const MARK_EVERY: Duration = Duration::from_millis(500);
+/// Blocks the leader reads from each shard in one step: the front of the queue.
+const WINDOW: usize = 1000;
+/// Most blocks one record carries (the rest go with the next batch).
+const MAX_RECORD: usize = 500;
+/// Seconds of joins behind `serving` whose counts the leader keeps.
+const HIST_KEEP_S: u64 = 60;
 /// Most joins one batch takes (the rest wait for the next).
 const MAX_BATCH: usize = 20_000;
+/// How long a session seen running is believed without asking its shard again.
+const ALIVE_FOR: Duration = Duration::from_secs(1);
+/// Most sessions remembered as running (the memory is cleared when it is full).
+const MAX_ALIVE: usize = 100_000;
 
 /// The Redis Cluster hash slot of a key's hash tag (CRC16/XMODEM mod 16384, as Redis computes it).
 pub fn slot(tag: &str) -> u16 {
@@ -97,44 +129,120 @@ fn away_from_room(tag: &str, room: &str) -> bool {
     d.min(16384 - d) >= 16384 / 3
 }
 
-/// The hash tag of a room's block counter: the first `room:<id>:n.<k>` away from the room's slot
-/// ([`away_from_room`]), so the leases and the leader's work fall on two masters.
+/// The hash tag of a room's edge claims: the first `room:<id>:n.<k>` away from the room's slot
+/// ([`away_from_room`]), so the claims and the leader's writes fall on two masters.
 pub fn counter_tag(id: &str) -> String {
     (0u32..).map(|k| format!("room:{id}:n.{k}")).find(|t| away_from_room(t, id)).unwrap_or_default()
 }
 
-/// The room's keys in its own slot (`wk:{room:<id>}:...`, shared with the single layout's names),
-/// but for the block counter ([`counter_tag`]).
-struct MainKeys {
-    /// Last position leased (`wk:{room:<id>:n.<k>}:issued`).
-    issued: String,
-    serving: String,
-    leader: String,
-    /// Real places serving passed.
-    passed: String,
-    /// Places handed out and not passed, as the leader's last step counted.
-    waiting: String,
-    /// Active sessions, as the leader's last sweep counted.
-    active: String,
+
+/// How a spread room's places are numbered: position `p` is place `seq` of edge index `e`'s
+/// block in time bucket `t` (`block-ms` wide, counted from [`EPOCH_MS`]):
+/// `p = (t * EDGES + e) * block + seq + 1`. Ordered by bucket first, so by arrival time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Numbering {
+    pub block: u64,
+    pub block_ms: u64,
 }
 
-/// A block as the leader reads it from its edge's record.
+impl Numbering {
+    pub fn new(cfg: &SpreadConfig) -> Self {
+        Numbering { block: cfg.block.max(1), block_ms: cfg.block_ms.max(1) }
+    }
+
+    /// The bucket of a Unix time (ms).
+    pub fn bucket(&self, unix_ms: u64) -> u64 {
+        unix_ms.saturating_sub(EPOCH_MS) / self.block_ms
+    }
+
+    /// The first position of edge `e`'s block in bucket `t`.
+    pub fn start(&self, t: u64, e: u64) -> u64 {
+        (t * EDGES + e) * self.block + 1
+    }
+
+    /// The last position of edge `e`'s block in bucket `t`.
+    pub fn end(&self, t: u64, e: u64) -> u64 {
+        self.start(t, e) + self.block - 1
+    }
+
+    /// The (bucket, edge index) of a position.
+    pub fn decode(&self, p: u64) -> (u64, u64) {
+        let q = p.saturating_sub(1) / self.block;
+        (q / EDGES, q % EDGES)
+    }
+
+    /// The second (from [`EPOCH_MS`]) bucket `t` falls in.
+    pub fn second(&self, t: u64) -> u64 {
+        t * self.block_ms / 1000
+    }
+
+    /// The first position of second `s`.
+    fn second_start(&self, s: u64) -> u64 {
+        self.start((s * 1000).div_ceil(self.block_ms), 0)
+    }
+}
+
+/// What the leader knows of an edge index when it meets positions no record holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// Its edge recorded every block of a bucket before this one, within the grace.
+    Live(u64),
+    /// Claimed (or once recorded), its edge silent for longer than the grace.
+    Silent,
+    /// No edge claims it.
+    Free,
+}
+
+/// Whether the positions `from..=to`, which no record holds, can be passed at `now_rel_ms` (ms
+/// since [`EPOCH_MS`]): every edge index's positions among them are of a bucket before its
+/// edge's watermark, or of a bucket older than the grace (a silent edge) or than the clock skew
+/// (an index nobody claims).
+pub fn passable(num: &Numbering, from: u64, to: u64, marks: &[Mark], now_rel_ms: u64) -> bool {
+    let (t2, e2) = num.decode(to);
+    (0..EDGES).all(|e| {
+        // The last bucket of index e with positions in the range.
+        let te = if e <= e2 {
+            t2
+        } else if t2 > 0 {
+            t2 - 1
+        } else {
+            return true;
+        };
+        if num.end(te, e) < from {
+            return true;
+        }
+        let ends_ms = (te + 1) * num.block_ms;
+        match marks.get(e as usize).copied().unwrap_or(Mark::Free) {
+            Mark::Live(w) => w > te,
+            Mark::Silent => ends_ms + GRACE_MS < now_rel_ms,
+            Mark::Free => ends_ms + SKEW_MS < now_rel_ms,
+        }
+    })
+}
+
+/// A block as its edge recorded it: how far it was used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockRecord {
     pub start: u64,
     pub end: u64,
-    pub lease_ms: u64,
     /// Last position handed out (`start - 1`: none).
     pub used: u64,
-    /// Its edge hands out no more from it.
-    pub done: bool,
 }
 
 impl BlockRecord {
-    fn parse(start: &str, v: &str) -> Option<BlockRecord> {
-        let mut f = v.split(':');
-        let (end, lease_ms, used, done) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?, f.next()?.parse().ok()?, f.next()?);
-        Some(BlockRecord { start: start.parse().ok()?, end, lease_ms, used, done: done == "1" })
+    /// From its member in the shard's set, `start:end:used`.
+    fn parse(member: &str) -> Option<BlockRecord> {
+        let mut f = member.split(':');
+        let (start, end, used) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?, f.next()?.parse().ok()?);
+        (f.next().is_none() && start >= 1 && start <= end && used + 1 >= start && used <= end).then_some(BlockRecord { start, end, used })
+    }
+
+    fn member(&self) -> String {
+        format!("{}:{}:{}", self.start, self.end, self.used)
+    }
+
+    fn places(&self) -> u64 {
+        self.used + 1 - self.start
     }
 }
 
@@ -145,29 +253,25 @@ pub struct Walk {
     pub serving: u64,
     /// Real places it passed.
     pub released: u64,
-    /// Places of blocks wholly behind `serving` when the step began, never counted as passed (an
-    /// end reported after the leader took the block as done).
+    /// Places of blocks wholly behind `serving` when the step began, never counted as passed (a
+    /// block recorded after the leader passed its positions: its edge was silent past the grace).
     pub late: u64,
-    /// Blocks done and passed: their records can go.
-    pub drop: Vec<u64>,
     /// The start of a gap (positions no record holds) the walk stopped at.
     pub gap: Option<u64>,
 }
 
-/// Moves `serving` over `blocks` (sorted by start) by up to `n` real places at `now_ms`: through
-/// each block's used places; over a block's unused end once it is done (said, or leased longer
-/// than `done_after_ms` ago); over a gap no block holds only when `gap_ok(start)` (the leader has
-/// seen it for the grace).
-pub fn walk(serving: u64, mut n: u64, blocks: &[BlockRecord], now_ms: u64, done_after_ms: u64, gap_ok: impl Fn(u64) -> bool) -> Walk {
+/// Moves `serving` over `blocks` (sorted by start, disjoint) by up to `n` real places: through
+/// each block's used places, then over its unused end; over positions no block holds only when
+/// `passable(from, to)`.
+pub fn walk(serving: u64, mut n: u64, blocks: &[BlockRecord], passable: impl Fn(u64, u64) -> bool) -> Walk {
     let mut w = Walk { serving, ..Walk::default() };
     for b in blocks {
         if b.end <= serving {
-            w.late += b.used.saturating_sub(b.start - 1);
-            w.drop.push(b.start);
+            w.late += b.places();
             continue;
         }
         if w.serving + 1 < b.start {
-            if !gap_ok(w.serving + 1) {
+            if !passable(w.serving + 1, b.start - 1) {
                 w.gap = Some(w.serving + 1);
                 break;
             }
@@ -179,43 +283,92 @@ pub fn walk(serving: u64, mut n: u64, blocks: &[BlockRecord], now_ms: u64, done_
             n -= k;
             w.released += k;
         }
-        if w.serving < b.used || !(b.done || now_ms > b.lease_ms + done_after_ms) {
+        if w.serving < b.used {
             break;
         }
         w.serving = w.serving.max(b.end);
-        w.drop.push(b.start);
     }
     w
 }
 
-/// One shard's keys: identities and sessions ([`SessionKeys`]), and the records of the blocks
-/// whose number falls on it (`blk`: block start -> "end:lease ms:used:final"; `placed`: places
-/// handed out from its blocks, counted when a block ends).
+/// About how many places lie between `serving` and `position` (both excluded), from the places
+/// each second of joins holds (`hist`, sorted by second): whole seconds between them, and the
+/// share of the two seconds at the ends that falls between (places spread evenly in a second).
+pub fn ahead_of(num: &Numbering, hist: &[(u64, u64)], serving: u64, position: u64) -> u64 {
+    if position <= serving + 1 {
+        return 0;
+    }
+    let from = serving + 1;
+    let frac = |p: u64, s: u64| {
+        let (a, b) = (num.second_start(s), num.second_start(s + 1));
+        (p.saturating_sub(a) as f64 / b.saturating_sub(a).max(1) as f64).clamp(0.0, 1.0)
+    };
+    let count = |s: u64| hist.binary_search_by_key(&s, |h| h.0).map_or(0, |i| hist[i].1) as f64;
+    let (sf, sp) = (num.second(num.decode(from).0), num.second(num.decode(position).0));
+    let v = if sf == sp {
+        count(sp) * (frac(position, sp) - frac(from, sf))
+    } else {
+        let between: u64 = hist.iter().filter(|h| h.0 > sf && h.0 < sp).map(|h| h.1).sum();
+        count(sf) * (1.0 - frac(from, sf)) + between as f64 + count(sp) * frac(position, sp)
+    };
+    v.max(0.0).round() as u64
+}
+
+/// `"second:places,..."` (the leader's publication) as sorted pairs; bad items are skipped.
+fn parse_hist(text: &str) -> Vec<(u64, u64)> {
+    let mut h: Vec<(u64, u64)> = text
+        .split(',')
+        .filter_map(|i| {
+            let (s, c) = i.split_once(':')?;
+            Some((s.parse().ok()?, c.parse().ok()?))
+        })
+        .collect();
+    h.sort_unstable();
+    h
+}
+
+/// The room's keys in its own slot (`wk:{room:<id>}:...`, shared with the single layout's names),
+/// but for the edge claims ([`counter_tag`]).
+struct MainKeys {
+    /// Edge index -> "node:ms of its last renewal" (`wk:{room:<id>:n.<k>}:edges`).
+    edges: String,
+    serving: String,
+    leader: String,
+    /// Real places serving passed.
+    passed: String,
+    /// Places handed out and not passed, as the leader's last step counted.
+    waiting: String,
+    /// Active sessions, as the leader's last sweep counted.
+    active: String,
+    /// The places of each second of joins ahead of `serving`, as the leader's last step counted.
+    hist: String,
+}
+
+/// One shard's keys: identities and sessions ([`SessionKeys`]), and the records of the edges
+/// whose index falls on it (lua/room_spread_block.lua): their blocks, watermarks, and places per
+/// second of joins.
 struct Shard {
     s: SessionKeys,
-    blk: String,
-    placed: String,
+    blocks: String,
+    wm: String,
+    hist: String,
 }
 
 /// The block this edge numbers its joins in.
 #[derive(Debug, Clone, Copy)]
-struct Block {
+struct Open {
+    t: u64,
     start: u64,
     end: u64,
     /// Next position to hand out.
     next: u64,
-    leased: Instant,
-    /// When it was leased (ms, this edge's clock).
-    lease_ms: u64,
 }
 
-impl Block {
-    /// The arguments that end it: start, end, lease time, last position handed out, places.
-    fn end_args(&self) -> [String; 5] {
-        [self.start.to_string(), self.end.to_string(), self.lease_ms.to_string(), (self.next - 1).to_string(), (self.next - self.start).to_string()]
+impl Open {
+    fn record(&self) -> (u64, BlockRecord) {
+        (self.t, BlockRecord { start: self.start, end: self.end, used: self.next - 1 })
     }
 }
-
 
 /// A join waiting for its batch.
 type Waiter = oneshot::Sender<Result<(u64, bool), StateError>>;
@@ -226,31 +379,58 @@ struct Local {
     pending: Vec<(Who, u64, Waiter)>,
     /// The identities this edge numbered (or found), for a rejoin here.
     known: HashMap<Who, u64>,
-    block: Option<Block>,
-    /// The highest position this edge ever leased.
+    /// This edge's index in the room, and when it was last claimed or renewed.
+    index: Option<(u64, Instant)>,
+    open: Option<Open>,
+    /// Blocks left and not recorded yet, with their buckets.
+    left: Vec<(u64, BlockRecord)>,
+    /// No block of an earlier bucket is opened (what the watermark written promised).
     floor: u64,
+    /// When the watermark was last written.
+    marked: Option<Instant>,
+    /// Records written (they go round the shards).
+    records: u64,
+}
+
+impl Local {
+    /// Leaves the open block (recorded with the next batch).
+    fn leave(&mut self) {
+        if let Some(o) = self.open.take() {
+            self.floor = self.floor.max(o.t + 1);
+            if o.next > o.start {
+                self.left.push(o.record());
+            }
+        }
+    }
 }
 
 /// One spread room's state on one edge.
 pub struct SpreadRoom {
     redis: RedisRooms,
     cfg: SpreadConfig,
+    num: Numbering,
+    /// This process's token in the room's edge claims.
+    token: String,
     main: MainKeys,
     shards: Vec<Shard>,
     /// The node id that holds the leader's lease here (set by `lead`): its `refresh` steps too.
     leading: Mutex<Option<String>>,
-    /// A gap the leader's walk stopped at, and since when.
-    gap: Mutex<Option<(u64, Instant)>>,
     /// When this edge last stepped as the leader.
     stepped: Mutex<Option<Instant>>,
     /// Active sessions as last known (the leader's sweep, published for the other edges).
     active: std::sync::atomic::AtomicU64,
+    /// Real places `serving` passed, as last known.
+    passed: std::sync::atomic::AtomicU64,
     cache: Mutex<Counters>,
+    /// Places per second of joins ahead of `serving`, as last known.
+    hist: Mutex<Vec<(u64, u64)>>,
     local: Mutex<Local>,
+    /// Sessions seen running: until when (ms), and when that was read.
+    alive: Mutex<HashMap<Who, (u64, Instant)>>,
     /// One batch at a time.
     batching: tokio::sync::Mutex<()>,
-    /// One lease (or end of a block) at a time.
-    leasing: tokio::sync::Mutex<()>,
+    /// One claim at a time.
+    claiming: tokio::sync::Mutex<()>,
     flusher: AtomicBool,
     me: Weak<SpreadRoom>,
     max_tracked: usize,
@@ -262,21 +442,33 @@ impl SpreadRoom {
         let k = |s: &str| format!("wk:{{room:{id}}}:{s}");
         let shards = shard_prefixes(id, cfg.shards)
             .iter()
-            .map(|p| Shard { s: SessionKeys::under(p), blk: format!("{p}:blk"), placed: format!("{p}:placed") })
+            .map(|p| Shard { s: SessionKeys::under(p), blocks: format!("{p}:blocks"), wm: format!("{p}:wm"), hist: format!("{p}:hist") })
             .collect();
         Arc::new_cyclic(|me| SpreadRoom {
             redis,
+            num: Numbering::new(&cfg),
             cfg,
-            main: MainKeys { issued: format!("wk:{{{}}}:issued", counter_tag(id)), serving: k("serving"), leader: k("leader"), passed: k("passed"), waiting: k("waiting"), active: k("active") },
+            token: format!("{:016x}", rand::random::<u64>()),
+            main: MainKeys {
+                edges: format!("wk:{{{}}}:edges", counter_tag(id)),
+                serving: k("serving"),
+                leader: k("leader"),
+                passed: k("passed"),
+                waiting: k("waiting"),
+                active: k("active"),
+                hist: k("hist"),
+            },
             shards,
             leading: Mutex::new(None),
-            gap: Mutex::new(None),
             stepped: Mutex::new(None),
             active: std::sync::atomic::AtomicU64::new(0),
+            passed: std::sync::atomic::AtomicU64::new(0),
             cache: Mutex::new(Counters::default()),
+            hist: Mutex::new(Vec::new()),
             local: Mutex::new(Local::default()),
+            alive: Mutex::new(HashMap::new()),
             batching: tokio::sync::Mutex::new(()),
-            leasing: tokio::sync::Mutex::new(()),
+            claiming: tokio::sync::Mutex::new(()),
             flusher: AtomicBool::new(false),
             me: me.clone(),
             max_tracked,
@@ -286,6 +478,7 @@ impl SpreadRoom {
     fn shard(&self, who: Who) -> &SessionKeys {
         &self.shards[(who % self.shards.len() as u64) as usize].s
     }
+
 
     /// Starts the batch task on the first join (it ends with the room).
     fn start_flusher(&self) {
@@ -306,7 +499,8 @@ impl SpreadRoom {
     }
 
     /// Writes one batch: the identities' places (one already holding a place keeps it), one `HMGET`
-    /// and one `HSET` per shard; then answers each join. A block that aged is ended.
+    /// and one `HSET` per shard; then answers each join; then records the blocks this edge left
+    /// (and its watermark), and renews its index every [`CLAIM_EVERY`].
     pub async fn flush(&self) {
         let _one = self.batching.lock().await;
         let batch: Vec<(Who, u64, Waiter)> = {
@@ -317,9 +511,13 @@ impl SpreadRoom {
         if !batch.is_empty() {
             self.place(batch).await;
         }
-        let aged = self.local.lock().block.is_some_and(|b| b.leased.elapsed() >= Duration::from_millis(self.cfg.block_ms));
-        if aged && let Err(e) = self.end_aged_block().await {
-            tracing::debug!("spread room: ending a block: {e}");
+        if self.local.lock().index.is_some_and(|(_, at)| at.elapsed() >= CLAIM_EVERY)
+            && let Err(e) = self.claim().await
+        {
+            tracing::debug!("spread room: renewing the edge index: {e}");
+        }
+        if let Err(e) = self.record().await {
+            tracing::debug!("spread room: recording blocks: {e}");
         }
     }
 
@@ -413,160 +611,244 @@ impl SpreadRoom {
         }
     }
 
-    /// The next place of this edge's block, taken at the join's arrival (so joins are in arrival
-    /// order at this edge whatever the batch); a new block is leased when it is used up or aged.
+    /// The next place of this edge's block for the current bucket, taken at the join's arrival
+    /// (so joins are in arrival order at this edge whatever the batch). A block used up spills
+    /// into the next bucket; the first join claims the edge's index.
     async fn take(&self) -> Result<u64, StateError> {
-        let try_take = || {
+        if self.local.lock().index.is_none() {
+            self.claim().await?;
+        }
+        let now_t = self.num.bucket(now_ms());
+        let mut l = self.local.lock();
+        let Some((e, _)) = l.index else { return Err(StateError("no edge index".into())) };
+        if let Some(o) = l.open.as_mut()
+            && o.t >= now_t
+            && o.next <= o.end
+        {
+            o.next += 1;
+            return Ok(o.next - 1);
+        }
+        l.leave();
+        let t = now_t.max(l.floor);
+        let (start, end) = (self.num.start(t, e), self.num.end(t, e));
+        l.open = Some(Open { t, start, end, next: start + 1 });
+        Ok(start)
+    }
+
+    /// Claims (or renews) this edge's index in the room (lua/room_spread_edge.lua). A new index
+    /// leaves the open block (numbered with the old one).
+    async fn claim(&self) -> Result<u64, StateError> {
+        let _one = self.claiming.lock().await;
+        if let Some((e, at)) = self.local.lock().index
+            && at.elapsed() < CLAIM_EVERY
+        {
+            return Ok(e);
+        }
+        let held = self.local.lock().index.map_or(-1, |(e, _)| e as i64);
+        let args = [self.token.clone(), now_ms().to_string(), CLAIM_STALE_MS.to_string(), EDGES.to_string(), held.to_string()];
+        let v = self.redis.run(&CLAIM, &[&self.main.edges], &args).await?;
+        let e = match int(&v) {
+            Some(e) if (0..EDGES as i64).contains(&e) => e as u64,
+            _ => return Err(StateError(format!("every one of the room's {EDGES} edge indexes is held by another edge"))),
+        };
+        let mut l = self.local.lock();
+        if l.index.is_some_and(|(old, _)| old != e) {
+            l.leave();
+        }
+        l.index = Some((e, Instant::now()));
+        Ok(e)
+    }
+
+    /// Records the blocks this edge left (an open block of a bucket gone by is left first) and
+    /// its watermark, on the next shard in turn (lua/room_spread_block.lua); with none to record, the
+    /// watermark alone every [`MARK_EVERY`]. Blocks not written stay for the next batch.
+    async fn record(&self) -> Result<(), StateError> {
+        let now_t = self.num.bucket(now_ms());
+        let (e, blocks, wm) = {
             let mut l = self.local.lock();
-            let b = l.block.as_mut().filter(|b| b.next <= b.end && b.leased.elapsed() < Duration::from_millis(self.cfg.block_ms))?;
-            b.next += 1;
-            Some(b.next - 1)
+            let Some((e, _)) = l.index else { return Ok(()) };
+            if l.open.is_some_and(|o| o.t < now_t) {
+                l.leave();
+            }
+            let wm = match l.open {
+                Some(o) => o.t,
+                None => now_t.max(l.floor),
+            };
+            l.floor = l.floor.max(wm);
+            if l.left.is_empty() && l.marked.is_some_and(|m| m.elapsed() < MARK_EVERY) {
+                return Ok(());
+            }
+            let n = l.left.len().min(MAX_RECORD);
+            let blocks: Vec<(u64, BlockRecord)> = l.left.drain(..n).collect();
+            // A watermark never passes a block still to record.
+            let wm = l.left.first().map_or(wm, |(t, _)| wm.min(*t));
+            (e, blocks, wm)
         };
-        if let Some(p) = try_take() {
-            return Ok(p);
+        let mut args = vec![e.to_string(), wm.to_string(), blocks.len().to_string()];
+        let mut per_second: BTreeMap<u64, u64> = BTreeMap::new();
+        for (t, b) in &blocks {
+            args.push(b.end.to_string());
+            args.push(b.member());
+            *per_second.entry(self.num.second(*t)).or_default() += b.places();
         }
-        let _one = self.leasing.lock().await;
-        if let Some(p) = try_take() {
-            return Ok(p);
+        for (s, c) in per_second {
+            args.push(s.to_string());
+            args.push(c.to_string());
         }
-        // (The block used up or aged is ended by the lease of the next.)
-        self.lease(self.cfg.block).await?;
-        try_take().ok_or_else(|| StateError("a fresh block gave no place".into()))
-    }
-
-    /// The shard a block's record lives on: the shard the block's number falls on (blocks go
-    /// round the shards, so their records and the leader's reads spread evenly).
-    fn block_shard(&self, start: u64) -> usize {
-        ((start.saturating_sub(1) / self.cfg.block.max(1)) % self.shards.len() as u64) as usize
-    }
-
-    /// Records block `b`'s end on its shard (lua/room_spread_block.lua): how far it was used.
-    async fn record_end(&self, b: Block) -> Result<(), StateError> {
-        let sh = &self.shards[self.block_shard(b.start)];
-        self.redis.run(&BLOCK, &[&sh.blk, &sh.placed], &b.end_args()).await.map(|_| ())
-    }
-
-    /// Leases the next block (`INCRBY` on the block counter's slot), ending the current one.
-    async fn lease(&self, size: u64) -> Result<Block, StateError> {
-        let (floor, prev) = {
-            let l = self.local.lock();
-            (l.floor, l.block)
-        };
-        let mut cmd = redis::cmd("INCRBY");
-        cmd.arg(&self.main.issued).arg(size);
-        let mut end = int(&self.redis.cmd(cmd).await?).ok_or_else(|| StateError("INCRBY answered no number".into()))?.max(0) as u64;
-        if end.saturating_sub(size) < floor {
-            // The counter went back (a failover lost its last writes): jump past what this edge
-            // leased, taking the top of the jump (the rest is a gap the leader passes).
-            let mut cmd = redis::cmd("INCRBY");
-            cmd.arg(&self.main.issued).arg(floor + 1 - (end + 1 - size) + size);
-            end = int(&self.redis.cmd(cmd).await?).ok_or_else(|| StateError("INCRBY answered no number".into()))?.max(0) as u64;
-        }
-        let b = Block { start: end + 1 - size, end, next: end + 1 - size, leased: Instant::now(), lease_ms: now_ms() };
-        // The block is recorded when it ends (within block-ms): until then the leader finds a gap
-        // there and waits, as it would at a block still in use.
-        if let Some(p) = prev {
-            self.record_end(p).await?;
-        }
+        // Round the shards (from the index's own), so the records spread over the masters.
+        let k = self.local.lock().records;
+        let sh = &self.shards[((e + k) % self.shards.len() as u64) as usize];
+        let r = self.redis.run(&RECORD, &[&sh.blocks, &sh.wm, &sh.hist], &args).await;
         let mut l = self.local.lock();
-        l.floor = l.floor.max(b.end);
-        l.block = Some(b);
-        Ok(b)
-    }
-
-    /// Ends this edge's block if it aged with no join to start the next: how far it was used, so
-    /// the leader passes its unused end at once.
-    async fn end_aged_block(&self) -> Result<(), StateError> {
-        let _one = self.leasing.lock().await;
-        let Some(b) = self.local.lock().block.filter(|b| b.leased.elapsed() >= Duration::from_millis(self.cfg.block_ms)) else { return Ok(()) };
-        self.end(b).await
-    }
-
-    /// Ends block `b` (the caller holds `leasing`).
-    async fn end(&self, b: Block) -> Result<(), StateError> {
-        self.record_end(b).await?;
-        let mut l = self.local.lock();
-        if l.block.is_some_and(|cur| cur.start == b.start) {
-            l.block = None;
+        match r {
+            Ok(_) => {
+                l.marked = Some(Instant::now());
+                l.records += 1;
+                Ok(())
+            }
+            Err(err) => {
+                l.left.splice(0..0, blocks);
+                Err(err)
+            }
         }
-        Ok(())
     }
 
-    /// The leader's step: reads the blocks of every edge (on every shard), walks them from
-    /// `serving` by up to `n` real places ([`walk`]) and writes the result with the lease checked;
-    /// drops the blocks passed. `None`: not the leader (nothing written).
+    /// The leader's step: reads the edge claims, then every shard's watermarks, then every
+    /// shard's blocks (the front [`WINDOW`] of each) and places per second, walks from `serving` by up to `n` real
+    /// places ([`walk`], [`passable`]) and writes the result with the lease checked; drops the
+    /// blocks passed. `None`: not the leader (nothing written).
     pub async fn step(&self, node: &str, n: u64) -> Result<Option<Advanced>, StateError> {
         let m = &self.main;
         let mut get = redis::cmd("GET");
         get.arg(&m.serving);
-        let serving = int(&self.redis.cmd(get).await?).unwrap_or(0).max(0) as u64;
-        let reads = self.shards.iter().map(|sh| async move {
-            let mut p = redis::pipe();
-            p.cmd("HGETALL").arg(&sh.blk).cmd("GET").arg(&sh.placed);
-            self.redis.pipe(&p).await
+        let mut claims = redis::cmd("HGETALL");
+        claims.arg(&m.edges);
+        // The claims before the watermarks, the watermarks before the blocks: what a watermark
+        // promises is in the blocks read after it.
+        let (serving, claims) = futures::future::join(self.redis.cmd(get), self.redis.cmd(claims)).await;
+        let serving = int(&serving?).unwrap_or(0).max(0) as u64;
+        let now = now_ms();
+        let mut marks = [Mark::Free; EDGES as usize];
+        for (i, v) in pairs(&claims?) {
+            if let (Ok(i), Some((_, at))) = (i.parse::<usize>(), v.rsplit_once(':'))
+                && i < marks.len()
+                && at.parse::<u64>().is_ok_and(|at| at + CLAIM_STALE_MS >= now)
+            {
+                marks[i] = Mark::Silent;
+            }
+        }
+        // Every shard's watermarks before any shard's blocks: an edge's records go round the
+        // shards, and a watermark read promises blocks recorded on any of them.
+        let now_rel = now.saturating_sub(EPOCH_MS);
+        let wms = self.shards.iter().map(|sh| {
+            let mut cmd = redis::cmd("HGETALL");
+            cmd.arg(&sh.wm);
+            self.redis.cmd(cmd)
         });
-        let mut blocks = Vec::new();
-        let mut placed = 0u64;
-        let mut owner: HashMap<u64, usize> = HashMap::new();
-        for (i, r) in futures::future::join_all(reads).await.into_iter().enumerate() {
-            let v = r?;
-            let fields: Vec<String> = match v.first() {
-                Some(Value::Array(items)) => items.iter().filter_map(text).collect(),
-                Some(Value::Map(items)) => items.iter().flat_map(|(k, v)| [text(k), text(v)]).flatten().collect(),
-                _ => Vec::new(),
-            };
-            for pair in fields.chunks(2) {
-                if let [start, rec] = pair
-                    && let Some(b) = BlockRecord::parse(start, rec)
+        for r in futures::future::join_all(wms).await {
+            for (e, w) in pairs(&r?) {
+                if let (Ok(e), Ok(w)) = (e.parse::<usize>(), w.parse::<u64>())
+                    && e < marks.len()
                 {
-                    owner.insert(b.start, i);
-                    blocks.push(b);
+                    // The index's latest watermark counts.
+                    let w = match marks[e] {
+                        Mark::Live(v) => w.max(v),
+                        _ => w,
+                    };
+                    let fresh = (w + 1) * self.num.block_ms + GRACE_MS >= now_rel;
+                    marks[e] = if fresh { Mark::Live(w) } else { Mark::Silent };
                 }
             }
-            placed += v.get(1).and_then(int).unwrap_or(0).max(0) as u64;
         }
-        blocks.sort_by_key(|b| b.start);
-        let now = now_ms();
-        let grace = Duration::from_millis(GRACE_MS);
-        let w = {
-            let gap = *self.gap.lock();
-            walk(serving, n, &blocks, now, self.cfg.block_ms + GRACE_MS, |at| gap.is_some_and(|(g, since)| g == at && since.elapsed() >= grace))
-        };
-        {
-            let mut gap = self.gap.lock();
-            match w.gap {
-                Some(at) if gap.is_none_or(|(g, _)| g != at) => *gap = Some((at, Instant::now())),
-                Some(_) => {}
-                None => *gap = None,
+        let reads = self.shards.iter().map(|sh| async move {
+            let mut p = redis::pipe();
+            p.cmd("ZRANGE").arg(&sh.blocks).arg(0).arg(WINDOW - 1).cmd("HGETALL").arg(&sh.hist);
+            self.redis.pipe(&p).await
+        });
+        let mut blocks: Vec<(BlockRecord, usize)> = Vec::new();
+        let mut horizon = u64::MAX;
+        let mut placed = 0u64;
+        let mut seconds: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut old_seconds: Vec<Vec<String>> = vec![Vec::new(); self.shards.len()];
+        let keep_from = self.num.second(self.num.decode(serving + 1).0).saturating_sub(HIST_KEEP_S);
+        for (i, r) in futures::future::join_all(reads).await.into_iter().enumerate() {
+            let v = r?;
+            let members: Vec<String> = match v.first() {
+                Some(Value::Array(items)) => items.iter().filter_map(text).collect(),
+                _ => Vec::new(),
+            };
+            let mut last_end = 0;
+            for b in members.iter().filter_map(|m| BlockRecord::parse(m)) {
+                last_end = last_end.max(b.end);
+                blocks.push((b, i));
+            }
+            if members.len() >= WINDOW {
+                // Blocks beyond this shard's window all start after its last one read.
+                horizon = horizon.min(last_end);
+            }
+            for (s, c) in pairs(v.get(1).unwrap_or(&Value::Nil)) {
+                let Ok(c) = c.parse::<u64>() else { continue };
+                if s == "total" {
+                    placed += c;
+                } else if let Ok(s) = s.parse::<u64>() {
+                    *seconds.entry(s).or_default() += c;
+                    if s < keep_from {
+                        old_seconds[i].push(s.to_string());
+                    }
+                }
             }
         }
-        let args = [node.to_owned(), w.serving.to_string(), (w.released + w.late).to_string(), placed.to_string()];
-        let v = self.redis.run(&ADVANCE, &[&m.leader, &m.serving, &m.passed, &m.waiting], &args).await?;
+        blocks.sort_by_key(|(b, _)| b.start);
+        blocks.retain(|(b, _)| b.start <= horizon);
+        let records: Vec<BlockRecord> = blocks.iter().map(|(b, _)| *b).collect();
+        let w = walk(serving, n, &records, |from, to| to <= horizon && passable(&self.num, from, to, &marks, now_rel));
+        if let Some(at) = w.gap {
+            tracing::debug!("spread room: the leader waits at position {at}");
+        }
+        let from = self.num.second(self.num.decode(w.serving + 1).0);
+        let hist: Vec<(u64, u64)> = seconds.range(from..).map(|(s, c)| (*s, *c)).collect();
+        let hist_text = hist.iter().map(|(s, c)| format!("{s}:{c}")).collect::<Vec<_>>().join(",");
+        let args = [node.to_owned(), w.serving.to_string(), (w.released + w.late).to_string(), placed.to_string(), hist_text];
+        let v = self.redis.run(&ADVANCE, &[&m.leader, &m.serving, &m.passed, &m.waiting, &m.hist], &args).await?;
         let (serving, waiting) = match ints(&v).as_slice() {
             [Some(s), Some(q)] => ((*s).max(0) as u64, (*q).max(0) as u64),
             _ if int(&v) == Some(-1) => return Ok(None),
             _ => return Err(StateError(format!("room_spread_advance answered {v:?}"))),
         };
-        // The blocks passed go, shard by shard.
-        let mut drops: HashMap<usize, Vec<u64>> = HashMap::new();
-        for start in &w.drop {
-            drops.entry(owner[start]).or_default().push(*start);
-        }
-        let cleanups = drops.iter().map(|(i, starts)| {
-            let mut cmd = redis::cmd("HDEL");
-            cmd.arg(&self.shards[*i].blk);
-            for s in starts {
-                cmd.arg(*s);
+        // The blocks passed go, and the counts of seconds long passed, shard by shard.
+        let mut drops: Vec<Vec<String>> = vec![Vec::new(); self.shards.len()];
+        for (b, i) in &blocks {
+            if b.end <= serving {
+                drops[*i].push(b.member());
             }
-            self.redis.cmd(cmd)
+        }
+        let cleanups = self.shards.iter().zip(drops.iter().zip(&old_seconds)).filter(|(_, (d, o))| !d.is_empty() || !o.is_empty()).map(|(sh, (d, o))| {
+            let mut p = redis::pipe();
+            if !d.is_empty() {
+                p.cmd("ZREM").arg(&sh.blocks).arg(d).ignore();
+            }
+            if !o.is_empty() {
+                p.cmd("HDEL").arg(&sh.hist).arg(o).ignore();
+            }
+            async move { self.redis.pipe(&p).await }
         });
         for r in futures::future::join_all(cleanups).await {
             r?;
         }
         *self.stepped.lock() = Some(Instant::now());
-        let mut c = self.cache.lock();
-        *c = Counters { issued: serving + waiting, serving, ..Counters::default() };
+        self.passed.store(placed.saturating_sub(waiting), Ordering::Relaxed);
+        *self.hist.lock() = hist;
+        *self.cache.lock() = Counters { issued: serving + waiting, serving, ..Counters::default() };
         Ok(Some(Advanced { serving, lane_serving: 0, released: w.released }))
+    }
+
+    /// Remembers that `who`'s session runs until `until_ms` ([`ALIVE_FOR`]).
+    fn remember_alive(&self, who: Who, until_ms: u64) {
+        let mut a = self.alive.lock();
+        if a.len() >= MAX_ALIVE {
+            a.clear();
+        }
+        a.insert(who, (until_ms, Instant::now()));
     }
 
     /// Forgets identities behind the front once over the bound (their tickets carry their places).
@@ -579,9 +861,18 @@ impl SpreadRoom {
     }
 }
 
-/// Now, Unix ms (this edge's clock: block lease times, compared by the leader with its own).
+/// Now, Unix ms (this edge's clock: the buckets of its joins, compared by the leader with its own).
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A hash's fields and values (`HGETALL`, as RESP2 or RESP3 answers it).
+fn pairs(v: &Value) -> Vec<(String, String)> {
+    match v {
+        Value::Array(items) => items.chunks(2).filter_map(|p| Some((text(p.first()?)?, text(p.get(1)?)?))).collect(),
+        Value::Map(items) => items.iter().filter_map(|(k, v)| Some((text(k)?, text(v)?))).collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// A bulk or simple string reply as text.
@@ -623,11 +914,7 @@ impl RoomState for SpreadRoom {
         self.local.lock().pending.push((who, place, tx));
         let wait = Duration::from_millis(self.cfg.flush_ms) + CALL_TIMEOUT * 3;
         match tokio::time::timeout(wait, rx).await {
-            Ok(Ok(Ok((position, fresh)))) => {
-                let mut c = self.cache.lock();
-                c.issued = c.issued.max(position);
-                Ok(Some(Joined { position, fresh, owed: false, lane: 0 }))
-            }
+            Ok(Ok(Ok((position, fresh)))) => Ok(Some(Joined { position, fresh, owed: false, lane: 0 })),
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err(StateError("the join's batch was dropped".into())),
             Err(_) => Err(StateError("the join's batch was not written in time".into())),
@@ -659,10 +946,15 @@ impl RoomState for SpreadRoom {
             return Ok(c);
         }
         let mut cmd = redis::cmd("MGET");
-        cmd.arg(&self.main.serving).arg(&self.main.waiting).arg(&self.main.active);
-        let n = ints(&self.redis.cmd(cmd).await?);
+        cmd.arg(&self.main.serving).arg(&self.main.waiting).arg(&self.main.active).arg(&self.main.hist).arg(&self.main.passed);
+        let v = self.redis.cmd(cmd).await?;
+        let n = ints(&v);
         let get = |i: usize| n.get(i).copied().flatten().unwrap_or(0).max(0) as u64;
         self.active.store(get(2), Ordering::Relaxed);
+        self.passed.store(get(4), Ordering::Relaxed);
+        if let Value::Array(items) = &v {
+            *self.hist.lock() = items.get(3).and_then(text).map(|t| parse_hist(&t)).unwrap_or_default();
+        }
         let c = Counters { issued: get(0) + get(1), serving: get(0), ..Counters::default() };
         *self.cache.lock() = c;
         self.prune(c.serving);
@@ -677,13 +969,11 @@ impl RoomState for SpreadRoom {
     }
 
     async fn resign(&self, node: &str) -> Result<(), StateError> {
-        // Leaving: the block is done (the leader need not wait out its lease).
+        // Leaving: the open block is recorded (the leader need not wait out the grace).
         {
-            let _one = self.leasing.lock().await;
-            let b = self.local.lock().block;
-            if let Some(b) = b {
-                let _ = self.end(b).await;
-            }
+            let _one = self.batching.lock().await;
+            self.local.lock().leave();
+            let _ = self.record().await;
         }
         self.redis.run(&RESIGN, &[&self.main.leader], &[node.to_owned()]).await.map(|_| ())
     }
@@ -710,14 +1000,33 @@ impl RoomState for SpreadRoom {
     }
 
     async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {
-        self.shard(who).open(&self.redis, who, until_ms).await
+        let opened = self.shard(who).open(&self.redis, who, until_ms).await?;
+        if opened {
+            // Opened here: its end is known (the next check on this edge need not ask).
+            self.remember_alive(who, until_ms);
+        }
+        Ok(opened)
     }
 
+    /// A session seen running is believed for [`ALIVE_FOR`] on this edge (its end time is
+    /// fixed once open; an end at another edge reaches this one within that time).
     async fn session_alive(&self, who: Who, now_ms: u64) -> Result<bool, StateError> {
-        self.shard(who).alive(&self.redis, who, now_ms).await
+        if let Some((until, _)) = self.alive.lock().get(&who).filter(|(_, at)| at.elapsed() < ALIVE_FOR) {
+            return Ok(*until > now_ms);
+        }
+        let until = self.shard(who).until(&self.redis, who).await?;
+        if let Some(u) = until.filter(|u| *u > now_ms) {
+            self.remember_alive(who, u);
+        }
+        Ok(until.is_some_and(|u| u > now_ms))
+    }
+
+    fn session_until(&self, who: Who) -> Option<u64> {
+        self.alive.lock().get(&who).map(|(u, _)| *u)
     }
 
     async fn end_session(&self, who: Who) -> Result<bool, StateError> {
+        self.alive.lock().remove(&who);
         let ended = self.shard(who).end(&self.redis, who).await?;
         if ended && let Some(p) = self.local.lock().known.get_mut(&who) {
             *p |= DONE;
@@ -751,6 +1060,16 @@ impl RoomState for SpreadRoom {
         cmd.arg(&self.main.active).arg(sum.0);
         self.redis.cmd(cmd).await?;
         Ok(sum)
+    }
+
+    /// Places are not consecutive numbers on this layout: how many lie between, from the
+    /// places each second of joins holds ([`ahead_of`]), never more than are waiting.
+    fn ahead(&self, position: u64, c: &Counters) -> u64 {
+        ahead_of(&self.num, &self.hist.lock(), c.serving, position).min(c.waiting().saturating_sub(1))
+    }
+
+    fn passed(&self, _c: &Counters) -> u64 {
+        self.passed.load(Ordering::Relaxed)
     }
 
     fn tracked(&self) -> usize {
@@ -792,7 +1111,7 @@ mod tests {
         }
         // The same on every edge.
         assert_eq!(shard_tags("mega", 6), shard_tags("mega", 6));
-        // The block counter sits a third of the slot space or more away from the room's slot.
+        // The edge claims sit a third of the slot space or more away from the room's slot.
         for id in ["mega", "r1", "stadium-tour", "x"] {
             let (c, r) = (slot(&counter_tag(id)) as i32, slot(&format!("room:{id}")) as i32);
             let d = (c - r).rem_euclid(16384);
@@ -800,47 +1119,108 @@ mod tests {
         }
     }
 
-    fn b(start: u64, end: u64, used: u64, done: bool) -> BlockRecord {
-        BlockRecord { start, end, lease_ms: 1000, used, done }
+    fn b(start: u64, end: u64, used: u64) -> BlockRecord {
+        BlockRecord { start, end, used }
     }
 
     #[test]
-    fn the_walk_counts_real_places_and_skips_the_holes_of_done_blocks() {
-        let blocks = [b(1, 10, 5, true), b(11, 20, 13, false), b(21, 30, 20, false)];
-        // 4 of a's 5, then its last, the hole 6-10, then 3 of b's (b still in use: it waits there).
-        let w = walk(0, 4, &blocks, 1100, 250, |_| false);
-        assert_eq!((w.serving, w.released, w.drop.clone()), (4, 4, vec![]));
-        let w = walk(4, 100, &blocks, 1100, 250, |_| false);
-        assert_eq!((w.serving, w.released, w.drop.clone()), (13, 4, vec![1]));
-        // Once b's lease is older than the grace it is done: its end is passed, and c (leased
-        // later, nothing used) waits.
-        let c = BlockRecord { lease_ms: 1200, ..blocks[2] };
-        let w = walk(13, 100, &[blocks[1], c], 1251, 250, |_| false);
-        assert_eq!((w.serving, w.released, w.late, w.drop.clone()), (20, 0, 0, vec![11]));
-        // Nothing to release: done blocks with nothing left are still passed.
-        let w = walk(5, 0, &blocks, 1100, 250, |_| false);
+    fn the_walk_counts_real_places_and_skips_the_unused_ends() {
+        let blocks = [b(1, 10, 5), b(11, 20, 13), b(21, 30, 20)];
+        // 4 of the first block's 5.
+        let w = walk(0, 4, &blocks, |_, _| false);
+        assert_eq!((w.serving, w.released), (4, 4));
+        // Its last, its unused end 6-10, 3 of the second's, its end, nothing of the third (which
+        // handed out nothing), so on to its end.
+        let w = walk(4, 100, &blocks, |_, _| false);
+        assert_eq!((w.serving, w.released, w.late, w.gap), (30, 4, 0, None));
+        // Nothing to release: blocks with nothing left are still passed; a block used further is not.
+        let w = walk(5, 0, &blocks, |_, _| false);
         assert_eq!((w.serving, w.released), (10, 0));
     }
 
     #[test]
-    fn a_gap_waits_for_the_grace_and_late_blocks_count_as_passed() {
-        // Positions 11-20 are in no block (a lease not recorded yet, or lost).
-        let blocks = [b(1, 10, 10, true), b(21, 30, 25, true)];
-        let w = walk(0, 100, &blocks, 5000, 250, |_| false);
+    fn a_gap_is_passed_only_when_passable_and_late_blocks_count_once() {
+        // Positions 11-20 are in no record.
+        let blocks = [b(1, 10, 10), b(21, 30, 25)];
+        let w = walk(0, 100, &blocks, |_, _| false);
         assert_eq!((w.serving, w.released, w.gap), (10, 10, Some(11)));
-        let w = walk(10, 100, &blocks, 5000, 250, |at| at == 11);
+        let w = walk(10, 100, &blocks, |from, to| (from, to) == (11, 20));
         assert_eq!((w.serving, w.released, w.gap), (30, 5, None));
-        // A block wholly behind serving (its end reported after the leader passed it): its places
-        // count as passed, once, and it goes.
-        let w = walk(30, 100, &[b(1, 10, 7, true)], 5000, 250, |_| false);
-        assert_eq!((w.serving, w.released, w.late, w.drop), (30, 0, 7, vec![1]));
+        // A block wholly behind serving (recorded after the leader passed its positions): its
+        // places count as passed, and the caller drops it.
+        let w = walk(30, 100, &[b(11, 20, 17), b(31, 40, 33)], |_, _| false);
+        assert_eq!((w.serving, w.released, w.late), (40, 3, 7));
+        // A block serving is inside of (the release stopped in it) is no late block.
+        let w = walk(15, 2, &[b(11, 20, 18)], |_, _| false);
+        assert_eq!((w.serving, w.released, w.late), (17, 2, 0));
+    }
+
+    #[test]
+    fn places_are_ordered_by_bucket_then_edge_and_decode_back() {
+        let num = Numbering { block: 1000, block_ms: 10 };
+        let t = num.bucket(EPOCH_MS + 123_456);
+        assert_eq!(t, 12_345);
+        assert_eq!(num.start(t, 0), (12_345 * 64) * 1000 + 1);
+        assert!(num.end(t, 63) < num.start(t + 1, 0), "a bucket's blocks come before the next bucket's");
+        assert_eq!(num.end(t, 3) + 1, num.start(t, 4));
+        for p in [num.start(t, 5), num.start(t, 5) + 999, num.end(t, 63)] {
+            assert_eq!(num.decode(p).0, t);
+        }
+        assert_eq!(num.decode(num.start(t, 5) + 999), (t, 5));
+        assert_eq!(num.second(t), 123);
+        // Forty years of the largest setting allowed (100 places a ms per edge) stay below 2^53.
+        let big = Numbering { block: 100_000, block_ms: 1000 };
+        assert!(big.end(big.bucket(EPOCH_MS + 40 * 365 * 86_400_000), 63) < 1 << 53);
+    }
+
+    #[test]
+    fn gaps_pass_behind_every_watermark_and_wait_for_edges_that_may_still_number() {
+        let num = Numbering { block: 10, block_ms: 10 };
+        let t = 1000;
+        // Index 0 recorded up to bucket t (watermark t+1), index 1 up to t-1 (watermark t: its
+        // block of t may be open), the rest claimed by nobody.
+        let mut marks = [Mark::Free; EDGES as usize];
+        marks[0] = Mark::Live(t + 1);
+        marks[1] = Mark::Live(t);
+        let now = (t + 1) * 10 + 10;
+        // Index 0's block of t and the indexes after 1 (nobody's) of bucket t-1: index 1 has
+        // recorded bucket t-1.
+        assert!(passable(&num, num.start(t - 1, 2), num.end(t, 0), &marks, now + SKEW_MS));
+        // Index 1's block of t is not passed: its watermark says it may still number there.
+        assert!(!passable(&num, num.start(t, 1), num.end(t, 1), &marks, now + SKEW_MS));
+        assert!(!passable(&num, num.start(t, 0), num.end(t, 2), &marks, now + SKEW_MS));
+        // Nobody's indexes of a bucket newer than the skew wait; older ones pass.
+        assert!(!passable(&num, num.start(t, 2), num.end(t, 63), &marks, now));
+        assert!(passable(&num, num.start(t, 2), num.end(t, 63), &marks, now + SKEW_MS));
+        // A silent edge's positions pass once the grace has gone by since their bucket.
+        marks[1] = Mark::Silent;
+        assert!(!passable(&num, num.start(t, 1), num.end(t, 1), &marks, (t + 1) * 10 + GRACE_MS));
+        assert!(passable(&num, num.start(t, 1), num.end(t, 1), &marks, (t + 1) * 10 + GRACE_MS + 1));
+    }
+
+    #[test]
+    fn people_ahead_come_from_the_places_per_second() {
+        let num = Numbering { block: 1000, block_ms: 10 };
+        // 100 places in second 50, 300 in second 51, 200 in second 52.
+        let hist = [(50, 100), (51, 300), (52, 200)];
+        let at = |s: u64, share: f64| num.start((s * 100) + (share * 100.0) as u64, 0);
+        // From the start of second 50 to the middle of 52: 100 + 300 + half of 200.
+        assert_eq!(ahead_of(&num, &hist, at(50, 0.0) - 1, at(52, 0.5)), 500);
+        // Within one second: the share between.
+        assert_eq!(ahead_of(&num, &hist, at(51, 0.25) - 1, at(51, 0.75)), 150);
+        // At or before serving: nobody.
+        assert_eq!(ahead_of(&num, &hist, at(51, 0.5), at(51, 0.5)), 0);
+        assert_eq!(ahead_of(&num, &hist, 0, at(49, 0.0)), 0);
+        assert_eq!(parse_hist("52:200,50:100,x:1,51:300"), hist.to_vec());
     }
 
     #[test]
     fn records_parse_and_bad_ones_are_skipped() {
-        assert_eq!(BlockRecord::parse("11", "20:1700:13:1"), Some(BlockRecord { start: 11, end: 20, lease_ms: 1700, used: 13, done: true }));
-        assert_eq!(BlockRecord::parse("11", "20:1700:10:0").map(|r| r.done), Some(false));
-        assert_eq!(BlockRecord::parse("x", "20:1700:13:1"), None);
-        assert_eq!(BlockRecord::parse("11", "20:1700"), None);
+        assert_eq!(BlockRecord::parse("11:20:13"), Some(b(11, 20, 13)));
+        assert_eq!(BlockRecord::parse("11:20:10").map(|r| r.places()), Some(0));
+        assert_eq!(b(11, 20, 13).member(), "11:20:13");
+        for bad in ["x:20:13", "11:20", "11:20:13:1", "20:11:13", "11:20:21", "0:5:3", "11:20:9"] {
+            assert_eq!(BlockRecord::parse(bad), None, "{bad}");
+        }
     }
 }

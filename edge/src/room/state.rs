@@ -177,6 +177,11 @@ pub trait RoomState: Send + Sync {
     async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError>;
     /// True while `who`'s session runs.
     async fn session_alive(&self, who: Who, now_ms: u64) -> Result<bool, StateError>;
+    /// When `who`'s session ends (ms), if this instance knows it without I/O (a state that
+    /// remembers the sessions it opened or read). `None`: not known here.
+    fn session_until(&self, _who: Who) -> Option<u64> {
+        None
+    }
     /// Ends `who`'s session (origin's `Wicket-Revoke: 1`); its place is spent.
     async fn end_session(&self, who: Who) -> Result<bool, StateError>;
     /// True when `who`'s place was spent by an ended session.
@@ -186,6 +191,16 @@ pub trait RoomState: Send + Sync {
     /// Drops expired sessions; (active sessions — those seen within `idle_ms` — and sessions ended
     /// since the last call).
     async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError>;
+    /// How many places lie between `serving` and `position` (the people ahead of a fan).
+    /// Consecutive numbers but on the spread layout, whose places are ordered by time.
+    fn ahead(&self, position: u64, c: &Counters) -> u64 {
+        position.saturating_sub(c.serving + 1)
+    }
+    /// Places `serving` has passed, as a count of people (the measured release rate is its
+    /// change): `serving` itself but on the spread layout, whose places are not consecutive.
+    fn passed(&self, c: &Counters) -> u64 {
+        c.serving
+    }
     /// Remembered identities (for stats).
     fn tracked(&self) -> usize;
     /// Unix seconds before which this state issued no place: tickets older than it are for a

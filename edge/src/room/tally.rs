@@ -33,8 +33,9 @@
 //!   with `HINCRBY` by every edge sharing the room (lua/room_report.lua: atomic per minute), the
 //!   leader's figures set with `HSET`; a sorted set of the minutes with data; the first sold-out
 //!   time; the sessions already counted as holds (one member per used session, kept
-//!   [`USED_KEEP_SECONDS`]). The report's keys live [`KEEP_SECONDS`] (30 days) after their last
-//!   write. It survives edge restarts and is the same on every edge.
+//!   [`USED_KEEP_SECONDS`]). The report's keys live [`KEEP_SECONDS`] (30 days) after an edge's
+//!   first write of their minute (an edge sets the expiry once a minute, not with every flush).
+//!   It survives edge restarts and is the same on every edge.
 //! - The embedded store remembers each admitted session (16 bytes: when admitted, whether used) for the room's life in the process,
 //!   as the embedded state remembers each joiner.
 
@@ -313,7 +314,10 @@ pub enum ReportStore {
     /// In Redis, shared by every edge of the room. `sessions`: the key prefixes the room's
     /// sessions live under, by identity (one for a single room, one per shard for a spread one):
     /// a session's first use is marked next to it (`<prefix>:report:used`, one slot).
-    Redis { redis: RedisRooms, prefix: String, sessions: Vec<String> },
+    /// `expired`: when this edge last set the expiry of each shard's marks (once a minute is
+    /// enough: they are kept for days).
+    /// `marked`: the last minute this edge wrote (its list entry and expiry set).
+    Redis { redis: RedisRooms, prefix: String, sessions: Vec<String>, expired: Mutex<Vec<Option<std::time::Instant>>>, marked: AtomicU64 },
 }
 
 static REPORT_ADD: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(include_str!("../../../lua/room_report.lua")));
@@ -324,11 +328,16 @@ impl ReportStore {
     pub fn new(redis: Option<&RedisRooms>, id: &str, sessions: Vec<String>) -> Self {
         match redis {
             None => ReportStore::Embedded { minutes: Mutex::new(BTreeMap::new()), sold_out_at_ms: AtomicU64::new(0), used: DashMap::new() },
-            Some(r) => ReportStore::Redis {
-                redis: r.clone(),
-                prefix: format!("wk:{{room:{id}}}:report"),
-                sessions: if sessions.is_empty() { vec![format!("wk:{{room:{id}}}")] } else { sessions },
-            },
+            Some(r) => {
+                let sessions = if sessions.is_empty() { vec![format!("wk:{{room:{id}}}")] } else { sessions };
+                ReportStore::Redis {
+                    redis: r.clone(),
+                    prefix: format!("wk:{{room:{id}}}:report"),
+                    expired: Mutex::new(vec![None; sessions.len()]),
+                    sessions,
+                    marked: AtomicU64::new(u64::MAX),
+                }
+            }
         }
     }
 
@@ -354,14 +363,20 @@ impl ReportStore {
                 }
                 Ok(())
             }
-            ReportStore::Redis { redis, prefix, .. } => {
+            ReportStore::Redis { redis, prefix, marked, .. } => {
+                // The minute's list entry and expiry: with this edge's first write of the minute.
+                let first = marked.load(Ordering::Relaxed) != minute;
                 let mut inv = REPORT_ADD.prepare_invoke();
                 inv.key(format!("{prefix}:m:{minute}")).key(format!("{prefix}:minutes"));
-                inv.arg(minute).arg(KEEP_SECONDS).arg(add.len());
+                inv.arg(minute).arg(if first { KEEP_SECONDS } else { 0 }).arg(add.len());
                 for (f, n) in add.iter().chain(set) {
                     inv.arg(*f).arg(*n);
                 }
-                redis.invoke(&inv).await.map(|_| ())
+                redis.invoke(&inv).await?;
+                if first {
+                    marked.store(minute, Ordering::Relaxed);
+                }
+                Ok(())
             }
         }
     }
@@ -383,6 +398,12 @@ impl ReportStore {
     /// the session was admitted (ms; `now_ms` when not known). `session_ms`: the room's session
     /// length (a Redis session's score is its end).
     pub async fn first_use(&self, who: Who, now_ms: u64, session_ms: u64) -> Result<Option<u64>, StateError> {
+        self.first_use_known(who, now_ms, session_ms, None).await
+    }
+
+    /// [`ReportStore::first_use`] when the session's end (ms) may be known already (this edge
+    /// opened it or read it): Redis is not asked for it again.
+    pub async fn first_use_known(&self, who: Who, now_ms: u64, session_ms: u64, until: Option<u64>) -> Result<Option<u64>, StateError> {
         match self {
             ReportStore::Embedded { used, .. } => {
                 let mut e = used.entry(who).or_insert(now_ms);
@@ -393,21 +414,38 @@ impl ReportStore {
                 *e |= USED;
                 Ok(Some(at))
             }
-            ReportStore::Redis { redis, sessions, .. } => {
-                let at = &sessions[(who % sessions.len() as u64) as usize];
+            ReportStore::Redis { redis, sessions, expired, .. } => {
+                let i = (who % sessions.len() as u64) as usize;
+                let at = &sessions[i];
                 let key = format!("{at}:report:used");
                 let sessions = format!("{at}:sessions");
                 let who = format!("{who:016x}");
                 let mut p = redis::pipe();
-                p.cmd("SADD").arg(&key).arg(&who).cmd("EXPIRE").arg(&key).arg(USED_KEEP_SECONDS).ignore();
-                p.cmd("ZSCORE").arg(sessions).arg(&who);
+                p.cmd("SADD").arg(&key).arg(&who);
+                // The marks' expiry, set by this edge once a minute, not with every mark.
+                let expire = {
+                    let mut e = expired.lock();
+                    let due = e[i].is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60));
+                    if due {
+                        e[i] = Some(std::time::Instant::now());
+                    }
+                    due
+                };
+                if expire {
+                    p.cmd("EXPIRE").arg(&key).arg(USED_KEEP_SECONDS).ignore();
+                }
+                if until.is_none() {
+                    p.cmd("ZSCORE").arg(sessions).arg(&who);
+                }
                 let v = redis.pipe(&p).await?;
                 if !matches!(v.first(), Some(redis::Value::Int(1))) {
                     return Ok(None);
                 }
-                let until = v.get(1).and_then(|s| match s {
-                    redis::Value::Double(d) => Some(*d as u64),
-                    other => text(other)?.parse::<f64>().ok().map(|f| f as u64),
+                let until = until.or_else(|| {
+                    v.get(1).and_then(|s| match s {
+                        redis::Value::Double(d) => Some(*d as u64),
+                        other => text(other)?.parse::<f64>().ok().map(|f| f as u64),
+                    })
                 });
                 Ok(Some(until.map_or(now_ms, |u| u.saturating_sub(session_ms).min(now_ms))))
             }
