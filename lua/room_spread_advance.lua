@@ -6,9 +6,10 @@
 -- its lease mid-step writes nothing).
 --
 -- KEYS (the room's slot): 1 leader STRING   2 serving STRING   3 passed STRING real places serving
---   passed   4 waiting STRING places handed out and not passed   5 hist STRING "second:places,..."
+--   passed   4 waiting STRING places handed out and not passed   5 hist STRING (ARGV 5)
 -- ARGV: 1 node id   2 new serving   3 places passed in this step   4 places handed out, all edges
---   5 the seconds' places
+--   5 what every edge counts the people ahead from: "second:places,...;start:end:used,..." (the
+--   places of each second of joins ahead of serving; the blocks at the front)
 -- Serving never moves back. Positions run past 2^47: `serving` is kept as the string sent (a Lua
 -- number would print it rounded); compared as numbers, exact below 2^53. Returns {serving,
 -- waiting}, or -1 when this node does not hold the lease (nothing written).

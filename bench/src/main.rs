@@ -121,7 +121,7 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         block_ms: u32,
         /// Megasale, spread layout: an edge writes its joins this often (`flush-ms`).
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 300)]
         flush_ms: u32,
         /// Override the number of seats.
         #[arg(long)]
@@ -289,7 +289,7 @@ async fn main() -> anyhow::Result<()> {
                     seats.map(|u| format!(" --seats {u}")).unwrap_or_default(),
                     release_max.map(|u| format!(" --release-max {u}")).unwrap_or_default(),
                     if scenario == "megasale" { format!(" --layout {layout}") } else { String::new() },
-                    if scenario == "megasale" && layout == "spread" && (block, block_ms, flush_ms) != (500, 5, 200) {
+                    if scenario == "megasale" && layout == "spread" && (block, block_ms, flush_ms) != (500, 5, 300) {
                         format!(" --block {block} --block-ms {block_ms} --flush-ms {flush_ms}")
                     } else {
                         String::new()

@@ -545,8 +545,8 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
 /// are not the defaults (`spread`, `spread_b1000_25ms`, `spread_b1000_25ms_f25ms`).
 pub fn variant(layout: &str, spread: Option<(u32, u32, u32, u32)>) -> String {
     match spread {
-        Some((_, block, ms, 200)) if (block, ms) != (500, 5) => format!("{layout}_b{block}_{ms}ms"),
-        Some((_, block, ms, flush)) if flush != 200 => format!("{layout}_b{block}_{ms}ms_f{flush}ms"),
+        Some((_, block, ms, 300)) if (block, ms) != (500, 5) => format!("{layout}_b{block}_{ms}ms"),
+        Some((_, block, ms, flush)) if flush != 300 => format!("{layout}_b{block}_{ms}ms_f{flush}ms"),
         _ => layout.to_string(),
     }
 }
@@ -656,7 +656,7 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
          Busiest shard's commands: {top}.\n",
         quick_title = if quick { " (quick)" } else { "" },
         block_title = match m.spread {
-            Some((_, b, ms, f)) if (b, ms, f) != (500, 5, 200) => format!(", block {b}, block-ms {ms}, flush-ms {f}"),
+            Some((_, b, ms, f)) if (b, ms, f) != (500, 5, 300) => format!(", block {b}, block-ms {ms}, flush-ms {f}"),
             _ => String::new(),
         },
         machine = crate::report::machine(),

@@ -88,7 +88,7 @@ impl Scenario {
             megasale: false,
             edges: 1,
             layout: "single".into(),
-            spread: (6, 500, 5, 200),
+            spread: (6, 500, 5, 300),
         };
         let mut s = match name {
             "stararena" => base,

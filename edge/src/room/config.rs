@@ -26,7 +26,7 @@
 //! | `test-mode` | `false`; `true`: only fans with the operator's test cookie meet the room, everyone else passes as if it were off |
 //! | `invite` | none: everyone may queue (`[rooms.invite]`: the presale lane, [`super::invite`]; `share`: its share of each release) |
 //! | `layout` | `single` (every key in one Redis Cluster slot); `spread`: across the cluster ([`super::spread`]) |
-//! | `spread` | 6 shards, time buckets of 5 ms with up to 500 places per edge each, joins written every 200 ms |
+//! | `spread` | 6 shards, time buckets of 5 ms with up to 500 places per edge each, joins written every 300 ms |
 
 use serde::{Deserialize, Serialize};
 
@@ -279,14 +279,14 @@ pub struct SpreadConfig {
     #[serde(alias = "block_ms")]
     pub block_ms: u64,
     /// How often an edge writes the joins it took (one batch per shard), ms: a join is answered
-    /// after its batch is written. Default 200.
+    /// after its batch is written. Default 300.
     #[serde(alias = "flush_ms")]
     pub flush_ms: u64,
 }
 
 impl Default for SpreadConfig {
     fn default() -> Self {
-        SpreadConfig { shards: 6, block: 500, block_ms: 5, flush_ms: 200 }
+        SpreadConfig { shards: 6, block: 500, block_ms: 5, flush_ms: 300 }
     }
 }
 

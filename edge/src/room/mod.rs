@@ -1176,8 +1176,11 @@ impl Rooms {
         let mut s = s;
         s.proof_owed = None;
         let cap = spec.config.total_active_max;
-        let alive = room.state.session_alive(who, now_ms).await?;
-        if alive || cap.is_none_or(|cap| room.active.load(Ordering::Relaxed) < cap) {
+        // Under the cap the session is opened whether or not one runs (opening one that runs
+        // changes nothing): its state is asked only at the cap, where a running one is let in.
+        let under_cap = cap.is_none_or(|cap| room.active.load(Ordering::Relaxed) < cap);
+        let alive = !under_cap && room.state.session_alive(who, now_ms).await?;
+        if alive || under_cap {
             let waited_s = (now_ms / 1000).saturating_sub(t.issued_at);
             return self.admit(room, &spec, s, who, sub, (pos, t.lane, waited_s), alive, now_ms).await.map(StatusOutcome::Status);
         }

@@ -15,8 +15,9 @@
 //!   hold them ([`passable`]): their edge's watermark is past them, or no edge claims the index,
 //!   or its edge was silent for the grace (2 s; an edge that died mid-bucket: its fans are let in,
 //!   uncounted). The step is written with the lease checked (lua/room_spread_advance.lua), with
-//!   how many places each second of joins holds, from which every edge tells a fan how many
-//!   people are ahead ([`ahead_of`]): places are not consecutive numbers on this layout.
+//!   the blocks at the front and how many places each second of joins holds, from which every
+//!   edge tells a fan how many people are ahead ([`ahead_of`]: exact over the front, estimated
+//!   beyond): places are not consecutive numbers on this layout.
 //! - **Identities and sessions sharded.** The identity map (a rejoin keeps its place) and the
 //!   sessions are split over `shards` slots chosen to spread evenly over the slot space
 //!   ([`shard_tags`]). A join takes its place at arrival and waits for the edge's next batch
@@ -68,9 +69,11 @@ const CLAIM_STALE_MS: u64 = 10_000;
 const CLAIM_EVERY: Duration = Duration::from_secs(2);
 /// An edge with no block to record still writes its watermark this often (so the leader need not
 /// wait for it at the front of the queue).
-const MARK_EVERY: Duration = Duration::from_millis(500);
+const MARK_EVERY: Duration = Duration::from_secs(1);
 /// Blocks the leader reads from each shard in one step: the front of the queue.
 const WINDOW: usize = 1000;
+/// Blocks at the front the leader publishes, over which the people ahead are counted exactly.
+const FRONT: usize = 256;
 /// Most blocks one record carries (the rest go with the next batch).
 const MAX_RECORD: usize = 500;
 /// Seconds of joins behind `serving` whose counts the leader keeps.
@@ -291,10 +294,34 @@ pub fn walk(serving: u64, mut n: u64, blocks: &[BlockRecord], passable: impl Fn(
     w
 }
 
+/// How many places lie between `serving` and `position` (both excluded): exactly over `front`
+/// (the blocks at the front of the queue, sorted, as the leader last read them), and beyond it
+/// about as many as the places each second of joins holds say ([`estimate_between`]).
+pub fn ahead_of(num: &Numbering, hist: &[(u64, u64)], front: &[BlockRecord], serving: u64, position: u64) -> u64 {
+    if position <= serving + 1 {
+        return 0;
+    }
+    // Used places of the front blocks in lo..=hi.
+    let count = |lo: u64, hi: u64| -> u64 {
+        front
+            .iter()
+            .map(|b| {
+                let (a, z) = (b.start.max(lo), b.used.min(hi));
+                if z >= a { z - a + 1 } else { 0 }
+            })
+            .sum()
+    };
+    match front.last().map(|b| b.end).filter(|end| *end > serving) {
+        Some(end) if position <= end + 1 => count(serving + 1, position - 1),
+        Some(end) => count(serving + 1, end) + estimate_between(num, hist, end, position),
+        None => estimate_between(num, hist, serving, position),
+    }
+}
+
 /// About how many places lie between `serving` and `position` (both excluded), from the places
 /// each second of joins holds (`hist`, sorted by second): whole seconds between them, and the
 /// share of the two seconds at the ends that falls between (places spread evenly in a second).
-pub fn ahead_of(num: &Numbering, hist: &[(u64, u64)], serving: u64, position: u64) -> u64 {
+pub fn estimate_between(num: &Numbering, hist: &[(u64, u64)], serving: u64, position: u64) -> u64 {
     if position <= serving + 1 {
         return 0;
     }
@@ -312,6 +339,30 @@ pub fn ahead_of(num: &Numbering, hist: &[(u64, u64)], serving: u64, position: u6
         count(sf) * (1.0 - frac(from, sf)) + between as f64 + count(sp) * frac(position, sp)
     };
     v.max(0.0).round() as u64
+}
+
+/// What the leader publishes for every edge to count the people ahead: places per second of
+/// joins ahead of `serving`, and the blocks at the front (`"second:places,...;start:end:used,..."`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shown {
+    pub hist: Vec<(u64, u64)>,
+    pub front: Vec<BlockRecord>,
+}
+
+impl Shown {
+    fn text(&self) -> String {
+        let h = self.hist.iter().map(|(s, c)| format!("{s}:{c}")).collect::<Vec<_>>().join(",");
+        let f = self.front.iter().map(BlockRecord::member).collect::<Vec<_>>().join(",");
+        format!("{h};{f}")
+    }
+
+    /// From [`Shown::text`]; bad items are skipped.
+    fn parse(text: &str) -> Shown {
+        let (h, f) = text.split_once(';').unwrap_or((text, ""));
+        let mut front: Vec<BlockRecord> = f.split(',').filter_map(BlockRecord::parse).collect();
+        front.sort_by_key(|b| b.start);
+        Shown { hist: parse_hist(h), front }
+    }
 }
 
 /// `"second:places,..."` (the leader's publication) as sorted pairs; bad items are skipped.
@@ -422,8 +473,8 @@ pub struct SpreadRoom {
     /// Real places `serving` passed, as last known.
     passed: std::sync::atomic::AtomicU64,
     cache: Mutex<Counters>,
-    /// Places per second of joins ahead of `serving`, as last known.
-    hist: Mutex<Vec<(u64, u64)>>,
+    /// What the leader last published to count the people ahead ([`Shown`]).
+    shown: Mutex<Shown>,
     local: Mutex<Local>,
     /// Sessions seen running: until when (ms), and when that was read.
     alive: Mutex<HashMap<Who, (u64, Instant)>>,
@@ -464,7 +515,7 @@ impl SpreadRoom {
             active: std::sync::atomic::AtomicU64::new(0),
             passed: std::sync::atomic::AtomicU64::new(0),
             cache: Mutex::new(Counters::default()),
-            hist: Mutex::new(Vec::new()),
+            shown: Mutex::new(Shown::default()),
             local: Mutex::new(Local::default()),
             alive: Mutex::new(HashMap::new()),
             batching: tokio::sync::Mutex::new(()),
@@ -806,9 +857,11 @@ impl SpreadRoom {
             tracing::debug!("spread room: the leader waits at position {at}");
         }
         let from = self.num.second(self.num.decode(w.serving + 1).0);
-        let hist: Vec<(u64, u64)> = seconds.range(from..).map(|(s, c)| (*s, *c)).collect();
-        let hist_text = hist.iter().map(|(s, c)| format!("{s}:{c}")).collect::<Vec<_>>().join(",");
-        let args = [node.to_owned(), w.serving.to_string(), (w.released + w.late).to_string(), placed.to_string(), hist_text];
+        let shown = Shown {
+            hist: seconds.range(from..).map(|(s, c)| (*s, *c)).collect(),
+            front: records.iter().filter(|b| b.end > w.serving).take(FRONT).copied().collect(),
+        };
+        let args = [node.to_owned(), w.serving.to_string(), (w.released + w.late).to_string(), placed.to_string(), shown.text()];
         let v = self.redis.run(&ADVANCE, &[&m.leader, &m.serving, &m.passed, &m.waiting, &m.hist], &args).await?;
         let (serving, waiting) = match ints(&v).as_slice() {
             [Some(s), Some(q)] => ((*s).max(0) as u64, (*q).max(0) as u64),
@@ -837,7 +890,7 @@ impl SpreadRoom {
         }
         *self.stepped.lock() = Some(Instant::now());
         self.passed.store(placed.saturating_sub(waiting), Ordering::Relaxed);
-        *self.hist.lock() = hist;
+        *self.shown.lock() = shown;
         *self.cache.lock() = Counters { issued: serving + waiting, serving, ..Counters::default() };
         Ok(Some(Advanced { serving, lane_serving: 0, released: w.released }))
     }
@@ -953,7 +1006,7 @@ impl RoomState for SpreadRoom {
         self.active.store(get(2), Ordering::Relaxed);
         self.passed.store(get(4), Ordering::Relaxed);
         if let Value::Array(items) = &v {
-            *self.hist.lock() = items.get(3).and_then(text).map(|t| parse_hist(&t)).unwrap_or_default();
+            *self.shown.lock() = items.get(3).and_then(text).map(|t| Shown::parse(&t)).unwrap_or_default();
         }
         let c = Counters { issued: get(0) + get(1), serving: get(0), ..Counters::default() };
         *self.cache.lock() = c;
@@ -1065,7 +1118,8 @@ impl RoomState for SpreadRoom {
     /// Places are not consecutive numbers on this layout: how many lie between, from the
     /// places each second of joins holds ([`ahead_of`]), never more than are waiting.
     fn ahead(&self, position: u64, c: &Counters) -> u64 {
-        ahead_of(&self.num, &self.hist.lock(), c.serving, position).min(c.waiting().saturating_sub(1))
+        let shown = self.shown.lock();
+        ahead_of(&self.num, &shown.hist, &shown.front, c.serving, position).min(c.waiting().saturating_sub(1))
     }
 
     fn passed(&self, _c: &Counters) -> u64 {
@@ -1205,13 +1259,26 @@ mod tests {
         let hist = [(50, 100), (51, 300), (52, 200)];
         let at = |s: u64, share: f64| num.start((s * 100) + (share * 100.0) as u64, 0);
         // From the start of second 50 to the middle of 52: 100 + 300 + half of 200.
-        assert_eq!(ahead_of(&num, &hist, at(50, 0.0) - 1, at(52, 0.5)), 500);
+        assert_eq!(ahead_of(&num, &hist, &[], at(50, 0.0) - 1, at(52, 0.5)), 500);
         // Within one second: the share between.
-        assert_eq!(ahead_of(&num, &hist, at(51, 0.25) - 1, at(51, 0.75)), 150);
+        assert_eq!(ahead_of(&num, &hist, &[], at(51, 0.25) - 1, at(51, 0.75)), 150);
         // At or before serving: nobody.
-        assert_eq!(ahead_of(&num, &hist, at(51, 0.5), at(51, 0.5)), 0);
-        assert_eq!(ahead_of(&num, &hist, 0, at(49, 0.0)), 0);
+        assert_eq!(ahead_of(&num, &hist, &[], at(51, 0.5), at(51, 0.5)), 0);
+        assert_eq!(ahead_of(&num, &hist, &[], 0, at(49, 0.0)), 0);
         assert_eq!(parse_hist("52:200,50:100,x:1,51:300"), hist.to_vec());
+        // Over the front blocks the count is exact: serving inside the first, the unused ends
+        // and the positions no block holds count nobody.
+        let front = [b(at(50, 0.0), at(50, 0.0) + 999, at(50, 0.0) + 9), b(at(50, 0.0) + 1000, at(50, 0.0) + 1999, at(50, 0.0) + 1002)];
+        let s0 = at(50, 0.0) + 4;
+        assert_eq!(ahead_of(&num, &hist, &front, s0, at(50, 0.0) + 9), 4, "5-8 of the first block");
+        assert_eq!(ahead_of(&num, &hist, &front, s0, at(50, 0.0) + 1002), 7, "5-9 of the first, 2 of the second");
+        assert_eq!(ahead_of(&num, &hist, &front, s0, at(50, 0.0) + 2000), 8, "right after the front: all 8");
+        // Beyond the front: its 8, then the estimate from its end (100 of second 50 then 300).
+        assert_eq!(ahead_of(&num, &hist, &front, s0, at(52, 0.0)), 8 + estimate_between(&num, &hist, at(50, 0.0) + 1999, at(52, 0.0)));
+        // The published text reads back.
+        let shown = Shown { hist: hist.to_vec(), front: front.to_vec() };
+        assert_eq!(Shown::parse(&shown.text()), shown);
+        assert_eq!(Shown::parse("50:1"), Shown { hist: vec![(50, 1)], front: vec![] });
     }
 
     #[test]

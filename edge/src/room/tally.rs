@@ -546,19 +546,33 @@ pub struct RoomReport {
     pub store: ReportStore,
     /// The minute each place's turn came, as this edge saw it.
     pub marks: Mutex<ReleaseMarks>,
+    /// When this edge last flushed to a Redis store (Unix ms).
+    flushed_ms: AtomicU64,
 }
+
+/// How often an edge flushes its counts to a Redis store within a minute (a minute's end flushes
+/// at once): each flush is a script of a command per count on the room's slot.
+pub const REDIS_FLUSH_MS: u64 = 2000;
 
 impl RoomReport {
     /// The report of room `id`, kept in Redis with the room's state there, else in this process.
     pub fn new(redis: Option<&RedisRooms>, id: &str, sessions: Vec<String>) -> Self {
-        RoomReport { tally: Tally::default(), store: ReportStore::new(redis, id, sessions), marks: Mutex::new(ReleaseMarks::default()) }
+        RoomReport { tally: Tally::default(), store: ReportStore::new(redis, id, sessions), marks: Mutex::new(ReleaseMarks::default()), flushed_ms: AtomicU64::new(0) }
     }
 
     /// Flushes this edge's counts (and, from the leader, `set`: its figures of the current
     /// minute, written when `always` or when the minute has counts). Counts the store did not
     /// take are put back for the next flush.
+    /// To a Redis store at most every [`REDIS_FLUSH_MS`] within a minute.
     pub async fn flush(&self, now_ms: u64, set: Option<&[(&str, u64)]>, always: bool) -> Result<(), StateError> {
         let now = minute_of(now_ms);
+        if let ReportStore::Redis { .. } = self.store {
+            let last = self.flushed_ms.load(Ordering::Relaxed);
+            if minute_of(last) == now && now_ms < last + REDIS_FLUSH_MS {
+                return Ok(());
+            }
+            self.flushed_ms.store(now_ms, Ordering::Relaxed);
+        }
         let mut taken = self.tally.take(now_ms);
         if set.is_some() && always && !taken.iter().any(|(m, _)| *m == now) {
             taken.push((now, Vec::new()));
