@@ -788,8 +788,9 @@ mod tests {
     #[test]
     fn each_spread_setting_has_its_own_name() {
         assert_eq!(variant("single", None), "single");
-        assert_eq!(variant("spread", Some((6, 1000, 100, 200))), "spread");
-        assert_eq!(variant("spread", Some((12, 1000, 25, 200))), "spread_b1000_25ms");
+        assert_eq!(variant("spread", Some((6, 500, 5, 300))), "spread");
+        assert_eq!(variant("spread", Some((12, 1000, 25, 300))), "spread_b1000_25ms");
+        assert_eq!(variant("spread", Some((6, 500, 5, 200))), "spread_b500_5ms_f200ms");
         assert_eq!(variant("spread", Some((12, 1000, 25, 25))), "spread_b1000_25ms_f25ms");
     }
 
