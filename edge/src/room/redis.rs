@@ -336,6 +336,17 @@ pub(super) fn int(v: &Value) -> Option<i64> {
     }
 }
 
+/// A bulk or simple string reply (or a number) as text.
+pub(super) fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::Double(d) => Some(d.to_string()),
+        _ => None,
+    }
+}
+
 pub(super) fn ints(v: &Value) -> Vec<Option<i64>> {
     match v {
         Value::Array(items) => items.iter().map(int).collect(),

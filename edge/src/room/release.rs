@@ -135,7 +135,7 @@ impl Rooms {
         }
         {
             // People, not numbers: a spread room's places are not consecutive.
-            let passed = room.state.passed(&step.map_or(c, |a| super::state::Counters { serving: a.serving, ..c }));
+            let passed = room.state.passed(&super::state::Counters { serving, ..c });
             let mut b = room.book.lock();
             if let Some(prev) = b.last_passed {
                 let inst = passed.saturating_sub(prev) as f64 * 1000.0 / dt_ms as f64;

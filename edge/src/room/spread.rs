@@ -45,7 +45,7 @@ use redis::{Script, Value};
 use tokio::sync::oneshot;
 
 use super::config::SpreadConfig;
-use super::redis::{CALL_TIMEOUT, LEAD, RESIGN, RedisRooms, SessionKeys, int, ints, who_hex};
+use super::redis::{CALL_TIMEOUT, LEAD, RESIGN, RedisRooms, SessionKeys, int, ints, text, who_hex};
 use super::state::{Advanced, Counters, DONE, Joined, Proof, ProofState, RoomState, StateError, Who};
 
 static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_block.lua")));
@@ -690,12 +690,13 @@ impl SpreadRoom {
     /// leaves the open block (numbered with the old one).
     async fn claim(&self) -> Result<u64, StateError> {
         let _one = self.claiming.lock().await;
-        if let Some((e, at)) = self.local.lock().index
+        let held = self.local.lock().index;
+        if let Some((e, at)) = held
             && at.elapsed() < CLAIM_EVERY
         {
             return Ok(e);
         }
-        let held = self.local.lock().index.map_or(-1, |(e, _)| e as i64);
+        let held = held.map_or(-1, |(e, _)| e as i64);
         let args = [self.token.clone(), now_ms().to_string(), CLAIM_STALE_MS.to_string(), EDGES.to_string(), held.to_string()];
         let v = self.redis.run(&CLAIM, &[&self.main.edges], &args).await?;
         let e = match int(&v) {
@@ -715,7 +716,7 @@ impl SpreadRoom {
     /// watermark alone every [`MARK_EVERY`]. Blocks not written stay for the next batch.
     async fn record(&self) -> Result<(), StateError> {
         let now_t = self.num.bucket(now_ms());
-        let (e, blocks, wm) = {
+        let (e, blocks, wm, k) = {
             let mut l = self.local.lock();
             let Some((e, _)) = l.index else { return Ok(()) };
             if l.open.is_some_and(|o| o.t < now_t) {
@@ -733,7 +734,7 @@ impl SpreadRoom {
             let blocks: Vec<(u64, BlockRecord)> = l.left.drain(..n).collect();
             // A watermark never passes a block still to record.
             let wm = l.left.first().map_or(wm, |(t, _)| wm.min(*t));
-            (e, blocks, wm)
+            (e, blocks, wm, l.records)
         };
         let mut args = vec![e.to_string(), wm.to_string(), blocks.len().to_string()];
         let mut per_second: BTreeMap<u64, u64> = BTreeMap::new();
@@ -747,7 +748,6 @@ impl SpreadRoom {
             args.push(c.to_string());
         }
         // Round the shards (from the index's own), so the records spread over the masters.
-        let k = self.local.lock().records;
         let sh = &self.shards[((e + k) % self.shards.len() as u64) as usize];
         let r = self.redis.run(&RECORD, &[&sh.blocks, &sh.wm, &sh.hist], &args).await;
         let mut l = self.local.lock();
@@ -925,17 +925,6 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
         Value::Array(items) => items.chunks(2).filter_map(|p| Some((text(p.first()?)?, text(p.get(1)?)?))).collect(),
         Value::Map(items) => items.iter().filter_map(|(k, v)| Some((text(k)?, text(v)?))).collect(),
         _ => Vec::new(),
-    }
-}
-
-/// A bulk or simple string reply as text.
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        Value::Double(d) => Some(d.to_string()),
-        _ => None,
     }
 }
 

@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
-use super::redis::RedisRooms;
+use super::redis::{RedisRooms, text};
 use super::state::{StateError, Who};
 
 /// How long a room's report stays in Redis after its last write.
@@ -519,15 +519,6 @@ impl ReportStore {
                 Ok((rows, sold))
             }
         }
-    }
-}
-
-fn text(v: &redis::Value) -> Option<String> {
-    match v {
-        redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        redis::Value::SimpleString(s) => Some(s.clone()),
-        redis::Value::Int(i) => Some(i.to_string()),
-        _ => None,
     }
 }
 
