@@ -99,6 +99,9 @@ pub struct StackOptions {
     pub layout: Option<String>,
     /// With `layout = "spread"`: (shards, block, block-ms, flush-ms) of `[rooms.spread]`.
     pub spread: (u32, u32, u32, u32),
+    /// The queue's per-address budget of edge/examples/wicket.toml (`[[edge.limits]]` on `/queue/`
+    /// by `ip`, 5 r/s, burst 10, nodelay): the bots scenarios run the edge as the example does.
+    pub queue_ip_limit: bool,
 }
 
 /// A process of the stack that can be SIGKILLed and started again with the same command.
@@ -282,7 +285,7 @@ trusted-proxies = ["127.0.0.1/32"]
 secret = "bench-edge-secret-0123456789abcdef"
 shutdown-grace-seconds = 1
 
-[edge.anomaly]
+{limits}[edge.anomaly]
 device-max-users = 3
 
 [edge.bot.pow]
@@ -317,6 +320,11 @@ p99-target-ms = {p99}
                 closes = rfc3339(now + time::Duration::hours(2)),
                 max = o.release_max,
                 difficulty = POW_DIFFICULTY,
+                limits = if o.queue_ip_limit {
+                    "[[edge.limits]]\npath = \"/queue/\"\nkey = \"ip\"\nrate = \"5r/s\"\nburst = 10\nnodelay = true\n\n"
+                } else {
+                    ""
+                },
                 p99 = o.p99_target_ms,
             )
         };

@@ -220,6 +220,9 @@ struct User {
     join_edge: u8,
     /// Megasale: (place, kill) when a kill came while the fan waited there; its next answer is judged.
     place_check: Option<(u64, u8)>,
+    /// When the fan's first join was answered, and when a hold of theirs was made (ms since start).
+    joined_ms: Option<u64>,
+    held_ms: Option<u64>,
 }
 
 /// Everything a run measured.
@@ -501,6 +504,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         edges: s.edges,
         layout: s.megasale.then(|| s.layout.clone()),
         spread: s.spread,
+        queue_ip_limit: s.bots_fraction > 0.0,
     })
     .await?;
     let stack_edges = stack.edges.len();
@@ -535,6 +539,8 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 paid_at_provider: false,
                 join_edge: 0,
                 place_check: None,
+                joined_ms: None,
+                held_ms: None,
             })
         })
         .collect();
@@ -907,6 +913,7 @@ async fn step(sh: &Shared, u: u32) {
                 merge_cookies(&mut g.cookies, &headers);
             }
             g.join_seq = seq;
+            g.joined_ms.get_or_insert(sh.now_ms());
             g.position = body["position"].as_u64().unwrap_or(0);
             g.join_edge = edge as u8;
             note_position(&mut g, &body);
@@ -983,6 +990,7 @@ async fn step(sh: &Shared, u: u32) {
                     }
                     let mut g = sh.users[u as usize].lock();
                     g.order = Some((id, amount));
+                    g.held_ms.get_or_insert(sh.now_ms());
                     if pays {
                         g.phase = Phase::Pay;
                         drop(g);
@@ -1169,6 +1177,33 @@ fn finish(sh: &Shared, u: u32, outcome: Outcome) {
     }
 }
 
+/// `WICKET_BENCH_USERS=path`: one CSV line per virtual user (who they were, when they joined, the
+/// place they got, when they were admitted and held, what they bought), to study who got the seats.
+fn write_users(sh: &Shared, path: &str, orders: &[Value]) -> anyhow::Result<()> {
+    let mut paid: HashMap<&str, u64> = HashMap::new();
+    for o in orders.iter().filter(|o| matches!(o["state"].as_str(), Some("PAID" | "USED"))) {
+        *paid.entry(o["user"].as_str().unwrap_or("")).or_default() += o["qty"].as_u64().unwrap_or(0);
+    }
+    let ms = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+    let mut out = String::from("user,bot,join_seq,joined_ms,position,admitted_ms,held_ms,outcome,paid_qty\n");
+    for (i, u) in sh.users.iter().enumerate() {
+        let g = u.lock();
+        let id = format!("u{i}");
+        let bought = paid.get(id.as_str()).copied().unwrap_or(0);
+        out += &format!(
+            "{id},{},{},{},{},{},{},{:?},{bought}\n",
+            u8::from(g.bot),
+            g.join_seq,
+            ms(g.joined_ms),
+            g.first_position,
+            ms(g.admitted_ms),
+            ms(g.held_ms),
+            g.outcome
+        );
+    }
+    std::fs::write(path, out).map_err(|e| anyhow::anyhow!("writing {path}: {e}"))
+}
+
 /// Nothing available and nothing held in any pool of a stock answer: every ticket is paid for.
 fn paid_out(stock: &Value) -> bool {
     stock["pools"].as_object().is_some_and(|pools| {
@@ -1250,6 +1285,9 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         let p = &stock["pools"][pool];
         let counted = p["held"].as_u64().unwrap_or(0) + p["sold"].as_u64().unwrap_or(0) + p["available"].as_u64().unwrap_or(0);
         oversold += counted.saturating_sub(cap);
+    }
+    if let Ok(path) = std::env::var("WICKET_BENCH_USERS") {
+        write_users(sh, &path, &orders)?;
     }
     let double_sold = seat_owners.values().filter(|&&n| n > 1).count() as u64;
     let over_limit_users = per_user.values().filter(|&&q| q > 2).count() as u64;

@@ -5,7 +5,10 @@
 //! b64(mac)`. The client finds a decimal `nonce` such that `sha256(challenge ‖ nonce)` starts
 //! with `difficulty` zero bits (static/pow.js). Verifying is one MAC and one hash (O(1)); a solved
 //! challenge is remembered until it expires so it cannot be used twice; that memory is bounded
-//! and refuses new solutions when full rather than forgetting old ones (fail closed).
+//! and refuses new solutions when full rather than forgetting old ones (fail closed). Each
+//! challenge is issued for a client address: one that gave many proofs lately gets harder ones
+//! ([`PowConfig::address_free`]), and a challenge carries a tag of the address it was issued to,
+//! so a busy address cannot solve cheaper challenges fetched elsewhere.
 //!
 //! CAPTCHA: the provider's server-side check ([`CaptchaProvider`]: Turnstile, hCaptcha and
 //! reCAPTCHA speak siteverify — `POST` the form `secret`, `response`, `remoteip`, read
@@ -101,13 +104,32 @@ pub struct PowConfig {
     /// Seconds a challenge stays valid. Default 120.
     pub ttl_seconds: u64,
     /// Most solved-and-unexpired challenges remembered to refuse reuse; when full, solutions are
-    /// refused (fail closed) until entries expire. Default 1,000,000 (about 50 MB at worst).
+    /// refused (fail closed) until entries expire. Default 1,000,000 (about 50 MB at worst). Also
+    /// the most addresses whose proofs are counted per half window (about 20 bytes each).
     pub max_remembered: usize,
+    /// Proofs one address (an IPv4 address, an IPv6 /64) gives at `difficulty` within
+    /// `address-window-seconds`; from then on its challenges cost one more bit each time its count
+    /// doubles (`free` proofs: +1, `2·free`: +2, ...), up to `address-max-extra-bits`. A script
+    /// taking many places from one address pays for each; a fan pays the base. Default 32; 0 turns
+    /// it off.
+    pub address_free: u32,
+    /// The window the proofs of an address are counted over, seconds. Default 600.
+    pub address_window_seconds: u64,
+    /// Most bits added for a busy address. Default 6 (64× the work); `difficulty` plus this is at
+    /// most 32.
+    pub address_max_extra_bits: u8,
 }
 
 impl Default for PowConfig {
     fn default() -> Self {
-        PowConfig { difficulty: 16, ttl_seconds: 120, max_remembered: 1_000_000 }
+        PowConfig {
+            difficulty: 16,
+            ttl_seconds: 120,
+            max_remembered: 1_000_000,
+            address_free: 32,
+            address_window_seconds: 600,
+            address_max_extra_bits: 6,
+        }
     }
 }
 
@@ -172,6 +194,12 @@ impl BotConfig {
         }
         if self.pow.max_remembered == 0 || self.pow.max_remembered > 10_000_000 {
             out.push(issue(format!("{path}.pow.max-remembered"), "must be between 1 and 10000000"));
+        }
+        if self.pow.address_window_seconds < 10 || self.pow.address_window_seconds > 86_400 {
+            out.push(issue(format!("{path}.pow.address-window-seconds"), "must be between 10 and 86400"));
+        }
+        if self.pow.address_max_extra_bits > 16 || u32::from(self.pow.difficulty) + u32::from(self.pow.address_max_extra_bits) > 32 {
+            out.push(issue(format!("{path}.pow.address-max-extra-bits"), "must be at most 16, and difficulty plus it at most 32"));
         }
         match &self.captcha {
             None if self.proof == BotProofKind::Captcha => {
@@ -279,6 +307,8 @@ pub enum PowError {
     Reused,
     /// The memory of used challenges is full.
     Busy,
+    /// Issued to another address, and easier than this address's challenges are now.
+    TooEasy,
 }
 
 impl PowError {
@@ -290,11 +320,120 @@ impl PowError {
             PowError::WrongSolution => "wrong solution",
             PowError::Reused => "challenge already used",
             PowError::Busy => "too many outstanding challenges, retry",
+            PowError::TooEasy => "challenge issued to another address: ask for a new one",
         }
     }
 }
 
-const PAYLOAD_LEN: usize = 8 + 1 + 16;
+/// `exp ‖ difficulty ‖ address tag ‖ id`.
+const PAYLOAD_LEN: usize = 8 + 1 + 4 + 16;
+
+/// The address a proof is counted for: an IPv4 address (also written IPv4-mapped), or the /64 an
+/// IPv6 address is in (one household or phone gets a whole /64).
+pub fn address_group(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_ipv6_mapped().octets(),
+            None => {
+                let mut g = v6.octets();
+                g[8..].fill(0);
+                g
+            }
+        },
+    }
+}
+
+/// Proofs given per address group over a sliding window, counted exactly in two generations of
+/// half a window each (a count covers between half a window and a whole one). Keys are a keyed
+/// hash of the group (per process, so nobody can aim collisions). At most `max_addresses` groups
+/// are counted per generation (about 20 bytes each): past that, a new address counts as quiet
+/// until the generation turns (fail open: a flood of addresses cannot raise every fan's
+/// difficulty), while the addresses already counted keep their counts.
+struct AddressLoad {
+    free: u32,
+    max_extra: u8,
+    half_window: u64,
+    max_addresses: usize,
+    hasher: std::hash::RandomState,
+    counts: Mutex<LoadCounts>,
+}
+
+struct LoadCounts {
+    /// The half-window `current` counts (Unix seconds / half_window).
+    generation: u64,
+    current: HashMap<u64, u32>,
+    previous: HashMap<u64, u32>,
+}
+
+impl AddressLoad {
+    fn new(cfg: &PowConfig) -> Self {
+        AddressLoad {
+            free: cfg.address_free,
+            max_extra: cfg.address_max_extra_bits,
+            half_window: (cfg.address_window_seconds / 2).max(1),
+            max_addresses: cfg.max_remembered,
+            hasher: std::hash::RandomState::new(),
+            counts: Mutex::new(LoadCounts { generation: 0, current: HashMap::new(), previous: HashMap::new() }),
+        }
+    }
+
+    fn key(&self, group: &[u8; 16]) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(group)
+    }
+
+    /// The counts, moved on to `now`'s half window.
+    fn at(&self, now: u64) -> parking_lot::MutexGuard<'_, LoadCounts> {
+        let mut c = self.counts.lock();
+        let generation = now / self.half_window;
+        if generation != c.generation {
+            let next = generation == c.generation + 1;
+            let LoadCounts { current, previous, .. } = &mut *c;
+            *previous = if next { std::mem::take(current) } else { HashMap::new() };
+            *current = HashMap::new();
+            c.generation = generation;
+        }
+        c
+    }
+
+    /// Proofs `group` gave in the window.
+    fn count(&self, group: &[u8; 16], now: u64) -> u32 {
+        if self.free == 0 {
+            return 0;
+        }
+        let k = self.key(group);
+        let c = self.at(now);
+        let get = |m: &HashMap<u64, u32>| m.get(&k).copied().unwrap_or(0);
+        get(&c.current).saturating_add(get(&c.previous))
+    }
+
+    /// One more proof from `group`.
+    fn note(&self, group: &[u8; 16], now: u64) {
+        if self.free == 0 {
+            return;
+        }
+        let k = self.key(group);
+        let mut c = self.at(now);
+        let full = c.current.len() >= self.max_addresses;
+        match c.current.get_mut(&k) {
+            Some(n) => *n = n.saturating_add(1),
+            None if !full => {
+                c.current.insert(k, 1);
+            }
+            None => {}
+        }
+    }
+
+    /// Bits added for an address that gave `count` proofs.
+    fn extra_bits(&self, count: u32) -> u8 {
+        if self.free == 0 || count < self.free {
+            return 0;
+        }
+        let doublings = (count / self.free).ilog2() + 1;
+        doublings.min(u32::from(self.max_extra)) as u8
+    }
+}
 
 /// The proof-of-work issuer and verifier.
 pub struct ProofOfWork {
@@ -305,21 +444,23 @@ pub struct ProofOfWork {
     /// Solved challenge ids → expiry. A std HashMap behind a mutex: one insert per solution,
     /// which is rare next to page views.
     seen: Mutex<HashMap<[u8; 16], u64>>,
+    load: AddressLoad,
 }
 
 impl ProofOfWork {
     /// A verifier with the given settings.
-    pub fn new(signer: Signer, difficulty: u8, ttl: u64, max_remembered: usize) -> Self {
+    pub fn new(signer: Signer, cfg: &PowConfig) -> Self {
         ProofOfWork {
             signer,
-            difficulty: AtomicU8::new(difficulty),
-            ttl,
-            max_remembered,
+            difficulty: AtomicU8::new(cfg.difficulty),
+            ttl: cfg.ttl_seconds,
+            max_remembered: cfg.max_remembered,
             seen: Mutex::new(HashMap::new()),
+            load: AddressLoad::new(cfg),
         }
     }
 
-    /// Difficulty of new challenges.
+    /// Difficulty of new challenges (before any an address adds).
     pub fn difficulty(&self) -> u8 {
         self.difficulty.load(Ordering::Relaxed)
     }
@@ -334,19 +475,42 @@ impl ProofOfWork {
         self.ttl
     }
 
-    /// A fresh challenge and its difficulty.
-    pub fn issue(&self, now: u64) -> (String, u8) {
-        let d = self.difficulty();
+    /// The difficulty a challenge for `ip` gets now: the base, plus the bits its recent proofs add.
+    pub fn difficulty_for(&self, ip: IpAddr, now: u64) -> u8 {
+        let extra = self.load.extra_bits(self.load.count(&address_group(ip), now));
+        self.difficulty().saturating_add(extra).min(32)
+    }
+
+    /// The settings of the per-address part, for the admin API.
+    pub fn address_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "free": self.load.free,
+            "window_seconds": self.load.half_window * 2,
+            "max_extra_bits": self.load.max_extra,
+        })
+    }
+
+    fn address_tag(&self, ip: IpAddr) -> [u8; 4] {
+        let mac = self.signer.mac(b"pow-addr", &address_group(ip));
+        [mac[0], mac[1], mac[2], mac[3]]
+    }
+
+    /// A fresh challenge for a client at `ip`, and its difficulty.
+    pub fn issue(&self, now: u64, ip: IpAddr) -> (String, u8) {
+        let d = self.difficulty_for(ip, now);
         let mut payload = [0u8; PAYLOAD_LEN];
         payload[..8].copy_from_slice(&(now + self.ttl).to_be_bytes());
         payload[8] = d;
-        payload[9..].copy_from_slice(&rand::random::<[u8; 16]>());
+        payload[9..13].copy_from_slice(&self.address_tag(ip));
+        payload[13..].copy_from_slice(&rand::random::<[u8; 16]>());
         let tag = self.signer.mac(b"pow", &payload);
         (format!("{}.{}", B64.encode(payload), B64.encode(&tag[..16])), d)
     }
 
-    /// Checks a solution; on success the challenge is spent.
-    pub fn verify(&self, challenge: &str, nonce: &str, now: u64) -> Result<(), PowError> {
+    /// Checks a solution given from `ip`; on success the challenge is spent and counted for `ip`'s
+    /// address. A challenge issued to another address passes only when it is at least as hard as
+    /// one for this address would be now (a busy address cannot borrow a quiet one's challenges).
+    pub fn verify(&self, challenge: &str, nonce: &str, now: u64, ip: IpAddr) -> Result<(), PowError> {
         if challenge.len() > 128 || nonce.is_empty() || nonce.len() > 64 || !nonce.bytes().all(|b| b.is_ascii_graphic())
         {
             return Err(PowError::Invalid);
@@ -368,18 +532,24 @@ impl ProofOfWork {
         if leading_zero_bits(&h.finalize()) < u32::from(difficulty) {
             return Err(PowError::WrongSolution);
         }
-        let id: [u8; 16] = payload[9..].try_into().map_err(|_| PowError::Invalid)?;
-        let mut seen = self.seen.lock();
-        if seen.contains_key(&id) {
-            return Err(PowError::Reused);
+        if payload[9..13] != self.address_tag(ip) && difficulty < self.difficulty_for(ip, now) {
+            return Err(PowError::TooEasy);
         }
-        if seen.len() >= self.max_remembered {
-            seen.retain(|_, e| *e >= now);
-            if seen.len() >= self.max_remembered {
-                return Err(PowError::Busy);
+        let id: [u8; 16] = payload[13..].try_into().map_err(|_| PowError::Invalid)?;
+        {
+            let mut seen = self.seen.lock();
+            if seen.contains_key(&id) {
+                return Err(PowError::Reused);
             }
+            if seen.len() >= self.max_remembered {
+                seen.retain(|_, e| *e >= now);
+                if seen.len() >= self.max_remembered {
+                    return Err(PowError::Busy);
+                }
+            }
+            seen.insert(id, exp);
         }
-        seen.insert(id, exp);
+        self.load.note(&address_group(ip), now);
         Ok(())
     }
 
@@ -702,7 +872,7 @@ impl BotChecks {
             routes: RwLock::new(cfg.routes.clone()),
             checks_any: std::sync::atomic::AtomicBool::new(cfg.routes.iter().any(|r| r.check != BotCheckMode::Off)),
             proof: RwLock::new(cfg.proof),
-            pow: ProofOfWork::new(signer.clone(), cfg.pow.difficulty, cfg.pow.ttl_seconds, cfg.pow.max_remembered),
+            pow: ProofOfWork::new(signer.clone(), &cfg.pow),
             captcha: cfg.captcha.as_ref().map(|c| Captcha::new(c, base)).transpose()?,
             signer,
             pass_seconds: cfg.pass_seconds,
@@ -774,6 +944,7 @@ impl BotChecks {
             "proof": self.proof(),
             "pow_difficulty": self.pow.difficulty(),
             "pow_ttl_seconds": self.pow.ttl(),
+            "pow_per_address": self.pow.address_json(),
             "captcha_configured": self.captcha.is_some(),
             "captcha_fail_open": self.captcha.as_ref().map(Captcha::fail_open),
             "pass_seconds": self.pass_seconds,
@@ -816,23 +987,46 @@ mod tests {
             .unwrap()
     }
 
+    const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+
+    fn cfg(difficulty: u8, max_remembered: usize) -> PowConfig {
+        PowConfig { difficulty, ttl_seconds: 60, max_remembered, ..PowConfig::default() }
+    }
+
     fn pow() -> ProofOfWork {
-        ProofOfWork::new(Signer::new(b"0123456789abcdef"), 8, 60, 3)
+        ProofOfWork::new(Signer::new(b"0123456789abcdef"), &cfg(8, 3))
+    }
+
+    /// A verifier whose addresses pay one more bit from their 4th proof in 100 s, at most 3 more.
+    fn busy_pow() -> ProofOfWork {
+        let c = PowConfig { address_free: 4, address_window_seconds: 100, address_max_extra_bits: 3, ..cfg(4, 10_000) };
+        ProofOfWork::new(Signer::new(b"0123456789abcdef"), &c)
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// Issues a challenge to `from`, solves it, gives it from `from`; the difficulty it had.
+    fn prove(p: &ProofOfWork, from: IpAddr, now: u64) -> u8 {
+        let (c, d) = p.issue(now, from);
+        assert_eq!(p.verify(&c, &solve(&c, d), now, from), Ok(()));
+        d
     }
 
     #[test]
     fn pow_accepts_a_solution_once() {
         let p = pow();
-        let (c, d) = p.issue(1000);
+        let (c, d) = p.issue(1000, IP);
         let n = solve(&c, d);
-        assert_eq!(p.verify(&c, &n, 1001), Ok(()));
-        assert_eq!(p.verify(&c, &n, 1001), Err(PowError::Reused));
+        assert_eq!(p.verify(&c, &n, 1001, IP), Ok(()));
+        assert_eq!(p.verify(&c, &n, 1001, IP), Err(PowError::Reused));
     }
 
     #[test]
     fn pow_rejects_wrong_expired_and_forged() {
         let p = pow();
-        let (c, d) = p.issue(1000);
+        let (c, d) = p.issue(1000, IP);
         let n = solve(&c, d);
         let wrong = (0u64..)
             .map(|n| n.to_string())
@@ -843,37 +1037,171 @@ mod tests {
                 leading_zero_bits(&h.finalize()) < 8
             })
             .unwrap();
-        assert_eq!(p.verify(&c, &wrong, 1001), Err(PowError::WrongSolution));
-        assert_eq!(p.verify(&c, &n, 1061), Err(PowError::Expired));
-        let other = ProofOfWork::new(Signer::new(b"another secret!!"), 8, 60, 3);
-        let (c2, _) = other.issue(1000);
-        assert_eq!(p.verify(&c2, &solve(&c2, 8), 1001), Err(PowError::Invalid));
-        assert_eq!(p.verify("garbage", "1", 1001), Err(PowError::Invalid));
-        assert_eq!(p.verify(&c, "", 1001), Err(PowError::Invalid));
+        assert_eq!(p.verify(&c, &wrong, 1001, IP), Err(PowError::WrongSolution));
+        assert_eq!(p.verify(&c, &n, 1061, IP), Err(PowError::Expired));
+        let other = ProofOfWork::new(Signer::new(b"another secret!!"), &cfg(8, 3));
+        let (c2, _) = other.issue(1000, IP);
+        assert_eq!(p.verify(&c2, &solve(&c2, 8), 1001, IP), Err(PowError::Invalid));
+        assert_eq!(p.verify("garbage", "1", 1001, IP), Err(PowError::Invalid));
+        assert_eq!(p.verify(&c, "", 1001, IP), Err(PowError::Invalid));
         // A wrong solution does not spend the challenge.
-        assert_eq!(p.verify(&c, &n, 1001), Ok(()));
+        assert_eq!(p.verify(&c, &n, 1001, IP), Ok(()));
     }
 
     #[test]
     fn pow_memory_is_bounded_and_fails_closed() {
         let p = pow();
         for _ in 0..3 {
-            let (c, d) = p.issue(1000);
-            assert_eq!(p.verify(&c, &solve(&c, d), 1000), Ok(()));
+            let (c, d) = p.issue(1000, IP);
+            assert_eq!(p.verify(&c, &solve(&c, d), 1000, IP), Ok(()));
         }
-        let (c, d) = p.issue(1000);
-        assert_eq!(p.verify(&c, &solve(&c, d), 1000), Err(PowError::Busy));
+        let (c, d) = p.issue(1000, IP);
+        assert_eq!(p.verify(&c, &solve(&c, d), 1000, IP), Err(PowError::Busy));
         // Once the remembered ones expire there is room again.
-        let (c, d) = p.issue(1100);
-        assert_eq!(p.verify(&c, &solve(&c, d), 1100), Ok(()));
+        let (c, d) = p.issue(1100, IP);
+        assert_eq!(p.verify(&c, &solve(&c, d), 1100, IP), Ok(()));
     }
 
     #[test]
     fn difficulty_changes_at_run_time() {
         let p = pow();
         p.set_difficulty(12);
-        let (_, d) = p.issue(0);
+        let (_, d) = p.issue(0, IP);
         assert_eq!(d, 12);
+    }
+
+    #[test]
+    fn a_busy_address_pays_more_and_others_do_not() {
+        let p = busy_pow();
+        let bot = ip("198.51.100.7");
+        // 4 free, then one more bit per doubling of its count (4: +1, 8: +2, 16: +3), at most 3.
+        let paid: Vec<u8> = (0..20).map(|_| prove(&p, bot, 1000)).collect();
+        assert_eq!(paid, [4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7]);
+        assert_eq!(p.issue(1000, bot).1, 7, "capped at difficulty + max extra");
+        // Another address, a neighbour in the same /24 included, pays the base.
+        assert_eq!(p.issue(1000, ip("198.51.100.8")).1, 4);
+        assert_eq!(p.issue(1000, ip("203.0.113.9")).1, 4);
+        // The same address written IPv4-mapped is the same address.
+        assert_eq!(p.issue(1000, ip("::ffff:198.51.100.7")).1, 7);
+    }
+
+    #[test]
+    fn ipv6_addresses_count_per_64() {
+        let p = busy_pow();
+        for i in 0..8 {
+            // Rotating the interface id inside one /64 does not make a new address.
+            prove(&p, ip(&format!("2001:db8:1:2::{i:x}")), 1000);
+        }
+        assert_eq!(p.issue(1000, ip("2001:db8:1:2:ffff::1")).1, 6);
+        assert_eq!(p.issue(1000, ip("2001:db8:1:3::1")).1, 4, "the next /64 is someone else");
+    }
+
+    #[test]
+    fn the_count_ages_out_over_the_window() {
+        let p = busy_pow();
+        let bot = ip("198.51.100.7");
+        for _ in 0..8 {
+            prove(&p, bot, 1000);
+        }
+        assert_eq!(p.issue(1000, bot).1, 6);
+        // Counted in halves of 50 s: still counted in the next half, gone after it.
+        assert_eq!(p.issue(1049, bot).1, 6);
+        assert_eq!(p.issue(1050, bot).1, 6);
+        assert_eq!(p.issue(1100, bot).1, 4);
+        // A long silence forgets everything too.
+        for _ in 0..8 {
+            prove(&p, bot, 2000);
+        }
+        assert_eq!(p.issue(9000, bot).1, 4);
+    }
+
+    #[test]
+    fn a_busy_address_cannot_borrow_a_quiet_ones_challenge() {
+        let p = busy_pow();
+        let bot = ip("198.51.100.7");
+        for _ in 0..8 {
+            prove(&p, bot, 1000);
+        }
+        // A challenge fetched from a clean address (base difficulty) and given from the busy one:
+        // refused, and not spent (the quiet address may still give it).
+        let quiet = ip("203.0.113.9");
+        let (c, d) = p.issue(1000, quiet);
+        assert_eq!(d, 4);
+        let n = solve(&c, d);
+        assert_eq!(p.verify(&c, &n, 1000, bot), Err(PowError::TooEasy));
+        assert_eq!(p.verify(&c, &n, 1000, quiet), Ok(()));
+        // A hard enough challenge from elsewhere passes (a phone that moved from Wi-Fi to mobile).
+        let (c, d) = p.issue(1000, bot);
+        assert_eq!(p.verify(&c, &solve(&c, d), 1000, quiet), Ok(()));
+        // A challenge issued to the busy address keeps its difficulty even if the address got
+        // busier while it was solved.
+        let (c, d) = p.issue(1000, bot);
+        for _ in 0..40 {
+            prove(&p, bot, 1000);
+        }
+        assert_eq!(p.verify(&c, &solve(&c, d), 1000, bot), Ok(()));
+        // Forging the difficulty byte breaks the MAC.
+        let (c, _) = p.issue(1000, quiet);
+        let (payload, mac) = c.split_once('.').unwrap();
+        let mut raw = B64.decode(payload).unwrap();
+        raw[8] = 1;
+        let forged = format!("{}.{mac}", B64.encode(&raw));
+        assert_eq!(p.verify(&forged, &solve(&forged, 1), 1000, quiet), Err(PowError::Invalid));
+    }
+
+    #[test]
+    fn failed_proofs_do_not_count_and_zero_turns_it_off() {
+        let p = busy_pow();
+        let bot = ip("198.51.100.7");
+        for _ in 0..50 {
+            let (c, _) = p.issue(1000, bot);
+            let _ = p.verify(&c, "not-a-solution", 1000, bot);
+        }
+        assert_eq!(p.issue(1000, bot).1, 4, "only given proofs count");
+        let off = ProofOfWork::new(Signer::new(b"0123456789abcdef"), &PowConfig { address_free: 0, ..cfg(4, 10_000) });
+        for _ in 0..50 {
+            prove(&off, bot, 1000);
+        }
+        assert_eq!(off.issue(1000, bot).1, 4);
+    }
+
+    #[test]
+    fn a_flood_of_addresses_neither_raises_the_others_nor_grows_without_bound() {
+        let p = busy_pow();
+        let v4 = |n: u32| IpAddr::V4(std::net::Ipv4Addr::from(n));
+        let bot = ip("198.51.100.7");
+        for _ in 0..8 {
+            prove(&p, bot, 1000);
+        }
+        // 100,000 addresses with three proofs each (the counts only; solving them all is not the
+        // point): none of them is a busy address, nor is a fresh one, and the farm still is.
+        for i in 0..100_000u32 {
+            for _ in 0..3 {
+                p.load.note(&address_group(v4(0x0A00_0000 + i)), 1000);
+            }
+        }
+        assert!((0..100_000u32).step_by(97).all(|i| p.difficulty_for(v4(0x0A00_0000 + i), 1000) == 4));
+        assert!((0..1000u32).all(|i| p.difficulty_for(v4(0xC000_0000 + i), 1000) == 4));
+        assert_eq!(p.difficulty_for(bot, 1000), 6);
+        // Past `max-remembered` addresses (10,000 here) a new one is not counted: it stays quiet.
+        assert_eq!(p.load.counts.lock().current.len(), 10_000);
+        let late = v4(0xC100_0000);
+        for _ in 0..8 {
+            p.load.note(&address_group(late), 1000);
+        }
+        assert_eq!(p.difficulty_for(late, 1000), 4);
+    }
+
+    #[test]
+    fn per_address_settings_are_checked_with_their_paths() {
+        let mut out = Vec::new();
+        let mut c = BotConfig::default();
+        c.pow.address_window_seconds = 5;
+        c.pow.difficulty = 28;
+        c.pow.address_max_extra_bits = 6;
+        c.validate("edge.bot", &|f: &str| std::path::PathBuf::from(f), &mut out);
+        let paths: Vec<String> = out.iter().map(|i| i.path.clone()).collect();
+        assert_eq!(paths, ["edge.bot.pow.address-window-seconds", "edge.bot.pow.address-max-extra-bits"]);
     }
 
     #[test]

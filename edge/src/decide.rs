@@ -432,7 +432,7 @@ async fn bot_gate<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>, v: &mu
 /// `/wicket/verify`).
 pub async fn check_proof(st: &EdgeState, pow: Option<(&str, &str)>, captcha: Option<&str>, ip: IpAddr) -> Result<(), Reject> {
     match (st.bot.proof(), pow, captcha) {
-        (BotProofKind::Pow, Some((c, n)), _) => match st.bot.pow.verify(c, n, unix_now()) {
+        (BotProofKind::Pow, Some((c, n)), _) => match st.bot.pow.verify(c, n, unix_now(), ip) {
             Ok(()) => {
                 st.metrics.pow.with_label_values(&["pass"]).inc();
                 Ok(())

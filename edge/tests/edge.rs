@@ -341,6 +341,53 @@ async fn proof_of_work_accepts_rejects_and_refuses_reuse() {
     assert_eq!(get(&edge.url("/wicket/challenge"), &[]).await.json()["difficulty"], 12);
 }
 
+/// Proof-of-work per address through the /wicket door (the room's join is in tests/room.rs): an
+/// address that gave `address-free` proofs gets harder challenges, written any way (IPv4-mapped,
+/// another interface of the same IPv6 /64); a quiet address's challenge does not serve it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proof_of_work_costs_a_busy_address_more() {
+    let edge = TestEdge::start(
+        "trusted-proxies = [\"127.0.0.1\"]\n[edge.bot.pow]\ndifficulty = 4\naddress-free = 2\naddress-max-extra-bits = 3",
+    );
+    let challenge = |ip: &'static str| {
+        let url = edge.url("/wicket/challenge");
+        async move { get(&url, &[("x-forwarded-for", ip)]).await.json() }
+    };
+    let give = |ip: &'static str, c: serde_json::Value| {
+        let url = edge.url("/wicket/verify");
+        let ch = c["challenge"].as_str().unwrap().to_owned();
+        let body = serde_json::json!({"pow": {"challenge": ch, "nonce": solve(&ch, c["difficulty"].as_u64().unwrap())}}).to_string();
+        async move { request("POST", &url, &[("content-type", "application/json"), ("x-forwarded-for", ip)], body.as_bytes()).await }
+    };
+    let mut paid = Vec::new();
+    for ip in ["2001:db8:7::1", "2001:db8:7::2", "2001:db8:7:0:abcd::3", "2001:db8:7::4", "2001:db8:7::5"] {
+        let c = challenge(ip).await;
+        paid.push(c["difficulty"].as_u64().unwrap());
+        assert_eq!(give(ip, c).await.status, 200);
+    }
+    assert_eq!(paid, [4, 4, 5, 5, 6], "one /64 is one address");
+    assert_eq!(challenge("2001:db8:8::1").await["difficulty"], 4, "the next /64 is not");
+    for _ in 0..2 {
+        let c = challenge("192.0.2.77").await;
+        assert_eq!(give("192.0.2.77", c).await.status, 200);
+    }
+    assert_eq!(challenge("::ffff:192.0.2.77").await["difficulty"], 5, "IPv4-mapped is the same address");
+    let quiet = challenge("192.0.2.78").await;
+    assert_eq!(quiet["difficulty"], 4);
+    let r = give("192.0.2.77", quiet.clone()).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.json()["message"].as_str().unwrap().contains("another address"), "{}", r.text());
+    assert_eq!(give("192.0.2.78", quiet).await.status, 200, "refused, not spent");
+    // From an untrusted peer X-Forwarded-For is not believed: the peer's address is counted.
+    let other = TestEdge::start("[edge.bot.pow]\ndifficulty = 4\naddress-free = 1\naddress-max-extra-bits = 3");
+    let c = get(&other.url("/wicket/challenge"), &[("x-forwarded-for", "198.51.100.1")]).await.json();
+    let ch = c["challenge"].as_str().unwrap().to_owned();
+    let body = serde_json::json!({"pow": {"challenge": ch, "nonce": solve(&ch, 4)}}).to_string();
+    assert_eq!(request("POST", &other.url("/wicket/verify"), &[("content-type", "application/json")], body.as_bytes()).await.status, 200);
+    let c = get(&other.url("/wicket/challenge"), &[("x-forwarded-for", "198.51.100.2")]).await.json();
+    assert_eq!(c["difficulty"], 5, "a spoofed header does not make a new address");
+}
+
 async fn verify_raw(edge: &TestEdge, body: &str) -> Resp {
     request("POST", &edge.url("/wicket/verify"), &[("content-type", "application/json")], body.as_bytes()).await
 }

@@ -598,6 +598,56 @@ fn proof_for(answer: &Value) -> String {
     json!({"pow": {"challenge": challenge, "nonce": solve_pow(challenge, difficulty)}}).to_string()
 }
 
+/// Proof-of-work per address (issue #26): once one address gave `address-free` proofs, each
+/// further place it takes costs one more bit per doubling; fans at other addresses pay the base,
+/// and a challenge fetched from a quiet address does not serve the busy one. Through the room's
+/// join (the /wicket door is in tests/edge.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pow_room_charges_a_busy_address_more_for_each_place() {
+    let origin = TestUpstream::start("origin").await;
+    let cfg = room_config(&origin.url(), "bot-check = \"pow\"\nrelease = { mode = \"fixed\", rate = 0.0 }\n")
+        .replace("user-header", "trusted-proxies = [\"127.0.0.1\"]\nuser-header")
+        .replace("[tokens]", "[edge.bot.pow]\ndifficulty = 4\naddress-free = 3\naddress-max-extra-bits = 2\n[tokens]");
+    let edge = TestEdge::start(&cfg);
+    let url = edge.url("/queue/r1/join");
+    let headers = |ip: &'static str| [("x-forwarded-for", ip), ("content-type", "application/json"), ("accept", "application/json")];
+    let farm = "198.51.100.7";
+    let mut paid = Vec::new();
+    for i in 0..8 {
+        let mut c = Client::user(&format!("farm{i}"));
+        let r = c.send("POST", &url, &headers(farm), b"{}").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        paid.push(v["challenge"]["difficulty"].as_u64().unwrap());
+        let r = c.send("POST", &url, &headers(farm), proof_for(&v).as_bytes()).await;
+        assert_eq!((r.status, r.json().get("proof_owed").cloned()), (200, None), "{}", r.text());
+    }
+    // 3 at the base, then +1 (3 proofs given), +2 (6 given), capped at +2.
+    assert_eq!(paid, [4, 4, 4, 5, 5, 5, 6, 6]);
+    // A fan elsewhere pays the base, also on the standalone challenge endpoint.
+    let mut fan = Client::user("fan");
+    let r = fan.send("POST", &url, &headers("203.0.113.9"), b"{}").await;
+    let v_fan = r.json();
+    assert_eq!(v_fan["challenge"]["difficulty"], 4, "{v_fan}");
+    let c = fan.send("GET", &edge.url("/queue/r1/challenge"), &headers(farm), b"").await.json();
+    assert_eq!(c["difficulty"], 6, "{c}");
+    // The farm gives the fan's (cheaper) challenge for a place of its own: refused, nothing spent.
+    let mut late = Client::user("farm-late");
+    let r = late.send("POST", &url, &headers(farm), b"{}").await;
+    assert_eq!(r.status, 200);
+    let borrowed = proof_for(&v_fan);
+    let r = late.send("POST", &url, &headers(farm), borrowed.as_bytes()).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.json()["message"].as_str().unwrap().contains("another address"), "{}", r.text());
+    assert_eq!(late.json(&edge.url("/queue/r1/status")).await.json()["proof_owed"], "pow");
+    // The fan still gives it.
+    let r = fan.send("POST", &url, &headers("203.0.113.9"), borrowed.as_bytes()).await;
+    assert_eq!((r.status, r.json().get("proof_owed").cloned()), (200, None), "{}", r.text());
+    // The admin API shows the per-address settings.
+    let p = edge.admin("GET", "/admin/bot-policy", "").await.json();
+    assert_eq!(p["pow_per_address"], json!({"free": 3, "window_seconds": 600, "max_extra_bits": 2}), "{p}");
+}
+
 /// A proof-of-work room (issue #26): the place is fixed at the first arrival, the proof gates
 /// admission, not the place. A arrives first and proves after B: A is let in first. Forged,
 /// replayed and other-device proofs prove nothing; a ticket of another room is no ticket; a place

@@ -211,7 +211,7 @@ impl EdgeProxy {
     async fn bot_endpoint(&self, session: &mut Session, ctx: &mut RequestCtx, verify: bool) -> Result<bool> {
         let st = Arc::clone(&self.state);
         if !verify {
-            let (challenge, difficulty) = st.bot.pow.issue(unix_now());
+            let (challenge, difficulty) = st.bot.pow.issue(unix_now(), ctx.v.ip);
             let v = serde_json::json!({"challenge": challenge, "difficulty": difficulty, "expires_in": st.bot.pow.ttl()});
             let extra = self.cookie_headers(ctx);
             send_json(session, 200, &v, &extra).await?;

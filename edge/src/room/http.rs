@@ -163,8 +163,7 @@ pub async fn serve(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueReque
         (http::Method::GET, "status") => status(st, session, q, &room).await,
         (http::Method::GET, "events") => events(st, session, q, &room).await,
         (http::Method::GET, "challenge") => {
-            let (challenge, difficulty) = st.bot.pow.issue(unix_now());
-            let v = json!({"challenge": challenge, "difficulty": difficulty, "expires_in": st.bot.pow.ttl()});
+            let v = challenge_json(st, q.ip);
             json_answer(session, q, 200, &v).await
         }
         (_, "" | "join" | "status" | "events" | "challenge" | "invite") => {
@@ -266,13 +265,19 @@ fn check_given(st: &QueueEdge<'_>, session: &Session, q: &QueueRequest, room: &R
     room.spec().config.bot_check == RoomBotCheck::Off || has_pass(st, session, q)
 }
 
+/// A fresh proof-of-work challenge for a client at `ip` (its difficulty counts the proofs its
+/// address gave lately).
+fn challenge_json(st: &QueueEdge<'_>, ip: IpAddr) -> serde_json::Value {
+    let (challenge, difficulty) = st.bot.pow.issue(unix_now(), ip);
+    json!({"challenge": challenge, "difficulty": difficulty, "expires_in": st.bot.pow.ttl()})
+}
+
 /// A status answer as JSON; with the check owed in a proof-of-work room, a fresh challenge rides
 /// along (the page starts solving without another round trip).
-fn status_json(st: &QueueEdge<'_>, room: &Room, s: &Status) -> serde_json::Value {
+fn status_json(st: &QueueEdge<'_>, room: &Room, s: &Status, ip: IpAddr) -> serde_json::Value {
     let mut v = serde_json::to_value(s).unwrap_or_default();
     if s.proof_owed.is_some() && room.spec().config.bot_check == RoomBotCheck::Pow {
-        let (challenge, difficulty) = st.bot.pow.issue(unix_now());
-        v["challenge"] = json!({"challenge": challenge, "difficulty": difficulty, "expires_in": st.bot.pow.ttl()});
+        v["challenge"] = challenge_json(st, ip);
         v["join"] = json!(format!("/queue/{}/join", room.id));
     }
     v
@@ -352,7 +357,7 @@ async fn page(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
             Some(s) => {
                 let mut extra = cookie_headers(q);
                 extra.extend(retry);
-                answer(session, code, "application/json", Bytes::from(status_json(st, room, &s).to_string()), &extra).await
+                answer(session, code, "application/json", Bytes::from(status_json(st, room, &s, q.ip).to_string()), &extra).await
             }
             None => {
                 refused(room, "bot_required");
@@ -422,7 +427,7 @@ async fn join(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
     let mut given = check_given(st, session, q, room);
     if !given && (proof.pow.is_some() || proof.captcha.is_some()) {
         let verdict = match (bot, &proof.pow, &proof.captcha) {
-            (RoomBotCheck::Pow, Some(p), _) => st.bot.pow.verify(&p.challenge, &p.nonce, unix_now()).map_err(|e| e.text()),
+            (RoomBotCheck::Pow, Some(p), _) => st.bot.pow.verify(&p.challenge, &p.nonce, unix_now(), q.ip).map_err(|e| e.text()),
             (RoomBotCheck::Captcha, _, Some(resp)) if !resp.is_empty() && resp.len() <= 4096 => match &st.bot.captcha {
                 None => Err("no captcha configured"),
                 Some(c) => match c.siteverify(resp, q.ip).await {
@@ -454,7 +459,7 @@ async fn join(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
         // Reject-all: nobody new is queued.
         None if room.rejecting() => {
             refused(room, "reject_all");
-            return json_answer(session, q, 200, &status_json(st, room, &Status::closed())).await;
+            return json_answer(session, q, 200, &status_json(st, room, &Status::closed(), q.ip)).await;
         }
         None => match do_join(st, q, room, given).await {
             Ok(Some(t)) => t,
@@ -471,7 +476,7 @@ async fn join(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, r
             let (code, retry) = queuing(room, Some(&s));
             let mut extra = cookie_headers(q);
             extra.extend(retry);
-            answer(session, code, "application/json", Bytes::from(status_json(st, room, &s).to_string()), &extra).await
+            answer(session, code, "application/json", Bytes::from(status_json(st, room, &s, q.ip).to_string()), &extra).await
         }
         Err(e) => room_error(session, q, room, e).await,
     }
@@ -495,7 +500,7 @@ async fn status(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest,
     };
     let given = t.owed && check_given(st, session, q, room);
     match status_for(st, q, room, t, given).await {
-        Ok(s) => json_answer(session, q, 200, &status_json(st, room, &s)).await,
+        Ok(s) => json_answer(session, q, 200, &status_json(st, room, &s, q.ip)).await,
         Err(e) => room_error(session, q, room, e).await,
     }
 }

@@ -353,10 +353,7 @@ impl Attempts {
             // Once a minute: the entries of the minutes before go.
             self.seen.retain(|_, (m, _)| *m == minute);
         }
-        let addr = match ip {
-            IpAddr::V4(a) => format!("i{a}"),
-            IpAddr::V6(a) => format!("i{:x}", u128::from(a) >> 64),
-        };
+        let addr = format!("i{:x}", u128::from_be_bytes(crate::bot::address_group(ip)));
         let keys = [(addr, ATTEMPTS_PER_IP), (format!("s{sub}"), ATTEMPTS_PER_IDENTITY)];
         let used = |k: &str| self.seen.get(k).filter(|e| e.0 == minute).map(|e| e.1);
         let full = self.seen.len() >= ATTEMPT_KEYS_MAX;
