@@ -21,6 +21,7 @@ use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{ConfigIssue, issue};
+use crate::identity::client_address;
 
 /// `[edge.anomaly]`: rules that block for a while and are counted in metrics.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -181,12 +182,14 @@ impl Anomaly {
         trips
     }
 
-    /// Records a reject of `ip`; true when the rule trips now.
+    /// Records a reject of `ip` (its [`client_address`]: an IPv6 address counts by its /64); true
+    /// when the rule trips now.
     pub fn observe_reject(&self, ip: IpAddr) -> bool {
         let max = self.cfg.client_max_rejects;
         if max == 0 {
             return false;
         }
+        let ip = client_address(ip);
         let now = Instant::now();
         if self.rejects.len() >= MAX_TRACKED && !self.rejects.contains_key(&ip) {
             return false;
@@ -202,7 +205,7 @@ impl Anomaly {
     /// Rejects of `ip` in the current window.
     pub fn recent_rejects(&self, ip: &IpAddr) -> u32 {
         self.rejects
-            .get(ip)
+            .get(&client_address(*ip))
             .filter(|e| Instant::now().duration_since(e.0) <= self.window)
             .map_or(0, |e| e.1)
     }
@@ -267,5 +270,14 @@ mod tests {
         let trips: Vec<bool> = (0..6).map(|_| a.observe_reject(ip)).collect();
         assert_eq!(trips, [false, false, false, true, false, false]);
         assert_eq!(a.recent_rejects(&ip), 6);
+    }
+
+    #[test]
+    fn rejects_of_one_ipv6_64_count_together() {
+        let a = Anomaly::new(&AnomalyConfig { client_max_rejects: 3, ..Default::default() });
+        let trips: Vec<bool> = (0..4).map(|i| a.observe_reject(format!("2001:db8:5:6::{i}").parse().unwrap())).collect();
+        assert_eq!(trips, [false, false, false, true], "rotating the interface id is one client");
+        assert_eq!(a.recent_rejects(&"2001:db8:5:6:abcd::1".parse().unwrap()), 4);
+        assert_eq!(a.recent_rejects(&"2001:db8:5:7::1".parse().unwrap()), 0);
     }
 }

@@ -11,6 +11,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{ConfigIssue, issue, parse_net};
+use crate::identity::client_address;
 
 /// `[edge.blocklist]`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -99,7 +100,7 @@ impl Blocklist {
             return false;
         }
         let s = self.sets.read();
-        s.nets.iter().any(|n| n.contains(ip)) || s.temp_ips.get(ip).is_some_and(|t| *t > Instant::now())
+        s.nets.iter().any(|n| n.contains(ip)) || s.temp_ips.get(&client_address(*ip)).is_some_and(|t| *t > Instant::now())
     }
 
     /// Whether the user is blocked.
@@ -170,7 +171,8 @@ impl Blocklist {
         let mut s = self.sets.write();
         s.nets.retain(|n| !nets.contains(n));
         for n in &nets {
-            s.temp_ips.retain(|ip, _| !n.contains(ip));
+            // A temporary block holds an IPv6 /64: naming any address in it lifts it.
+            s.temp_ips.retain(|ip, _| !n.contains(ip) && client_address(n.network()) != *ip);
         }
         for u in &e.users {
             s.users.remove(u);
@@ -183,11 +185,12 @@ impl Blocklist {
         Ok(())
     }
 
-    /// Blocks an IP for a while (anomaly rule).
+    /// Blocks a client address for a while (anomaly rule): an IPv4 address, or the IPv6 /64 `ip`
+    /// is in ([`client_address`]).
     pub fn block_ip_for(&self, ip: IpAddr, d: Duration) {
         let mut s = self.sets.write();
         if s.temp_ips.len() < MAX_ENTRIES {
-            s.temp_ips.insert(ip, Instant::now() + d);
+            s.temp_ips.insert(client_address(ip), Instant::now() + d);
         }
         self.refresh_any(&s);
     }
@@ -222,7 +225,10 @@ impl Blocklist {
             .temp_ips
             .iter()
             .filter(|(_, t)| **t > now)
-            .map(|(ip, t)| serde_json::json!({"ip": ip.to_string(), "seconds_left": (*t - now).as_secs()}))
+            .map(|(ip, t)| {
+                let ip = if ip.is_ipv6() { format!("{ip}/64") } else { ip.to_string() };
+                serde_json::json!({"ip": ip, "seconds_left": (*t - now).as_secs()})
+            })
             .collect();
         let temp_devices: Vec<_> = s
             .temp_devices
@@ -262,5 +268,23 @@ mod tests {
             .unwrap();
         assert!(!b.ip(&"10.2.3.4".parse().unwrap()));
         assert!(!b.device("d1"));
+    }
+
+    #[test]
+    fn a_temporary_block_of_an_ipv6_client_holds_its_whole_64() {
+        let b = Blocklist::new(&BlocklistConfig::default());
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        b.block_ip_for(ip("2001:db8:1:2::5"), Duration::from_secs(60));
+        assert!(b.ip(&ip("2001:db8:1:2::5")) && b.ip(&ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), "the same /64");
+        assert!(!b.ip(&ip("2001:db8:1:3::5")), "the next /64");
+        assert_eq!(b.to_json()["temporary"]["ips"][0]["ip"], "2001:db8:1:2::/64");
+        // An IPv4 client is blocked as written, IPv4-mapped too.
+        b.block_ip_for(ip("::ffff:192.0.2.9"), Duration::from_secs(60));
+        assert!(b.ip(&ip("192.0.2.9")) && !b.ip(&ip("192.0.2.10")));
+        // Naming any address of the /64 lifts its block.
+        b.remove(&BlockEntries { ips: vec!["2001:db8:1:2::77".into()], ..Default::default() }).unwrap();
+        assert!(!b.ip(&ip("2001:db8:1:2::5")));
+        b.remove(&BlockEntries { ips: vec!["192.0.2.9".into()], ..Default::default() }).unwrap();
+        assert!(!b.ip(&ip("192.0.2.9")));
     }
 }

@@ -328,19 +328,12 @@ impl PowError {
 /// `exp ‖ difficulty ‖ address tag ‖ id`.
 const PAYLOAD_LEN: usize = 8 + 1 + 4 + 16;
 
-/// The address a proof is counted for: an IPv4 address (also written IPv4-mapped), or the /64 an
-/// IPv6 address is in (one household or phone gets a whole /64).
+/// The address a proof is counted for ([`crate::identity::client_address`]: an IPv4 address, an
+/// IPv6 /64), as 16 bytes.
 pub fn address_group(ip: IpAddr) -> [u8; 16] {
-    match ip {
+    match crate::identity::client_address(ip) {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_ipv6_mapped().octets(),
-            None => {
-                let mut g = v6.octets();
-                g[8..].fill(0);
-                g
-            }
-        },
+        IpAddr::V6(v6) => v6.octets(),
     }
 }
 
@@ -1154,8 +1147,12 @@ mod tests {
         let p = busy_pow();
         let bot = ip("198.51.100.7");
         for _ in 0..50 {
-            let (c, _) = p.issue(1000, bot);
-            let _ = p.verify(&c, "not-a-solution", 1000, bot);
+            let (c, d) = p.issue(1000, bot);
+            let wrong = (0u64..)
+                .map(|n| n.to_string())
+                .find(|n| leading_zero_bits(&Sha256::new().chain_update(c.as_bytes()).chain_update(n.as_bytes()).finalize()) < u32::from(d))
+                .unwrap();
+            assert_eq!(p.verify(&c, &wrong, 1000, bot), Err(PowError::WrongSolution));
         }
         assert_eq!(p.issue(1000, bot).1, 4, "only given proofs count");
         let off = ProofOfWork::new(Signer::new(b"0123456789abcdef"), &PowConfig { address_free: 0, ..cfg(4, 10_000) });

@@ -17,6 +17,20 @@ pub const DEVICE_COOKIE: &str = "wicket_d";
 /// Longest user id accepted from a header or cookie; longer ones count as absent.
 pub const MAX_USER_LEN: usize = 128;
 
+/// The address a client is counted, limited and blocked by: an IPv4 address as it is (also
+/// when written IPv4-mapped, `::ffff:a.b.c.d`), an IPv6 address by the /64 it is in — one
+/// household or phone is given a whole /64, so counting single IPv6 addresses would let anyone
+/// with one rotate past every per-address rule.
+pub fn client_address(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+        },
+    }
+}
+
 /// HMAC-SHA256 under the edge secret, with a label per purpose so one MAC never verifies as
 /// another (device id vs PoW challenge vs bot pass).
 #[derive(Clone)]

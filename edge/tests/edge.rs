@@ -233,6 +233,41 @@ async fn xff_from_an_untrusted_peer_is_ignored_and_from_a_trusted_one_honoured()
     assert_eq!(get(&trusted.url("/p"), &[("x-forwarded-for", "198.51.100.1")]).await.status, 429);
 }
 
+/// An IPv6 client is one /64: rotating the interface id neither escapes a per-address limit nor
+/// the anomaly rule's block (which then holds the whole /64); the next /64 is another client, and
+/// an IPv4 client written IPv4-mapped is the same client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipv6_client_rotating_inside_its_64_is_one_client() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\ntrusted-proxies = [\"127.0.0.1\"]\n[[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 1\nnodelay = true\n\
+         [edge.anomaly]\nclient-max-rejects = 5\nblock-seconds = 60",
+        origin.url()
+    ));
+    let from = |ip: String| {
+        let url = edge.url("/p");
+        async move { get(&url, &[("x-forwarded-for", &ip), ("accept", "application/json")]).await.status }
+    };
+    // The burst (2) is spent by two addresses of one /64; a third address of it is refused.
+    assert_eq!(from("2001:db8:aa:1::1".into()).await, 200);
+    assert_eq!(from("2001:db8:aa:1::2".into()).await, 200);
+    assert_eq!(from("2001:db8:aa:1:1234:5678:9abc:def0".into()).await, 429);
+    assert_eq!(from("2001:db8:aa:2::1".into()).await, 200, "the next /64 is someone else");
+    // Rotating on: past 5 refusals the /64 is blocked (403), any address in it.
+    let mut statuses = Vec::new();
+    for i in 0..8 {
+        statuses.push(from(format!("2001:db8:aa:1::{:x}", 0x100 + i)).await);
+    }
+    assert!(statuses.iter().all(|s| *s == 429 || *s == 403) && statuses.contains(&403), "{statuses:?}");
+    assert_eq!(from("2001:db8:aa:1:ffff::9".into()).await, 403, "blocked as a /64");
+    let blocks = edge.admin("GET", "/admin/blocklist", "").await.json();
+    assert_eq!(blocks["temporary"]["ips"][0]["ip"], "2001:db8:aa:1::/64", "{blocks}");
+    // IPv4, and the same address IPv4-mapped: one client.
+    assert_eq!(from("198.51.100.4".into()).await, 200);
+    assert_eq!(from("::ffff:198.51.100.4".into()).await, 200);
+    assert_eq!(from("198.51.100.4".into()).await, 429);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_distinct_clients_behind_a_trusted_proxy_are_never_refused() {
     let edge = TestEdge::start(
