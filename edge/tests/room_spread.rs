@@ -432,3 +432,36 @@ async fn a_sale_on_a_spread_room_across_three_edges() {
     let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
     assert_eq!((r.status().as_u16(), v["error"].as_str()), (409, Some("conflict")), "{v}");
 }
+
+/// Edges whose own clocks are seconds apart still number in join order, and a leader whose clock
+/// runs ahead counts every place (it takes no live edge for a silent one): each edge numbers and
+/// judges buckets on the room's clock (`TIME` of the node holding the claims).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_with_clocks_seconds_apart_number_in_join_order() {
+    let cluster = RedisCluster::start(3);
+    let cfg = SpreadConfig { shards: 3, block: 20, block_ms: 10, flush_ms: 20 };
+    let edges: Vec<Arc<SpreadRoom>> = (0..3).map(|_| edge(&cluster, "skew", cfg.clone())).collect();
+    edges[1].skew_own_clock(-3_000);
+    edges[2].skew_own_clock(4_000);
+    let mut places = Vec::new();
+    for i in 0..30u64 {
+        places.push(join(&edges[(i % 3) as usize], 1000 + i).await.0);
+        // Each join asked after the last was answered, more than a bucket later.
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    assert!(places.windows(2).all(|w| w[0] < w[1]), "places out of join order: {places:?}");
+    for e in &edges {
+        assert!(e.now_ms().abs_diff(unix_ms()) < 50, "the room's clock is this host's: {} vs {}", e.now_ms(), unix_ms());
+    }
+    // The leader (4 s ahead on its own clock) lets all 30 through, counted as people.
+    // (Past the 250 ms a new claim may still number in and a watermark's second, each edge's
+    // batch records its blocks.)
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for e in &edges {
+        e.flush().await;
+    }
+    assert!(edges[2].lead("node-c", 10_000).await.unwrap());
+    let s = edges[2].advance_lane("node-c", 100, 0, unix_ms()).await.unwrap();
+    assert_eq!(s.released, 30, "{s:?}");
+    assert!(s.serving >= *places.last().unwrap(), "{s:?} {places:?}");
+}

@@ -6,7 +6,10 @@
 //!   edges, joins are out of order by at most one bucket (5 ms by default) and the edges' clock
 //!   skew; within an edge the order is exact. Numbering costs no Redis command: an edge claims an
 //!   index once (lua/room_spread_edge.lua, renewed every 2 s; at most [`EDGES`] edges number at
-//!   once) and its places of one bucket are its *block*.
+//!   once) and its places of one bucket are its *block*. The time is the *room's clock*: the
+//!   edge's own, set by the `TIME` of the node holding the claims, read every 2 s with the claim
+//!   and by the leader (half the round trip is the error), so an edge whose clock is off gives
+//!   its fans no earlier or later places ([`SpreadRoom::now_ms`]).
 //! - **Real places only.** At each batch an edge records the blocks it left and how far it used
 //!   them, with its *watermark* (every block of a bucket before it is recorded), on one shard
 //!   (its records go round them; lua/room_spread_block.lua: one script). The leader reads the watermarks, then the
@@ -51,6 +54,8 @@ use super::state::{Advanced, Counters, DONE, Joined, Proof, ProofState, RoomStat
 static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_block.lua")));
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_edge.lua")));
 static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_advance.lua")));
+/// The node's clock (`TIME`), asked of the node holding the room's edge claims.
+static CLOCK: LazyLock<Script> = LazyLock::new(|| Script::new("return redis.call('TIME')"));
 
 /// Edges that can number one room's joins at once (each holds an index below it).
 pub const EDGES: u64 = 64;
@@ -65,8 +70,10 @@ const GRACE_MS: u64 = 2000;
 const SKEW_MS: u64 = 250;
 /// An index not renewed for this long is free for another edge.
 const CLAIM_STALE_MS: u64 = 10_000;
-/// How often an edge renews its index.
+/// How often an edge renews its index (and reads the room's clock).
 const CLAIM_EVERY: Duration = Duration::from_secs(2);
+/// A clock reading whose round trip took longer than this is not used (its error would be half).
+const CLOCK_RTT_MAX_MS: u64 = 100;
 /// An edge with no block to record still writes its watermark this often (so the leader need not
 /// wait for it at the front of the queue).
 const MARK_EVERY: Duration = Duration::from_secs(1);
@@ -482,6 +489,11 @@ pub struct SpreadRoom {
     batching: tokio::sync::Mutex<()>,
     /// One claim at a time.
     claiming: tokio::sync::Mutex<()>,
+    /// The room's clock minus this edge's, ms (see [`SpreadRoom::now_ms`]), and when it was read.
+    clock_offset: std::sync::atomic::AtomicI64,
+    clock_read: Mutex<Option<Instant>>,
+    /// Tests only: how far this edge's own clock is off ([`SpreadRoom::skew_own_clock`]).
+    own_skew: std::sync::atomic::AtomicI64,
     flusher: AtomicBool,
     me: Weak<SpreadRoom>,
     max_tracked: usize,
@@ -520,10 +532,53 @@ impl SpreadRoom {
             alive: Mutex::new(HashMap::new()),
             batching: tokio::sync::Mutex::new(()),
             claiming: tokio::sync::Mutex::new(()),
+            clock_offset: std::sync::atomic::AtomicI64::new(0),
+            clock_read: Mutex::new(None),
+            own_skew: std::sync::atomic::AtomicI64::new(0),
             flusher: AtomicBool::new(false),
             me: me.clone(),
             max_tracked,
         })
+    }
+
+    /// This edge's own clock, Unix ms.
+    fn own_ms(&self) -> u64 {
+        let sys = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        sys.saturating_add_signed(self.own_skew.load(Ordering::Relaxed))
+    }
+
+    /// Now on the room's clock, Unix ms: this edge's clock moved by the offset to the `TIME` of
+    /// the node holding the claims ([`SpreadRoom::read_clock`]). Every edge numbers, marks and
+    /// judges buckets with it, so a clock seconds off moves nobody's place.
+    pub fn now_ms(&self) -> u64 {
+        self.own_ms().saturating_add_signed(self.clock_offset.load(Ordering::Relaxed))
+    }
+
+    /// Tests only: makes this edge's own clock `ms` off (as a host whose clock drifted).
+    #[doc(hidden)]
+    pub fn skew_own_clock(&self, ms: i64) {
+        self.own_skew.store(ms, Ordering::Relaxed);
+    }
+
+    /// Reads the room's clock (`TIME` on the node of the claims) and keeps the offset to this
+    /// edge's, measured at the middle of the round trip; a slow answer is not used. Every
+    /// [`CLAIM_EVERY`] (with the claim, and by the leader).
+    async fn read_clock(&self) -> Result<(), StateError> {
+        if self.clock_read.lock().is_some_and(|at| at.elapsed() < CLAIM_EVERY) {
+            return Ok(());
+        }
+        let before = self.own_ms();
+        let v = self.redis.run(&CLOCK, &[&self.main.edges], &[] as &[String]).await?;
+        let after = self.own_ms();
+        let (Some(Some(s)), Some(Some(us))) = (ints(&v).first().copied(), ints(&v).get(1).copied()) else {
+            return Err(StateError(format!("TIME answered {v:?}")));
+        };
+        *self.clock_read.lock() = Some(Instant::now());
+        if after.saturating_sub(before) <= CLOCK_RTT_MAX_MS {
+            let room_ms = s * 1000 + us / 1000;
+            self.clock_offset.store(room_ms - (before + after).div_ceil(2) as i64, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     fn shard(&self, who: Who) -> &SessionKeys {
@@ -669,7 +724,7 @@ impl SpreadRoom {
         if self.local.lock().index.is_none() {
             self.claim().await?;
         }
-        let now_t = self.num.bucket(now_ms());
+        let now_t = self.num.bucket(self.now_ms());
         let mut l = self.local.lock();
         let Some((e, _)) = l.index else { return Err(StateError("no edge index".into())) };
         if let Some(o) = l.open.as_mut()
@@ -696,8 +751,9 @@ impl SpreadRoom {
         {
             return Ok(e);
         }
+        self.read_clock().await?;
         let held = held.map_or(-1, |(e, _)| e as i64);
-        let args = [self.token.clone(), now_ms().to_string(), CLAIM_STALE_MS.to_string(), EDGES.to_string(), held.to_string()];
+        let args = [self.token.clone(), self.now_ms().to_string(), CLAIM_STALE_MS.to_string(), EDGES.to_string(), held.to_string()];
         let v = self.redis.run(&CLAIM, &[&self.main.edges], &args).await?;
         let e = match int(&v) {
             Some(e) if (0..EDGES as i64).contains(&e) => e as u64,
@@ -715,7 +771,7 @@ impl SpreadRoom {
     /// its watermark, on the next shard in turn (lua/room_spread_block.lua); with none to record, the
     /// watermark alone every [`MARK_EVERY`]. Blocks not written stay for the next batch.
     async fn record(&self) -> Result<(), StateError> {
-        let now_t = self.num.bucket(now_ms());
+        let now_t = self.num.bucket(self.now_ms());
         let (e, blocks, wm, k) = {
             let mut l = self.local.lock();
             let Some((e, _)) = l.index else { return Ok(()) };
@@ -769,6 +825,7 @@ impl SpreadRoom {
     /// places ([`walk`], [`passable`]) and writes the result with the lease checked; drops the
     /// blocks passed. `None`: not the leader (nothing written).
     pub async fn step(&self, node: &str, n: u64) -> Result<Option<Advanced>, StateError> {
+        self.read_clock().await?;
         let m = &self.main;
         let mut get = redis::cmd("GET");
         get.arg(&m.serving);
@@ -778,7 +835,7 @@ impl SpreadRoom {
         // promises is in the blocks read after it.
         let (serving, claims) = futures::future::join(self.redis.cmd(get), self.redis.cmd(claims)).await;
         let serving = int(&serving?).unwrap_or(0).max(0) as u64;
-        let now = now_ms();
+        let now = self.now_ms();
         let mut marks = [Mark::Free; EDGES as usize];
         for (i, v) in pairs(&claims?) {
             if let (Ok(i), Some((_, at))) = (i.parse::<usize>(), v.rsplit_once(':'))
@@ -912,11 +969,6 @@ impl SpreadRoom {
             l.known.shrink_to_fit();
         }
     }
-}
-
-/// Now, Unix ms (this edge's clock: the buckets of its joins, compared by the leader with its own).
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A hash's fields and values (`HGETALL`, as RESP2 or RESP3 answers it).
