@@ -465,3 +465,34 @@ async fn edges_with_clocks_seconds_apart_number_in_join_order() {
     assert_eq!(s.released, 30, "{s:?}");
     assert!(s.serving >= *places.last().unwrap(), "{s:?} {places:?}");
 }
+
+/// Every edge of a spread room must number with the same `shards`, `block` and `block-ms`: an edge
+/// configured otherwise takes no place while edges with the room's settings hold live claims (its
+/// join fails, saying which settings differ, rather than hand out places the others misread);
+/// with no live claim left the room takes the settings of the next edge to claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_with_other_spread_settings_takes_no_place() {
+    let cluster = RedisCluster::start(3);
+    let cfg = SpreadConfig { shards: 3, block: 20, block_ms: 10, flush_ms: 20 };
+    let good = edge(&cluster, "mix", cfg.clone());
+    assert!(join(&good, 1).await.0 > 0);
+    let odd = edge(&cluster, "mix", SpreadConfig { block_ms: 20, ..cfg.clone() });
+    let e = odd.join(2, true, Proof::given(unix_ms())).await.map(|_| ()).unwrap_err();
+    assert!(e.0.contains("3:20:20") && e.0.contains("3:20:10"), "{e:?}");
+    // Same answer again without asking Redis for 2 s; an edge with the same settings is welcome,
+    // flush-ms may differ.
+    assert!(odd.join(3, true, Proof::given(unix_ms())).await.is_err());
+    let also = edge(&cluster, "mix", SpreadConfig { flush_ms: 50, ..cfg.clone() });
+    assert!(join(&also, 4).await.0 > 0);
+    // Other shards are other settings too.
+    let sharded = edge(&cluster, "mix", SpreadConfig { shards: 4, ..cfg.clone() });
+    assert!(sharded.join(5, true, Proof::given(unix_ms())).await.is_err());
+    // A room whose claims all went stale (its edges gone) takes the next edge's settings: here
+    // a stale claim with other settings, written as a gone edge left it.
+    let node = &cluster.nodes[cluster.master_of(&format!("{{{}}}", counter_tag("later"))).unwrap()];
+    let key = format!("wk:{{{}}}:edges", counter_tag("later"));
+    node.cli(&["hset", &key, "0", "gone-edge:1000", "settings", "9:9:9"]);
+    let fresh = edge(&cluster, "later", cfg);
+    assert!(join(&fresh, 1).await.0 > 0);
+    assert_eq!(node.cli(&["hget", &key, "settings"]).trim(), "3:20:10");
+}

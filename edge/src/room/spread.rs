@@ -494,6 +494,8 @@ pub struct SpreadRoom {
     clock_read: Mutex<Option<Instant>>,
     /// Tests only: how far this edge's own clock is off ([`SpreadRoom::skew_own_clock`]).
     own_skew: std::sync::atomic::AtomicI64,
+    /// The last claim refused for other settings: why, and when (asked again after [`CLAIM_EVERY`]).
+    refused: Mutex<Option<(String, Instant)>>,
     flusher: AtomicBool,
     me: Weak<SpreadRoom>,
     max_tracked: usize,
@@ -535,10 +537,16 @@ impl SpreadRoom {
             clock_offset: std::sync::atomic::AtomicI64::new(0),
             clock_read: Mutex::new(None),
             own_skew: std::sync::atomic::AtomicI64::new(0),
+            refused: Mutex::new(None),
             flusher: AtomicBool::new(false),
             me: me.clone(),
             max_tracked,
         })
+    }
+
+    /// What every edge numbering the room must share: `shards:block:block-ms`.
+    fn numbering_settings(&self) -> String {
+        format!("{}:{}:{}", self.cfg.shards, self.cfg.block, self.cfg.block_ms)
     }
 
     /// This edge's own clock, Unix ms.
@@ -751,14 +759,37 @@ impl SpreadRoom {
         {
             return Ok(e);
         }
+        if let Some((why, at)) = &*self.refused.lock()
+            && at.elapsed() < CLAIM_EVERY
+        {
+            return Err(StateError(why.clone()));
+        }
         self.read_clock().await?;
         let held = held.map_or(-1, |(e, _)| e as i64);
-        let args = [self.token.clone(), self.now_ms().to_string(), CLAIM_STALE_MS.to_string(), EDGES.to_string(), held.to_string()];
+        let mine = self.numbering_settings();
+        let args = [self.token.clone(), self.now_ms().to_string(), CLAIM_STALE_MS.to_string(), EDGES.to_string(), held.to_string(), mine.clone()];
         let v = self.redis.run(&CLAIM, &[&self.main.edges], &args).await?;
         let e = match int(&v) {
             Some(e) if (0..EDGES as i64).contains(&e) => e as u64,
-            _ => return Err(StateError(format!("every one of the room's {EDGES} edge indexes is held by another edge"))),
+            Some(_) => return Err(StateError(format!("every one of the room's {EDGES} edge indexes is held by another edge"))),
+            None => {
+                // {-2, their settings}: the edges numbering now do it otherwise. This edge takes no
+                // place in the room (asking again every CLAIM_EVERY) rather than hand out places the
+                // others would misread.
+                let theirs = match &v {
+                    Value::Array(items) if items.first().and_then(int) == Some(-2) => items.get(1).and_then(text).unwrap_or_default(),
+                    _ => return Err(StateError(format!("the edge claim answered {v:?}"))),
+                };
+                let why = format!(
+                    "this edge's [rooms.spread] settings (shards:block:block-ms = {mine}) differ from those the room's other \
+                     edges number with ({theirs}): every edge of a spread room needs the same shards, block and block-ms"
+                );
+                tracing::error!("{why}");
+                *self.refused.lock() = Some((why.clone(), Instant::now()));
+                return Err(StateError(why));
+            }
         };
+        *self.refused.lock() = None;
         let mut l = self.local.lock();
         if l.index.is_some_and(|(old, _)| old != e) {
             l.leave();
