@@ -105,7 +105,8 @@ pub struct PowConfig {
     pub ttl_seconds: u64,
     /// Most solved-and-unexpired challenges remembered to refuse reuse; when full, solutions are
     /// refused (fail closed) until entries expire. Default 1,000,000 (about 50 MB at worst). Also
-    /// the most addresses whose proofs are counted per half window (about 20 bytes each).
+    /// the most addresses whose proofs are counted per half window (about 35 bytes each, two
+    /// halves: about 70 MB more at worst).
     pub max_remembered: usize,
     /// Proofs one address (an IPv4 address, an IPv6 /64) gives at `difficulty` within
     /// `address-window-seconds`; from then on its challenges cost one more bit each time its count
@@ -307,7 +308,8 @@ pub enum PowError {
     Reused,
     /// The memory of used challenges is full.
     Busy,
-    /// Issued to another address, and easier than this address's challenges are now.
+    /// Easier than this address's challenges are now (by more than a bit when it was issued to
+    /// this address).
     TooEasy,
 }
 
@@ -320,7 +322,7 @@ impl PowError {
             PowError::WrongSolution => "wrong solution",
             PowError::Reused => "challenge already used",
             PowError::Busy => "too many outstanding challenges, retry",
-            PowError::TooEasy => "challenge issued to another address: ask for a new one",
+            PowError::TooEasy => "challenge too easy for this address now (issued to another, or fetched ahead): ask for a new one",
         }
     }
 }
@@ -340,7 +342,7 @@ pub fn address_group(ip: IpAddr) -> [u8; 16] {
 /// Proofs given per address group over a sliding window, counted exactly in two generations of
 /// half a window each (a count covers between half a window and a whole one). Keys are a keyed
 /// hash of the group (per process, so nobody can aim collisions). At most `max_addresses` groups
-/// are counted per generation (about 20 bytes each): past that, a new address counts as quiet
+/// are counted per generation (about 35 bytes each): past that, a new address counts as quiet
 /// until the generation turns (fail open: a flood of addresses cannot raise every fan's
 /// difficulty), while the addresses already counted keep their counts.
 struct AddressLoad {
@@ -380,7 +382,9 @@ impl AddressLoad {
     fn at(&self, now: u64) -> parking_lot::MutexGuard<'_, LoadCounts> {
         let mut c = self.counts.lock();
         let generation = now / self.half_window;
-        if generation != c.generation {
+        // (A caller that read the time before another moved the counts on counts in the newer
+        // half: the counts never go back, nor are they wiped by a late reader.)
+        if generation > c.generation {
             let next = generation == c.generation + 1;
             let LoadCounts { current, previous, .. } = &mut *c;
             *previous = if next { std::mem::take(current) } else { HashMap::new() };
@@ -525,7 +529,13 @@ impl ProofOfWork {
         if leading_zero_bits(&h.finalize()) < u32::from(difficulty) {
             return Err(PowError::WrongSolution);
         }
-        if payload[9..13] != self.address_tag(ip) && difficulty < self.difficulty_for(ip, now) {
+        // A challenge of this address may be one bit easier than the address's challenges are
+        // now (it got busier while this one was solved); one of another address may not. So
+        // challenges fetched ahead while the address was quiet buy at most `2 · address-free`
+        // proofs at the base.
+        let required = self.difficulty_for(ip, now);
+        let slack = u8::from(payload[9..13] == self.address_tag(ip));
+        if difficulty.saturating_add(slack) < required {
             return Err(PowError::TooEasy);
         }
         let id: [u8; 16] = payload[13..].try_into().map_err(|_| PowError::Invalid)?;
@@ -1140,6 +1150,37 @@ mod tests {
         raw[8] = 1;
         let forged = format!("{}.{mac}", B64.encode(&raw));
         assert_eq!(p.verify(&forged, &solve(&forged, 1), 1000, quiet), Err(PowError::Invalid));
+    }
+
+    #[test]
+    fn challenges_fetched_ahead_while_quiet_buy_few_cheap_proofs() {
+        let p = busy_pow();
+        let bot = ip("198.51.100.7");
+        // 20 challenges fetched at once while the address is quiet (base 4), then given one by one:
+        // while the address's challenges are at most one bit harder (fewer than 8 proofs), they
+        // pass; then they are too easy, and not spent.
+        let hoard: Vec<(String, u8)> = (0..20).map(|_| p.issue(1000, bot)).collect();
+        assert!(hoard.iter().all(|(_, d)| *d == 4));
+        let verdicts: Vec<bool> = hoard.iter().map(|(c, d)| p.verify(c, &solve(c, *d), 1000, bot).is_ok()).collect();
+        assert_eq!(verdicts.iter().filter(|ok| **ok).count(), 8, "{verdicts:?}");
+        assert!(verdicts[..8].iter().all(|ok| *ok) && verdicts[8..].iter().all(|ok| !ok));
+        let (c, d) = &hoard[19];
+        assert_eq!(p.verify(c, &solve(c, *d), 1000, bot), Err(PowError::TooEasy));
+    }
+
+    #[test]
+    fn a_late_reader_neither_turns_the_counts_back_nor_wipes_them() {
+        let p = busy_pow();
+        let bot = ip("198.51.100.7");
+        for _ in 0..8 {
+            prove(&p, bot, 1000);
+        }
+        // The counts move on to the next half (50 s halves), then a caller with a time read
+        // before that comes: it counts in the newer half, and the counts stay.
+        assert_eq!(p.difficulty_for(bot, 1050), 6);
+        assert_eq!(p.difficulty_for(bot, 1049), 6);
+        p.load.note(&address_group(bot), 1049);
+        assert_eq!(p.load.count(&address_group(bot), 1050), 9);
     }
 
     #[test]

@@ -17,18 +17,32 @@ pub const DEVICE_COOKIE: &str = "wicket_d";
 /// Longest user id accepted from a header or cookie; longer ones count as absent.
 pub const MAX_USER_LEN: usize = 128;
 
-/// The address a client is counted, limited and blocked by: an IPv4 address as it is (also
-/// when written IPv4-mapped, `::ffff:a.b.c.d`), an IPv6 address by the /64 it is in — one
-/// household or phone is given a whole /64, so counting single IPv6 addresses would let anyone
-/// with one rotate past every per-address rule.
+/// The address a client is counted, limited and blocked by: an IPv4 address as it is, also
+/// when an IPv6 address carries it (IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d`,
+/// NAT64 `64:ff9b::a.b.c.d`, 6to4 `2002:AABB:CCDD::/48`, Teredo `2001:0::/32` with the client's
+/// address inverted in its last 32 bits — so many IPv4 clients behind a translator are not one, and
+/// one is not many); any other IPv6 address by the /64 it is in — one household or phone is given
+/// a whole /64, so counting single IPv6 addresses would let anyone with one rotate past every
+/// per-address rule. (A /48 or /56 delegation still gives its holder many /64s.)
 pub fn client_address(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
-        },
+    let IpAddr::V6(v6) = ip else { return ip };
+    let bits = u128::from(v6);
+    let low32 = bits as u32;
+    let v4 = |n: u32| IpAddr::V4(std::net::Ipv4Addr::from(n));
+    if let Some(mapped) = v6.to_ipv4_mapped() {
+        return IpAddr::V4(mapped);
     }
+    if bits >> 32 == 0x64_ff9b << 64 || (bits >> 32 == 0 && low32 > 1) {
+        // NAT64's well-known prefix; IPv4-compatible (but not :: and ::1).
+        return v4(low32);
+    }
+    if bits >> 112 == 0x2002 {
+        return v4((bits >> 80) as u32);
+    }
+    if bits >> 96 == 0x2001_0000 {
+        return v4(!low32);
+    }
+    IpAddr::V6(std::net::Ipv6Addr::from(bits & !u128::from(u64::MAX)))
 }
 
 /// HMAC-SHA256 under the edge secret, with a label per purpose so one MAC never verifies as
@@ -355,5 +369,21 @@ mod tests {
         assert_eq!(u.user(&req(&[("cookie", "uid=bob")])), Some("bob"));
         assert_eq!(u.user(&req(&[("x-user-id", &"a".repeat(200))])), None);
         assert_eq!(u.user(&req(&[])), None);
+    }
+
+    #[test]
+    fn a_client_address_is_an_ipv4_address_or_an_ipv6_64() {
+        let at = |s: &str| client_address(s.parse().unwrap()).to_string();
+        assert_eq!(at("192.0.2.7"), "192.0.2.7");
+        assert_eq!(at("::ffff:192.0.2.7"), "192.0.2.7", "IPv4-mapped");
+        assert_eq!(at("::192.0.2.7"), "192.0.2.7", "IPv4-compatible");
+        assert_eq!(at("64:ff9b::c000:207"), "192.0.2.7", "NAT64");
+        assert_eq!(at("2002:c000:207:1:2:3:4:5"), "192.0.2.7", "6to4");
+        assert_eq!(at("2001:0:4136:e378:8000:63bf:3fff:fdf8"), "192.0.2.7", "Teredo: the client's address inverted");
+        assert_eq!(at("2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::", "any other IPv6: its /64");
+        assert_eq!(at("::1"), "::", "loopback is IPv6 (its /64)");
+        assert_eq!(at("::"), "::");
+        // Two NAT64-translated clients are two clients.
+        assert_ne!(at("64:ff9b::c000:207"), at("64:ff9b::c000:208"));
     }
 }

@@ -492,7 +492,21 @@ async fn an_edge_with_other_spread_settings_takes_no_place() {
     let node = &cluster.nodes[cluster.master_of(&format!("{{{}}}", counter_tag("later"))).unwrap()];
     let key = format!("wk:{{{}}}:edges", counter_tag("later"));
     node.cli(&["hset", &key, "0", "gone-edge:1000", "settings", "9:9:9"]);
-    let fresh = edge(&cluster, "later", cfg);
+    let fresh = edge(&cluster, "later", cfg.clone());
     assert!(join(&fresh, 1).await.0 > 0);
     assert_eq!(node.cli(&["hget", &key, "settings"]).trim(), "3:20:10");
+    // A failover lost the claims, and an edge set otherwise claimed first (taking index 0, which
+    // an edge of the room still numbered with): at its next renewal the room's edge is refused and
+    // stops numbering — no place is handed out twice with one index.
+    let node = &cluster.nodes[cluster.master_of(&format!("{{{}}}", counter_tag("lost"))).unwrap()];
+    let key = format!("wk:{{{}}}:edges", counter_tag("lost"));
+    let a = edge(&cluster, "lost", cfg.clone());
+    assert!(join(&a, 1).await.0 > 0);
+    node.cli(&["del", &key]);
+    let b = edge(&cluster, "lost", SpreadConfig { block_ms: 20, ..cfg });
+    assert!(join(&b, 2).await.0 > 0, "the first to claim sets the settings");
+    assert_eq!(node.cli(&["hget", &key, "settings"]).trim(), "3:20:20");
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let e = a.join(3, true, Proof::given(unix_ms())).await.map(|_| ()).unwrap_err();
+    assert!(e.0.contains("3:20:10"), "{e:?}");
 }

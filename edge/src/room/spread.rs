@@ -582,10 +582,14 @@ impl SpreadRoom {
             return Err(StateError(format!("TIME answered {v:?}")));
         };
         *self.clock_read.lock() = Some(Instant::now());
-        if after.saturating_sub(before) <= CLOCK_RTT_MAX_MS {
-            let room_ms = s * 1000 + us / 1000;
-            self.clock_offset.store(room_ms - (before + after).div_ceil(2) as i64, Ordering::Relaxed);
+        let rtt = after.saturating_sub(before);
+        if rtt > CLOCK_RTT_MAX_MS {
+            // Kept: the last offset (none yet: this edge's own clock), and said.
+            tracing::warn!(rtt_ms = rtt, "spread room: the room's clock answered too slowly to set this edge's by it");
+            return Ok(());
         }
+        let room_ms = s * 1000 + us / 1000;
+        self.clock_offset.store(room_ms - (before + after).div_ceil(2) as i64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -769,9 +773,20 @@ impl SpreadRoom {
         let mine = self.numbering_settings();
         let args = [self.token.clone(), self.now_ms().to_string(), CLAIM_STALE_MS.to_string(), EDGES.to_string(), held.to_string(), mine.clone()];
         let v = self.redis.run(&CLAIM, &[&self.main.edges], &args).await?;
+        // Refused: this edge stops numbering with the index it had (after a failover lost the
+        // claims, another edge may hold it now); its places of the open block are left (let in
+        // uncounted once passable, as an edge gone mid-bucket).
+        let drop_index = || {
+            let mut l = self.local.lock();
+            l.leave();
+            l.index = None;
+        };
         let e = match int(&v) {
             Some(e) if (0..EDGES as i64).contains(&e) => e as u64,
-            Some(_) => return Err(StateError(format!("every one of the room's {EDGES} edge indexes is held by another edge"))),
+            Some(_) => {
+                drop_index();
+                return Err(StateError(format!("every one of the room's {EDGES} edge indexes is held by another edge")));
+            }
             None => {
                 // {-2, their settings}: the edges numbering now do it otherwise. This edge takes no
                 // place in the room (asking again every CLAIM_EVERY) rather than hand out places the
@@ -785,6 +800,7 @@ impl SpreadRoom {
                      edges number with ({theirs}): every edge of a spread room needs the same shards, block and block-ms"
                 );
                 tracing::error!("{why}");
+                drop_index();
                 *self.refused.lock() = Some((why.clone(), Instant::now()));
                 return Err(StateError(why));
             }
