@@ -81,8 +81,8 @@ echo "surge crashes --quick: $(grep -E '"(sold|oversold|double_sold|fifo_tau|pai
 # The multi-edge megasale (issue #27): four edges sharing one room on a Redis Cluster of 3 masters with
 # replicas; the leader edge and the room's master SIGKILLed mid-sale: fails on anything oversold or
 # double-sold, a place lost through the kills, τ across edges < 0.99, or a kill after the sale stopped selling.
-# Both layouts. The spread layout (the room across the cluster) is held here to τ over every fan given a place,
-# not over the admitted ones: a quick run's thousand-odd admitted fans join within a second or two with a
+# Both layouts. The spread layout (the room across the cluster) is held here to τ ≥ 0.985 over every fan given a
+# place (it measures 0.990–0.992 on this 2-core box; the full run holds 0.99), not over the admitted ones: a quick run's thousand-odd admitted fans join within a second or two with a
 # thousand joins in flight on debug edges, so the order they reach the edges in is the bench's more than the
 # room's; the full run holds both (bench/RESULTS.md).
 target/debug/wicket-bench surge megasale --quick --layout single --dry-run --check > target/surge-megasale-quick.json

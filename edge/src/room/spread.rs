@@ -74,6 +74,9 @@ const CLAIM_STALE_MS: u64 = 10_000;
 const CLAIM_EVERY: Duration = Duration::from_secs(2);
 /// A clock reading whose round trip took longer than this is not used (its error would be half).
 const CLOCK_RTT_MAX_MS: u64 = 100;
+/// Readings of the room's clock the offset is chosen from (the one with the shortest round trip):
+/// the last 30 s.
+const CLOCK_SAMPLES: usize = 15;
 /// An edge with no block to record still writes its watermark this often (so the leader need not
 /// wait for it at the front of the queue).
 const MARK_EVERY: Duration = Duration::from_secs(1);
@@ -492,6 +495,8 @@ pub struct SpreadRoom {
     /// The room's clock minus this edge's, ms (see [`SpreadRoom::now_ms`]), and when it was read.
     clock_offset: std::sync::atomic::AtomicI64,
     clock_read: Mutex<Option<Instant>>,
+    /// The last readings of the room's clock: (round trip, offset in µs).
+    clock_samples: Mutex<std::collections::VecDeque<(u64, i64)>>,
     /// Tests only: how far this edge's own clock is off ([`SpreadRoom::skew_own_clock`]).
     own_skew: std::sync::atomic::AtomicI64,
     /// The last claim refused for other settings: why, and when (asked again after [`CLAIM_EVERY`]).
@@ -536,6 +541,7 @@ impl SpreadRoom {
             claiming: tokio::sync::Mutex::new(()),
             clock_offset: std::sync::atomic::AtomicI64::new(0),
             clock_read: Mutex::new(None),
+            clock_samples: Mutex::new(std::collections::VecDeque::new()),
             own_skew: std::sync::atomic::AtomicI64::new(0),
             refused: Mutex::new(None),
             flusher: AtomicBool::new(false),
@@ -568,9 +574,12 @@ impl SpreadRoom {
         self.own_skew.store(ms, Ordering::Relaxed);
     }
 
-    /// Reads the room's clock (`TIME` on the node of the claims) and keeps the offset to this
-    /// edge's, measured at the middle of the round trip; a slow answer is not used. Every
-    /// [`CLAIM_EVERY`] (with the claim, and by the leader).
+    /// Reads the room's clock (`TIME` on the node of the claims), every [`CLAIM_EVERY`] (with the
+    /// claim, and by the leader), and sets the offset to this edge's from the reading with the
+    /// shortest round trip of the last [`CLOCK_SAMPLES`] (a busy moment's reading errs by up to
+    /// half its round trip): measured at the middle of the round trip, and 0 while the clocks agree
+    /// within that error (clocks kept by NTP number exactly as this edge's own). A reading slower
+    /// than [`CLOCK_RTT_MAX_MS`] is not used.
     async fn read_clock(&self) -> Result<(), StateError> {
         if self.clock_read.lock().is_some_and(|at| at.elapsed() < CLAIM_EVERY) {
             return Ok(());
@@ -588,8 +597,21 @@ impl SpreadRoom {
             tracing::warn!(rtt_ms = rtt, "spread room: the room's clock answered too slowly to set this edge's by it");
             return Ok(());
         }
-        let room_ms = s * 1000 + us / 1000;
-        self.clock_offset.store(room_ms - (before + after).div_ceil(2) as i64, Ordering::Relaxed);
+        let room_us = s * 1_000_000 + us;
+        let offset_us = room_us - (before + after) as i64 * 500;
+        let best = {
+            let mut samples = self.clock_samples.lock();
+            if samples.len() == CLOCK_SAMPLES {
+                samples.pop_front();
+            }
+            samples.push_back((rtt, offset_us));
+            samples.iter().min_by_key(|(rtt, _)| *rtt).copied().unwrap_or((rtt, offset_us))
+        };
+        let (rtt, offset_us) = best;
+        // Within half the round trip (and the millisecond of this clock) the clocks agree.
+        let error_us = rtt as i64 * 500 + 1000;
+        let offset_ms = if offset_us.abs() <= error_us { 0 } else { offset_us / 1000 };
+        self.clock_offset.store(offset_ms, Ordering::Relaxed);
         Ok(())
     }
 
