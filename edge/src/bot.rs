@@ -1010,6 +1010,13 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// `n` proofs from `from` at `now`.
+    fn prove_times(p: &ProofOfWork, from: IpAddr, n: usize, now: u64) {
+        for _ in 0..n {
+            prove(p, from, now);
+        }
+    }
+
     /// Issues a challenge to `from`, solves it, gives it from `from`; the difficulty it had.
     fn prove(p: &ProofOfWork, from: IpAddr, now: u64) -> u8 {
         let (c, d) = p.issue(now, from);
@@ -1103,18 +1110,14 @@ mod tests {
     fn the_count_ages_out_over_the_window() {
         let p = busy_pow();
         let bot = ip("198.51.100.7");
-        for _ in 0..8 {
-            prove(&p, bot, 1000);
-        }
+        prove_times(&p, bot, 8, 1000);
         assert_eq!(p.issue(1000, bot).1, 6);
         // Counted in halves of 50 s: still counted in the next half, gone after it.
         assert_eq!(p.issue(1049, bot).1, 6);
         assert_eq!(p.issue(1050, bot).1, 6);
         assert_eq!(p.issue(1100, bot).1, 4);
         // A long silence forgets everything too.
-        for _ in 0..8 {
-            prove(&p, bot, 2000);
-        }
+        prove_times(&p, bot, 8, 2000);
         assert_eq!(p.issue(9000, bot).1, 4);
     }
 
@@ -1122,9 +1125,7 @@ mod tests {
     fn a_busy_address_cannot_borrow_a_quiet_ones_challenge() {
         let p = busy_pow();
         let bot = ip("198.51.100.7");
-        for _ in 0..8 {
-            prove(&p, bot, 1000);
-        }
+        prove_times(&p, bot, 8, 1000);
         // A challenge fetched from a clean address (base difficulty) and given from the busy one:
         // refused, and not spent (the quiet address may still give it).
         let quiet = ip("203.0.113.9");
@@ -1139,9 +1140,7 @@ mod tests {
         // A challenge issued to the busy address keeps its difficulty even if the address got
         // busier while it was solved.
         let (c, d) = p.issue(1000, bot);
-        for _ in 0..40 {
-            prove(&p, bot, 1000);
-        }
+        prove_times(&p, bot, 40, 1000);
         assert_eq!(p.verify(&c, &solve(&c, d), 1000, bot), Ok(()));
         // Forging the difficulty byte breaks the MAC.
         let (c, _) = p.issue(1000, quiet);
@@ -1172,9 +1171,7 @@ mod tests {
     fn a_late_reader_neither_turns_the_counts_back_nor_wipes_them() {
         let p = busy_pow();
         let bot = ip("198.51.100.7");
-        for _ in 0..8 {
-            prove(&p, bot, 1000);
-        }
+        prove_times(&p, bot, 8, 1000);
         // The counts move on to the next half (50 s halves), then a caller with a time read
         // before that comes: it counts in the newer half, and the counts stay.
         assert_eq!(p.difficulty_for(bot, 1050), 6);
@@ -1197,9 +1194,7 @@ mod tests {
         }
         assert_eq!(p.issue(1000, bot).1, 4, "only given proofs count");
         let off = ProofOfWork::new(Signer::new(b"0123456789abcdef"), &PowConfig { address_free: 0, ..cfg(4, 10_000) });
-        for _ in 0..50 {
-            prove(&off, bot, 1000);
-        }
+        prove_times(&off, bot, 50, 1000);
         assert_eq!(off.issue(1000, bot).1, 4);
     }
 
@@ -1208,9 +1203,7 @@ mod tests {
         let p = busy_pow();
         let v4 = |n: u32| IpAddr::V4(std::net::Ipv4Addr::from(n));
         let bot = ip("198.51.100.7");
-        for _ in 0..8 {
-            prove(&p, bot, 1000);
-        }
+        prove_times(&p, bot, 8, 1000);
         // 100,000 addresses with three proofs each (the counts only; solving them all is not the
         // point): none of them is a busy address, nor is a fresh one, and the farm still is.
         for i in 0..100_000u32 {

@@ -587,7 +587,8 @@ impl SpreadRoom {
         let before = self.own_ms();
         let v = self.redis.run(&CLOCK, &[&self.main.edges], &[] as &[String]).await?;
         let after = self.own_ms();
-        let (Some(Some(s)), Some(Some(us))) = (ints(&v).first().copied(), ints(&v).get(1).copied()) else {
+        let time = ints(&v);
+        let (Some(Some(s)), Some(Some(us))) = (time.first().copied(), time.get(1).copied()) else {
             return Err(StateError(format!("TIME answered {v:?}")));
         };
         *self.clock_read.lock() = Some(Instant::now());
