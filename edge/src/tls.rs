@@ -1,14 +1,20 @@
 //! HTTPS at the front door: `[edge.tls]`, its certificates (chosen by SNI, reloaded without a
-//! restart) and the handshake.
+//! restart), the handshake and the encrypted stream ([`TlsStream`]).
 //!
-//! TLS is OpenSSL through Pingora's own `openssl` feature (`pingora::tls` is the `openssl` crate):
-//! the system's libssl (OpenSSL 3.0 on Debian 12), linked dynamically because the repository's
-//! `.cargo/config.toml` sets `OPENSSL_NO_VENDOR=1` over the OpenSSL 3.6 that Pingora's feature builds
-//! into the binary (`openssl-src`; `OPENSSL_NO_VENDOR=0` builds that one: its state costs an idle
-//! HTTPS connection about 7.5 KB more, bench/RESULTS.md "Idle connections"), Mozilla's "intermediate" settings
-//! (TLS 1.2 and 1.3, forward-secret AEAD ciphers), session resumption (tickets and the server
-//! cache), ALPN `h2` then `http/1.1`. Why not rustls: Pingora marks it experimental; BoringSSL
-//! builds from source (cmake, a C++ toolchain, minutes of CI) for the same handshake.
+//! The public listener's TLS is rustls (with ring's cryptography), not the OpenSSL that Pingora's
+//! `openssl` feature links for the edge's own connections to origins, cores and CAPTCHA providers.
+//! The reason is memory per queued fan: an idle HTTPS connection holds its TLS state for as long as
+//! the fan waits, and OpenSSL 3's state is about 12 KB a connection (its `SSL` object alone, record
+//! layer included, is 7.6 KB; nginx holds the same), where rustls's is about 6 KB with its 4 KiB
+//! read buffer (bench/RESULTS.md "Idle connections"). rustls is a pure-Rust, memory-safe TLS stack;
+//! Pingora's own rustls feature is marked experimental, so the edge does not switch Pingora's TLS:
+//! it does the handshake itself (`tokio-rustls`) and hands Pingora a stream of its own type.
+//!
+//! Settings: TLS 1.3 and 1.2, forward-secret AEAD ciphers only (AES-GCM, ChaCha20-Poly1305: what
+//! Mozilla's "intermediate" profile allows), stateless session tickets (keys rotated every 6 hours;
+//! TLS 1.2 session ids in a 256-entry cache), ALPN `h2` then `http/1.1` (`http/1.1` alone with
+//! `http2 = false`; a client that offers only other protocols is refused, as RFC 7301 says).
+//! Certificates may be RSA (2048 bits or more), ECDSA P-256 or P-384, or Ed25519 keys.
 //!
 //! The TLS listener is a second public service ([`crate::server`]): its [`crate::front::Front`]
 //! does the handshake itself (within `handshake-timeout-ms`, failures logged at DEBUG and counted,
@@ -27,21 +33,30 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use pingora::protocols::Stream;
+use async_trait::async_trait;
+use pingora::protocols::raw_connect::ProxyDigest;
+use pingora::protocols::tls::SslDigest;
+use pingora::protocols::{ALPN, GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream, TimingDigest, UniqueID, UniqueIDType};
 use pingora::tls::nid::Nid;
-use pingora::tls::ssl::{AlpnError, NameType, SniError, SslAcceptor, SslContext, SslFiletype, SslMethod, SslMode, SslRef, select_next_proto};
 use pingora::tls::x509::X509;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::replay::Replayed;
+
+/// How long a failed handshake's alert may wait for the client to take it.
+const ALERT_WAIT: Duration = Duration::from_millis(100);
 use crate::check::ConfigIssue;
-
-/// ALPN protocols offered, in preference order (wire format).
-const ALPN_H2_H1: &[u8] = b"\x02h2\x08http/1.1";
-const ALPN_H1: &[u8] = b"\x08http/1.1";
 
 /// `[edge.tls]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
@@ -101,7 +116,7 @@ impl TlsConfig {
             out.push(issue("edge.tls.handshake-timeout-ms".into(), "must be between 100 and 120000".into()));
         }
         for (i, c) in self.certs.iter().enumerate() {
-            if let Err((field, m)) = load_pair(&resolve(&c.cert_file), &resolve(&c.key_file), self.http2) {
+            if let Err((field, m)) = load_pair(&resolve(&c.cert_file), &resolve(&c.key_file)) {
                 out.push(issue(format!("edge.tls.certs[{i}].{field}"), m));
             }
         }
@@ -111,7 +126,7 @@ impl TlsConfig {
 
 /// One loaded certificate: its context and the names it answers for.
 struct Loaded {
-    context: SslContext,
+    key: Arc<CertifiedKey>,
     names: Vec<String>,
     not_after: String,
 }
@@ -126,11 +141,11 @@ struct Certs {
 }
 
 impl Certs {
-    fn load(files: &[(PathBuf, PathBuf)], h2: bool) -> Result<Certs, Vec<String>> {
+    fn load(files: &[(PathBuf, PathBuf)]) -> Result<Certs, Vec<String>> {
         let mut loaded = Vec::new();
         let mut problems = Vec::new();
         for (i, (cert, key)) in files.iter().enumerate() {
-            match load_pair(cert, key, h2) {
+            match load_pair(cert, key) {
                 Ok(l) => loaded.push(l),
                 Err((field, m)) => problems.push(format!("certs[{i}].{field}: {m}")),
             }
@@ -151,12 +166,12 @@ impl Certs {
     }
 
     /// The certificate for an SNI name (the first one when none matches or no name was sent).
-    fn pick(&self, sni: Option<&str>) -> &SslContext {
+    fn pick(&self, sni: Option<&str>) -> &Arc<CertifiedKey> {
         let i = sni
             .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
             .and_then(|n| self.exact.get(&n).copied().or_else(|| n.split_once('.').and_then(|(_, base)| self.wildcard.get(base).copied())))
             .unwrap_or(0);
-        &self.loaded[i].context
+        &self.loaded[i].key
     }
 
     fn summary(&self) -> Vec<serde_json::Value> {
@@ -164,23 +179,27 @@ impl Certs {
     }
 }
 
-/// Loads a chain and key into a context of their own (Mozilla intermediate, ALPN, resumption);
-/// `Err((field, message))` names the file at fault.
-fn load_pair(cert: &Path, key: &Path, h2: bool) -> Result<Loaded, (&'static str, String)> {
+/// Loads a chain and its key, checked to belong together; `Err((field, message))` names the file
+/// at fault.
+fn load_pair(cert: &Path, key: &Path) -> Result<Loaded, (&'static str, String)> {
     let pem = std::fs::read(cert).map_err(|e| ("cert-file", format!("cannot read {}: {e}", cert.display())))?;
-    let chain = X509::stack_from_pem(&pem).map_err(|e| ("cert-file", format!("not a PEM certificate chain: {}: {e}", cert.display())))?;
-    let leaf = chain.first().ok_or(("cert-file", format!("no certificate in {}", cert.display())))?;
+    let parsed = X509::stack_from_pem(&pem).map_err(|e| ("cert-file", format!("not a PEM certificate chain: {}: {e}", cert.display())))?;
+    let leaf = parsed.first().ok_or(("cert-file", format!("no certificate in {}", cert.display())))?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| ("cert-file", format!("not a PEM certificate chain: {}: {e}", cert.display())))?;
     let key_pem = std::fs::read(key).map_err(|e| ("key-file", format!("cannot read {}: {e}", key.display())))?;
-    let private = pingora::tls::pkey::PKey::private_key_from_pem(&key_pem)
-        .map_err(|e| ("key-file", format!("not a usable PEM private key: {}: {e}", key.display())))?;
-    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(|e| ("cert-file", format!("TLS library: {e}")))?;
-    b.set_certificate_chain_file(cert).map_err(|e| ("cert-file", format!("not a usable certificate chain: {}: {e}", cert.display())))?;
-    let mismatch = || ("key-file", format!("{} is not the key of {}", key.display(), cert.display()));
-    b.set_private_key(&private).map_err(|_| mismatch())?;
-    b.check_private_key().map_err(|_| mismatch())?;
-    b.set_session_id_context(b"wicket").map_err(|e| ("cert-file", format!("TLS library: {e}")))?;
-    b.set_alpn_select_callback(if h2 { select_h2_h1 } else { select_h1 });
-    b.set_mode(SslMode::RELEASE_BUFFERS);
+    let unusable = |e: &dyn std::fmt::Display| {
+        ("key-file", format!("not a usable PEM private key (RSA, ECDSA P-256 or P-384, Ed25519): {}: {e}", key.display()))
+    };
+    let der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| unusable(&e))?;
+    let signing = provider().key_provider.load_private_key(der).map_err(|e| unusable(&e))?;
+    let certified = CertifiedKey::new(chain, signing);
+    match certified.keys_match() {
+        // `Unknown`: the key cannot tell its public half; the handshake's signature will.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(_) => return Err(("key-file", format!("{} is not the key of {}", key.display(), cert.display()))),
+    }
     let names = names_of(leaf);
     if names.is_empty() {
         return Err(("cert-file", format!("{} names no host (no DNS subject alternative name or common name)", cert.display())));
@@ -190,15 +209,12 @@ fn load_pair(cert: &Path, key: &Path, h2: bool) -> Result<Loaded, (&'static str,
         return Err(("cert-file", format!("{} expired on {}", cert.display(), leaf.not_after())));
     }
     let not_after = leaf.not_after().to_string();
-    Ok(Loaded { context: b.build().into_context(), names, not_after })
+    Ok(Loaded { key: Arc::new(certified), names, not_after })
 }
 
-fn select_h2_h1<'a>(_: &mut SslRef, client: &'a [u8]) -> Result<&'a [u8], AlpnError> {
-    select_next_proto(ALPN_H2_H1, client).ok_or(AlpnError::NOACK)
-}
-
-fn select_h1<'a>(_: &mut SslRef, client: &'a [u8]) -> Result<&'a [u8], AlpnError> {
-    select_next_proto(ALPN_H1, client).ok_or(AlpnError::NOACK)
+/// The cryptography rustls uses here: ring's.
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// DNS names of a certificate (lower case): its subject alternative names, else its common name.
@@ -217,49 +233,51 @@ fn names_of(cert: &X509) -> Vec<String> {
     names
 }
 
+/// Each handshake's certificate, picked by SNI from the set in force ([`Certs::pick`]).
+struct BySni(Arc<ArcSwap<Certs>>);
+
+impl std::fmt::Debug for BySni {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BySni").field(&self.0.load().summary()).finish()
+    }
+}
+
+impl ResolvesServerCert for BySni {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(self.0.load().pick(hello.server_name())))
+    }
+}
+
 /// The HTTPS listener's TLS: the acceptor, and the certificate set it picks from.
 pub struct Tls {
     /// The validated settings.
     pub config: TlsConfig,
     files: Vec<(PathBuf, PathBuf)>,
     certs: Arc<ArcSwap<Certs>>,
-    acceptor: SslAcceptor,
+    acceptor: tokio_rustls::TlsAcceptor,
 }
 
 impl Tls {
     /// Loads the certificates and builds the acceptor.
     pub fn new(config: TlsConfig, resolve: &dyn Fn(&str) -> PathBuf) -> Result<Tls, Vec<String>> {
         let files: Vec<(PathBuf, PathBuf)> = config.certs.iter().map(|c| (resolve(&c.cert_file), resolve(&c.key_file))).collect();
-        let certs = Arc::new(ArcSwap::from_pointee(Certs::load(&files, config.http2)?));
-        let tls_err = |e: pingora::tls::error::ErrorStack| vec![format!("TLS library: {e}")];
-        let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
-        // The handshake's context is the SNI's certificate's (its chain, key and ALPN).
-        let pick = Arc::clone(&certs);
-        b.set_servername_callback(move |ssl, _alert| {
-            let set = pick.load();
-            let ctx = set.pick(ssl.servername(NameType::HOST_NAME));
-            ssl.set_ssl_context(ctx).map_err(|_| SniError::ALERT_FATAL)
-        });
-        b.set_alpn_select_callback(if config.http2 { select_h2_h1 } else { select_h1 });
-        b.set_session_id_context(b"wicket").map_err(tls_err)?;
-        // Read what the socket has, not one record header then one record body: a client's
-        // HTTP/2 frames arrive as many small records, two `recvfrom` each without it.
-        b.set_read_ahead(true);
-        // An idle connection gives its TLS record buffers back (about 34 KB: a read and a write
-        // buffer of one full record each) and gets them again for its next record, as nginx does:
-        // a million queued fans on HTTPS hold their sockets, not their buffers.
-        b.set_mode(SslMode::RELEASE_BUFFERS);
-        // A client that sends no SNI still gets the default certificate.
-        let (cert, key) = &files[0];
-        b.set_certificate_chain_file(cert).map_err(|e| vec![format!("certs[0].cert-file: {e}")])?;
-        b.set_private_key_file(key, SslFiletype::PEM).map_err(|e| vec![format!("certs[0].key-file: {e}")])?;
-        Ok(Tls { config, files, certs, acceptor: b.build() })
+        let certs = Arc::new(ArcSwap::from_pointee(Certs::load(&files)?));
+        let tls_err = |e: rustls::Error| vec![format!("TLS library: {e}")];
+        let mut server = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(tls_err)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(BySni(Arc::clone(&certs))));
+        server.alpn_protocols = if config.http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
+        // Stateless resumption (tickets sealed with keys of this process, rotated every 6 hours).
+        server.ticketer = rustls::crypto::ring::Ticketer::new().map_err(tls_err)?;
+        Ok(Tls { config, files, certs, acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)) })
     }
 
     /// Reads every certificate file again and, when all load, serves them to new handshakes;
     /// otherwise keeps the current set and returns the problems.
     pub fn reload(&self) -> Result<serde_json::Value, Vec<String>> {
-        let fresh = Certs::load(&self.files, self.config.http2)?;
+        let fresh = Certs::load(&self.files)?;
         let summary = serde_json::json!(fresh.summary());
         self.certs.store(Arc::new(fresh));
         tracing::info!("TLS certificates reloaded: {summary}");
@@ -279,10 +297,13 @@ impl Tls {
         // are some (the listener has no write buffer: server.rs).
         let under = crate::replay::under_tls(l4);
         let limit = Duration::from_millis(self.config.handshake_timeout_ms);
-        match tokio::time::timeout(limit, pingora::protocols::tls::server::handshake(&self.acceptor, under)).await {
-            Ok(Ok(tls)) => Some(Box::new(tls)),
-            Ok(Err(e)) => {
+        match tokio::time::timeout(limit, self.acceptor.accept(under).into_fallible()).await {
+            Ok(Ok(tls)) => Some(Box::new(TlsStream(tls))),
+            Ok(Err((e, mut under))) => {
                 tracing::debug!("TLS handshake failed: {e}");
+                // The alert that says why (no shared cipher or protocol, a bad record...) is
+                // gathered below; it leaves now, unless the client does not even read.
+                let _ = tokio::time::timeout(ALERT_WAIT, tokio::io::AsyncWriteExt::flush(&mut under)).await;
                 None
             }
             Err(_) => {
@@ -292,7 +313,7 @@ impl Tls {
         }
     }
 
-    /// The `Strict-Transport-Security` value, when sent.
+/// The `Strict-Transport-Security` value, when sent.
     pub fn hsts(&self) -> Option<String> {
         (self.config.hsts_seconds > 0).then(|| format!("max-age={}", self.config.hsts_seconds))
     }
@@ -337,3 +358,106 @@ pub fn load_cas(path: &Path) -> Result<Box<[X509]>, String> {
     }
     Ok(cas.into_boxed_slice())
 }
+
+/// An HTTPS connection after its handshake: rustls over the connection's socket, as Pingora's
+/// [`Stream`]. rustls keeps one 4 KiB read buffer; writes are gathered below it until a flush
+/// ([`crate::replay::under_tls`]).
+pub struct TlsStream(tokio_rustls::server::TlsStream<Replayed>);
+
+impl std::fmt::Debug for TlsStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (io, tls) = self.0.get_ref();
+        f.debug_struct("TlsStream").field("io", io).field("version", &tls.protocol_version()).finish()
+    }
+}
+
+impl AsyncRead for TlsStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}
+
+#[async_trait]
+impl Shutdown for TlsStream {
+    /// `close_notify`, then the socket's own shutdown.
+    async fn shutdown(&mut self) {
+        let _ = tokio::io::AsyncWriteExt::shutdown(&mut self.0).await;
+    }
+}
+
+impl UniqueID for TlsStream {
+    fn id(&self) -> UniqueIDType {
+        self.0.get_ref().0.id()
+    }
+}
+
+impl Ssl for TlsStream {
+    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
+        let tls = self.0.get_ref().1;
+        let cipher = tls.negotiated_cipher_suite().and_then(|s| s.suite().as_str()).unwrap_or("");
+        let version = tls.protocol_version().and_then(|v| v.as_str()).unwrap_or("");
+        Some(Arc::new(SslDigest::new(cipher, version, None, None, Vec::new())))
+    }
+
+    fn selected_alpn_proto(&self) -> Option<ALPN> {
+        match self.0.get_ref().1.alpn_protocol() {
+            Some(b"h2") => Some(ALPN::H2),
+            Some(b"http/1.1") => Some(ALPN::H1),
+            _ => None,
+        }
+    }
+}
+
+impl GetTimingDigest for TlsStream {
+    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
+        self.0.get_ref().0.get_timing_digest()
+    }
+
+    fn get_read_pending_time(&self) -> Duration {
+        self.0.get_ref().0.get_read_pending_time()
+    }
+
+    fn get_write_pending_time(&self) -> Duration {
+        self.0.get_ref().0.get_write_pending_time()
+    }
+}
+
+impl GetProxyDigest for TlsStream {
+    fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
+        self.0.get_ref().0.get_proxy_digest()
+    }
+}
+
+impl GetSocketDigest for TlsStream {
+    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
+        self.0.get_ref().0.get_socket_digest()
+    }
+
+    fn set_socket_digest(&mut self, digest: SocketDigest) {
+        self.0.get_mut().0.set_socket_digest(digest)
+    }
+}
+
+impl Peek for TlsStream {}

@@ -483,3 +483,114 @@ async fn captcha_providers_verify_over_https_with_the_certificate_checked() {
     edge.admin("PUT", "/admin/bot-policy", "{\"captcha_fail_open\": true}").await;
     assert_eq!(verify(&edge, "yes".into()).await.status, 200);
 }
+
+/// A TLS client (the `openssl` crate, as browsers' stacks would) to `a.test` on `port`, trusting
+/// `ca`, set up by `setup`; the handshake's error as text when it fails.
+async fn tls_client(
+    ca: &Path,
+    port: u16,
+    setup: impl FnOnce(&mut openssl::ssl::SslConnectorBuilder),
+) -> Result<tokio_openssl::SslStream<tokio::net::TcpStream>, String> {
+    let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+    b.set_ca_file(ca).unwrap();
+    setup(&mut b);
+    let connector = b.build();
+    let ssl = connector.configure().unwrap().into_ssl("a.test").unwrap();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), std::pin::Pin::new(&mut tls).connect()).await {
+        Ok(Ok(())) => Ok(tls),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("handshake timed out".into()),
+    }
+}
+
+/// One GET of the detail page on an HTTPS stream: the status.
+async fn get_page(tls: &mut tokio_openssl::SslStream<tokio::net::TcpStream>) -> u16 {
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await.unwrap();
+    read_answer(tls).await.expect("an answer").status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocols_ciphers_alpn_and_resumption_are_what_the_docs_say() {
+    use openssl::ssl::SslVersion;
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], 30);
+    let port = free_port();
+    let _edge = TestEdge::start(&tls_config(port, &[a], ""));
+    let ca = pki.path("ca.pem");
+    // TLS 1.3 and TLS 1.2 (forward-secret AEAD) are served.
+    let mut t13 = tls_client(&ca, port, |_| {}).await.unwrap();
+    assert_eq!(t13.ssl().version_str(), "TLSv1.3");
+    assert_eq!(get_page(&mut t13).await, 200);
+    let mut t12 = tls_client(&ca, port, |b| b.set_max_proto_version(Some(SslVersion::TLS1_2)).unwrap()).await.unwrap();
+    assert_eq!(t12.ssl().version_str(), "TLSv1.2");
+    assert!(t12.ssl().current_cipher().unwrap().name().contains("GCM"), "{:?}", t12.ssl().current_cipher().unwrap().name());
+    assert_eq!(get_page(&mut t12).await, 200);
+    // TLS 1.2 with only CBC or only RSA key exchange: no shared cipher.
+    for list in ["ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA", "AES128-GCM-SHA256:AES256-GCM-SHA384"] {
+        let r = tls_client(&ca, port, |b| {
+            b.set_max_proto_version(Some(SslVersion::TLS1_2)).unwrap();
+            b.set_cipher_list(list).unwrap();
+        })
+        .await;
+        assert!(r.is_err(), "{list} was accepted");
+    }
+    // ALPN: h2 first, http/1.1, none at all (HTTP/1.1); only protocols the edge does not speak:
+    // refused (RFC 7301's no_application_protocol), not answered in some protocol it did not ask.
+    for (offer, chosen) in [(&b"\x08http/1.1\x02h2"[..], Some(&b"h2"[..])), (b"\x08http/1.1", Some(b"http/1.1")), (b"", None)] {
+        let mut t = tls_client(&ca, port, |b| if !offer.is_empty() { b.set_alpn_protos(offer).unwrap() }).await.unwrap();
+        assert_eq!(t.ssl().selected_alpn_protocol(), chosen);
+        if chosen != Some(b"h2") {
+            assert_eq!(get_page(&mut t).await, 200);
+        }
+    }
+    let r = tls_client(&ca, port, |b| b.set_alpn_protos(b"\x08spdy/3.1\x06h2c-14").unwrap()).await;
+    assert!(r.as_ref().is_err_and(|e| e.contains("no application protocol")), "{:?}", r.map(|_| ()));
+    // Resumption: curl's second connection resumes the first one's TLS 1.3 ticket or TLS 1.2
+    // session (its own session cache, one process; `Connection: close` makes it a new connection).
+    let url = format!("https://a.test:{port}/");
+    for max in ["1.3", "1.2"] {
+        let out = Command::new("curl")
+            .args(["-sv", "--http1.1", "--tls-max", max, "-o", "/dev/null", "-o", "/dev/null", "-H", "Connection: close", "--cacert"])
+            .arg(&ca)
+            .args(["--resolve", &resolve("a.test", port), &url, &url])
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{log}");
+        assert_eq!(log.matches("Connected to").count(), 2, "{log}");
+        assert!(log.contains("SSL re-using session ID") || log.contains("SSL reusing session"), "TLS {max}: not resumed: {log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rsa_p384_ed25519_and_older_key_formats_serve_and_an_unsupported_key_is_named() {
+    let pki = Pki::new();
+    let rsa = pki.leaf_with_key("rsa", &["a.test"], 30, &["-newkey", "rsa:2048"]);
+    let p384 = pki.leaf_with_key("p384", &["a.test"], 30, &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"]);
+    let ed = pki.leaf_with_key("ed", &["a.test"], 30, &["-newkey", "ed25519"]);
+    let p256 = pki.leaf("p256", &["a.test"], 30);
+    let rsa1 = (rsa.0.clone(), pki.traditional_key(&rsa.1, "rsa1.key"));
+    let sec1 = (p256.0.clone(), pki.traditional_key(&p256.1, "sec1.key"));
+    let ca = pki.path("ca.pem");
+    for (what, pair) in [("RSA 2048", rsa), ("ECDSA P-384", p384), ("Ed25519", ed), ("RSA, PKCS#1 key", rsa1), ("P-256, SEC1 key", sec1)] {
+        let port = free_port();
+        let _edge = TestEdge::start(&tls_config(port, &[pair], ""));
+        let mut t = tls_client(&ca, port, |_| {}).await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(get_page(&mut t).await, 200, "{what}");
+    }
+    // A P-521 key (OpenSSL signs with it, ring does not) and a key file that is a certificate:
+    // check-config names each, with the file at fault.
+    let p521 = pki.leaf_with_key("p521", &["a.test"], 30, &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-521"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("wicket.toml");
+    let pairs = [p256.clone(), p521, (p256.0.clone(), p256.0.clone())];
+    std::fs::write(&cfg, format!("[edge]\nsecret = \"{SECRET}\"\n{}", tls_config(8443, &pairs, ""))).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wicket")).arg("check-config").arg(&cfg).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("edge.tls.certs[1].key-file") && text.contains("not a usable PEM private key (RSA, ECDSA P-256 or P-384, Ed25519)"), "{text}");
+    assert!(text.contains("edge.tls.certs[2].key-file"), "{text}");
+    assert!(!text.contains("certs[0]"), "{text}");
+}

@@ -34,11 +34,18 @@ impl Pki {
     /// `<file>.pem` and `<file>.key` for `names` (DNS subject alternative names; an IP address becomes an IP
     /// one), valid `days` (negative: expired).
     pub fn leaf(&self, file: &str, names: &[&str], days: i32) -> (PathBuf, PathBuf) {
+        self.leaf_with_key(file, names, days, &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])
+    }
+
+    /// [`Pki::leaf`] with a key made by these `openssl req` arguments, e.g. `["-newkey", "rsa:2048"]`
+    /// or `["-newkey", "ed25519"]` (written as PKCS#8, `BEGIN PRIVATE KEY`).
+    pub fn leaf_with_key(&self, file: &str, names: &[&str], days: i32, newkey: &[&str]) -> (PathBuf, PathBuf) {
         let (key, csr, pem, ext) = (format!("{file}.key"), format!("{file}.csr"), format!("{file}.pem"), format!("{file}.ext"));
-        self.openssl(&[
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
-            &format!("/CN={}", names[0]),
-        ]);
+        let subject = format!("/CN={}", names[0]);
+        let mut req = vec!["req", "-new"];
+        req.extend_from_slice(newkey);
+        req.extend_from_slice(&["-nodes", "-keyout", &key, "-out", &csr, "-subj", &subject]);
+        self.openssl(&req);
         let sans: Vec<String> =
             names.iter().map(|n| if n.parse::<std::net::IpAddr>().is_ok() { format!("IP:{n}") } else { format!("DNS:{n}") }).collect();
         std::fs::write(self.path(&ext), format!("subjectAltName={}\n", sans.join(","))).unwrap();
@@ -47,6 +54,14 @@ impl Pki {
             &ext, "-out", &pem,
         ]);
         (self.path(&pem), self.path(&key))
+    }
+
+    /// Writes `key` again in its algorithm's own older format (`BEGIN EC PRIVATE KEY`, `BEGIN RSA
+    /// PRIVATE KEY`) as `<file>`.
+    pub fn traditional_key(&self, key: &Path, file: &str) -> PathBuf {
+        let key = key.display().to_string();
+        self.openssl(&["pkey", "-in", &key, "-traditional", "-out", file]);
+        self.path(file)
     }
 
     /// The base64 SHA-256 of a certificate's public key (SPKI), as Chromium's
