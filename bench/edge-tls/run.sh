@@ -199,7 +199,7 @@ open(path, "a").write("\n")
 lines = [
     "## HTTPS (edge vs nginx, same certificate)", "",
     f"`{cmd}` on {today}: {os.cpu_count()} × {cpu}; servers pinned to CPU {e['SERVER_CPUS']} (each alone while measured), load on",
-    f"CPU {e['LOAD_CPUS']}; {e['THREADS']} worker thread(s) each; the {e['SIZE']}-byte detail page; ECDSA P-256 certificate; OpenSSL on both;",
+    f"CPU {e['LOAD_CPUS']}; {e['THREADS']} worker thread(s) each; the {e['SIZE']}-byte detail page; ECDSA P-256 certificate; TLS: rustls (ring) on the edge, OpenSSL 3.0 in nginx;",
     f"{e['CONNS']} connections, {e['SECONDS_']} s per run, {e['ROUNDS']} rounds in turn; ratios are medians of same-round ratios.", "",
     "| measure | tool | nginx req/s | edge req/s | edge / nginx |", "|---|---|---|---|---|",
     f"| page, HTTP/1.1 keep-alive | wrk | {med('nginx_h1'):,.0f} | {med('edge_h1'):,.0f} | {keys['tls_static_vs_nginx']:.2f}× |",

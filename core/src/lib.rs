@@ -16,7 +16,7 @@
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.
 //! - [`payment`]: signed callbacks and the provider's status query.
 //! - [`serve`]: the HTTP/1 server: accepts connections, deadline on request heads (and idle keep-alive);
-//!   with `[tls]`, a TLS handshake first ([`tls`]: OpenSSL, the edge's TLS stack; its own deadline).
+//!   with `[tls]`, a TLS handshake first ([`tls`]: OpenSSL, as the edge's client side; its own deadline).
 //! - [`http`]: the axum router: guard (in-flight limit, latency) → handler → one store call → JSON.
 //! - [`strict_json`]: how every JSON body is read: objects by field name only, errors with their path
 //!   (every one at once through [`problems`]).

@@ -1,7 +1,9 @@
 //! The core's API over HTTPS (`[tls]`), for an edge and a core on different hosts.
 //!
-//! OpenSSL through the `openssl` crate, the binding Pingora's `openssl` feature already builds the edge on,
-//! so the workspace has one TLS stack. Mozilla's "intermediate" settings (TLS 1.2 and 1.3, forward-secret
+//! OpenSSL through the `openssl` crate, the binding Pingora's `openssl` feature already builds the edge's
+//! client side on (the edge's connections to the core use it). The edge's public listener speaks rustls
+//! instead, for the memory a million idle fans' connections hold (edge/src/tls.rs); the core serves a few
+//! long-lived connections from edges, where that does not count. Mozilla's "intermediate" settings (TLS 1.2 and 1.3, forward-secret
 //! AEAD ciphers); ALPN `http/1.1` only, since [`crate::serve`] speaks HTTP/1 (a client offering only `h2`
 //! gets no ALPN answer and may go on with HTTP/1.1). The files are read once, at start: a new certificate
 //! takes a restart (the edge's reload is for public certificates renewed every few weeks; the core's is

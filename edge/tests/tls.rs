@@ -594,3 +594,56 @@ async fn rsa_p384_ed25519_and_older_key_formats_serve_and_an_unsupported_key_is_
     assert!(text.contains("edge.tls.certs[2].key-file"), "{text}");
     assert!(!text.contains("certs[0]"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sni_spelled_differently_gets_the_same_certificate_and_an_oversized_hello_is_refused() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], 30);
+    let b = pki.leaf("b", &["b.test", "*.b.test"], 30);
+    let port = free_port();
+    let _edge = TestEdge::start(&tls_config(port, &[a, b], ""));
+    let ca = pki.path("ca.pem");
+    // The certificate served for each SNI: upper case and a wildcard's label in any case pick b.test's; an
+    // IP address or no SNI at all get the first (a.test).
+    let served = |sni: Option<&'static str>| {
+        let ca = ca.clone();
+        async move {
+            let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+            b.set_ca_file(&ca).unwrap();
+            let mut cfg = b.build().configure().unwrap().verify_hostname(false);
+            cfg.set_use_server_name_indication(sni.is_some());
+            let ssl = cfg.into_ssl(sni.unwrap_or("x")).unwrap();
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
+            std::pin::Pin::new(&mut tls).connect().await.unwrap();
+            let cert = tls.ssl().peer_certificate().unwrap();
+            let cn = cert.subject_name().entries().next().unwrap().data().as_utf8().unwrap().to_string();
+            cn
+        }
+    };
+    assert_eq!(served(Some("B.TEST")).await, "b.test");
+    assert_eq!(served(Some("Www.B.Test")).await, "b.test");
+    assert_eq!(served(Some("a.test")).await, "a.test");
+    assert_eq!(served(Some("127.0.0.1")).await, "a.test");
+    assert_eq!(served(None).await, "a.test");
+    // A ClientHello over 64 KiB (a handshake message larger than any real one): refused, the
+    // connection closed.
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // A handshake record announcing a 16 MB ClientHello, then 70 KiB of it in records of 16 KiB.
+    let mut hello = vec![0x01, 0xff, 0xff, 0xff];
+    hello.extend(std::iter::repeat_n(0u8, 70 * 1024));
+    for chunk in hello.chunks(16 * 1024) {
+        let mut rec = vec![0x16, 0x03, 0x03, (chunk.len() >> 8) as u8, chunk.len() as u8];
+        rec.extend_from_slice(chunk);
+        if s.write_all(&rec).await.is_err() {
+            break;
+        }
+    }
+    let mut buf = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut buf)).await;
+    assert!(r.is_ok(), "an oversized ClientHello was not refused");
+    assert!(!buf.starts_with(b"HTTP/"), "{buf:?}");
+    // And the edge still serves.
+    assert_eq!(served(Some("a.test")).await, "a.test");
+}

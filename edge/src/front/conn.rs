@@ -56,7 +56,7 @@ impl<P: Handover> Front<P> {
         // Put the bytes back so the proxy reads the request from its start, with its writes
         // gathered until a flush (the listener has no write buffer: see server.rs). Under TLS too:
         // an answer's head, a chunk's size line, its data and its end then leave as one TLS record,
-        // not one each (an event stream's frame was three records, each through OpenSSL's buffer).
+        // not one each (an event stream's frame was three records when each write made one).
         let stream = crate::replay::buffered(stream, read);
         // This one request only: the connection then comes back to the front for the next one.
         // (Pingora's own HTTP/1.1 loop would keep it for every later request: past the fast path,
