@@ -10,8 +10,8 @@
 //! Pingora's own rustls feature is marked experimental, so the edge does not switch Pingora's TLS:
 //! it does the handshake itself (`tokio-rustls`) and hands Pingora a stream of its own type.
 //!
-//! Settings: TLS 1.3 and 1.2, forward-secret AEAD ciphers only (AES-GCM, ChaCha20-Poly1305: what
-//! Mozilla's "intermediate" profile allows), stateless session tickets (keys rotated every 6 hours;
+//! Settings: TLS 1.3 and 1.2, forward-secret AEAD ciphers only (AES-GCM, ChaCha20-Poly1305 with
+//! ECDHE: Mozilla's "intermediate" profile less its DHE suites), stateless session tickets (keys rotated every 6 hours;
 //! TLS 1.2 session ids in a 256-entry cache), ALPN `h2` then `http/1.1` (`http/1.1` alone with
 //! `http2 = false`; a client that offers only other protocols is refused, as RFC 7301 says).
 //! Certificates may be RSA (2048 bits or more), ECDSA P-256 or P-384, or Ed25519 keys.
@@ -52,11 +52,16 @@ use rustls::sign::CertifiedKey;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::check::ConfigIssue;
 use crate::replay::Replayed;
 
 /// How long a failed handshake's alert may wait for the client to take it.
 const ALERT_WAIT: Duration = Duration::from_millis(100);
-use crate::check::ConfigIssue;
+
+/// At most this much of an answer is taken in and encrypted ahead of a client that does not read
+/// (rustls's default is 64 KiB; OpenSSL took one record): with the records gathered below it
+/// ([`crate::replay::under_tls`], up to 16 KiB), a stalled reader holds about 32 KiB, not 80.
+const SEND_AHEAD: usize = 16 * 1024;
 
 /// `[edge.tls]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
@@ -297,7 +302,7 @@ impl Tls {
         // are some (the listener has no write buffer: server.rs).
         let under = crate::replay::under_tls(l4);
         let limit = Duration::from_millis(self.config.handshake_timeout_ms);
-        match tokio::time::timeout(limit, self.acceptor.accept(under).into_fallible()).await {
+        match tokio::time::timeout(limit, self.accept(under)).await {
             Ok(Ok(tls)) => Some(Box::new(TlsStream(tls))),
             Ok(Err((e, mut under))) => {
                 tracing::debug!("TLS handshake failed: {e}");
@@ -313,7 +318,16 @@ impl Tls {
         }
     }
 
-/// The `Strict-Transport-Security` value, when sent.
+    /// The handshake over `under`; the IO back with the error when it fails.
+    fn accept(&self, under: Replayed) -> tokio_rustls::FallibleAccept<Replayed> {
+        self.acceptor
+            .accept_with(under, |tls| {
+                tls.set_buffer_limit(Some(SEND_AHEAD));
+            })
+            .into_fallible()
+    }
+
+    /// The `Strict-Transport-Security` value, when sent.
     pub fn hsts(&self) -> Option<String> {
         (self.config.hsts_seconds > 0).then(|| format!("max-age={}", self.config.hsts_seconds))
     }
@@ -373,7 +387,15 @@ impl std::fmt::Debug for TlsStream {
 
 impl AsyncRead for TlsStream {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        let read = Pin::new(&mut self.0).poll_read(cx, buf);
+        if let Poll::Ready(Err(e)) = &read
+            && e.kind() == std::io::ErrorKind::InvalidData
+        {
+            // A record that does not decrypt (or another fatal error): rustls wrote the alert that
+            // says so below, where writes are gathered until a flush; one try to send it, no wait.
+            let _ = Pin::new(self.0.get_mut().0).poll_flush(cx);
+        }
+        read
     }
 }
 
@@ -461,3 +483,103 @@ impl GetSocketDigest for TlsStream {
 }
 
 impl Peek for TlsStream {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The edge's TLS for `a.test` and a rustls client trusting its test CA.
+    fn setup() -> (Tls, Arc<rustls::ClientConfig>, wicket_testkit::pki::Pki) {
+        let pki = wicket_testkit::pki::Pki::new();
+        let (cert, key) = pki.leaf("a", &["a.test"], 30);
+        let files = CertFiles { cert_file: cert.display().to_string(), key_file: key.display().to_string() };
+        let cfg = TlsConfig {
+            listen: "127.0.0.1:0".into(),
+            certs: vec![files],
+            http2: true,
+            redirect_http: false,
+            hsts_seconds: 0,
+            handshake_timeout_ms: 5000,
+        };
+        let tls = Tls::new(cfg, &|p| PathBuf::from(p)).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&std::fs::read(pki.path("ca.pem")).unwrap()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let client = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (tls, Arc::new(client), pki)
+    }
+
+    /// A server stream (as [`Tls::handshake`] makes it) and a client over an in-memory pipe of
+    /// `cap` bytes each way.
+    async fn pair(tls: &Tls, client: Arc<rustls::ClientConfig>, cap: usize) -> (TlsStream, tokio_rustls::client::TlsStream<tokio::io::DuplexStream>) {
+        let (a, b) = tokio::io::duplex(cap);
+        let server = async { TlsStream(tls.accept(crate::replay::under_tls(Box::new(a))).await.map_err(|(e, _)| e).unwrap()) };
+        let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
+        let client = async { tokio_rustls::TlsConnector::from(client).connect(name, b).await.unwrap() };
+        tokio::join!(server, client)
+    }
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_makes_the_edge_hold_little() {
+        let (tls, client, _pki) = setup();
+        let (mut server, _client) = pair(&tls, client, 4096).await;
+        let chunk = vec![0u8; 1024];
+        let mut taken = 0usize;
+        while let Ok(written) = tokio::time::timeout(Duration::from_millis(200), server.write(&chunk)).await {
+            taken += written.unwrap();
+        }
+        // The pipe's 4 KiB, the records gathered (up to 16 KiB), what rustls encrypts ahead (16 KiB)
+        // and a record's overhead: rustls's default would take about 80 KiB.
+        assert!(taken <= 4096 + 2 * SEND_AHEAD + 1024, "{taken} bytes taken from the answer of a client that does not read");
+        assert!(taken >= SEND_AHEAD, "{taken}");
+    }
+
+    #[tokio::test]
+    async fn a_record_that_does_not_decrypt_is_answered_with_an_alert() {
+        let (tls, client, _pki) = setup();
+        let (mut server, client) = pair(&tls, client, 65536).await;
+        let (mut raw, _) = client.into_inner();
+        // What the server sent after the handshake (its session tickets) is read and set aside.
+        let mut tickets = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_millis(200), raw.read(&mut tickets)).await;
+        // An application-data record of 32 bytes of zeros.
+        raw.write_all(&[23, 3, 3, 0, 32]).await.unwrap();
+        raw.write_all(&[0u8; 32]).await.unwrap();
+        let mut buf = [0u8; 16];
+        let read = server.read(&mut buf).await;
+        assert_eq!(read.map_err(|e| e.kind()).err(), Some(std::io::ErrorKind::InvalidData));
+        drop(server);
+        let mut back = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_millis(500), raw.read_to_end(&mut back)).await;
+        // An encrypted alert record (TLS 1.3 hides its type: application data, 0x17).
+        assert!(back.len() >= 5 && back[0] == 23, "{back:?}");
+    }
+
+    #[tokio::test]
+    async fn a_close_without_close_notify_is_an_error_and_a_clean_one_the_end() {
+        let (tls, config, _pki) = setup();
+        let (mut server, client) = pair(&tls, config.clone(), 65536).await;
+        drop(client.into_inner().0);
+        let mut buf = [0u8; 16];
+        // A truncation an attacker could cause: never taken for the end of a request.
+        assert_eq!(server.read(&mut buf).await.map_err(|e| e.kind()).err(), Some(std::io::ErrorKind::UnexpectedEof));
+        let (mut server, mut client) = pair(&tls, config, 65536).await;
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"GET / HTTP/1.1\r\n\r\n");
+        // The answer still reaches a client that closed its side.
+        server.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").await.unwrap();
+        server.flush().await.unwrap();
+        let mut answer = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(2), client.read(&mut answer)).await.unwrap().unwrap();
+        assert_eq!(&answer[..n], b"HTTP/1.1 204 No Content\r\n\r\n");
+    }
+}
