@@ -294,26 +294,27 @@ impl Tls {
         serde_json::json!(self.certs.load().summary())
     }
 
-    /// The handshake of a new connection, within `handshake-timeout-ms`; `None` when it failed
-    /// or timed out (logged at DEBUG: scanners and broken clients are everyday events).
-    pub async fn handshake(&self, stream: Stream) -> Option<Stream> {
-        let l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().ok()?;
+    /// The handshake of a new connection, within `handshake-timeout-ms`; the reason, as
+    /// `wicket_edge_rejects_total` counts it, when it failed or timed out (logged at DEBUG only:
+    /// scanners and broken clients are everyday events).
+    pub async fn handshake(&self, stream: Stream) -> Result<Stream, &'static str> {
+        let l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().map_err(|_| "tls_handshake_failed")?;
         // The records are gathered until each flush, in a buffer that exists only while there
         // are some (the listener has no write buffer: server.rs).
         let under = crate::replay::under_tls(l4);
         let limit = Duration::from_millis(self.config.handshake_timeout_ms);
         match tokio::time::timeout(limit, self.accept(under)).await {
-            Ok(Ok(tls)) => Some(Box::new(TlsStream(tls))),
+            Ok(Ok(tls)) => Ok(Box::new(TlsStream(tls))),
             Ok(Err((e, mut under))) => {
                 tracing::debug!("TLS handshake failed: {e}");
                 // The alert that says why (no shared cipher or protocol, a bad record...) is
                 // gathered below; it leaves now, unless the client does not even read.
                 let _ = tokio::time::timeout(ALERT_WAIT, tokio::io::AsyncWriteExt::flush(&mut under)).await;
-                None
+                Err("tls_handshake_failed")
             }
             Err(_) => {
                 tracing::debug!("TLS handshake timed out");
-                None
+                Err("tls_handshake_timeout")
             }
         }
     }

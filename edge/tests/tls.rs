@@ -135,8 +135,14 @@ async fn garbage_and_handshakes_that_never_finish_are_closed_and_others_are_serv
     let pki = Pki::new();
     let a = pki.leaf("a", &["a.test"], 30);
     let port = free_port();
-    let _edge = TestEdge::start(&tls_config(port, &[a], "handshake-timeout-ms = 500"));
+    let edge = TestEdge::start(&tls_config(port, &[a], "handshake-timeout-ms = 500"));
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let failed = || async {
+        let m = String::from_utf8_lossy(&edge.admin("GET", "/metrics", "").await.body).into_owned();
+        let line = m.lines().find(|l| l.starts_with("wicket_edge_rejects_total{reason=\"tls_handshake_failed\"} ")).map(str::to_owned);
+        (line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).unwrap_or(0), m)
+    };
+    let failed_before = failed().await.0;
     // Plain HTTP on the TLS port: closed, no answer in HTTP.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await.unwrap();
@@ -166,6 +172,20 @@ async fn garbage_and_handshakes_that_never_finish_are_closed_and_others_are_serv
         assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "a stalled handshake was not closed: {r:?}");
     }
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    // Counted (not logged above DEBUG): the plain-HTTP one failed, the 50 stalled ones timed out.
+    let (failed_after, m) = failed().await;
+    assert_eq!(failed_after - failed_before, 1, "{m}");
+    assert!(m.contains("wicket_edge_rejects_total{reason=\"tls_handshake_timeout\"} 50\n"), "{m}");
+}
+
+/// `wicket check-config` of an edge with these certificate pairs and `[edge.tls]` lines: its exit
+/// code and what it printed.
+fn check_config(pairs: &[(std::path::PathBuf, std::path::PathBuf)], extra: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("wicket.toml");
+    std::fs::write(&cfg, format!("[edge]\nsecret = \"{SECRET}\"\n{}", tls_config(8443, pairs, extra))).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wicket")).arg("check-config").arg(&cfg).output().unwrap();
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
 #[test]
@@ -175,12 +195,9 @@ fn check_config_names_each_broken_certificate() {
     let expired = pki.leaf("old", &["a.test"], -1);
     let other = pki.leaf("other", &["b.test"], 30);
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("wicket.toml");
     let pairs = [good.clone(), expired, (good.0.clone(), other.1), (dir.path().join("missing.pem"), good.1.clone())];
-    std::fs::write(&cfg, format!("[edge]\nsecret = \"{SECRET}\"\n{}", tls_config(8443, &pairs, "hsts-seconds = 999999999"))).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wicket")).arg("check-config").arg(&cfg).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(2), "{text}");
+    let (code, text) = check_config(&pairs, "hsts-seconds = 999999999");
+    assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("edge.tls.certs[1].cert-file") && text.contains("expired"), "{text}");
     assert!(text.contains("edge.tls.certs[2].key-file") && text.contains("is not the key of"), "{text}");
     assert!(text.contains("edge.tls.certs[3].cert-file") && text.contains("cannot read"), "{text}");
@@ -583,13 +600,8 @@ async fn rsa_p384_ed25519_and_older_key_formats_serve_and_an_unsupported_key_is_
     // A P-521 key (OpenSSL signs with it, ring does not) and a key file that is a certificate:
     // check-config names each, with the file at fault.
     let p521 = pki.leaf_with_key("p521", &["a.test"], 30, &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-521"]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("wicket.toml");
-    let pairs = [p256.clone(), p521, (p256.0.clone(), p256.0.clone())];
-    std::fs::write(&cfg, format!("[edge]\nsecret = \"{SECRET}\"\n{}", tls_config(8443, &pairs, ""))).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wicket")).arg("check-config").arg(&cfg).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(2), "{text}");
+    let (code, text) = check_config(&[p256.clone(), p521, (p256.0.clone(), p256.0.clone())], "");
+    assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("edge.tls.certs[1].key-file") && text.contains("not a usable PEM private key (RSA, ECDSA P-256 or P-384, Ed25519)"), "{text}");
     assert!(text.contains("edge.tls.certs[2].key-file"), "{text}");
     assert!(!text.contains("certs[0]"), "{text}");

@@ -59,8 +59,11 @@ impl<P: Handover> Front<P> {
         let mut stream = match &self.tls {
             // A new HTTPS connection: the handshake first (its state boxed, gone once done).
             Some(tls) => match Box::pin(tls.handshake(stream)).await {
-                Some(secured) => secured,
-                None => return,
+                Ok(secured) => secured,
+                Err(reason) => {
+                    self.state.metrics.rejects.with_label_values(&[reason]).inc();
+                    return;
+                }
             },
             None => stream,
         };
