@@ -622,9 +622,9 @@ impl Cdp {
         r["result"]["value"].clone()
     }
 
-    /// The value of `expr`, or `None` when the page could not answer (it is between two documents:
-    /// its context was just destroyed).
-    async fn eval_between_pages(&mut self, expr: &str) -> Option<serde_json::Value> {
+    /// The value of `expr`, or why the page could not answer (it is between two documents: its
+    /// context was just destroyed, or the expression threw).
+    async fn try_eval(&mut self, expr: &str) -> Result<serde_json::Value, String> {
         self.next_id += 1;
         let id = self.next_id;
         let params = serde_json::json!({"expression": expr, "awaitPromise": true, "returnByValue": true});
@@ -632,21 +632,33 @@ impl Cdp {
         loop {
             let m = tokio::time::timeout(Duration::from_secs(30), self.message()).await.expect("Runtime.evaluate: no answer in 30 s");
             if m["id"] == id {
-                return (m.get("error").is_none() && m["result"].get("exceptionDetails").is_none()).then(|| m["result"]["result"]["value"].clone());
+                if m.get("error").is_some() || m["result"].get("exceptionDetails").is_some() {
+                    return Err(m.to_string());
+                }
+                return Ok(m["result"]["result"]["value"].clone());
             }
             self.events.push(m);
         }
     }
 
-    /// Waits (up to `secs`) until `expr` is truthy in the page; its value then.
+    /// The value of `expr`, or `None` when the page could not answer (it is between two documents:
+    /// its context was just destroyed).
+    async fn eval_between_pages(&mut self, expr: &str) -> Option<serde_json::Value> {
+        self.try_eval(expr).await.ok()
+    }
+
+    /// Waits (up to `secs`) until `expr` is truthy in the page; its value then. A page between two
+    /// documents (a navigation or a form's answer on the way) is asked again; the last error is
+    /// named if the time runs out.
     async fn until(&mut self, expr: &str, secs: f64, what: &str) -> serde_json::Value {
         let deadline = std::time::Instant::now() + Duration::from_secs_f64(secs);
         loop {
-            let v = self.eval(expr).await;
-            if !(v.is_null() || v == false || v == 0 || v == "") {
-                return v;
-            }
-            assert!(std::time::Instant::now() < deadline, "{what}: not within {secs} s");
+            let last = match self.try_eval(expr).await {
+                Ok(v) if !(v.is_null() || v == false || v == 0 || v == "") => return v,
+                Ok(v) => v.to_string(),
+                Err(e) => e,
+            };
+            assert!(std::time::Instant::now() < deadline, "{what}: not within {secs} s (last: {last})");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
