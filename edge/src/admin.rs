@@ -12,8 +12,8 @@
 //! | `GET /admin/limits` | rules and live keys |
 //! | `GET`/`POST`/`DELETE /admin/blocklist` | list / add / remove `{"ips","users","devices"}` |
 //! | `GET`/`PUT /admin/bot-policy` | routes, proof kind, PoW difficulty, CAPTCHA fail-open |
-//! | `GET /admin/tls` | the certificates served (names, expiry) |
-//! | `POST /admin/tls/reload` | reads the certificate files again; a bad file keeps the old set (422 naming it) |
+//! | `GET /admin/tls` | the certificates served (names, expiry) and where session tickets' keys come from |
+//! | `POST /admin/tls/reload` | reads the certificate and ticket key files again; a bad file keeps the old set (422 naming it) |
 //! | `GET /metrics` | Prometheus text |
 //! | `/admin/rooms...`, `GET /admin/stream` | the waiting rooms (see [`crate::room::admin`]; `GET /admin/rooms/<room>/preview` renders the room's page, framable by the console) |
 //! | `GET /admin/rooms/<room>/report` | the room's post-sale report, JSON or CSV ([`crate::room::report`]) |
@@ -217,7 +217,7 @@ impl AdminService {
                 },
             },
             (Method::GET, "/admin/tls") => match &st.tls {
-                Some(tls) => json_response(200, &json!({"listen": tls.config.listen, "certificates": tls.summary()})),
+                Some(tls) => json_response(200, &json!({"listen": tls.config.listen, "certificates": tls.summary(), "session-tickets": tls.tickets_summary()})),
                 None => error(404, "not_found", "no [edge.tls] is configured"),
             },
             (Method::POST, "/admin/tls/reload") => match &st.tls {

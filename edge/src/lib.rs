@@ -24,7 +24,8 @@
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
 //! - [`replay`]: bytes put back in front of a stream, for handing a request to the proxy (on plain
 //!   HTTP with its writes gathered until a flush); HTTP/2's gathered writes.
-//! - [`tls`]: `[edge.tls]`: the HTTPS listener's certificates (SNI, reload), handshake and stream (rustls).
+//! - [`tls`]: `[edge.tls]`: the HTTPS listener's certificates (SNI, reload), handshake and stream (rustls);
+//!   `tls::tickets`: session tickets every edge can open (keys derived from shared files per 6-hour period).
 //! - [`front`]: the public listeners and their doors, side by side (none imports another;
 //!   tests/structure.rs): the listener's TLS handshake and dispatch (`front`), what a
 //!   connection's doors share (`front::conn`: settings, HSTS, the hand-over), the HTTP/1.1 door

@@ -108,6 +108,8 @@ pub struct Metrics {
     pub client_resets: prometheus::IntCounter,
     /// Visitors a passthrough room let straight in.
     pub passthrough: prometheus::IntCounter,
+    /// Finished TLS handshakes on the HTTPS listener: `[full, resumed]`.
+    pub tls_handshakes: [prometheus::IntCounter; 2],
     /// `process_resident_memory_bytes`, read at each scrape.
     resident_memory: prometheus::IntGauge,
 }
@@ -160,6 +162,12 @@ impl Metrics {
             "Visitors a passthrough room (queue = \"when-needed\") let straight in",
         )
         .expect("valid metric");
+        let tls_handshakes_vec = IntCounterVec::new(
+            Opts::new("wicket_edge_tls_handshakes_total", "Finished TLS handshakes on the HTTPS listener, full or resumed (a session ticket)"),
+            &["kind"],
+        )
+        .expect("valid metric");
+        let tls_handshakes = ["full", "resumed"].map(|k| tls_handshakes_vec.with_label_values(&[k]));
         let resident_memory = wicket_core::metrics::resident_memory_gauge();
         for c in [
             Box::new(resident_memory.clone()) as Box<dyn prometheus::core::Collector>,
@@ -172,6 +180,7 @@ impl Metrics {
             Box::new(pow.clone()),
             Box::new(client_resets.clone()),
             Box::new(passthrough.clone()),
+            Box::new(tls_handshakes_vec),
         ] {
             registry.register(c).expect("unique metric names");
         }
@@ -191,6 +200,7 @@ impl Metrics {
             pow,
             client_resets,
             passthrough,
+            tls_handshakes,
             resident_memory,
         }
     }

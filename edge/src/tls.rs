@@ -11,8 +11,9 @@
 //! it does the handshake itself (`tokio-rustls`) and hands Pingora a stream of its own type.
 //!
 //! Settings: TLS 1.3 and 1.2, forward-secret AEAD ciphers only (AES-GCM, ChaCha20-Poly1305 with
-//! ECDHE: Mozilla's "intermediate" profile less its DHE suites), stateless session tickets (keys rotated every 6 hours;
-//! TLS 1.2 session ids in a 256-entry cache), ALPN `h2` then `http/1.1` (`http/1.1` alone with
+//! ECDHE: Mozilla's "intermediate" profile less its DHE suites), stateless session tickets (keys of
+//! this process rotated every 6 hours, or with `ticket-key-files` keys every edge derives alike:
+//! [`tickets`]; TLS 1.2 session ids in a 256-entry cache), ALPN `h2` then `http/1.1` (`http/1.1` alone with
 //! `http2 = false`; a client that offers only other protocols is refused, as RFC 7301 says).
 //! Certificates may be RSA (2048 bits or more), ECDSA P-256 or P-384, or Ed25519 keys.
 //!
@@ -29,7 +30,8 @@
 //! matches one label) match its SNI, and the first pair when none does or the client sent no SNI.
 //! [`Tls::reload`] (SIGHUP, `POST /admin/tls/reload`) reads every file again and swaps the set in
 //! whole; a file that does not load keeps the old set and the answer names the problem.
-//! Connections already open keep the certificate they were made with.
+//! Connections already open keep the certificate they were made with. The ticket key files are
+//! read again with them (all good, or nothing changes).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::check::ConfigIssue;
 use crate::replay::Replayed;
+
+pub mod tickets;
 
 /// How long a failed handshake's alert may wait for the client to take it.
 const ALERT_WAIT: Duration = Duration::from_millis(100);
@@ -83,6 +87,10 @@ pub struct TlsConfig {
     /// A handshake must finish within this many milliseconds. Default 10000.
     #[serde(default = "handshake_ms")]
     pub handshake_timeout_ms: u64,
+    /// Files of random bytes every edge shares: session tickets sealed with keys derived from the
+    /// first, opened with keys of any ([`tickets`]). Empty (the default): keys of this process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ticket_key_files: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -125,7 +133,17 @@ impl TlsConfig {
                 out.push(issue(format!("edge.tls.certs[{i}].{field}"), m));
             }
         }
+        if self.ticket_key_files.len() > tickets::MAX_FILES {
+            out.push(issue("edge.tls.ticket-key-files".into(), format!("at most {} files (the first seals, the others open)", tickets::MAX_FILES)));
+        }
+        for (i, m) in tickets::check(&self.ticket_files(resolve)) {
+            out.push(issue(format!("edge.tls.ticket-key-files[{i}]"), m));
+        }
         out
+    }
+
+    fn ticket_files(&self, resolve: &dyn Fn(&str) -> PathBuf) -> Vec<PathBuf> {
+        self.ticket_key_files.iter().map(|f| resolve(f)).collect()
     }
 }
 
@@ -259,7 +277,14 @@ pub struct Tls {
     pub config: TlsConfig,
     files: Vec<(PathBuf, PathBuf)>,
     certs: Arc<ArcSwap<Certs>>,
+    /// The ticket key files and what seals with them, when set.
+    shared: Option<(Vec<PathBuf>, Arc<tickets::SharedTickets>)>,
     acceptor: tokio_rustls::TlsAcceptor,
+}
+
+/// Each ticket key file's problem, as a reload or a start names it.
+fn ticket_problems(problems: Vec<(usize, String)>) -> Vec<String> {
+    problems.into_iter().map(|(i, m)| format!("ticket-key-files[{i}]: {m}")).collect()
 }
 
 impl Tls {
@@ -274,15 +299,38 @@ impl Tls {
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(BySni(Arc::clone(&certs))));
         server.alpn_protocols = if config.http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
-        // Stateless resumption (tickets sealed with keys of this process, rotated every 6 hours).
-        server.ticketer = rustls::crypto::ring::Ticketer::new().map_err(tls_err)?;
-        Ok(Tls { config, files, certs, acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)) })
+        // Stateless resumption: tickets sealed with keys every edge derives from the shared files,
+        // or with keys of this process (rotated every 6 hours).
+        let shared = match config.ticket_key_files.is_empty() {
+            true => None,
+            false => {
+                let paths = config.ticket_files(resolve);
+                let t = Arc::new(tickets::SharedTickets::new(tickets::read(&paths).map_err(ticket_problems)?));
+                Some((paths, t))
+            }
+        };
+        server.ticketer = match &shared {
+            Some((_, t)) => Arc::clone(t) as Arc<dyn rustls::server::ProducesTickets>,
+            None => rustls::crypto::ring::Ticketer::new().map_err(tls_err)?,
+        };
+        Ok(Tls { config, files, certs, shared, acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)) })
     }
 
     /// Reads every certificate file again and, when all load, serves them to new handshakes;
     /// otherwise keeps the current set and returns the problems.
     pub fn reload(&self) -> Result<serde_json::Value, Vec<String>> {
-        let fresh = Certs::load(&self.files)?;
+        let fresh = Certs::load(&self.files);
+        let keys = match &self.shared {
+            Some((paths, t)) => tickets::read(paths).map(|k| Some((t, k))).map_err(ticket_problems),
+            None => Ok(None),
+        };
+        let (fresh, keys) = match (fresh, keys) {
+            (Ok(f), Ok(k)) => (f, k),
+            (f, k) => return Err(f.err().unwrap_or_default().into_iter().chain(k.err().unwrap_or_default()).collect()),
+        };
+        if let Some((t, k)) = keys {
+            t.replace(k);
+        }
         let summary = serde_json::json!(fresh.summary());
         self.certs.store(Arc::new(fresh));
         tracing::info!("TLS certificates reloaded: {summary}");
@@ -294,17 +342,29 @@ impl Tls {
         serde_json::json!(self.certs.load().summary())
     }
 
+    /// Where session tickets' keys come from, for the admin API.
+    pub fn tickets_summary(&self) -> serde_json::Value {
+        match &self.shared {
+            Some((_, t)) => serde_json::json!({"keys": "shared", "files": t.files(), "rotate-s": tickets::PERIOD_S}),
+            None => serde_json::json!({"keys": "this-process", "rotate-s": tickets::PERIOD_S}),
+        }
+    }
+
     /// The handshake of a new connection, within `handshake-timeout-ms`; the reason, as
     /// `wicket_edge_rejects_total` counts it, when it failed or timed out (logged at DEBUG only:
     /// scanners and broken clients are everyday events).
-    pub async fn handshake(&self, stream: Stream) -> Result<Stream, &'static str> {
+    /// `Ok` says whether the session was resumed.
+    pub async fn handshake(&self, stream: Stream) -> Result<(Stream, bool), &'static str> {
         let l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().map_err(|_| "tls_handshake_failed")?;
         // The records are gathered until each flush, in a buffer that exists only while there
         // are some (the listener has no write buffer: server.rs).
         let under = crate::replay::under_tls(l4);
         let limit = Duration::from_millis(self.config.handshake_timeout_ms);
         match tokio::time::timeout(limit, self.accept(under)).await {
-            Ok(Ok(tls)) => Ok(Box::new(TlsStream(tls))),
+            Ok(Ok(tls)) => {
+                let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                Ok((Box::new(TlsStream(tls)), resumed))
+            }
             Ok(Err((e, mut under))) => {
                 tracing::debug!("TLS handshake failed: {e}");
                 // The alert that says why (no shared cipher or protocol, a bad record...) is
@@ -502,6 +562,7 @@ mod tests {
             redirect_http: false,
             hsts_seconds: 0,
             handshake_timeout_ms: 5000,
+            ticket_key_files: vec![],
         };
         let tls = Tls::new(cfg, &|p| PathBuf::from(p)).unwrap();
         let mut roots = rustls::RootCertStore::empty();

@@ -658,3 +658,135 @@ async fn sni_spelled_differently_gets_the_same_certificate_and_an_oversized_hell
     // And the edge still serves.
     assert_eq!(served(Some("a.test")).await, "a.test");
 }
+
+/// A rustls client of `a.test` trusting `ca`, speaking only `version`; its session store (where
+/// tickets are kept, by server name and not by port) is shared by every connection made with it.
+fn ticket_client(ca: &Path, version: &'static rustls::SupportedProtocolVersion) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_file(ca).unwrap()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    std::sync::Arc::new(config)
+}
+
+/// One GET of the detail page on a new connection to `port` as `a.test`: its status, and whether
+/// the handshake resumed a session (the answer read whole, so the tickets sent after it are kept).
+async fn get_resuming(client: &std::sync::Arc<rustls::ClientConfig>, port: u16) -> (u16, bool) {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(client)).connect(name, tcp).await.unwrap();
+    let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut answer)).await.expect("an answer in 5 s").unwrap();
+    let head = String::from_utf8_lossy(&answer[..answer.len().min(12)]).into_owned();
+    (head.strip_prefix("HTTP/1.1 ").and_then(|s| s.get(..3)).and_then(|s| s.parse().ok()).unwrap_or(0), resumed)
+}
+
+fn random_key_file(path: &Path) {
+    std::fs::write(path, rand::random::<[u8; 32]>().iter().chain(rand::random::<[u8; 32]>().iter()).copied().collect::<Vec<_>>()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_from_one_edge_resumes_on_another_with_the_same_key_files_through_rotations() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], 30);
+    let ca = pki.path("ca.pem");
+    let keys = tempfile::tempdir().unwrap();
+    let k = |n: &str| keys.path().join(n);
+    for n in ["k1", "k0", "k3"] {
+        random_key_file(&k(n));
+    }
+    // Edge B reads two files (the current key first); "b-cur" starts as a copy of A's key.
+    std::fs::copy(k("k1"), k("b-cur")).unwrap();
+    std::fs::copy(k("k0"), k("b-prev")).unwrap();
+    let files = |list: &[&str]| format!("ticket-key-files = [{}]", list.iter().map(|n| format!("{:?}", k(n).display().to_string())).collect::<Vec<_>>().join(", "));
+    let ports = [free_port(), free_port(), free_port(), free_port()];
+    let _edge_a = TestEdge::start(&tls_config(ports[0], std::slice::from_ref(&a), &files(&["k1"])));
+    let edge_b = TestEdge::start(&tls_config(ports[1], std::slice::from_ref(&a), &files(&["b-cur", "b-prev"])));
+    let _edge_c = TestEdge::start(&tls_config(ports[2], std::slice::from_ref(&a), &files(&["k3"])));
+    let edge_d = TestEdge::start(&tls_config(ports[3], std::slice::from_ref(&a), ""));
+    let [pa, pb, pc, pd] = ports;
+    let mut resumed_on_b = 0;
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        let v = format!("{:?}", version.version);
+        // A's ticket resumes on B (another process: as another edge behind the balancer, or A
+        // after a restart), and B's on A.
+        let client = ticket_client(&ca, version);
+        assert_eq!(get_resuming(&client, pa).await, (200, false), "{v}");
+        assert_eq!(get_resuming(&client, pb).await, (200, true), "{v}: A's ticket on B");
+        assert_eq!(get_resuming(&client, pa).await, (200, true), "{v}: B's ticket on A");
+        resumed_on_b += 1;
+        // An edge with another secret, and one with keys of its own process: a full handshake,
+        // served all the same.
+        for (port, what) in [(pc, "another secret"), (pd, "no key files")] {
+            let client = ticket_client(&ca, version);
+            assert_eq!(get_resuming(&client, pa).await, (200, false), "{v}");
+            assert_eq!(get_resuming(&client, port).await, (200, false), "{v}: {what}");
+            // ...and it resumes its own tickets.
+            assert_eq!(get_resuming(&client, port).await, (200, true), "{v}: {what}, its own ticket");
+        }
+    }
+    // Rotation on B: a new first file, A's key second. A's tickets still resume on B; B's new
+    // tickets are sealed with the new key, which A does not have.
+    random_key_file(&k("b-cur"));
+    std::fs::copy(k("k1"), k("b-prev")).unwrap();
+    let r = edge_b.admin("POST", "/admin/tls/reload", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let client = ticket_client(&ca, &rustls::version::TLS13);
+    assert_eq!(get_resuming(&client, pa).await, (200, false));
+    assert_eq!(get_resuming(&client, pb).await, (200, true), "the second file opens A's ticket");
+    resumed_on_b += 1;
+    assert_eq!(get_resuming(&client, pa).await, (200, false), "B seals with its new first file");
+    // A file that is not a key: 422 naming it, and B's keys stay (its own ticket resumes).
+    let kept = ticket_client(&ca, &rustls::version::TLS13);
+    assert_eq!(get_resuming(&kept, pb).await, (200, false));
+    std::fs::write(k("b-prev"), "short").unwrap();
+    let r = edge_b.admin("POST", "/admin/tls/reload", "").await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.text().contains("ticket-key-files[1]") && r.text().contains("holds 5 bytes"), "{}", r.text());
+    assert_eq!(get_resuming(&kept, pb).await, (200, true), "the keys in use stay");
+    resumed_on_b += 1;
+    // The old key dropped: A's tickets no longer resume on B.
+    random_key_file(&k("b-prev"));
+    assert_eq!(edge_b.admin("POST", "/admin/tls/reload", "").await.status, 200);
+    let client = ticket_client(&ca, &rustls::version::TLS13);
+    assert_eq!(get_resuming(&client, pa).await, (200, false));
+    assert_eq!(get_resuming(&client, pb).await, (200, false), "A's key is gone from B");
+    // What the admin API and the metrics say.
+    let b = edge_b.admin("GET", "/admin/tls", "").await.json();
+    assert_eq!(b["session-tickets"], serde_json::json!({"keys": "shared", "files": 2, "rotate-s": 21600}), "{b}");
+    let d = edge_d.admin("GET", "/admin/tls", "").await.json();
+    assert_eq!(d["session-tickets"], serde_json::json!({"keys": "this-process", "rotate-s": 21600}), "{d}");
+    let m = String::from_utf8_lossy(&edge_b.admin("GET", "/metrics", "").await.body).into_owned();
+    assert!(m.contains(&format!("wicket_edge_tls_handshakes_total{{kind=\"resumed\"}} {resumed_on_b}\n")), "{m}");
+    assert!(m.contains("wicket_edge_tls_handshakes_total{kind=\"full\"} 2\n"), "{m}");
+}
+
+#[test]
+fn check_config_names_each_bad_ticket_key_file() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], 30);
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.key");
+    random_key_file(&good);
+    let short = dir.path().join("short.key");
+    std::fs::write(&short, "changeme").unwrap();
+    let missing = dir.path().join("missing.key");
+    let list = [&good, &short, &missing].map(|p| format!("{:?}", p.display().to_string())).join(", ");
+    let (code, out) = check_config(std::slice::from_ref(&a), &format!("ticket-key-files = [{list}]"));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("edge.tls.ticket-key-files[1]") && out.contains("holds 8 bytes"), "{out}");
+    assert!(out.contains("edge.tls.ticket-key-files[2]") && out.contains("missing.key"), "{out}");
+    assert!(!out.contains("ticket-key-files[0]"), "{out}");
+    let five = [&good; 5].map(|p| format!("{:?}", p.display().to_string())).join(", ");
+    let (code, out) = check_config(std::slice::from_ref(&a), &format!("ticket-key-files = [{five}]"));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("edge.tls.ticket-key-files: at most 4 files"), "{out}");
+    let (code, out) = check_config(&[a], &format!("ticket-key-files = [{:?}]", good.display().to_string()));
+    assert_eq!(code, Some(0), "{out}");
+}

@@ -59,7 +59,10 @@ impl<P: Handover> Front<P> {
         let mut stream = match &self.tls {
             // A new HTTPS connection: the handshake first (its state boxed, gone once done).
             Some(tls) => match Box::pin(tls.handshake(stream)).await {
-                Ok(secured) => secured,
+                Ok((secured, resumed)) => {
+                    self.state.metrics.tls_handshakes[usize::from(resumed)].inc();
+                    secured
+                }
                 Err(reason) => {
                     self.state.metrics.rejects.with_label_values(&[reason]).inc();
                     return;
