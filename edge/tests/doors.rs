@@ -4,7 +4,8 @@
 //! polls, refusals, the proxy), so a body is never read as the next request; an HTTP/2 client
 //! that cancels the streams it opened never has more than the stream limit at the origin, is
 //! closed within the stated budget and writes no ERROR line; the admin port answers only its own
-//! host names and never lets a cache keep `/metrics`.
+//! host names and never lets a cache keep `/metrics`; an HTTP/1.0 client is closed after its
+//! answer unless it asked to keep the connection, through the plain and the TLS door.
 
 mod common;
 
@@ -38,16 +39,26 @@ fn bodies() -> Vec<(&'static str, String, Vec<u8>)> {
 /// Every answer on a connection, read until the edge closes it (or 5 s pass).
 async fn answers(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<(u16, String, Vec<u8>)> {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    exchange(&mut s, bytes, Duration::from_secs(5)).await.0
+}
+
+/// Sends `bytes` on `s` and reads every answer until the edge closes the connection (then
+/// `true`) or `wait` passes.
+async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + ?Sized>(s: &mut S, bytes: &[u8], wait: Duration) -> (Vec<(u16, String, Vec<u8>)>, bool) {
     // The oversized body may be refused before it is all sent: the answers still count.
     let _ = s.write_all(bytes).await;
     let mut buf = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + wait;
     let mut chunk = [0u8; 16 * 1024];
-    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
-        if n == 0 {
-            break;
+    let mut closed = false;
+    while let Ok(r) = tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
+        match r {
+            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => {
+                closed = true;
+                break;
+            }
         }
-        buf.extend_from_slice(&chunk[..n]);
     }
     let mut out = Vec::new();
     let mut rest = &buf[..];
@@ -59,7 +70,7 @@ async fn answers(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<(u16, String, 
         out.push((status, head, rest[end + 4..body_end].to_vec()));
         rest = &rest[body_end..];
     }
-    out
+    (out, closed)
 }
 
 /// Sends `first` (a head ending in its framing line, then `body`) and a pipelined `GET /after`
@@ -131,6 +142,83 @@ async fn a_body_is_never_read_as_the_next_request_whatever_answers_it() {
         no_smuggling(door, edge.addr, first, status, &origin).await;
     }
 }
+
+/// HTTP/1.0 keeps a connection only when the client asks (`Connection: keep-alive`): a client
+/// that reads its answer to the end of the connection (ApacheBench, `openssl s_time`, old health
+/// checks) must see the edge close it, through the plain and the TLS door, whatever answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_client_is_closed_after_its_answer_unless_it_asks_to_keep_the_connection() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], 30);
+    let origin = TestUpstream::start("origin").await;
+    let tls_port = free_port();
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\n{}\n{}\n[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+        origin.url(),
+        tls_config(tls_port, &[a], ""),
+        hs_tokens()
+    ));
+    let client = rustls_client(&pki.path("ca.pem"), &rustls::version::TLS13);
+    let wait = Duration::from_secs(3);
+    for (what, path, status) in [
+        ("static file", "/app.js", 200),
+        ("detail page", "/", 200),
+        ("status poll, no ticket", "/queue/r1/status", 401),
+        ("queue page", "/queue/r1", 200),
+        ("protected, no token", "/buy/ev-1", 403),
+        ("origin", "/events/1", 200),
+        ("dot segments, to the origin", "/a/../b//c", 200),
+        ("an encoded NUL", "/a%00b", 400),
+    ] {
+        for door in ["plain", "tls"] {
+            // Without keep-alive: one answer, `Connection: close`, and the connection closed at once.
+            let bytes = format!("GET {path} HTTP/1.0\r\nHost: a.test\r\nAccept: application/json\r\n\r\n");
+            let started = Instant::now();
+            let (got, closed) = match door {
+                "plain" => exchange(&mut tokio::net::TcpStream::connect(edge.addr).await.unwrap(), bytes.as_bytes(), wait).await,
+                _ => exchange(&mut rustls_connect(&client, tls_port).await, bytes.as_bytes(), wait).await,
+            };
+            let shown: Vec<_> = got.iter().map(|(s, h, _)| format!("{s} {h}")).collect();
+            assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![status], "{what} over {door}: {shown:#?}");
+            assert!(closed && started.elapsed() < Duration::from_secs(2), "{what} over {door}: left open: {shown:#?}");
+            assert!(!got[0].1.contains("connection: keep-alive"), "{what} over {door}: {shown:#?}");
+            // With keep-alive: a request, its answer, another request on the same connection, its
+            // answer; the connection left open. (A request pipelined behind one the proxy answers is
+            // not answered: Pingora closes the connection, and the client sends it again.)
+            let one = format!("GET {path} HTTP/1.0\r\nHost: a.test\r\nConnection: keep-alive\r\nAccept: application/json\r\n\r\n");
+            let mut plain;
+            let mut tls;
+            let conn: &mut dyn AsyncStream = match door {
+                "plain" => {
+                    plain = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+                    &mut plain
+                }
+                _ => {
+                    tls = rustls_connect(&client, tls_port).await;
+                    &mut tls
+                }
+            };
+            for round in 1..=2 {
+                let (got, closed) = exchange(conn, one.as_bytes(), Duration::from_millis(500)).await;
+                let shown: Vec<_> = got.iter().map(|(s, h, _)| format!("{s} {h}")).collect();
+                assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![status], "{what} over {door}, keep-alive, request {round}: {shown:#?}");
+                if status == 400 {
+                    // A refused head closes the connection whatever the client asked.
+                    assert!(closed, "{what} over {door}: {shown:#?}");
+                    break;
+                }
+                assert!(!closed, "{what} over {door}, keep-alive, request {round}: closed: {shown:#?}");
+                assert!(got[0].1.contains("connection: keep-alive"), "{what} over {door}: {shown:#?}");
+            }
+        }
+    }
+}
+
+/// A connection of either door.
+trait AsyncStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> AsyncStream for T {}
 
 /// An origin that counts the requests it is working on (each takes `work`, and goes on even if
 /// the edge hangs up, as a real application does) and the most at once.

@@ -659,26 +659,10 @@ async fn sni_spelled_differently_gets_the_same_certificate_and_an_oversized_hell
     assert_eq!(served(Some("a.test")).await, "a.test");
 }
 
-/// A rustls client of `a.test` trusting `ca`, speaking only `version`; its session store (where
-/// tickets are kept, by server name and not by port) is shared by every connection made with it.
-fn ticket_client(ca: &Path, version: &'static rustls::SupportedProtocolVersion) -> std::sync::Arc<rustls::ClientConfig> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from_pem_file(ca).unwrap()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_protocol_versions(&[version])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    std::sync::Arc::new(config)
-}
-
 /// One GET of the detail page on a new connection to `port` as `a.test`: its status, and whether
 /// the handshake resumed a session (the answer read whole, so the tickets sent after it are kept).
 async fn get_resuming(client: &std::sync::Arc<rustls::ClientConfig>, port: u16) -> (u16, bool) {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(client)).connect(name, tcp).await.unwrap();
+    let mut tls = rustls_connect(client, port).await;
     let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n").await.unwrap();
     let mut answer = Vec::new();
@@ -716,7 +700,7 @@ async fn a_ticket_from_one_edge_resumes_on_another_with_the_same_key_files_throu
         let v = format!("{:?}", version.version);
         // A's ticket resumes on B (another process: as another edge behind the balancer, or A
         // after a restart), and B's on A.
-        let client = ticket_client(&ca, version);
+        let client = rustls_client(&ca, version);
         assert_eq!(get_resuming(&client, pa).await, (200, false), "{v}");
         assert_eq!(get_resuming(&client, pb).await, (200, true), "{v}: A's ticket on B");
         assert_eq!(get_resuming(&client, pa).await, (200, true), "{v}: B's ticket on A");
@@ -724,7 +708,7 @@ async fn a_ticket_from_one_edge_resumes_on_another_with_the_same_key_files_throu
         // An edge with another secret, and one with keys of its own process: a full handshake,
         // served all the same.
         for (port, what) in [(pc, "another secret"), (pd, "no key files")] {
-            let client = ticket_client(&ca, version);
+            let client = rustls_client(&ca, version);
             assert_eq!(get_resuming(&client, pa).await, (200, false), "{v}");
             assert_eq!(get_resuming(&client, port).await, (200, false), "{v}: {what}");
             // ...and it resumes its own tickets.
@@ -737,13 +721,13 @@ async fn a_ticket_from_one_edge_resumes_on_another_with_the_same_key_files_throu
     std::fs::copy(k("k1"), k("b-prev")).unwrap();
     let r = edge_b.admin("POST", "/admin/tls/reload", "").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    let client = ticket_client(&ca, &rustls::version::TLS13);
+    let client = rustls_client(&ca, &rustls::version::TLS13);
     assert_eq!(get_resuming(&client, pa).await, (200, false));
     assert_eq!(get_resuming(&client, pb).await, (200, true), "the second file opens A's ticket");
     resumed_on_b += 1;
     assert_eq!(get_resuming(&client, pa).await, (200, false), "B seals with its new first file");
     // A file that is not a key: 422 naming it, and B's keys stay (its own ticket resumes).
-    let kept = ticket_client(&ca, &rustls::version::TLS13);
+    let kept = rustls_client(&ca, &rustls::version::TLS13);
     assert_eq!(get_resuming(&kept, pb).await, (200, false));
     std::fs::write(k("b-prev"), "short").unwrap();
     let r = edge_b.admin("POST", "/admin/tls/reload", "").await;
@@ -754,7 +738,7 @@ async fn a_ticket_from_one_edge_resumes_on_another_with_the_same_key_files_throu
     // The old key dropped: A's tickets no longer resume on B.
     random_key_file(&k("b-prev"));
     assert_eq!(edge_b.admin("POST", "/admin/tls/reload", "").await.status, 200);
-    let client = ticket_client(&ca, &rustls::version::TLS13);
+    let client = rustls_client(&ca, &rustls::version::TLS13);
     assert_eq!(get_resuming(&client, pa).await, (200, false));
     assert_eq!(get_resuming(&client, pb).await, (200, false), "A's key is gone from B");
     // What the admin API and the metrics say.

@@ -371,10 +371,15 @@ impl ProxyHttp for EdgeProxy {
 
     /// Phase: first, before any module. Default: nothing.
     /// Here: sets the idle keep-alive timeout, the longest pause in a request body and the
-    /// longest write to the client (Pingora has none of them by default).
+    /// longest write to the client (Pingora has none of them by default). The timeout only bounds
+    /// a connection the client keeps: Pingora has decided that from the head (HTTP/1.1 unless
+    /// `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`), and its setter would
+    /// turn an HTTP/1.0 connection without it back on.
     async fn early_request_filter(&self, session: &mut Session, _ctx: &mut RequestCtx) -> Result<()> {
         let t = self.state.timeouts;
-        session.set_keepalive(Some(self.state.keepalive));
+        if session.get_keepalive().is_some() {
+            session.set_keepalive(Some(self.state.keepalive));
+        }
         session.set_read_timeout(Some(t.body));
         session.set_write_timeout(Some(t.client_write));
         Ok(())

@@ -35,6 +35,27 @@ pub fn tls_config(port: u16, certs: &[(PathBuf, PathBuf)], extra: &str) -> Strin
     out
 }
 
+/// A rustls client of `a.test` trusting `ca`, speaking only `version`; its session store (where
+/// tickets are kept, by server name and not by port) is shared by every connection made with it.
+pub fn rustls_client(ca: &Path, version: &'static rustls::SupportedProtocolVersion) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_file(ca).unwrap()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Arc::new(config)
+}
+
+/// A new TLS connection with `client` to `a.test` on the loopback `port`.
+pub async fn rustls_connect(client: &Arc<rustls::ClientConfig>, port: u16) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
+    tokio_rustls::TlsConnector::from(Arc::clone(client)).connect(name, tcp).await.unwrap()
+}
+
 /// A loopback address whose port refuses connections.
 pub fn dead_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
