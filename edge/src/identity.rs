@@ -23,7 +23,8 @@ pub const MAX_USER_LEN: usize = 128;
 /// address inverted in its last 32 bits — so many IPv4 clients behind a translator are not one, and
 /// one is not many); any other IPv6 address by the /64 it is in — one household or phone is given
 /// a whole /64, so counting single IPv6 addresses would let anyone with one rotate past every
-/// per-address rule. (A /48 or /56 delegation still gives its holder many /64s.)
+/// per-address rule. (A /48 or /56 delegation still gives its holder many /64s: a limit rule may
+/// count by a wider prefix, [`crate::limit::LimitRule::network`].)
 pub fn client_address(ip: IpAddr) -> IpAddr {
     let IpAddr::V6(v6) = ip else { return ip };
     let bits = u128::from(v6);

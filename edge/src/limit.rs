@@ -62,6 +62,14 @@ pub struct LimitRule {
     /// (all paced, unless `nodelay`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay: Option<u32>,
+    /// `key = "ip"` only: IPv6 clients are counted by this prefix (32..=64). Default 64: one
+    /// household or phone is given a /64; a rule at 48 or 56, with a larger rate, bounds what one
+    /// holder of a whole /48 or /56 delegation (many /64s) can do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6_prefix: Option<u8>,
+    /// `key = "ip"` only: IPv4 clients are counted by this prefix (16..=32). Default 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4_prefix: Option<u8>,
 }
 
 impl LimitRule {
@@ -84,6 +92,29 @@ impl LimitRule {
         }
         if self.key == LimitKey::User && !user_known {
             out.push(issue(format!("{path}.key"), "key = \"user\" needs edge.user-header or edge.user-cookie"));
+        }
+        for (field, value, range) in [("ipv6-prefix", self.ipv6_prefix, 32..=64u8), ("ipv4-prefix", self.ipv4_prefix, 16..=32u8)] {
+            let Some(v) = value else { continue };
+            if self.key != LimitKey::Ip {
+                out.push(issue(format!("{path}.{field}"), "only a rule with key = \"ip\" counts by address"));
+            } else if !range.contains(&v) {
+                out.push(issue(format!("{path}.{field}"), format!("must be between {} and {}", range.start(), range.end())));
+            }
+        }
+    }
+
+    /// The network this rule counts a client address by (`client` as
+    /// [`crate::identity::client_address`] gives it: an IPv6 address already cut to its /64).
+    pub fn network(&self, client: IpAddr) -> IpAddr {
+        match client {
+            IpAddr::V4(v4) => match self.ipv4_prefix {
+                Some(p) if p < 32 => IpAddr::V4((u32::from(v4) & (u32::MAX << (32 - p))).into()),
+                _ => client,
+            },
+            IpAddr::V6(v6) => match self.ipv6_prefix {
+                Some(p) if p < 64 => IpAddr::V6((u128::from(v6) & (u128::MAX << (128 - p))).into()),
+                _ => client,
+            },
         }
     }
 }
@@ -327,7 +358,7 @@ mod tests {
     use super::*;
 
     fn rule(rate: &str, burst: u32, nodelay: bool) -> RuleLimiter {
-        RuleLimiter::new(LimitRule { path: "/".into(), key: LimitKey::Ip, rate: rate.into(), burst, nodelay, delay: None })
+        RuleLimiter::new(LimitRule { path: "/".into(), key: LimitKey::Ip, rate: rate.into(), burst, nodelay, delay: None, ipv6_prefix: None, ipv4_prefix: None })
             .unwrap()
     }
 
@@ -418,9 +449,45 @@ mod tests {
             burst: 0,
             nodelay: true,
             delay: None,
+            ipv6_prefix: None,
+            ipv4_prefix: None,
         })
         .unwrap();
         assert!(q.applies("/queue/ev/status", "/queue/"));
+    }
+
+    #[test]
+    fn a_rule_counts_by_its_prefixes_and_refuses_bad_ones_with_their_path() {
+        let ip = |s: &str| crate::identity::client_address(s.parse().unwrap());
+        let mut r = LimitRule { path: "/".into(), key: LimitKey::Ip, rate: "1r/s".into(), burst: 0, nodelay: true, delay: None, ipv6_prefix: None, ipv4_prefix: None };
+        assert_eq!(r.network(ip("2001:db8:aa:1:2:3:4:5")), ip("2001:db8:aa:1::"), "the default: the /64");
+        assert_eq!(r.network(ip("198.51.100.7")), ip("198.51.100.7"));
+        r.ipv6_prefix = Some(48);
+        r.ipv4_prefix = Some(24);
+        assert_eq!(r.network(ip("2001:db8:aa:ff01::9")), ip("2001:db8:aa::"));
+        assert_eq!(r.network(ip("198.51.100.7")), ip("198.51.100.0"));
+        assert_eq!(r.network(ip("::ffff:198.51.100.200")), ip("198.51.100.0"), "IPv4-mapped is IPv4");
+        r.ipv6_prefix = Some(56);
+        r.ipv4_prefix = Some(16);
+        assert_eq!(r.network(ip("2001:db8:aa:12ff::1")), ip("2001:db8:aa:1200::"));
+        assert_eq!(r.network(ip("198.51.100.7")), ip("198.51.0.0"));
+        r.ipv6_prefix = Some(64);
+        r.ipv4_prefix = Some(32);
+        assert_eq!(r.network(ip("2001:db8:aa:1:2:3:4:5")), ip("2001:db8:aa:1::"));
+        assert_eq!(r.network(ip("198.51.100.7")), ip("198.51.100.7"));
+        let problems = |r: &LimitRule| {
+            let mut out = Vec::new();
+            r.validate("edge.limits[1]", true, &mut out);
+            out.into_iter().map(|i| format!("{}: {}", i.path, i.message)).collect::<Vec<_>>()
+        };
+        assert!(problems(&r).is_empty(), "{:?}", problems(&r));
+        r.ipv6_prefix = Some(65);
+        r.ipv4_prefix = Some(8);
+        assert_eq!(problems(&r), ["edge.limits[1].ipv6-prefix: must be between 32 and 64", "edge.limits[1].ipv4-prefix: must be between 16 and 32"]);
+        r.key = LimitKey::User;
+        r.ipv6_prefix = Some(48);
+        r.ipv4_prefix = None;
+        assert_eq!(problems(&r), ["edge.limits[1].ipv6-prefix: only a rule with key = \"ip\" counts by address"]);
     }
 
     /// 100,000 distinct clients, each within its limit (burst + 1 requests at once): none is

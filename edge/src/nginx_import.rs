@@ -341,7 +341,7 @@ fn walk(
                 out.left_out.push(format!("{}: limit_req zone={zone}: delay={dl} with nodelay or over burst", at(d)));
                 continue;
             }
-            out.rules.push(LimitRule { path: path.to_owned(), key, rate: z.rate.clone(), burst, nodelay, delay });
+            out.rules.push(LimitRule { path: path.to_owned(), key, rate: z.rate.clone(), burst, nodelay, delay, ipv6_prefix: None, ipv4_prefix: None });
         }
         let Some(block) = &d.block else { continue };
         match name {

@@ -299,7 +299,7 @@ impl EdgeState {
                 continue;
             }
             let subject = match r.rule.key {
-                crate::limit::LimitKey::Ip => Subject::Ip(crate::identity::client_address(ip)),
+                crate::limit::LimitKey::Ip => Subject::Ip(r.rule.network(crate::identity::client_address(ip))),
                 crate::limit::LimitKey::User => match user {
                     Some(u) => self.limits.hasher.subject(u),
                     None => continue,

@@ -233,6 +233,38 @@ async fn xff_from_an_untrusted_peer_is_ignored_and_from_a_trusted_one_honoured()
     assert_eq!(get(&trusted.url("/p"), &[("x-forwarded-for", "198.51.100.1")]).await.status, 429);
 }
 
+/// A holder of a whole /48 (many /64s: tunnel brokers hand them out free) or of many IPv4
+/// addresses in one /24 is bounded by a rule that counts by the wider prefix, beside the
+/// per-client rule; the next /48 or /24 is someone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_by_48_and_24_bounds_a_holder_of_many_addresses() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "origin = \"{}\"\ntrusted-proxies = [\"127.0.0.1\"]\n\
+         [[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 1\nnodelay = true\n\
+         [[edge.limits]]\npath = \"/\"\nkey = \"ip\"\nrate = \"1r/m\"\nburst = 4\nnodelay = true\nipv6-prefix = 48\nipv4-prefix = 24\n",
+        origin.url()
+    ));
+    let from = |ip: &str| {
+        let (url, ip) = (edge.url("/p"), ip.to_owned());
+        async move { get(&url, &[("x-forwarded-for", &ip), ("accept", "application/json")]).await.status }
+    };
+    for (a, b, c, d, other) in [
+        ("2001:db8:aa:1::1", "2001:db8:aa:2::1", "2001:db8:aa:3::1", "2001:db8:aa:ff00::1", "2001:db8:ab:1::1"),
+        ("198.51.100.1", "198.51.100.2", "198.51.100.3", "::ffff:198.51.100.4", "198.51.101.1"),
+    ] {
+        // One client: its own rule's burst (2), then refused by it.
+        assert_eq!([from(a).await, from(a).await, from(a).await], [200, 200, 429], "{a}");
+        // Others of the same /48 (/24): 3 more fit the wide rule's burst (5), the next does not.
+        assert_eq!([from(b).await, from(b).await, from(c).await], [200, 200, 200], "{b} {c}");
+        assert_eq!(from(d).await, 429, "{d}: the /48 (/24) has spent its budget");
+        assert_eq!(from(other).await, 200, "{other}: another network");
+    }
+    let r = get(&edge.url("/p"), &[("x-forwarded-for", "2001:db8:aa:77::1"), ("accept", "application/json")]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["error"], "rate_limited", "{}", r.text());
+}
+
 /// An IPv6 client is one /64: rotating the interface id neither escapes a per-address limit nor
 /// the anomaly rule's block (which then holds the whole /64); the next /64 is another client, and
 /// an IPv4 client written IPv4-mapped is the same client.
