@@ -160,6 +160,15 @@ async fn an_http_1_0_client_is_closed_after_its_answer_unless_it_asks_to_keep_th
         hs_tokens()
     ));
     let client = rustls_client(&pki.path("ca.pem"), &rustls::version::TLS13);
+    let connect = |door: &'static str| {
+        let client = std::sync::Arc::clone(&client);
+        async move {
+            match door {
+                "plain" => Box::new(tokio::net::TcpStream::connect(edge.addr).await.unwrap()) as Box<dyn AsyncStream>,
+                _ => Box::new(rustls_connect(&client, tls_port).await),
+            }
+        }
+    };
     let wait = Duration::from_secs(3);
     for (what, path, status) in [
         ("static file", "/app.js", 200),
@@ -175,10 +184,7 @@ async fn an_http_1_0_client_is_closed_after_its_answer_unless_it_asks_to_keep_th
             // Without keep-alive: one answer, `Connection: close`, and the connection closed at once.
             let bytes = format!("GET {path} HTTP/1.0\r\nHost: a.test\r\nAccept: application/json\r\n\r\n");
             let started = Instant::now();
-            let (got, closed) = match door {
-                "plain" => exchange(&mut tokio::net::TcpStream::connect(edge.addr).await.unwrap(), bytes.as_bytes(), wait).await,
-                _ => exchange(&mut rustls_connect(&client, tls_port).await, bytes.as_bytes(), wait).await,
-            };
+            let (got, closed) = exchange(&mut *connect(door).await, bytes.as_bytes(), wait).await;
             let shown: Vec<_> = got.iter().map(|(s, h, _)| format!("{s} {h}")).collect();
             assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![status], "{what} over {door}: {shown:#?}");
             assert!(closed && started.elapsed() < Duration::from_secs(2), "{what} over {door}: left open: {shown:#?}");
@@ -187,20 +193,9 @@ async fn an_http_1_0_client_is_closed_after_its_answer_unless_it_asks_to_keep_th
             // answer; the connection left open. (A request pipelined behind one the proxy answers is
             // not answered: Pingora closes the connection, and the client sends it again.)
             let one = format!("GET {path} HTTP/1.0\r\nHost: a.test\r\nConnection: keep-alive\r\nAccept: application/json\r\n\r\n");
-            let mut plain;
-            let mut tls;
-            let conn: &mut dyn AsyncStream = match door {
-                "plain" => {
-                    plain = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
-                    &mut plain
-                }
-                _ => {
-                    tls = rustls_connect(&client, tls_port).await;
-                    &mut tls
-                }
-            };
+            let mut conn = connect(door).await;
             for round in 1..=2 {
-                let (got, closed) = exchange(conn, one.as_bytes(), Duration::from_millis(500)).await;
+                let (got, closed) = exchange(&mut *conn, one.as_bytes(), Duration::from_millis(500)).await;
                 let shown: Vec<_> = got.iter().map(|(s, h, _)| format!("{s} {h}")).collect();
                 assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![status], "{what} over {door}, keep-alive, request {round}: {shown:#?}");
                 if status == 400 {
