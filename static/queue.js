@@ -106,6 +106,7 @@
       case 'paused': return ['title_paused', 'detail_paused'];
       case 'sold_out': return forNow ? ['title_sold_out_for_now', 'detail_sold_out_for_now'] : ['title_sold_out', 'detail_sold_out'];
       case 'closed': return ['title_closed', 'detail_closed'];
+      case 'stopped': return ['title_stopped', 'detail_stopped'];
       case 'admitted': return ['title_admitted', 'detail_admitted'];
       default: return ['title_error', 'detail_error'];
     }

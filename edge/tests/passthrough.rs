@@ -16,12 +16,17 @@ use common::*;
 /// An edge with room r1 guarding `/buy/ev-1`, passthrough while fewer than `active_max` sessions
 /// run, releasing 4/s once the queue is on.
 fn passthrough_edge(origin: &TestUpstream, queue: &str, active_max: u64) -> TestEdge {
+    passthrough_edge_per_minute(origin, queue, active_max, 1000)
+}
+
+/// [`passthrough_edge`] with its `new-per-minute`.
+fn passthrough_edge_per_minute(origin: &TestUpstream, queue: &str, active_max: u64, per_minute: u64) -> TestEdge {
     TestEdge::start(&format!(
         "origin = \"{}\"\n{}\
          [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
          queue = \"{queue}\"\n\
          release = {{ mode = \"fixed\", rate = 4.0 }}\n\
-         [rooms.passthrough]\nactive-max = {active_max}\nnew-per-minute = 1000\n",
+         [rooms.passthrough]\nactive-max = {active_max}\nnew-per-minute = {per_minute}\n",
         origin.url(),
         hs_tokens(),
     ))
@@ -114,6 +119,28 @@ async fn under_its_thresholds_a_fan_goes_straight_through_and_over_them_the_queu
     let r = late.get(&edge.url("/buy/ev-1")).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["headers"]["wicket-room"], "r1");
+}
+
+/// The stats say what a visitor meets: once this edge's `new-per-minute` is spent, `passing` is
+/// false for the rest of the minute, as the next visitor is sent to the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stats_say_not_passing_once_the_minutes_budget_is_spent() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = passthrough_edge_per_minute(&origin, "when-needed", 100, 2);
+    // (A minute's turn between the two fans would give a fresh budget: start early in one.)
+    let into_minute = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 60;
+    if into_minute > 50 {
+        tokio::time::sleep(Duration::from_secs(61 - into_minute)).await;
+    }
+    for i in 0..2 {
+        assert_eq!(stats_of(&room_stats(&edge).await)["passing"], true, "before fan {i}");
+        let r = Fan::default().get(&edge.url("/buy/ev-1")).await;
+        assert_eq!(r.status, 200, "fan {i}: {}", r.text());
+    }
+    let stats = room_stats(&edge).await;
+    assert_eq!(stats_of(&stats)["passing"], false, "the minute's budget is spent: {stats}");
+    let r = Fan::default().get(&edge.url("/buy/ev-1")).await;
+    assert_eq!(r.status, 403, "the third fan queues, as the stats say: {}", r.text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,7 +35,8 @@ use super::{Eta, Phase, Status};
 use crate::i18n::Lang;
 use super::{Room, Rooms, tester, unix_ms};
 use crate::admin_reply::{error, json_response};
-use crate::controller::{Bounds, ReleaseMode};
+use super::Operated;
+use super::mode::{Action, Pace};
 
 /// `PUT .../release`.
 #[derive(Debug, Deserialize)]
@@ -105,7 +106,17 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
                 if let Err(e) = rooms.publish(id, Some(&spec.config)).await {
                     return error(503, "unavailable", format!("the room state store did not take the change: {e}"));
                 }
+                let release_changed = rooms.get(id).is_some_and(|old| old.spec().config.release != spec.config.release);
                 let room = rooms.insert(spec);
+                if release_changed {
+                    // The new release settings become the published machine's too (its mode
+                    // untouched), so a later pause or resume on any edge does not bring back the
+                    // old pace.
+                    let op = room.operator();
+                    if let Ok(Operated::Local(e)) = rooms.operate(&room, Action::Release { pace: op.pace, min: op.min, max: op.max }).await {
+                        tracing::warn!(room = %room.id, "the new release settings were not published: {e}");
+                    }
+                }
                 json_response(if existed { 200 } else { 201 }, &room_json(&room))
             }
         };
@@ -126,16 +137,8 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             json_response(200, &json!({"deleted": room.id}))
         }
         (Method::GET, "stats") => json_response(200, &room.stats()),
-        (Method::POST, "pause") => {
-            room.set_mode(now, ReleaseMode::Paused);
-            tracing::info!(room = %room.id, "admin: pause");
-            shared(rooms, &room).await
-        }
-        (Method::POST, "reject-all") => {
-            room.set_reject_all(now);
-            tracing::info!(room = %room.id, "admin: reject-all");
-            shared(rooms, &room).await
-        }
+        (Method::POST, "pause") => operate(rooms, &room, Action::Pause).await,
+        (Method::POST, "reject-all") => operate(rooms, &room, Action::RejectAll).await,
         (Method::POST, "test-cookie") => {
             #[derive(Deserialize)]
             #[serde(deny_unknown_fields)]
@@ -175,16 +178,8 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
                 }),
             )
         }
-        (Method::POST, "queue-all") => {
-            room.set_mode(now, ReleaseMode::QueueAll);
-            tracing::info!(room = %room.id, "admin: queue-all");
-            shared(rooms, &room).await
-        }
-        (Method::POST, "resume") => {
-            let mode = room.resume(now);
-            tracing::info!(room = %room.id, mode = ?mode, "admin: resume");
-            shared(rooms, &room).await
-        }
+        (Method::POST, "queue-all") => operate(rooms, &room, Action::QueueAll).await,
+        (Method::POST, "resume") => operate(rooms, &room, Action::Resume).await,
         (Method::PUT, "release") => {
             let u: ReleaseUpdate = match serde_json::from_slice(body) {
                 Ok(u) => u,
@@ -194,29 +189,19 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             if !ok(u.rate) || !ok(u.min) || !ok(u.max) {
                 return error(400, "bad_request", "rate, min and max must be between 0 and 1000000");
             }
-            let mode = match (u.mode.as_str(), u.rate) {
-                ("auto", _) => ReleaseMode::Auto,
-                ("fixed", Some(r)) => ReleaseMode::Fixed(r),
+            let pace = match (u.mode.as_str(), u.rate) {
+                ("auto", _) => Pace::Auto,
+                ("fixed", Some(r)) => Pace::Fixed(r),
                 ("fixed", None) => return error(400, "bad_request", "mode \"fixed\" needs \"rate\""),
                 _ => return error(400, "bad_request", "mode must be \"auto\" or \"fixed\""),
             };
-            // (A block, not drop(): the lock guard must not live across the publish's await.)
-            let bounds_ok = {
-                let mut c = room.controller.lock();
-                let old = c.config().bounds;
-                let bounds = Bounds { min_rate: u.min.unwrap_or(old.min_rate), max_rate: u.max.unwrap_or(old.max_rate), ..old };
-                let ok = bounds.min_rate <= bounds.max_rate;
-                if ok {
-                    c.set_bounds(now, bounds);
-                }
-                ok
-            };
-            if !bounds_ok {
+            // Bounds left out keep the ones in force (checked again against the published state).
+            let old = room.operator();
+            let (min, max) = (u.min.unwrap_or(old.min), u.max.unwrap_or(old.max));
+            if min > max {
                 return error(400, "bad_request", "min must not exceed max");
             }
-            room.set_mode(now, mode);
-            tracing::info!(room = %room.id, mode = %u.mode, "admin: release");
-            shared(rooms, &room).await
+            operate(rooms, &room, Action::Release { pace, min, max }).await
         }
         (Method::PUT, "schedule") => {
             // An object only: serde would also take `[]` (or `["..."]`) for the struct.
@@ -254,12 +239,23 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
     }
 }
 
-/// The answer to an override made on this edge: published to the edges sharing the room first
-/// (503 when the room state store did not take it: then it holds on this edge only).
-async fn shared(rooms: &Rooms, room: &Room) -> Response<Vec<u8>> {
-    match rooms.publish_override(room).await {
-        Ok(()) => json_response(200, &room.stats()),
-        Err(e) => error(503, "unavailable", format!("done on this edge only, the room state store did not take it: {e}")),
+/// An operator's action ([`super::mode`]): the room's stats after it (published to the edges
+/// sharing the room first); 409 `mode_conflict` when the room's mode refuses it (a pause during a
+/// reject-all), 503 when the room state store did not take it (then it holds on this edge only).
+async fn operate(rooms: &Rooms, room: &Room, action: Action) -> Response<Vec<u8>> {
+    match rooms.operate(room, action).await {
+        Ok(Operated::Shared) => {
+            tracing::info!(room = %room.id, action = action.name(), mode = room.operator_mode().name(), "admin: operator action");
+            json_response(200, &room.stats())
+        }
+        Ok(Operated::Local(e)) => {
+            tracing::warn!(room = %room.id, action = action.name(), "admin: operator action on this edge only: {e}");
+            error(503, "unavailable", format!("done on this edge only, the room state store did not take it: {e}"))
+        }
+        Err(refused) => json_response(
+            409,
+            &json!({"error": "mode_conflict", "message": refused.to_string(), "mode": refused.mode.name()}),
+        ),
     }
 }
 
@@ -349,6 +345,8 @@ pub fn preview(rooms: &Rooms, page: &QueuePage, css: &str, path: &str, query: Op
             opens_in = Some((opens - now).max(0) as u64);
         }
         "sold_out" => s.state = Phase::SoldOut,
+        // A fan holding a place (a visitor without one meets the closed page).
+        "reject_all" => s.state = Phase::Stopped,
         "sold_out_for_now" => {
             s.state = Phase::SoldOut;
             s.restock_possible = true;

@@ -120,6 +120,7 @@ fn refused(room: &Room, reason: &str) {
 fn count_outcome(room: &Room, s: &Status) {
     match s.state {
         Phase::Closed => refused(room, if room.rejecting() { "reject_all" } else { "room_closed" }),
+        Phase::Stopped => refused(room, "reject_all"),
         Phase::SoldOut if !s.restock_possible => refused(room, "sold_out"),
         _ => {}
     }

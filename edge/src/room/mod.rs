@@ -12,6 +12,8 @@
 //! - [`state_backend`] (inline below): which of the two new rooms get, embedded or one shared Redis
 //!   connection.
 //! - [`ticket`]: the signed `wicket_q_<room>` cookie.
+//! - [`mode`]: the operator's mode of a room, one machine (open, paused, queue-all, reject-all),
+//!   separate from its release settings; published to the other edges by compare-and-set.
 //! - [`tester`]: the signed `wicket_t_<room>` cookie of a tester (a room in test mode meets only them).
 //! - [`shuffle`]: the random method's O(1) permutation of the pre-queue.
 //! - [`http`]: `/queue/<room>[/join|/status|/events|/challenge]` on the public port, with the
@@ -49,6 +51,7 @@ pub mod invite;
 pub mod invite_admin;
 pub mod invite_http;
 pub mod lent;
+pub mod mode;
 pub mod page;
 pub mod redis;
 pub mod release;
@@ -99,11 +102,11 @@ pub struct Room {
     pub controller: Mutex<ReleaseController>,
     /// The core says the linked event is sold out.
     pub sold_out: AtomicBool,
-    /// The operator holds releases: 0 no, [`HOLD_PAUSED`], [`HOLD_QUEUE_ALL`], [`HOLD_REJECT_ALL`]
-    /// (the controller paused, and nobody new queued) — the controller's mode, mirrored so status polls do not take the controller's lock (kept by [`Room::set_mode`]).
+    /// The operator's mode and the release settings ([`mode`]): the controller runs what they say
+    /// ([`mode::Operator::controller_mode`]).
+    operator: Mutex<mode::Operator>,
+    /// `operator`'s mode ([`mode::Mode::code`]), mirrored so status polls take no lock.
     hold: AtomicU8,
-    /// The mode in force when the operator paused or queued everyone, which resume restores.
-    before_hold: Mutex<Option<ReleaseMode>>,
     /// The linked core event's `opens_at` / `closes_at` (Unix s; `i64::MIN`: not known yet), read
     /// by the release loop: the room never lets anyone in before its event opens.
     core_opens_at: AtomicI64,
@@ -157,22 +160,15 @@ pub struct Room {
     pulse: tokio::sync::watch::Sender<u64>,
 }
 
-/// An operator's override of a room (pause, resume, queue-all, reject-all, release mode and bounds) as
-/// published to the other edges sharing its state: the mode and bounds in force after the change.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct OperatorOverride {
-    /// New for each change: an edge applies a stamp once.
-    pub stamp: u64,
-    /// `auto`, `fixed`, `paused`, `queue_all` or `reject_all`.
-    pub mode: String,
-    /// The admissions per second of `fixed`.
-    #[serde(default)]
-    pub rate: Option<f64>,
-    /// The controller's lower bound.
-    pub min: f64,
-    /// The controller's upper bound.
-    pub max: f64,
+pub use mode::OperatorOverride;
+
+/// Where an operator's action took effect ([`Rooms::operate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operated {
+    /// On every edge sharing the room (published), or the room has no other edge.
+    Shared,
+    /// On this edge only: the shared store did not take it (why).
+    Local(String),
 }
 
 /// What the release loop ([`release`]) remembers about a room between ticks.
@@ -192,15 +188,17 @@ pub struct ReleaseBook {
 
 impl Room {
     fn new(spec: RoomSpec, state: Arc<dyn RoomState>, report: tally::RoomReport) -> Self {
-        let controller = ReleaseController::new(controller_config(&spec));
-        let mut room = Room {
+        let mut controller = ReleaseController::new(controller_config(&spec));
+        let operator = operator_of(&spec);
+        controller.set_mode(0, operator.controller_mode());
+        Room {
             id: spec.id.clone(),
             spec: RwLock::new(Arc::new(spec.clone())),
             state,
             controller: Mutex::new(controller),
             sold_out: AtomicBool::new(false),
-            hold: AtomicU8::new(0),
-            before_hold: Mutex::new(None),
+            operator: Mutex::new(operator),
+            hold: AtomicU8::new(mode::Mode::Open.code()),
             core_opens_at: AtomicI64::new(i64::MIN),
             core_closes_at: AtomicI64::new(i64::MIN),
             restock_possible: AtomicBool::new(false),
@@ -223,14 +221,6 @@ impl Room {
             passed: Mutex::new((0, 0)),
             book: Mutex::new(ReleaseBook::default()),
             sync_problem: Mutex::new(None),
-        };
-        room.apply_mode(&spec);
-        room
-    }
-
-    fn apply_mode(&mut self, spec: &RoomSpec) {
-        if spec.config.release.mode == ReleaseModeConfig::Fixed {
-            self.controller.get_mut().set_mode(0, ReleaseMode::Fixed(spec.config.release.rate.unwrap_or(0.0)));
         }
     }
 
@@ -239,20 +229,21 @@ impl Room {
         self.spec.read().clone()
     }
 
-    /// Replaces the spec (admin PUT); the controller keeps its state, takes the new bounds. A
-    /// configured fixed rate takes over (ending a pause) only when the release config changed:
-    /// a new schedule leaves the operator's pause alone.
+    /// Replaces the spec (admin PUT); the controller keeps its state. Release settings that changed
+    /// take over the pace and bounds (the operator's mode stays: a new config never lifts a pause
+    /// or a reject-all); a new schedule alone leaves the release settings in force as they are.
     pub fn set_spec(&self, spec: RoomSpec) {
-        let cfg = controller_config(&spec);
         let release_changed = self.spec().config.release != spec.config.release;
         {
-            let mut c = self.controller.lock();
-            c.set_bounds(unix_ms(), cfg.bounds);
-            if release_changed && spec.config.release.mode == ReleaseModeConfig::Fixed {
-                c.set_mode(unix_ms(), ReleaseMode::Fixed(spec.config.release.rate.unwrap_or(0.0)));
-                self.hold.store(0, Ordering::Relaxed);
-                *self.before_hold.lock() = None;
+            let mut op = self.operator.lock();
+            if release_changed {
+                let from_spec = operator_of(&spec);
+                (op.pace, op.min, op.max) = (from_spec.pace, from_spec.min, from_spec.max);
             }
+            let mut c = self.controller.lock();
+            let bounds = Bounds { min_rate: op.min, max_rate: op.max, ..controller_config(&spec).bounds };
+            c.set_bounds(unix_ms(), bounds);
+            c.set_mode(unix_ms(), op.controller_mode());
         }
         *self.spec.write() = Arc::new(spec);
         self.changed();
@@ -286,50 +277,61 @@ impl Room {
         self.measured_milli.store((r.max(0.0) * 1000.0) as u64, Ordering::Relaxed);
     }
 
-    /// The operator's mode.
+    /// The mode the release controller runs (the operator's mode and pace together).
     pub fn mode(&self) -> ReleaseMode {
         self.controller.lock().mode()
     }
 
-    /// Sets the operator's mode (admin pause, resume, queue-all, fixed rate). Pausing or queuing
-    /// everyone remembers the mode in force, for [`Room::resume`].
-    pub fn set_mode(&self, now_ms: u64, mode: ReleaseMode) {
-        let mut c = self.controller.lock();
-        let hold = |m: ReleaseMode| matches!(m, ReleaseMode::Paused | ReleaseMode::QueueAll);
-        let mut before = self.before_hold.lock();
-        if hold(mode) {
-            if !hold(c.mode()) {
-                *before = Some(c.mode());
-            }
-        } else {
-            *before = None;
+    /// The operator's mode ([`mode`]; lock-free).
+    pub fn operator_mode(&self) -> mode::Mode {
+        mode::Mode::from_code(self.hold.load(Ordering::Relaxed))
+    }
+
+    /// The operator's machine now: mode, pace and bounds.
+    pub fn operator(&self) -> mode::Operator {
+        *self.operator.lock()
+    }
+
+    /// Makes `next` the room's state under `stamp` (the stamp of the published override that
+    /// carries it: an edge applies each stamp once).
+    fn install(&self, now_ms: u64, op: &mut mode::Operator, next: mode::Operator, stamp: u64) {
+        {
+            let mut c = self.controller.lock();
+            let bounds = Bounds { min_rate: next.min, max_rate: next.max, ..c.config().bounds };
+            c.set_bounds(now_ms, bounds);
+            c.set_mode(now_ms, next.controller_mode());
         }
-        c.set_mode(now_ms, mode);
-        let flag = match mode {
-            ReleaseMode::Paused => HOLD_PAUSED,
-            ReleaseMode::QueueAll => HOLD_QUEUE_ALL,
-            _ => 0,
-        };
-        self.hold.store(flag, Ordering::Relaxed);
-        drop((c, before));
+        *op = next;
+        self.hold.store(next.mode.code(), Ordering::Relaxed);
+        self.override_stamp.store(stamp, Ordering::Relaxed);
         self.changed();
     }
 
-    /// The mode and bounds in force now as an override to publish, under a new stamp (kept as
-    /// applied here).
+    /// Carries out an operator's action on this edge (the embedded state's rooms, which have no
+    /// other edge); the state after it, as an override under a new stamp.
+    pub fn operate(&self, now_ms: u64, action: mode::Action) -> Result<OperatorOverride, mode::Refused> {
+        let mut op = self.operator.lock();
+        let next = op.apply(action)?;
+        let stamp = new_stamp();
+        self.install(now_ms, &mut op, next, stamp);
+        Ok(next.publish(stamp))
+    }
+
+    /// Carries out an operator's action on this edge alone, when the shared store cannot be
+    /// reached ([`Rooms::operate`]): the stamp of the override applied last stays, so that same
+    /// override is not applied again when the store answers (it would undo an emergency stop made
+    /// while it did not); the next override published by any edge replaces this state.
+    pub(crate) fn operate_here(&self, now_ms: u64, action: mode::Action) -> Result<(), mode::Refused> {
+        let mut op = self.operator.lock();
+        let next = op.apply(action)?;
+        let stamp = self.override_stamp.load(Ordering::Relaxed);
+        self.install(now_ms, &mut op, next, stamp);
+        Ok(())
+    }
+
+    /// The state in force now as an override, under the stamp it was installed with.
     pub fn operator_override(&self) -> OperatorOverride {
-        let stamp = rand::random::<u64>() | 1;
-        self.override_stamp.store(stamp, Ordering::Relaxed);
-        let c = self.controller.lock();
-        let (mode, rate) = match c.mode() {
-            _ if self.hold.load(Ordering::Relaxed) == HOLD_REJECT_ALL => ("reject_all", None),
-            ReleaseMode::Auto => ("auto", None),
-            ReleaseMode::Fixed(r) => ("fixed", Some(r)),
-            ReleaseMode::Paused => ("paused", None),
-            ReleaseMode::QueueAll => ("queue_all", None),
-        };
-        let b = c.config().bounds;
-        OperatorOverride { stamp, mode: mode.into(), rate, min: b.min_rate, max: b.max_rate }
+        self.operator().publish(self.override_stamp.load(Ordering::Relaxed))
     }
 
     /// Applies an override another edge published, once per stamp; false when already applied
@@ -338,65 +340,22 @@ impl Room {
         if self.override_stamp.load(Ordering::Relaxed) == o.stamp {
             return false;
         }
-        let mode = match (o.mode.as_str(), o.rate) {
-            ("auto", _) => ReleaseMode::Auto,
-            ("fixed", Some(r)) if r.is_finite() && r >= 0.0 => ReleaseMode::Fixed(r),
-            ("paused", _) => ReleaseMode::Paused,
-            ("queue_all", _) => ReleaseMode::QueueAll,
-            ("reject_all", _) => ReleaseMode::Paused,
-            _ => return false,
-        };
-        if !(o.min.is_finite() && o.max.is_finite() && 0.0 <= o.min && o.min <= o.max) {
-            return false;
-        }
-        self.override_stamp.store(o.stamp, Ordering::Relaxed);
-        {
-            let mut c = self.controller.lock();
-            let bounds = Bounds { min_rate: o.min, max_rate: o.max, ..c.config().bounds };
-            c.set_bounds(now_ms, bounds);
-        }
-        self.set_mode(now_ms, mode);
-        if o.mode == "reject_all" {
-            self.hold.store(HOLD_REJECT_ALL, Ordering::Relaxed);
-            self.changed();
-        }
+        let mut op = self.operator.lock();
+        let Some(next) = o.read(&op) else { return false };
+        self.install(now_ms, &mut op, next, o.stamp);
         true
-    }
-
-    /// The operator's reject-all at run time (`POST /admin/rooms/<room>/reject-all`): releases
-    /// stop as in a pause, and nobody new is queued or admitted ([`Room::rejecting`]) until
-    /// [`Room::resume`].
-    pub fn set_reject_all(&self, now_ms: u64) {
-        self.set_mode(now_ms, ReleaseMode::Paused);
-        self.hold.store(HOLD_REJECT_ALL, Ordering::Relaxed);
-        self.changed();
     }
 
     /// Whether the room turns everyone away (its `reject-all` setting, or the operator's run-time
     /// switch): nobody new is queued, nobody queued is admitted, and fans without a running
     /// session get the closed page. Sessions admitted before keep running until they end.
     pub fn rejecting(&self) -> bool {
-        self.hold.load(Ordering::Relaxed) == HOLD_REJECT_ALL || self.spec.read().config.reject_all
+        self.operator_mode() == mode::Mode::RejectAll || self.spec.read().config.reject_all
     }
 
     /// Whether the room is in test mode (`test-mode`): only testers meet it.
     pub fn test_mode(&self) -> bool {
         self.spec.read().config.test_mode
-    }
-
-    /// Ends a pause or queue-all: back to the mode in force before it (a fixed rate set at run
-    /// time included), else the room's configured mode. Returns the mode now in force.
-    pub fn resume(&self, now_ms: u64) -> ReleaseMode {
-        let remembered = self.before_hold.lock().take();
-        let mode = remembered.unwrap_or_else(|| {
-            let spec = self.spec();
-            match (spec.config.release.mode, spec.config.release.rate) {
-                (ReleaseModeConfig::Fixed, Some(r)) => ReleaseMode::Fixed(r),
-                _ => ReleaseMode::Auto,
-            }
-        });
-        self.set_mode(now_ms, mode);
-        mode
     }
 
     /// Whether a ticket (signature already checked) still names a place in this room's queue:
@@ -446,12 +405,12 @@ impl Room {
 
     /// Whether the operator paused releases (lock-free: status polls read it).
     pub fn is_paused(&self) -> bool {
-        self.hold.load(Ordering::Relaxed) == HOLD_PAUSED
+        self.operator_mode() == mode::Mode::Paused
     }
 
     /// Whether the operator queues everyone (nothing released; lock-free).
     pub fn is_queue_all(&self) -> bool {
-        self.hold.load(Ordering::Relaxed) == HOLD_QUEUE_ALL
+        self.operator_mode() == mode::Mode::QueueAll
     }
 
     /// When the room lets people in: the later of its own `opens-at` and its core event's
@@ -488,8 +447,8 @@ impl Room {
         }
     }
 
-    /// Whether a passthrough room lets visitors straight in now (see [`Rooms::pass_through`];
-    /// the per-minute count aside).
+    /// Whether a passthrough room lets visitors straight in now (see [`Rooms::pass_through`]),
+    /// this edge's count of the minute included.
     pub fn passing(&self, spec: &RoomSpec) -> bool {
         if spec.config.queue != QueueWhen::WhenNeeded
             || self.is_paused()
@@ -503,6 +462,13 @@ impl Room {
         let (opens_at, closes_at) = self.window(spec);
         // Invite-only: everyone queues (the queue lets invitees alone take a place).
         if opens_at.is_some_and(|o| now_s < o) || closes_at.is_some_and(|c| now_s >= c) || spec.invite_only(now_s) {
+            return false;
+        }
+        // This edge's straight-in budget of the minute (`new-per-minute`): once spent, visitors
+        // queue for the rest of the minute.
+        let minute = unix_ms() / 60_000;
+        let passed = *self.passed.lock();
+        if passed.0 == minute && passed.1 >= spec.config.passthrough.new_per_minute {
             return false;
         }
         let c = self.state.counters();
@@ -532,6 +498,7 @@ impl Room {
             "room": self.id,
             "event": self.spec().config.event,
             "mode": self.mode(),
+            "operator_mode": self.operator_mode().name(),
             "issued": c.issued,
             "serving": c.serving,
             "queued": c.waiting(),
@@ -573,12 +540,20 @@ impl Room {
 /// The bit of a [`Room`]'s `touched` entry saying the session's use was told to the report.
 const USE_NOTED: u64 = 1 << 63;
 
-/// [`Room::is_paused`].
-const HOLD_PAUSED: u8 = 1;
-/// [`Room::is_queue_all`].
-const HOLD_QUEUE_ALL: u8 = 2;
-/// [`Room::set_reject_all`].
-const HOLD_REJECT_ALL: u8 = 3;
+/// A new stamp for a published override (never 0, the stamp of "none applied").
+fn new_stamp() -> u64 {
+    rand::random::<u64>() | 1
+}
+
+/// The operator's machine of a new room: open, at its config's pace and bounds.
+fn operator_of(spec: &RoomSpec) -> mode::Operator {
+    let r = &spec.config.release;
+    let pace = match (r.mode, r.rate) {
+        (ReleaseModeConfig::Fixed, rate) => mode::Pace::Fixed(rate.unwrap_or(0.0)),
+        (ReleaseModeConfig::Auto, _) => mode::Pace::Auto,
+    };
+    mode::Operator { mode: mode::Mode::Open, pace, min: r.min, max: r.max }
+}
 
 /// The controller settings of a room.
 pub fn controller_config(spec: &RoomSpec) -> ControllerConfig {
@@ -603,6 +578,9 @@ pub enum Phase {
     SoldOut,
     /// The room closed.
     Closed,
+    /// The room turns everyone away for now (the operator's reject-all, or the config's
+    /// `reject-all`): the place is kept, nobody is admitted until the room resumes.
+    Stopped,
 }
 
 /// ETA band, seconds.
@@ -676,10 +654,12 @@ impl Status {
         }
     }
 
-    /// Whether the visitor is queued: waiting, before the opening, paused, or sold out for now
-    /// with the place kept (the states the room's `queuing-status-code` answers with).
+    /// Whether the visitor is queued: waiting, before the opening, paused, stopped for now, or
+    /// sold out for now with the place kept (the states the room's `queuing-status-code` answers
+    /// with).
     pub fn queued(&self) -> bool {
-        matches!(self.state, Phase::Waiting | Phase::NotOpen | Phase::Paused) || (self.state == Phase::SoldOut && self.restock_possible)
+        matches!(self.state, Phase::Waiting | Phase::NotOpen | Phase::Paused | Phase::Stopped)
+            || (self.state == Phase::SoldOut && self.restock_possible)
     }
 }
 
@@ -944,12 +924,50 @@ impl Rooms {
         Ok(())
     }
 
-    /// Tells the other edges sharing this room state about the operator's override of `room`
-    /// just made here (its mode and bounds now). Embedded state: nothing to tell.
-    pub async fn publish_override(&self, room: &Room) -> Result<(), StateError> {
-        let state_backend::Backend::Redis(r) = &self.backend else { return Ok(()) };
-        let json = serde_json::to_string(&room.operator_override()).unwrap_or_default();
-        r.put_override(&room.id, &json).await
+    /// Carries out an operator's action on `room` ([`mode`]). With Redis room state the transition
+    /// is made from the state published for the room (not this edge's copy, which may be a tick
+    /// behind) and written by compare-and-set, then applied here; the other edges apply it within a
+    /// tick. When the store cannot be reached the action is carried out on this edge alone
+    /// ([`Operated::Local`]): an emergency stop must still stop this edge.
+    pub async fn operate(&self, room: &Room, action: mode::Action) -> Result<Operated, mode::Refused> {
+        let now = unix_ms();
+        let state_backend::Backend::Redis(r) = &self.backend else {
+            room.operate(now, action)?;
+            return Ok(Operated::Shared);
+        };
+        let mut why = String::from("the room's mode kept changing while this edge wrote it");
+        for _ in 0..16 {
+            let published = match r.get_override(&room.id).await {
+                Ok(v) => v.unwrap_or_default(),
+                Err(e) => {
+                    why = e.to_string();
+                    break;
+                }
+            };
+            let here = room.operator();
+            let base = (!published.is_empty())
+                .then(|| serde_json::from_str::<OperatorOverride>(&published).ok())
+                .flatten()
+                .and_then(|o| o.read(&here))
+                .unwrap_or(here);
+            let next = base.apply(action)?;
+            let stamp = new_stamp();
+            let json = serde_json::to_string(&next.publish(stamp)).unwrap_or_default();
+            match r.cas_override(&room.id, &published, &json).await {
+                Ok(true) => {
+                    let mut op = room.operator.lock();
+                    room.install(now, &mut op, next, stamp);
+                    return Ok(Operated::Shared);
+                }
+                Ok(false) => continue,
+                Err(e) => {
+                    why = e.to_string();
+                    break;
+                }
+            }
+        }
+        room.operate_here(now, action)?;
+        Ok(Operated::Local(why))
     }
 
     /// Applies the room changes other edges published (the release loop calls it every tick):
@@ -1259,10 +1277,17 @@ impl Rooms {
             proof_deadline_seconds: None,
         };
         let (opens_at, closes_at) = room.window(spec);
-        if closes_at.is_some_and(|c| now_s >= c) || room.rejecting() {
-            // Closed, or turning everyone away (reject-all): the place is never admitted.
+        if closes_at.is_some_and(|c| now_s >= c) {
+            // Closed: the place is never admitted.
             s.state = Phase::Closed;
             s.poll_after_ms = jitter(60_000);
+            return Peek::Answer(s);
+        }
+        if room.rejecting() {
+            // Turning everyone away (reject-all): nobody is admitted, the place is kept for when
+            // the room resumes (a resume reaches open event streams at once, polls within 10 s).
+            s.state = Phase::Stopped;
+            s.poll_after_ms = jitter(10_000);
             return Peek::Answer(s);
         }
         let sold_out = room.sold_out.load(Ordering::Relaxed);

@@ -379,6 +379,7 @@ fn headline_keys(status: Option<&Status>) -> (&'static str, &'static str) {
         Phase::SoldOut if s.restock_possible => ("title_sold_out_for_now", "detail_sold_out_for_now"),
         Phase::SoldOut => ("title_sold_out", "detail_sold_out"),
         Phase::Closed => ("title_closed", "detail_closed"),
+        Phase::Stopped => ("title_stopped", "detail_stopped"),
         Phase::Admitted => ("title_admitted", "detail_admitted_link"),
     }
 }
@@ -559,6 +560,7 @@ fn phase_name(p: Phase) -> &'static str {
         Phase::Paused => "paused",
         Phase::SoldOut => "sold_out",
         Phase::Closed => "closed",
+        Phase::Stopped => "stopped",
     }
 }
 

@@ -43,6 +43,7 @@ static PASS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../..
 static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_advance.lua")));
 static END_SESSION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_end_session.lua")));
 static PROOF: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_proof.lua")));
+static MODE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_mode.lua")));
 static LAPSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_lapse.lua")));
 static SWEEP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_sweep.lua")));
 
@@ -153,6 +154,19 @@ impl RedisRooms {
     /// empty when the room was deleted), for the other edges ([`crate::room::Rooms::sync_specs`]).
     pub async fn put_override(&self, id: &str, json: &str) -> Result<(), StateError> {
         self.hset(OVERRIDES_KEY, id, json).await
+    }
+
+    /// The published operator override of room `id` (`None`: none yet; empty: deleted).
+    pub async fn get_override(&self, id: &str) -> Result<Option<String>, StateError> {
+        let v = self.cmd(redis::cmd("HGET").arg(OVERRIDES_KEY).arg(id).clone()).await?;
+        Ok(text(&v))
+    }
+
+    /// Writes `json` as room `id`'s override only if the published one is still `expected`
+    /// (empty: none); false when it changed in between (lua/room_mode.lua).
+    pub async fn cas_override(&self, id: &str, expected: &str, json: &str) -> Result<bool, StateError> {
+        let v = self.run(&MODE, &[OVERRIDES_KEY], &[id.to_owned(), expected.to_owned(), json.to_owned()]).await?;
+        Ok(int(&v) == Some(1))
     }
 
     /// Every published operator override by room id.
@@ -310,7 +324,11 @@ impl SessionKeys {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&self.who).arg(who_hex(who));
         let v = r.cmd(cmd).await?;
-        Ok(matches!(&v, Value::BulkString(b) if b.as_slice() == format!("d{position}").as_bytes()))
+        // Live: the place itself; `d<place>` (its session ended) or another place: spent.
+        Ok(match &v {
+            Value::Nil => false,
+            v => text(v).is_none_or(|t| t != position.to_string()),
+        })
     }
 
     pub(super) async fn sweep(&self, r: &RedisRooms, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {

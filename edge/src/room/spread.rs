@@ -1199,7 +1199,18 @@ impl RoomState for SpreadRoom {
     }
 
     async fn spent(&self, who: Who, position: u64) -> Result<bool, StateError> {
-        self.shard(who).spent(&self.redis, who, position).await
+        let spent = self.shard(who).spent(&self.redis, who, position).await?;
+        if spent {
+            // Ended through another edge (a revoke, an expiry the leader swept): this edge forgets
+            // the place too, so the fan's next join takes a new one rather than the spent one.
+            self.alive.lock().remove(&who);
+            if let Some(p) = self.local.lock().known.get_mut(&who)
+                && *p == position
+            {
+                *p |= DONE;
+            }
+        }
+        Ok(spent)
     }
 
     async fn touch(&self, who: Who, now_ms: u64) -> Result<(), StateError> {

@@ -184,7 +184,11 @@ pub trait RoomState: Send + Sync {
     }
     /// Ends `who`'s session (origin's `Wicket-Revoke: 1`); its place is spent.
     async fn end_session(&self, who: Who) -> Result<bool, StateError>;
-    /// True when `who`'s place was spent by an ended session.
+    /// True when `position` is not `who`'s live place: its session ended (used, revoked,
+    /// expired), its owed check lapsed, or the identity holds another place since (a rejoin at
+    /// the back). A place has one life: a ticket of a spent place is never admitted again, however
+    /// often it is shown. False when the state remembers nothing of `who` (an identity pruned
+    /// behind the front, or never remembered past `max-tracked`).
     async fn spent(&self, who: Who, position: u64) -> Result<bool, StateError>;
     /// `who`'s session was seen at `now_ms` (a protected page, a core request).
     async fn touch(&self, who: Who, now_ms: u64) -> Result<(), StateError>;
@@ -577,7 +581,7 @@ impl RoomState for EmbeddedState {
     }
 
     async fn spent(&self, who: Who, position: u64) -> Result<bool, StateError> {
-        Ok(self.positions.get(&who).is_some_and(|p| *p == position | DONE))
+        Ok(self.positions.get(&who).is_some_and(|p| *p != position))
     }
 
     async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {

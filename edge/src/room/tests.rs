@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::config::parse_time;
 use super::*;
+use mode::{Action, Mode, Pace};
 use crate::config::WicketConfig;
 
 pub(crate) const HS: &str = "hs-secret-for-room-tests-0123456789abcdef";
@@ -167,10 +168,10 @@ async fn the_tick_releases_at_the_fixed_rate_and_batches_and_stops_when_sold_out
     assert_eq!(room.state.counters().serving, 35, "10/s for the first second plus the due batch");
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 45);
-    room.set_mode(t0, ReleaseMode::Paused);
+    room.operate(t0, Action::Pause).unwrap();
     rooms.tick_room(&room, t0 + 2000).await.unwrap();
     assert_eq!(room.state.counters().serving, 45, "paused");
-    room.set_mode(t0, ReleaseMode::Fixed(10.0));
+    room.operate(t0, Action::Resume).unwrap();
     room.sold_out.store(true, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 3000).await.unwrap();
     assert_eq!(room.state.counters().serving, 45, "sold out");
@@ -293,24 +294,22 @@ async fn tickets_from_the_future_or_older_than_the_longest_wait_are_refused() {
 fn an_operator_override_from_another_edge_is_applied_once_and_a_bad_one_not_at_all() {
     let (here, there) = (rooms_with(""), rooms_with(""));
     let (a, b) = (here.get("r1").unwrap(), there.get("r1").unwrap());
-    a.set_mode(1, ReleaseMode::Fixed(7.0));
-    let fixed = a.operator_override();
-    assert_eq!((fixed.mode.as_str(), fixed.rate), ("fixed", Some(7.0)));
+    let fixed = a.operate(1, Action::Release { pace: Pace::Fixed(7.0), min: 5.0, max: 2000.0 }).unwrap();
+    assert_eq!((fixed.mode.as_str(), fixed.release.as_deref(), fixed.rate), ("open", Some("fixed"), Some(7.0)));
     assert!(!a.apply_override(2, &fixed), "the edge that made it has it already");
     assert!(b.apply_override(2, &fixed));
     assert_eq!(b.mode(), ReleaseMode::Fixed(7.0));
-    a.set_mode(3, ReleaseMode::Paused);
-    let paused = a.operator_override();
+    let paused = a.operate(3, Action::Pause).unwrap();
     assert!(b.apply_override(4, &paused));
     assert!(b.is_paused());
-    // Resumed there by hand, the same stamp is not applied again.
-    b.resume(5);
+    // Resumed there by hand, the same stamp is not applied again; the pace set at run time stays.
+    b.operate_here(5, Action::Resume).unwrap();
     assert!(!b.apply_override(6, &paused));
     assert_eq!(b.mode(), ReleaseMode::Fixed(7.0));
     for bad in [
         OperatorOverride { mode: "turbo".into(), ..paused.clone() },
-        OperatorOverride { mode: "fixed".into(), rate: None, ..paused.clone() },
-        OperatorOverride { mode: "fixed".into(), rate: Some(f64::NAN), ..paused.clone() },
+        OperatorOverride { release: Some("fixed".into()), rate: None, ..paused.clone() },
+        OperatorOverride { mode: "fixed".into(), release: None, rate: Some(f64::NAN), ..paused.clone() },
         OperatorOverride { min: 10.0, max: 1.0, ..paused.clone() },
     ] {
         assert!(!b.apply_override(7, &OperatorOverride { stamp: 99, ..bad }));
@@ -447,19 +446,44 @@ async fn the_room_weight_divides_the_fair_share() {
 }
 
 #[test]
-fn reject_all_is_published_as_its_own_mode_and_resume_ends_it() {
+fn reject_all_is_published_as_its_own_mode_and_only_resume_ends_it() {
     let (here, there) = (rooms_with(""), rooms_with(""));
     let (a, b) = (here.get("r1").unwrap(), there.get("r1").unwrap());
-    a.set_mode(1, ReleaseMode::Fixed(7.0));
-    a.set_reject_all(2);
+    a.operate(1, Action::Release { pace: Pace::Fixed(7.0), min: 5.0, max: 2000.0 }).unwrap();
+    let o = a.operate(2, Action::RejectAll).unwrap();
     assert!(a.rejecting() && !a.is_paused() && a.mode() == ReleaseMode::Paused, "releases stop, and it is not a pause");
-    let o = a.operator_override();
     assert_eq!(o.mode, "reject_all");
     assert!(b.apply_override(3, &o));
     assert!(b.rejecting());
     assert!(!b.passing(&b.spec()), "a passthrough check never lets anyone through");
-    assert_eq!(b.resume(4), ReleaseMode::Auto, "there, the configured mode");
+    // Neither a hold nor a rate change lifts it.
+    assert_eq!(b.operate(4, Action::Pause).unwrap_err().mode, Mode::RejectAll);
+    assert_eq!(b.operate(4, Action::QueueAll).unwrap_err().mode, Mode::RejectAll);
+    b.operate(4, Action::Release { pace: Pace::Fixed(30.0), min: 5.0, max: 2000.0 }).unwrap();
+    assert!(b.rejecting() && b.mode() == ReleaseMode::Paused);
+    b.operate(5, Action::Resume).unwrap();
     assert!(!b.rejecting());
-    assert_eq!(a.resume(4), ReleaseMode::Fixed(7.0), "here, the mode in force before");
+    assert_eq!(b.mode(), ReleaseMode::Fixed(30.0), "the pace set during the stop");
+    a.operate(5, Action::Resume).unwrap();
+    assert_eq!(a.mode(), ReleaseMode::Fixed(7.0), "here, the pace in force before");
     assert!(!a.rejecting());
+}
+
+#[test]
+fn a_new_room_config_never_lifts_the_operators_mode() {
+    let rooms = rooms_with("");
+    let room = rooms.get("r1").unwrap();
+    for hold in [Action::Pause, Action::QueueAll, Action::RejectAll] {
+        room.operate(1, Action::Resume).unwrap();
+        room.operate(1, hold).unwrap();
+        let mode = room.operator_mode();
+        let mut spec = (*room.spec()).clone();
+        spec.config.release.mode = super::config::ReleaseModeConfig::Fixed;
+        spec.config.release.rate = Some(40.0 + f64::from(mode.code()));
+        room.set_spec(spec);
+        assert_eq!(room.operator_mode(), mode, "{} survives a new release config", hold.name());
+        assert_ne!(room.mode(), ReleaseMode::Fixed(40.0 + f64::from(mode.code())));
+        room.operate(2, Action::Resume).unwrap();
+        assert_eq!(room.mode(), ReleaseMode::Fixed(40.0 + f64::from(mode.code())), "the new pace once resumed");
+    }
 }
