@@ -510,3 +510,27 @@ async fn an_edge_with_other_spread_settings_takes_no_place() {
     let e = a.join(3, true, Proof::given(unix_ms())).await.map(|_| ()).unwrap_err();
     assert!(e.0.contains("3:20:10"), "{e:?}");
 }
+
+/// A place has one life on this layout too (issue #38): a fan whose session ended through one edge
+/// (a revoke) is known to the other edge by its old place; there the old ticket is spent, the
+/// fan's next join takes a new place (not the spent one again: that was a 503 for every later
+/// request), and the old ticket stays spent after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_ended_through_one_edge_is_spent_at_the_other() {
+    let cluster = RedisCluster::start(3);
+    let cfg = SpreadConfig { shards: 6, block: 10, block_ms: 5, flush_ms: 20 };
+    let (a, b) = (edge(&cluster, "r1", cfg.clone()), edge(&cluster, "r1", cfg));
+    let (p, fresh) = join(&a, 42).await;
+    assert!(fresh);
+    assert_eq!(join(&b, 42).await, (p, false), "the other edge learns the place");
+    assert!(a.open_session(42, unix_ms() + 60_000).await.unwrap());
+    assert!(b.session_alive(42, unix_ms()).await.unwrap(), "believed at b too");
+    assert!(a.end_session(42).await.unwrap(), "revoked through a");
+    assert!(b.spent(42, p).await.unwrap(), "b: the old ticket is spent");
+    let (q, fresh) = join(&b, 42).await;
+    assert!(fresh && q != p, "b gives a new place, not the spent one: {q} vs {p}");
+    assert!(b.spent(42, p).await.unwrap() && a.spent(42, p).await.unwrap(), "the old ticket stays spent on both edges");
+    assert!(!b.spent(42, q).await.unwrap() && !a.spent(42, q).await.unwrap(), "the new place is live on both");
+    assert!(!b.session_alive(42, unix_ms()).await.unwrap(), "no session runs for it");
+    assert_eq!(join(&a, 42).await, (q, false), "and a finds the new place");
+}

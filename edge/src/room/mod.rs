@@ -1328,7 +1328,13 @@ impl Rooms {
         if pos <= c.serving || (t.lane > 0 && t.lane <= c.lane_serving) {
             return Peek::Front(s, pos);
         }
-        let mut ahead = room.state.ahead(pos, c);
+        let Some(mut ahead) = room.state.ahead_known(pos, c) else {
+            // Not known yet never to be too few (a spread room's newest places): nothing is said
+            // but that the place is in line, and the fan asks again soon.
+            s.state = if room.is_paused() { Phase::Paused } else { Phase::Waiting };
+            s.poll_after_ms = jitter(2000);
+            return Peek::Answer(s);
+        };
         // The share of the release that `ahead` moves at (a lane place: its lane's, when the lane
         // is the faster way in).
         let mut share = 1.0;

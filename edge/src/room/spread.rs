@@ -304,9 +304,10 @@ pub fn walk(serving: u64, mut n: u64, blocks: &[BlockRecord], passable: impl Fn(
     w
 }
 
-/// How many places lie between `serving` and `position` (both excluded): exactly over `front`
-/// (the blocks at the front of the queue, sorted, as the leader last read them), and beyond it
-/// about as many as the places each second of joins holds say ([`estimate_between`]).
+/// How many places lie between `serving` and `position` (both excluded), never fewer than there
+/// are (issue #38: a fan's "people ahead" only ever falls): exact over the blocks at the front,
+/// beyond them the places each second of joins holds ([`upper_between`]), the seconds at the two
+/// ends counted whole rather than shared out.
 pub fn ahead_of(num: &Numbering, hist: &[(u64, u64)], front: &[BlockRecord], serving: u64, position: u64) -> u64 {
     if position <= serving + 1 {
         return 0;
@@ -323,9 +324,27 @@ pub fn ahead_of(num: &Numbering, hist: &[(u64, u64)], front: &[BlockRecord], ser
     };
     match front.last().map(|b| b.end).filter(|end| *end > serving) {
         Some(end) if position <= end + 1 => count(serving + 1, position - 1),
-        Some(end) => count(serving + 1, end) + estimate_between(num, hist, end, position),
-        None => estimate_between(num, hist, serving, position),
+        Some(end) => count(serving + 1, end) + upper_between(num, hist, front, end, position),
+        None => upper_between(num, hist, &[], serving, position),
     }
+}
+
+/// At most how many places lie between `after` and `position` (both excluded), every place at
+/// or before `after` being either passed or in `front`: the places of each second between, whole —
+/// less, for the second `after` falls in, the front's places in it (all at or before `after`).
+pub fn upper_between(num: &Numbering, hist: &[(u64, u64)], front: &[BlockRecord], after: u64, position: u64) -> u64 {
+    if position <= after + 1 {
+        return 0;
+    }
+    let count = |s: u64| hist.binary_search_by_key(&s, |h| h.0).map_or(0, |i| hist[i].1);
+    let (sf, sp) = (num.second(num.decode(after + 1).0), num.second(num.decode(position).0));
+    let in_front: u64 = front.iter().filter(|b| num.second(num.decode(b.start).0) == sf).map(BlockRecord::places).sum();
+    let first = count(sf).saturating_sub(in_front);
+    if sf >= sp {
+        return first;
+    }
+    let between: u64 = hist.iter().filter(|h| h.0 > sf && h.0 < sp).map(|h| h.1).sum();
+    first + between + count(sp)
 }
 
 /// About how many places lie between `serving` and `position` (both excluded), from the places
@@ -357,21 +376,42 @@ pub fn estimate_between(num: &Numbering, hist: &[(u64, u64)], serving: u64, posi
 pub struct Shown {
     pub hist: Vec<(u64, u64)>,
     pub front: Vec<BlockRecord>,
+    /// Every place of a bucket up to this one is in `hist` and `front` (every live edge recorded
+    /// it); `None`: not known (a leader before this field) — nothing is counted then.
+    pub covered: Option<u64>,
 }
 
 impl Shown {
     fn text(&self) -> String {
         let h = self.hist.iter().map(|(s, c)| format!("{s}:{c}")).collect::<Vec<_>>().join(",");
         let f = self.front.iter().map(BlockRecord::member).collect::<Vec<_>>().join(",");
-        format!("{h};{f}")
+        match self.covered {
+            Some(c) => format!("{h};{f};{c}"),
+            None => format!("{h};{f}"),
+        }
     }
 
     /// From [`Shown::text`]; bad items are skipped.
     fn parse(text: &str) -> Shown {
-        let (h, f) = text.split_once(';').unwrap_or((text, ""));
+        let mut parts = text.splitn(3, ';');
+        let (h, f) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let covered = parts.next().and_then(|c| c.parse().ok());
         let mut front: Vec<BlockRecord> = f.split(',').filter_map(BlockRecord::parse).collect();
         front.sort_by_key(|b| b.start);
-        Shown { hist: parse_hist(h), front }
+        Shown { hist: parse_hist(h), front, covered }
+    }
+
+    /// The people ahead of `position` ([`ahead_of`], at most `waiting - 1`), or `None` while
+    /// places before it may not be recorded yet: a fan who just joined is told nothing rather
+    /// than too few.
+    pub fn ahead(&self, num: &Numbering, serving: u64, position: u64, waiting: u64) -> Option<u64> {
+        if position <= serving + 1 {
+            return Some(0);
+        }
+        if self.covered.is_none_or(|c| num.decode(position).0 > c) {
+            return None;
+        }
+        Some(ahead_of(num, &self.hist, &self.front, serving, position).min(waiting.saturating_sub(1)))
     }
 }
 
@@ -984,9 +1024,14 @@ impl SpreadRoom {
             tracing::debug!("spread room: the leader waits at position {at}");
         }
         let from = self.num.second(self.num.decode(w.serving + 1).0);
+        // Every bucket before each live edge's watermark is recorded (read before the blocks):
+        // those are counted; nobody else hands out places (a silent edge's are passed by time).
+        let now_bucket = now_rel / self.num.block_ms;
+        let covered = marks.iter().filter_map(|m| if let Mark::Live(w) = m { Some(*w) } else { None }).min().unwrap_or(now_bucket).saturating_sub(1);
         let shown = Shown {
             hist: seconds.range(from..).map(|(s, c)| (*s, *c)).collect(),
             front: records.iter().filter(|b| b.end > w.serving).take(FRONT).copied().collect(),
+            covered: Some(covered),
         };
         let args = [node.to_owned(), w.serving.to_string(), (w.released + w.late).to_string(), placed.to_string(), shown.text()];
         let v = self.redis.run(&ADVANCE, &[&m.leader, &m.serving, &m.passed, &m.waiting, &m.hist], &args).await?;
@@ -1240,8 +1285,11 @@ impl RoomState for SpreadRoom {
     /// Places are not consecutive numbers on this layout: how many lie between, from the
     /// places each second of joins holds ([`ahead_of`]), never more than are waiting.
     fn ahead(&self, position: u64, c: &Counters) -> u64 {
-        let shown = self.shown.lock();
-        ahead_of(&self.num, &shown.hist, &shown.front, c.serving, position).min(c.waiting().saturating_sub(1))
+        self.ahead_known(position, c).unwrap_or_else(|| c.waiting().saturating_sub(1))
+    }
+
+    fn ahead_known(&self, position: u64, c: &Counters) -> Option<u64> {
+        self.shown.lock().ahead(&self.num, c.serving, position, c.waiting())
     }
 
     fn passed(&self, _c: &Counters) -> u64 {
@@ -1380,10 +1428,13 @@ mod tests {
         // 100 places in second 50, 300 in second 51, 200 in second 52.
         let hist = [(50, 100), (51, 300), (52, 200)];
         let at = |s: u64, share: f64| num.start((s * 100) + (share * 100.0) as u64, 0);
-        // From the start of second 50 to the middle of 52: 100 + 300 + half of 200.
-        assert_eq!(ahead_of(&num, &hist, &[], at(50, 0.0) - 1, at(52, 0.5)), 500);
-        // Within one second: the share between.
-        assert_eq!(ahead_of(&num, &hist, &[], at(51, 0.25) - 1, at(51, 0.75)), 150);
+        // From the start of second 50 to the middle of 52: 100 + 300, and second 52 whole (how
+        // its places fall before or after the fan is not known: never fewer than there are).
+        assert_eq!(ahead_of(&num, &hist, &[], at(50, 0.0) - 1, at(52, 0.5)), 600);
+        // Within one second: the second whole.
+        assert_eq!(ahead_of(&num, &hist, &[], at(51, 0.25) - 1, at(51, 0.75)), 300);
+        // (The even share, for comparison.)
+        assert_eq!(estimate_between(&num, &hist, at(51, 0.25) - 1, at(51, 0.75)), 150);
         // At or before serving: nobody.
         assert_eq!(ahead_of(&num, &hist, &[], at(51, 0.5), at(51, 0.5)), 0);
         assert_eq!(ahead_of(&num, &hist, &[], 0, at(49, 0.0)), 0);
@@ -1395,12 +1446,62 @@ mod tests {
         assert_eq!(ahead_of(&num, &hist, &front, s0, at(50, 0.0) + 9), 4, "5-8 of the first block");
         assert_eq!(ahead_of(&num, &hist, &front, s0, at(50, 0.0) + 1002), 7, "5-9 of the first, 2 of the second");
         assert_eq!(ahead_of(&num, &hist, &front, s0, at(50, 0.0) + 2000), 8, "right after the front: all 8");
-        // Beyond the front: its 8, then the estimate from its end (100 of second 50 then 300).
-        assert_eq!(ahead_of(&num, &hist, &front, s0, at(52, 0.0)), 8 + estimate_between(&num, &hist, at(50, 0.0) + 1999, at(52, 0.0)));
-        // The published text reads back.
-        let shown = Shown { hist: hist.to_vec(), front: front.to_vec() };
+        // Beyond the front: its 8, second 50 less the front's 13 places in it, then 51 whole.
+        assert_eq!(ahead_of(&num, &hist, &front, s0, at(52, 0.0)), 8 + (100 - 13) + 300 + 200);
+        // The published text reads back; until a bucket is covered nothing is told of it.
+        let shown = Shown { hist: hist.to_vec(), front: front.to_vec(), covered: Some(52 * 100 + 10) };
         assert_eq!(Shown::parse(&shown.text()), shown);
-        assert_eq!(Shown::parse("50:1"), Shown { hist: vec![(50, 1)], front: vec![] });
+        assert_eq!(Shown::parse("50:1"), Shown { hist: vec![(50, 1)], front: vec![], covered: None });
+        assert_eq!(shown.ahead(&num, s0, at(52, 0.0), 10_000), Some(8 + 87 + 300 + 200));
+        assert_eq!(shown.ahead(&num, s0, at(52, 0.5), 10_000), None, "bucket 5250 is not covered yet");
+        assert_eq!(Shown { covered: None, ..shown.clone() }.ahead(&num, s0, at(51, 0.0), 10_000), None);
+        assert_eq!(shown.ahead(&num, s0, at(52, 0.0), 50), Some(49), "never more than are waiting");
+    }
+
+    /// Places handed out at random over a few seconds by a few edges, a front of the blocks
+    /// recorded: at every `serving` as it moves, every place is told at least the people truly
+    /// ahead of it (issue #38), and never more than a block's places above what it was told before.
+    #[test]
+    fn people_ahead_are_never_too_few_and_only_fall() {
+        use rand::{Rng, SeedableRng};
+        let num = Numbering { block: 50, block_ms: 100 };
+        for seed in 0..30u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            // (bucket, edge) -> places used in its block.
+            let mut blocks = Vec::new();
+            let mut places = Vec::new();
+            for t in 500..540u64 {
+                for e in 0..3u64 {
+                    let used = rng.random_range(0..20u64);
+                    let start = num.start(t, e);
+                    if used > 0 {
+                        blocks.push(b(start, start + num.block - 1, start + used - 1));
+                        places.extend(start..start + used);
+                    }
+                }
+            }
+            let mut per_second = std::collections::BTreeMap::new();
+            for p in &places {
+                *per_second.entry(num.second(num.decode(*p).0)).or_insert(0u64) += 1;
+            }
+            let mut told: Vec<u64> = vec![u64::MAX; places.len()];
+            for k in (0..places.len()).step_by(7) {
+                let serving = if k == 0 { 0 } else { places[k - 1] };
+                let hist: Vec<(u64, u64)> = per_second.iter().map(|(s, c)| (*s, *c)).collect();
+                let front: Vec<BlockRecord> = blocks.iter().filter(|x| x.end > serving).take(5).copied().collect();
+                let shown = Shown { hist, front, covered: Some(540) };
+                let waiting = (places.len() - k) as u64;
+                for (i, p) in places.iter().enumerate().skip(k) {
+                    let truth = (i - k) as u64;
+                    let a = shown.ahead(&num, serving, *p, waiting).unwrap();
+                    assert!(a >= truth, "seed {seed}: place {p} told {a}, {truth} are ahead (serving {serving})");
+                    // (It may rise by the places of a block the leader passed within a second:
+                    // the passed blocks of the second at the front are no longer published.)
+                    assert!(a <= told[i].saturating_add(20), "seed {seed}: place {p} told {a} after {} (serving {serving})", told[i]);
+                    told[i] = a;
+                }
+            }
+        }
     }
 
     #[test]

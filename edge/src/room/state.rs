@@ -200,6 +200,12 @@ pub trait RoomState: Send + Sync {
     fn ahead(&self, position: u64, c: &Counters) -> u64 {
         position.saturating_sub(c.serving + 1)
     }
+    /// [`RoomState::ahead`] when it is known never to be fewer than there are (issue #38: a fan's
+    /// "people ahead" only ever falls); `None` while it is not (a spread room whose places just
+    /// before `position` may not be recorded yet).
+    fn ahead_known(&self, position: u64, c: &Counters) -> Option<u64> {
+        Some(self.ahead(position, c))
+    }
     /// Places `serving` has passed, as a count of people (the measured release rate is its
     /// change): `serving` itself but on the spread layout, whose places are not consecutive.
     fn passed(&self, c: &Counters) -> u64 {
