@@ -45,7 +45,7 @@ fn html() -> [(&'static str, &'static str); 2] {
 
 /// Reject-all at run time, on two edges sharing the room in Redis: switched on at one edge's admin
 /// port, every fan without a running session is turned away at both — the queued fan's status says
-/// `closed`, a new fan gets `closed` without a place (nothing is issued), the protected path answers
+/// `stopped` (its place kept, its page goes on asking), a new fan gets `closed` without a place (nothing is issued), the protected path answers
 /// 403 `closed` (JSON) or the closed page (a browser), never the queue — while the admitted fan's
 /// session keeps reaching the origin. `resume` takes people again, from where the queue stood.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,9 +71,23 @@ async fn reject_all_turns_every_new_fan_away_on_every_edge_and_admitted_sessions
     let r = b.admin("POST", "/admin/rooms/r1/reject-all", "").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["reject_all"], true, "{}", r.text());
-    // A applies it within a tick: the queued fan is told the sale is closed, on either edge.
-    until_state(&mut queued, &base_a, "r1", 5, &|s| s == "closed").await;
-    assert_eq!(queued.status(&base_b, "r1").await["state"], "closed");
+    // A applies it within a tick: the queued fan is told entry is stopped, on either edge, and
+    // its page says so (not "the sale has ended") and keeps asking.
+    until_state(&mut queued, &base_a, "r1", 5, &|s| s == "stopped").await;
+    assert_eq!(queued.status(&base_b, "r1").await["state"], "stopped");
+    let cookie = queued.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    let r = get(&format!("{base_a}/queue/r1"), &[("cookie", &cookie), ("accept", "text/html"), ("accept-language", "en")]).await;
+    assert!(r.text().contains("data-state=\"stopped\"") && r.text().contains("Entry is stopped for now"), "{}", r.text());
+    // Neither a hold nor a rate change lifts it, on either edge.
+    for (edge, action) in [(&a, "pause"), (&b, "queue-all")] {
+        let r = edge.admin("POST", &format!("/admin/rooms/r1/{action}"), "").await;
+        assert_eq!((r.status, r.json()["error"].as_str()), (409, Some("mode_conflict")), "{}", r.text());
+    }
+    let r = a.admin("PUT", "/admin/rooms/r1/release", r#"{"mode":"fixed","rate":30}"#).await;
+    assert_eq!((r.status, r.json()["reject_all"].as_bool()), (200, Some(true)), "{}", r.text());
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(stats(&b, "r1").await["reject_all"], true, "the rate change reached B and lifted nothing");
+    assert_eq!(queued.status(&base_b, "r1").await["state"], "stopped");
     let issued = stats(&a, "r1").await["issued"].clone();
     for base in [&base_a, &base_b] {
         // A new fan: `closed`, no place, no ticket.
@@ -109,7 +123,7 @@ async fn reject_all_turns_every_new_fan_away_on_every_edge_and_admitted_sessions
 
     // Resumed at A: B takes people again; the waiting fan is back in the line.
     assert_eq!(a.admin("POST", "/admin/rooms/r1/resume", "").await.status, 200);
-    until_state(&mut queued, &base_b, "r1", 5, &|s| s != "closed").await;
+    until_state(&mut queued, &base_b, "r1", 5, &|s| s != "stopped").await;
     let mut later = Fan::default();
     let r = later.join(&base_b, "r1").await;
     assert_ne!(r.json()["state"], "closed", "{}", r.text());
@@ -138,7 +152,7 @@ async fn reject_all_as_a_room_setting_from_the_config_and_the_admin_api() {
     let r = edge.admin("PUT", "/admin/rooms/r1", &body(true)).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["config"]["reject-all"], true, "{}", r.text());
-    assert_eq!(fan.status(&format!("http://{}", edge.addr), "r1").await["state"], "closed");
+    assert_eq!(fan.status(&format!("http://{}", edge.addr), "r1").await["state"], "stopped", "the place is kept");
 }
 
 /// The queuing status code: 202 or 429 (with `Retry-After`) on the queue page and the JSON answers
@@ -322,7 +336,8 @@ async fn the_preview_renders_every_state_in_every_language_and_touches_nothing()
     assert!(page("waiting", "en").await.contains("<dd id=\"ahead\">1,259</dd>"));
     let not_open = page("not_open", "en").await;
     assert!(not_open.contains("data-opens-at=\"2099-01-01T00:00:00Z\""), "the room's real opening: {not_open}");
-    assert!(page("reject_all", "ja").await.contains("data-state=\"closed\""));
+    assert!(page("reject_all", "ja").await.contains("data-state=\"stopped\""), "a fan holding a place: its place kept");
+    assert!(page("closed", "ja").await.contains("data-state=\"closed\""));
     assert!(page("check", "en").await.contains("data-state=\"check\""));
     // No state, no language: waiting, in English.
     let r = edge.admin("GET", "/admin/rooms/r1/preview", "").await;
