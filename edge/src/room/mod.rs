@@ -182,7 +182,8 @@ pub struct ReleaseBook {
     pub batches_done: usize,
     /// Places passed at the last tick ([`state::RoomState::passed`]), for the measured release rate.
     pub last_passed: Option<u64>,
-    /// Time of the last tick, Unix ms.
+    /// Time of the last tick that reached its release step, Unix ms (a failed tick keeps the old
+    /// one: the next step is capped at [`release::MAX_STEP_MS`]).
     pub last_tick_ms: u64,
 }
 

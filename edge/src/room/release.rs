@@ -2,7 +2,8 @@
 //! takes or renews the leader lease, feeds the controller (core P99 and errors measured on the
 //! requests this edge forwards, core utilisation from the core's /metrics, occupancy, exits),
 //! and — on the leader only — advances `serving` by the controller's rate plus any timed batch
-//! that is due. In a room with a bot check the advance counts only places whose check is given:
+//! that is due (a step admits for at most one and a half ticks, however long since the last:
+//! seconds lost to failed ticks are not released at once, [`MAX_STEP_MS`]). In a room with a bot check the advance counts only places whose check is given:
 //! owed places it passes are held back (not admitted, not counted) for `proof-grace-seconds`,
 //! then lost; a proof given within the grace lets that place in and the next advance one fewer. A second task polls the core's stock (sold out stops releases) and /metrics.
 
@@ -28,6 +29,25 @@ pub const TICK: Duration = Duration::from_secs(1);
 pub const LEASE_MS: u64 = 3000;
 /// Core utilisation older than this is not used.
 pub const UTIL_MAX_AGE_MS: u64 = 5000;
+/// The most time one release step admits for: one and a half ticks. A tick that fails (the room
+/// state store unreachable, a Redis failover) keeps the time of the last one that released, and
+/// the next step would otherwise release the rate times the whole outage at once — onto a core
+/// (and a store) that has just recovered: 68, 59, 23 a second around a promotion in a room set to
+/// 25/s. The seconds missed are not owed: the controller sets the rate from what is out there, and
+/// the queue resumes at it. Half a tick of slack keeps a late timer from costing admissions.
+pub const MAX_STEP_MS: u64 = 1500;
+
+/// One release step: admissions for `rate` per second over `dt_ms` (at most [`MAX_STEP_MS`]) plus
+/// the fraction `carry` left by the last step; returns the whole admissions and the fraction to
+/// carry (under 1). No rate, no step: the carry waits.
+pub fn release_step(rate: f64, dt_ms: u64, carry: f64) -> (u64, f64) {
+    if !(rate > 0.0 && rate.is_finite()) {
+        return (0, carry);
+    }
+    let n = rate * dt_ms.min(MAX_STEP_MS) as f64 / 1000.0 + carry;
+    let whole = n.floor() as u64;
+    (whole, (n - whole as f64).min(1.0))
+}
 
 impl Rooms {
     /// One tick of one room at `now_ms` (Unix ms).
@@ -92,11 +112,7 @@ impl Rooms {
         let mut whole = 0u64;
         {
             let mut b = room.book.lock();
-            if rate > 0.0 {
-                let n = rate * dt_ms as f64 / 1000.0 + b.carry;
-                whole = n.floor() as u64;
-                b.carry = (n - whole as f64).min(1.0);
-            }
+            (whole, b.carry) = release_step(rate, dt_ms, b.carry);
             let batches_allowed = releasing && !matches!(mode, ReleaseMode::Paused | ReleaseMode::QueueAll);
             while b.batches_done < spec.batches.len() && spec.batches[b.batches_done].0 <= now_s {
                 if batches_allowed {
@@ -458,6 +474,32 @@ impl BackgroundService for ReleaseLoop {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 39: ticks that fail (the room state store down) keep the time of the last step; the
+    /// first step after them releases at most one and a half ticks' worth, not the outage's.
+    #[test]
+    fn a_step_after_failed_ticks_releases_at_the_rate_not_the_outage() {
+        use super::{MAX_STEP_MS, release_step};
+        // 25/s, a tick a second: 25 a step.
+        let (mut carry, mut released) = (0.0, Vec::new());
+        let mut last_tick_ms = 0;
+        for now_ms in [1000u64, 2000, 3000, /* 4000..=8000 fail */ 9000, 10_000, 11_000] {
+            let whole;
+            (whole, carry) = release_step(25.0, now_ms - last_tick_ms, carry);
+            released.push(whole);
+            last_tick_ms = now_ms;
+        }
+        assert_eq!(released, vec![25, 25, 25, 37, 25, 25], "6 s of outage release 1.5 s worth, not 150");
+        assert_eq!(carry, 0.5, "the fraction is carried, nothing more");
+        // A late timer (1.2 s) releases its time; fractions add up across steps.
+        assert_eq!(release_step(25.0, 1200, 0.0), (30, 0.0));
+        assert_eq!(release_step(2.5, 1000, 0.0), (2, 0.5));
+        assert_eq!(release_step(2.5, 1000, 0.5), (3, 0.0));
+        assert_eq!(release_step(10.0, MAX_STEP_MS * 10, 0.0), (15, 0.0));
+        // No rate (paused, sold out, closed): nothing, and the carry waits.
+        assert_eq!(release_step(0.0, 5000, 0.7), (0, 0.7));
+        assert_eq!(release_step(f64::NAN, 5000, 0.7), (0, 0.7));
+    }
+
     #[test]
     fn utilisation_from_prometheus_text() {
         let t = "# HELP x\nwicket_core_inflight_total 9\nwicket_core_inflight 12\nwicket_core_concurrency_limit 48\n";
