@@ -424,7 +424,7 @@ async fn rooms_admin_api_pause_resume_queue_all_release_stats_stream() {
     let r = edge.admin("PUT", "/admin/rooms/r9", r#"{"event":"","target":"x","protected":[],"token_seconds":999}"#).await;
     assert_eq!(r.status, 400);
     let paths: Vec<String> = r.json()["issues"].as_array().unwrap().iter().map(|i| i["path"].as_str().unwrap().to_owned()).collect();
-    for p in ["room.event", "room.target", "room.protected", "room.token-seconds"] {
+    for p in ["room.event", "room.target", "room.protected", "room.token_seconds"] {
         assert!(paths.iter().any(|x| x == p), "{p} missing in {paths:?}");
     }
     assert_eq!(edge.admin("PUT", "/admin/rooms/r9", "{nope").await.status, 400);
