@@ -193,10 +193,11 @@ impl EdgeState {
                 .map_err(|err| one("edge.static-dir", err.to_string()))?;
         }
         statics.insert(POW_JS_PATH, prepare("pow.js", POW_JS.as_bytes().to_vec(), "public, max-age=3600"));
-        // The queue page's assets are compiled in, so every edge with a room can serve its page.
+        // The queue page's assets are compiled in and always served (unless `static-dir` has its
+        // own): a room made later through the admin API needs them as much as one in the config.
         for (name, body) in [("queue.js", crate::room::page::QUEUE_JS), ("queue.css", crate::room::page::QUEUE_CSS)] {
             let path = format!("{}{name}", e.static_prefix);
-            if !config.rooms.is_empty() && statics.get(&path).is_none() {
+            if statics.get(&path).is_none() {
                 statics.insert(&path, prepare(name, body.as_bytes().to_vec(), "public, max-age=300"));
             }
         }

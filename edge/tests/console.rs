@@ -200,7 +200,9 @@ async fn the_schedule_route_moves_the_opening_and_refuses_hostile_bodies() {
         assert!(r.json()["message"].as_str().is_some_and(|m| !m.is_empty()), "{bad}");
     }
     let r = edge.admin("PUT", "/admin/rooms/r1/schedule", r#"{"opens_at":"2099-01-01T10:00:00Z","closes_at":"2099-01-01T09:00:00Z"}"#).await;
-    assert!(r.json()["message"].as_str().unwrap().contains("closes-at"), "{}", r.text());
+    // Named as the body spells it (issue #38).
+    assert!(r.json()["message"].as_str().unwrap().contains("room.schedule.closes_at"), "{}", r.text());
+    assert_eq!(r.json()["issues"][0]["path"], "room.schedule.closes_at", "{}", r.text());
     let big = format!("{{\"opens_at\":\"{}\"}}", "9".repeat(wicket_edge::admin::MAX_ADMIN_BODY));
     let r = edge.admin("PUT", "/admin/rooms/r1/schedule", &big).await;
     assert_eq!((r.status, r.json()["error"].as_str()), (413, Some("payload_too_large")));

@@ -145,7 +145,7 @@ async fn presale_window_lets_only_invitees_queue_then_everyone() {
     let r = outsider.page(&edge.url("/queue/r1")).await;
     assert_eq!(r.status, 403);
     let page = r.text();
-    assert!(page.contains("<h1>Invited fans only</h1>"), "{page}");
+    assert!(page.contains(">Invited fans only</h1>"), "{page}");
     assert!(page.contains(&format!("Until {} (UTC)", until.replacen('T', " ", 1))), "{page}");
     assert!(page.contains("<form method=post action=\"/queue/r1/invite\">") && page.contains("name=code"), "{page}");
     outsider.lang = "ja";
@@ -298,7 +298,7 @@ async fn hostile_codes_are_refused_and_brute_force_hits_the_limit() {
     let r = post("/admin/rooms/r1/invites/codes", r#"{"codes": ["GOOD-CODE-1", "bad", "ALSO GOOD", "x$y"]}"#).await;
     assert_eq!(r.status, 400);
     let v = r.json();
-    assert_eq!((v["error"].as_str(), v["message"].as_str()), (Some("bad_request"), Some("malformed codes: nothing was stored")));
+    assert_eq!((v["error"].as_str(), v["message"].as_str()), (Some("bad_request"), Some("malformed or weak codes: nothing was stored")));
     let paths: Vec<&str> = v["issues"].as_array().unwrap().iter().map(|i| i["path"].as_str().unwrap()).collect();
     assert_eq!(paths, ["codes[1]", "codes[2]", "codes[3]"]);
     assert_eq!(counts(&edge, "r1").await, (2, 1, 0));
@@ -507,7 +507,7 @@ async fn the_lane_takes_its_share_of_each_release_first_in_join_order() {
     assert_eq!((r.status, r.json()["error"].as_str()), (400, Some("bad_request")), "{}", r.text());
     let mut paths: Vec<String> = r.json()["issues"].as_array().unwrap().iter().map(|i| i["path"].as_str().unwrap().to_owned()).collect();
     paths.sort();
-    assert_eq!(paths, ["room.invite.share", "room.invite.share", "room.max-qty"], "{}", r.text());
+    assert_eq!(paths, ["room.invite.share", "room.invite.share", "room.max_qty"], "{}", r.text());
     let r = edge.admin("PUT", "/admin/rooms/r9", r#"{"event": "e9", "target": "/", "protected": ["/a"], "invite": {"share": "0.3"}}"#).await;
     assert_eq!((r.status, r.json()["error"].as_str()), (400, Some("bad_request")), "{}", r.text());
     assert_eq!(edge.admin("GET", "/admin/rooms/r9", "").await.status, 404, "nothing was made");
@@ -523,4 +523,199 @@ async fn the_lane_share_holds_across_two_edges_on_redis() {
     let a = TestEdge::start_full(&top, &cfg, &[], &[]);
     let b = TestEdge::start_full(&top, &cfg, &[], &[]);
     lane_share_scenario([&a, &b], t1, t2).await;
+}
+
+/// Waits, when less than `need` seconds of the current minute are left, for the next minute (the
+/// per-minute budgets below must not reset halfway through a test).
+async fn a_fresh_minute(need: u64) {
+    let into = time::OffsetDateTime::now_utc().unix_timestamp() as u64 % 60;
+    if 60 - into < need {
+        tokio::time::sleep(Duration::from_secs(60 - into)).await;
+    }
+}
+
+/// The room's budget of wrong codes (issue #38): guesses from many identities (each under its
+/// own limits) spend it; then no code of the room is judged, the right one neither (429 with
+/// `Retry-After`), while another room still judges; each refusal is counted as `rate_limited`
+/// in the room's report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rooms_wrong_code_budget_stops_all_judging_once_spent() {
+    let edge = TestEdge::start(&config("invite = { only = true, wrong-codes-per-minute = 6 }"));
+    let r1 = generate(&edge, "r1", 1).await;
+    let r2 = generate(&edge, "r2", 1).await;
+    a_fresh_minute(20).await;
+    // A right code and malformed ones spend nothing of the budget.
+    let r = Fan::user("early").redeem(&edge, "r1", &r1[0]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(Fan::user("typo").redeem(&edge, "r1", "no!").await.status, 400);
+    for i in 0..6 {
+        let r = Fan::user(&format!("guesser-{i}")).redeem(&edge, "r1", &format!("GUESS-{i:04}-X")).await;
+        assert_eq!(r.status, 403, "{i}: {}", r.text());
+    }
+    let spent = refusal(
+        "r1",
+        "rate_limited",
+        "too many wrong invite codes for this room this minute: no code is checked until it ends, try again then",
+        None,
+    );
+    let r = Fan::user("guesser-6").redeem(&edge, "r1", "GUESS-0006-X").await;
+    assert_eq!((r.status, r.json()), (429, spent.clone()));
+    let secs: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&secs), "{secs}");
+    // A right code, from a fan with attempts of their own left: not judged either.
+    let fresh = generate(&edge, "r1", 1).await;
+    let mut honest = Fan::user("honest");
+    let r = honest.redeem(&edge, "r1", &fresh[0]).await;
+    assert_eq!((r.status, r.json()), (429, spent));
+    assert_eq!(honest.get(&edge.url("/queue/r1")).await.status, 403, "not redeemed");
+    // The page says so too.
+    let r = honest.send("POST", &edge.url("/queue/r1/invite"), "text/html", "application/x-www-form-urlencoded", b"code=ABCD-1234-EFGH").await;
+    assert_eq!(r.status, 429);
+    assert!(r.text().contains("Too many tries"), "{}", r.text());
+    // Another room has its own budget.
+    let r = Fan::user("r2-fan").redeem(&edge, "r2", &r2[0]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Counted where the room's invite refusals are: 6 wrong codes, 3 over the budget.
+    let want = (json!(6), json!(3));
+    let deadline = Instant::now() + Duration::from_secs(6);
+    loop {
+        let t = edge.admin("GET", "/admin/rooms/r1/report", "").await.json()["totals"]["refusals"].clone();
+        let got = (t["invite_invalid"].clone(), t["rate_limited"].clone());
+        if got == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{t}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Uploaded codes carry at least 40 bits (issue #38): a short or digits-only code is refused with
+/// its index and why, nothing of the upload is stored; generated codes and revoking any code
+/// are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weak_codes_are_refused_on_upload_with_their_index() {
+    let edge = TestEdge::start(&config("invite = { only = true }"));
+    let body = json!({"codes": ["ABCD-1234", "ABCDEFGH", "1234-5678-9012", "1234-5678-9012-3", "abcdefghj"]});
+    let r = edge.admin("POST", "/admin/rooms/r1/invites/codes", &body.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let v = r.json();
+    assert_eq!((v["error"].as_str(), v["message"].as_str()), (Some("bad_request"), Some("malformed or weak codes: nothing was stored")));
+    let issues: Vec<(String, String)> = v["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["path"].as_str().unwrap().to_owned(), i["message"].as_str().unwrap().to_owned()))
+        .collect();
+    let weak = |bits: u32| {
+        format!(
+            "too easy to guess: {bits} bits (its length times log2 of its alphabet: 10 digits, 26 letters, 36 both); \
+             at least 40, e.g. 8 letters and digits, 9 letters or 13 digits"
+        )
+    };
+    assert_eq!(issues, [("codes[1]".to_owned(), weak(37)), ("codes[2]".to_owned(), weak(39))], "8 letters, 12 digits");
+    assert_eq!(counts(&edge, "r1").await, (0, 0, 0), "nothing stored");
+    let strong = json!({"codes": ["ABCD-1234", "1234-5678-9012-3", "abcdefghj"]});
+    let r = edge.admin("POST", "/admin/rooms/r1/invites/codes", &strong.to_string()).await;
+    assert_eq!((r.status, r.json()), (200, json!({"added": 3, "given": 3})));
+    generate(&edge, "r1", 50).await;
+    // Revoking does not judge strength: a weak code uploaded before the rule can still go.
+    let r = edge.admin("POST", "/admin/rooms/r1/invites/revoke", r#"{"codes": ["ABCDEFGH", "ABCD-1234"]}"#).await;
+    assert_eq!((r.status, r.json()), (200, json!({"codes": 1, "users": 0})));
+}
+
+/// Lane priority ends with the invitation (issue #38): of two invitees in a lane with the whole
+/// release (`share = 1`), the one whose user id is revoked is not admitted at its lane turn (the
+/// other is), and keeps its ordinary place: admitted when `serving` reaches it (a release step
+/// past it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_invitee_loses_the_lane_but_keeps_its_place() {
+    let t1 = (time::OffsetDateTime::now_utc() + time::Duration::seconds(8)).replace_nanosecond(0).unwrap();
+    let t2 = t1 + time::Duration::seconds(5);
+    let cfg = format!(
+        "user-header = \"x-user-id\"\n[edge.anomaly]\ndevice-max-users = 1000\n{}\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 0.0 }}\ninvite = {{ share = 1.0 }}\n\
+         batches = [{{ at = \"{}\", count = 2 }}, {{ at = \"{}\", count = 4 }}]\n",
+        hs_tokens(),
+        rfc3339(t1),
+        rfc3339(t2)
+    );
+    let edge = TestEdge::start(&cfg);
+    let r = edge.admin("POST", "/admin/rooms/r1/invites/users", r#"{"users": ["inv-1", "inv-2"]}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut fans: Vec<Fan> = ["n-1", "n-2", "n-3", "inv-1", "inv-2"].into_iter().map(Fan::user).collect();
+    for f in &mut fans {
+        let r = f.get(&edge.url("/queue/r1")).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(time::OffsetDateTime::now_utc() < t1, "everyone must have queued before the first step");
+    let r = edge.admin("POST", "/admin/rooms/r1/invites/revoke", r#"{"users": ["inv-1"]}"#).await;
+    assert_eq!((r.status, r.json()), (200, json!({"codes": 0, "users": 1})));
+
+    async fn states(fans: &mut [Fan], edge: &TestEdge) -> Vec<String> {
+        let mut out = Vec::new();
+        for f in fans.iter_mut() {
+            let r = f.get(&edge.url("/queue/r1/status")).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            out.push(r.json()["state"].as_str().unwrap().to_owned());
+        }
+        out
+    }
+    async fn until(fans: &mut [Fan], edge: &TestEdge, want: &[&str], by: time::OffsetDateTime) {
+        loop {
+            let got = states(fans, edge).await;
+            if got == want {
+                return;
+            }
+            assert!(time::OffsetDateTime::now_utc() < by, "{got:?}, want {want:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // The first step (2, all the lane's): its two lane places; only inv-2 is still invited.
+    until(&mut fans, &edge, &["waiting", "waiting", "waiting", "waiting", "admitted"], t2 - time::Duration::seconds(1)).await;
+    let s = fans[3].get(&edge.url("/queue/r1/status")).await.json();
+    assert_eq!((s["state"].as_str(), s["position"].as_u64()), (Some("waiting"), Some(4)), "inv-1 waits at its own place: {s}");
+    // The second step (4): n-1..n-3, then inv-1 when `serving` reaches its place (its lane turn
+    // was spent: it costs the release nothing more, and inv-2's place neither).
+    until(&mut fans, &edge, &["admitted"; 5], t2 + time::Duration::seconds(8)).await;
+}
+
+/// The invite page in the queue page's words and branding (issue #38): `[edge.queue-page.text.<lang>]
+/// invite_title` (and the other invite keys) replace the catalogue's, and the page carries the
+/// logo, the colours and the event name (the room's own `event-name` over the edge-wide one), in
+/// every language.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_invite_page_has_the_operators_words_and_branding() {
+    let queue_page = "[edge.queue-page]\nevent-name = \"Summer Tour\"\nlogo-url = \"/img/logo.png\"\n\
+         [edge.queue-page.colours]\naccent = \"#123456\"\n\
+         [edge.queue-page.text.en]\ninvite_title = \"Members' presale\"\ninvite_submit = \"Let me in\"\n\
+         [edge.queue-page.text.ja]\ninvite_title = \"会員先行\"\n";
+    let cfg = config("invite = { only = true }\nevent-name = \"Room One Live\"").replacen("[edge.anomaly]", &format!("{queue_page}[edge.anomaly]"), 1);
+    let edge = TestEdge::start(&cfg);
+    let mut fan = Fan::new("fan");
+    let r = fan.page(&edge.url("/queue/r1")).await;
+    assert_eq!(r.status, 403);
+    let page = r.text();
+    for want in [
+        "<title>Members&#39; presale · Room One Live</title>",
+        ">Members&#39; presale</h1>",
+        "Let me in</button>",
+        "<img class=logo src=\"/img/logo.png\"",
+        ">Room One Live</p>",
+        "<style>:root{--accent:#123456;}</style>",
+    ] {
+        assert!(page.contains(want), "{want} in {page}");
+    }
+    assert!(!page.contains("Invited fans only") && !page.contains("Summer Tour"), "{page}");
+    // Another room: the edge-wide event name; another language: its own override.
+    let page = fan.page(&edge.url("/queue/r2")).await.text();
+    assert!(page.contains(">Summer Tour</p>") && page.contains(">Members&#39; presale</h1>"), "{page}");
+    fan.lang = "ja";
+    let page = fan.page(&edge.url("/queue/r2")).await.text();
+    assert!(page.contains(">会員先行</h1>") && page.contains("<img class=logo"), "{page}");
+    // The form's answers carry them too.
+    fan.lang = "en";
+    let r = fan.send("POST", &edge.url("/queue/r1/invite"), "text/html", "application/x-www-form-urlencoded", b"code=ZZZZ-ZZZZ-ZZZZ").await;
+    assert_eq!(r.status, 403);
+    assert!(r.text().contains(">Members&#39; presale</h1>") && r.text().contains("This code is not valid for this sale."), "{}", r.text());
 }

@@ -424,7 +424,7 @@ async fn rooms_admin_api_pause_resume_queue_all_release_stats_stream() {
     let r = edge.admin("PUT", "/admin/rooms/r9", r#"{"event":"","target":"x","protected":[],"token_seconds":999}"#).await;
     assert_eq!(r.status, 400);
     let paths: Vec<String> = r.json()["issues"].as_array().unwrap().iter().map(|i| i["path"].as_str().unwrap().to_owned()).collect();
-    for p in ["room.event", "room.target", "room.protected", "room.token-seconds"] {
+    for p in ["room.event", "room.target", "room.protected", "room.token_seconds"] {
         assert!(paths.iter().any(|x| x == p), "{p} missing in {paths:?}");
     }
     assert_eq!(edge.admin("PUT", "/admin/rooms/r9", "{nope").await.status, 400);
@@ -750,4 +750,44 @@ async fn pow_room_fixes_the_place_at_arrival_and_the_proof_gates_admission() {
     assert!(s["position"].as_u64().is_some_and(|p| p > 4) && s["proof_owed"] == "pow", "{s}");
     let stats = edge.admin("GET", "/admin/rooms/r1/stats", "").await.json();
     assert_eq!(stats["admissions"], 3, "A, B and Y; never X: {stats}");
+}
+
+/// A room made only through the admin API (issue #38): an edge started without `[[rooms]]`
+/// serves the queue page's stylesheet and script itself (never the origin), and the room's queue
+/// page is the page of the same room made from the config file (up to the figures of the moment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_made_through_the_admin_api_gets_the_queue_pages_assets_from_the_edge() {
+    let origin = TestUpstream::start("origin").await;
+    let top = format!("origin = \"{}\"\nuser-header = \"x-user-id\"\n{}", origin.url(), hs_tokens());
+    let room = "event = \"ev-7\"\ntarget = \"/buy/ev-7\"\nprotected = [\"/buy/ev-7\"]\nrelease = { mode = \"fixed\", rate = 0.0 }\n";
+    let bare = TestEdge::start(&top);
+    let configured = TestEdge::start(&format!("{top}\n[[rooms]]\nid = \"r7\"\n{room}"));
+    let body = json!({"event": "ev-7", "target": "/buy/ev-7", "protected": ["/buy/ev-7"], "release": {"mode": "fixed", "rate": 0.0}});
+    let r = bare.admin("PUT", "/admin/rooms/r7", &body.to_string()).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+
+    for (path, ctype, body) in [
+        ("/static/queue.css", "text/css", wicket_edge::room::page::QUEUE_CSS),
+        ("/static/queue.js", "javascript", wicket_edge::room::page::QUEUE_JS),
+    ] {
+        let r = get(&bare.url(path), &[]).await;
+        assert_eq!(r.status, 200, "{path}");
+        assert!(r.header("content-type").is_some_and(|c| c.contains(ctype)), "{path}: {:?}", r.header("content-type"));
+        assert_eq!(r.text(), body, "{path}");
+    }
+    assert_eq!(get(&bare.url("/wicket/pow.js"), &[]).await.status, 200);
+    assert!(origin.seen.lock().iter().all(|s| !s.contains("/static/") && !s.contains("/wicket/")), "{:?}", origin.seen.lock());
+
+    // The queue page: the same as the configured room's, each to a new fan in the same language,
+    // up to the numbers of the moment (the server's time, the refresh's jittered pace).
+    let page = |edge: &TestEdge| {
+        let url = edge.url("/queue/r7");
+        async move { Client::user("fan").send("GET", &url, &[("accept", "text/html")], b"").await }
+    };
+    let (a, b) = (page(&bare).await, page(&configured).await);
+    assert_eq!((a.status, b.status), (200, 200), "{}", a.text());
+    let figures = |s: &str| s.chars().map(|c| if c.is_ascii_digit() { '0' } else { c }).collect::<String>();
+    assert_eq!(figures(&a.text()), figures(&b.text()));
+    assert!(a.text().contains("<link rel=\"stylesheet\" href=\"/static/queue.css\">") && a.text().contains("<script src=\"/static/queue.js\" defer>"));
+    assert!(origin.seen.lock().is_empty(), "nothing reached the origin: {:?}", origin.seen.lock());
 }

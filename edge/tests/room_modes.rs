@@ -212,7 +212,12 @@ async fn the_queuing_status_code_is_the_rooms_choice_of_200_202_or_429() {
     }
     let r = edge.admin("PUT", "/admin/rooms/x", r#"{"event":"e","target":"/x","protected":["/x"],"queuing_status_code":302}"#).await;
     assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.text().contains("room.queuing-status-code"), "{}", r.text());
+    assert_eq!(r.json()["issues"], serde_json::json!([{"path": "room.queuing_status_code", "message": "must be 200, 202 or 429"}]), "the JSON body's spelling: {}", r.text());
+    // Nested keys too (the config file keeps its kebab-case: `rooms[0].queuing-status-code` above).
+    let r = edge.admin("PUT", "/admin/rooms/x", r#"{"event":"e","target":"/x","protected":["/x"],"session_idle_seconds":1,"release":{"p99_target_ms":0}}"#).await;
+    let v = r.json();
+    let paths: Vec<&str> = v["issues"].as_array().unwrap().iter().map(|i| i["path"].as_str().unwrap()).collect();
+    assert_eq!((r.status, paths), (400, vec!["room.release.p99_target_ms", "room.session_idle_seconds"]), "{}", r.text());
 }
 
 /// Test mode, on two edges sharing the room in Redis: a fan without the test cookie reaches the
@@ -323,6 +328,10 @@ async fn the_preview_renders_every_state_in_every_language_and_touches_nothing()
             assert!(page.contains("Summer Tour") && page.contains("<style>") && !page.contains("href=\"/static/queue.css\""), "{state} {lang}");
             let csp = r.header("content-security-policy").unwrap_or_default();
             assert!(csp.contains("frame-ancestors 'self'") && !csp.contains("script-src"), "{csp}");
+            // Its CSP allows no script (`default-src 'none'`): the page carries none, so the
+            // console's frame logs no error (issue #38).
+            assert!(csp.starts_with("default-src 'none';"), "{csp}");
+            assert!(!page.to_ascii_lowercase().contains("<script"), "{state} {lang}: {page}");
             assert_eq!(r.header("x-frame-options"), Some("SAMEORIGIN"));
         }
     }

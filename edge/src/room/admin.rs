@@ -59,6 +59,14 @@ fn room_json(room: &Room) -> serde_json::Value {
     json!({"id": room.id, "config": room.spec().config, "stats": room.stats()})
 }
 
+/// A room's problems with their paths spelt as the admin API's JSON body spells its keys
+/// (`room.queuing_status_code`, not the config file's `room.queuing-status-code`): every key of
+/// the room body has its snake_case spelling ([`RoomConfig`]'s aliases), and no key is spelt
+/// with `_` in the config file.
+fn json_spelling(issues: Vec<crate::check::ConfigIssue>) -> Vec<crate::check::ConfigIssue> {
+    issues.into_iter().map(|i| crate::check::ConfigIssue { path: i.path.replace('-', "_"), ..i }).collect()
+}
+
 /// True for the paths [`handle`] answers.
 pub fn is_rooms_path(path: &str) -> bool {
     path == "/admin/rooms" || path.starts_with("/admin/rooms/")
@@ -90,7 +98,7 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             }
             Err(e) => return error(400, "bad_request", format!("invalid room body: {}", e.inner())),
         };
-        return match cfg.compile(id, "room") {
+        return match cfg.compile(id, "room").map_err(json_spelling) {
             Err(issues) => json_response(
                 400,
                 &json!({"error": "bad_request", "message": "invalid room", "issues": issues}),
@@ -218,7 +226,7 @@ pub async fn handle(rooms: &Rooms, method: &Method, path: &str, body: &[u8]) -> 
             // room needs `opens_at`, `closes_at` must follow it...).
             let mut cfg = room.spec().config.clone();
             cfg.schedule = schedule;
-            let spec = match cfg.compile(id, "room") {
+            let spec = match cfg.compile(id, "room").map_err(json_spelling) {
                 Ok(spec) => spec,
                 Err(issues) => {
                     let message = issues.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
@@ -288,6 +296,19 @@ pub async fn stream(rooms: &Rooms, session: &mut ServerSession) {
     let _ = session.write_response_body(Bytes::new(), true).await;
 }
 
+/// `html` without its `<script>` elements, in any case (the template's own too).
+fn without_scripts(html: &str) -> String {
+    let lower = html.to_ascii_lowercase();
+    let mut out = String::with_capacity(html.len());
+    let mut at = 0;
+    while let Some(start) = lower[at..].find("<script").map(|i| at + i) {
+        out.push_str(&html[at..start]);
+        at = lower[start..].find("</script>").map_or(html.len(), |end| start + end + "</script>".len());
+    }
+    out.push_str(&html[at..]);
+    out
+}
+
 /// The states `GET /admin/rooms/<room>/preview` renders, as `?state=` names them.
 pub const PREVIEW_STATES: [&str; 9] =
     ["waiting", "queue_all", "paused", "not_open", "sold_out", "sold_out_for_now", "closed", "reject_all", "check"];
@@ -302,8 +323,10 @@ pub fn is_preview_path(path: &str) -> bool {
 /// sample figures (1,259 people ahead, 4–7 minutes, one person every 5 s...) and the room's real
 /// opening time when it has one ahead. Nothing of the room is read or written but its config: no
 /// join, no counter. `state` defaults to `waiting`, `lang` to `en`; an unknown one is 400, an unknown
-/// room 404. The page's stylesheet is inlined (`css`) and its scripts are off (the no-JS page, as
-/// the server renders it), so it shows as it is inside the console's frame on the admin port.
+/// room 404. The page's stylesheet is inlined (`css`) and its scripts are left out (the no-JS
+/// page, as the server renders it: its CSP, `default-src 'none'`, allows no script, and one left
+/// in would only log an error in the console), so it shows as it is inside the console's frame
+/// on the admin port.
 pub fn preview(rooms: &Rooms, page: &QueuePage, css: &str, path: &str, query: Option<&str>) -> Response<Vec<u8>> {
     let id = path.trim_start_matches("/admin/rooms/").trim_end_matches("/preview");
     let Some(room) = rooms.get(id) else { return error(404, "not_found", format!("no room {id:?}")) };
@@ -368,7 +391,7 @@ pub fn preview(rooms: &Rooms, page: &QueuePage, css: &str, path: &str, query: Op
         opens_in,
         event_name: spec.config.event_name.as_deref(),
     };
-    let html = page.render(&view).replacen(
+    let html = without_scripts(&page.render(&view)).replacen(
         "<link rel=\"stylesheet\" href=\"/static/queue.css\">",
         &format!("<style>{}</style>", css.replace("</", "<\\/")),
         1,

@@ -24,7 +24,7 @@
 //! | `queuing-status-code` | 200; 202 or 429 (with `Retry-After`): the status of the queue page and of the queue's join answers while the fan is queued |
 //! | `event-name` | `[edge.queue-page] event-name`: the event's name on this room's page |
 //! | `test-mode` | `false`; `true`: only fans with the operator's test cookie meet the room, everyone else passes as if it were off |
-//! | `invite` | none: everyone may queue (`[rooms.invite]`: the presale lane, [`super::invite`]; `share`: its share of each release) |
+//! | `invite` | none: everyone may queue (`[rooms.invite]`: the presale lane, [`super::invite`]; `share`: its share of each release; `wrong-codes-per-minute`: 300) |
 //! | `layout` | `single` (every key in one Redis Cluster slot); `spread`: across the cluster ([`super::spread`]) |
 //! | `spread` | 6 shards, time buckets of 5 ms with up to 500 places per edge each, joins written every 300 ms |
 
@@ -312,6 +312,19 @@ pub struct InviteConfig {
     /// FIFO turn (in their join order); the rest goes in FIFO order. None: no reserved share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<f64>,
+    /// Wrong invite codes (no such code in the room) the room takes per minute on each edge, from
+    /// every address together; once spent, no code is judged (right or wrong: 429 with
+    /// `Retry-After`) until the minute ends. 1 to 1,000,000. Default 300
+    /// ([`super::invite::WRONG_CODES_PER_MINUTE`]).
+    #[serde(default, alias = "wrong_codes_per_minute", skip_serializing_if = "Option::is_none")]
+    pub wrong_codes_per_minute: Option<u32>,
+}
+
+impl InviteConfig {
+    /// [`InviteConfig::wrong_codes_per_minute`] or its default.
+    pub fn wrong_codes_budget(&self) -> u32 {
+        self.wrong_codes_per_minute.unwrap_or(super::invite::WRONG_CODES_PER_MINUTE)
+    }
 }
 
 /// When a room queues its visitors.
@@ -598,6 +611,9 @@ fn invite_until(inv: &InviteConfig, path: &str, closes_at: Option<i64>, out: &mu
         && !(share.is_finite() && share > 0.0 && share <= 1.0)
     {
         out.push(issue(format!("{path}.invite.share"), "must be more than 0 and at most 1 (the lane's fraction of each release)"));
+    }
+    if inv.wrong_codes_per_minute.is_some_and(|n| n == 0 || n > 1_000_000) {
+        out.push(issue(format!("{path}.invite.wrong-codes-per-minute"), "must be between 1 and 1000000"));
     }
     match (&inv.only_until, inv.only) {
         (Some(_), true) => {
@@ -894,6 +910,16 @@ mod tests {
         let s = room("invite = { share = 0.3 }").unwrap();
         assert_eq!((s.lane_share, s.invite_until), (Some(0.3), None));
         assert_eq!(room("invite = { only = true, share = 1 }").unwrap().lane_share, Some(1.0));
+        // The room's budget of wrong codes a minute: its default, its bounds, with its path.
+        let budget = |invite: &str| room(invite).unwrap().config.invite.unwrap().wrong_codes_budget();
+        assert_eq!(budget("invite = { only = true }"), 300);
+        assert_eq!(budget("invite = { only = true, wrong-codes-per-minute = 20 }"), 20);
+        for bad in ["0", "1000001"] {
+            assert_eq!(
+                problem(&format!("invite = {{ only = true, wrong-codes-per-minute = {bad} }}")),
+                [("rooms[0].invite.wrong-codes-per-minute".to_owned(), "must be between 1 and 1000000".to_owned())]
+            );
+        }
         assert_eq!(room("").unwrap().lane_share, None);
         for bad in ["0", "-0.1", "1.5", "nan", "inf"] {
             assert_eq!(

@@ -309,13 +309,13 @@ async fn invite_gate(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueReq
     if let Some(code) = code {
         match attempt(st, q.ip, &sub, room, &code).await {
             Ok(Ok(_)) => return None,
-            Ok(Err(why)) => return Some(send_reply(session, q, refuse(session.req_header(), room, why, html)).await),
+            Ok(Err(why)) => return Some(send_reply(session, q, refuse(st, session.req_header(), room, why, html)).await),
             Err(e) => return Some(room_error(session, q, room, e.into()).await),
         }
     }
     match st.rooms.may_join(room, &sub).await {
         Ok(true) => None,
-        Ok(false) => Some(send_reply(session, q, refuse(session.req_header(), room, Refusal::InviteOnly, html)).await),
+        Ok(false) => Some(send_reply(session, q, refuse(st, session.req_header(), room, Refusal::InviteOnly, html)).await),
         Err(e) => Some(room_error(session, q, room, e.into()).await),
     }
 }

@@ -14,9 +14,14 @@
 //!
 //! Codes are stored as HMAC-SHA256 (the edge secret, the room id and the code: a leaked store
 //! leaks no codes, and a code of room A is unknown on room B), one use each: the first identity
-//! that redeems a code keeps it ([`Redeemed`]). Matching ignores case and `-`. Redeem attempts are
-//! limited per client address (IPv6: its /64) and per identity on each edge ([`Attempts`]: 429 +
-//! `Retry-After`).
+//! that redeems a code keeps it ([`Redeemed`]). Matching ignores case and `-`. An uploaded code
+//! carries at least 40 bits ([`CODE_MIN_BITS`], [`code_bits`]); generated ones carry 80. Redeem
+//! attempts are limited per client address (IPv6: its /64) and per identity on each edge, and
+//! each room has a budget of wrong codes a minute on each edge (`[rooms.invite]
+//! wrong-codes-per-minute`, default [`WRONG_CODES_PER_MINUTE`]): many addresses guessing together
+//! spend it, and once it is spent no code of the room is judged, right or wrong, until the minute
+//! ends — a budget that still judged codes would let the guessing go on ([`Attempts`]: 429 +
+//! `Retry-After` for all).
 //!
 //! | method, path | does |
 //! |---|---|
@@ -59,6 +64,12 @@ pub const USER_MAX: usize = 256;
 pub const ATTEMPTS_PER_IP: u32 = 20;
 /// Redeem attempts per identity (user, else device) per minute, on each edge.
 pub const ATTEMPTS_PER_IDENTITY: u32 = 5;
+/// Wrong codes (no such code in the room) a room takes per minute on each edge before it stops
+/// judging codes for the rest of the minute (`[rooms.invite] wrong-codes-per-minute`).
+pub const WRONG_CODES_PER_MINUTE: u32 = 300;
+/// Fewest bits an uploaded code carries ([`code_bits`]): 300 guesses a minute on each of ten
+/// edges take about 700 years to search 2^40 codes.
+pub const CODE_MIN_BITS: f64 = 40.0;
 
 /// A code as stored: upper case, without `-`; `None` when it is not 6-64 letters, digits and `-`.
 pub fn normalize(code: &str) -> Option<String> {
@@ -68,6 +79,20 @@ pub fn normalize(code: &str) -> Option<String> {
     }
     let n: String = t.chars().filter(|c| *c != '-').map(|c| c.to_ascii_uppercase()).collect();
     (n.len() >= CODE_MIN).then_some(n)
+}
+
+/// The bits a (normalized) code carries when its characters are drawn at random: its length
+/// times log2 of its alphabet, judged from the characters it uses (digits only: 10, letters
+/// only: 26, both: 36) — a code of digits alone is no stronger for the letters it could have had.
+pub fn code_bits(normalized: &str) -> f64 {
+    let digits = normalized.bytes().any(|b| b.is_ascii_digit());
+    let letters = normalized.bytes().any(|b| b.is_ascii_alphabetic());
+    let alphabet: f64 = match (digits, letters) {
+        (true, true) => 36.0,
+        (false, true) => 26.0,
+        _ => 10.0,
+    };
+    normalized.len() as f64 * alphabet.log2()
 }
 
 /// The stored form of a (normalized) code of `room`: 128 bits of HMAC-SHA256 under the edge
@@ -334,11 +359,15 @@ impl InviteStore for RedisInvites {
 /// the first attempt of a minute drops the entries of the minutes before).
 pub const ATTEMPT_KEYS_MAX: usize = 200_000;
 
-/// Redeem attempts per client address (IPv6 by its /64) and per identity in the current minute
-/// (this edge's).
+/// Redeem attempts per client address (IPv6 by its /64) and per identity in the current minute,
+/// and each room's wrong codes in it (this edge's).
 #[derive(Default)]
 pub struct Attempts {
     seen: dashmap::DashMap<String, (u64, u32)>,
+    /// Room id → (minute, codes judged wrong or being judged): a code takes its place in the
+    /// budget before it is looked up (so concurrent guesses cannot overshoot it) and gives it
+    /// back when it was right ([`Attempts::judged`]). One entry per room.
+    wrong: dashmap::DashMap<String, (u64, u32)>,
     /// The minute whose first attempt dropped the entries of the minutes before.
     swept: std::sync::atomic::AtomicU64,
 }
@@ -352,6 +381,7 @@ impl Attempts {
         if self.swept.swap(minute, std::sync::atomic::Ordering::Relaxed) != minute {
             // Once a minute: the entries of the minutes before go.
             self.seen.retain(|_, (m, _)| *m == minute);
+            self.wrong.retain(|_, (m, _)| *m == minute);
         }
         let addr = format!("i{:x}", u128::from_be_bytes(crate::bot::address_group(ip)));
         let keys = [(addr, ATTEMPTS_PER_IP), (format!("s{sub}"), ATTEMPTS_PER_IDENTITY)];
@@ -371,6 +401,35 @@ impl Attempts {
             e.1 += 1;
         }
         Ok(())
+    }
+
+    /// Takes a place in `room`'s budget of `max` wrong codes this minute for a code about to be
+    /// judged; `Err(seconds)` when the budget is spent (no code of the room is judged then).
+    pub fn reserve_wrong(&self, room: &str, max: u32, now_ms: u64) -> Result<(), u64> {
+        let minute = now_ms / 60_000;
+        let retry = (60 - (now_ms / 1000) % 60).max(1);
+        let mut e = self.wrong.entry(room.to_owned()).or_insert((minute, 0));
+        if e.0 != minute {
+            *e = (minute, 0);
+        }
+        if e.1 >= max {
+            return Err(retry);
+        }
+        e.1 += 1;
+        if e.1 == max {
+            tracing::warn!(room, max, "invite codes: the room's budget of wrong codes is spent until the minute ends");
+        }
+        Ok(())
+    }
+
+    /// The code whose place [`Attempts::reserve_wrong`] took was not wrong (it exists, or it
+    /// could not be judged): the place goes back.
+    pub fn judged(&self, room: &str, now_ms: u64) {
+        if let Some(mut e) = self.wrong.get_mut(room)
+            && e.0 == now_ms / 60_000
+        {
+            e.1 = e.1.saturating_sub(1);
+        }
     }
 }
 
@@ -421,6 +480,39 @@ mod tests {
         }
         assert_eq!(c.attempt("2001:db8::ffff:1".parse().unwrap(), "fresh", t), Err(45));
         assert_eq!(c.attempt("2001:db8:0:1::1".parse().unwrap(), "fresh", t), Ok(()), "another /64");
+    }
+
+    #[test]
+    fn a_rooms_wrong_codes_are_budgeted_across_addresses_and_right_ones_give_their_place_back() {
+        let a = Attempts::default();
+        let t = 120_000 * 1000 + 15_000;
+        for _ in 0..3 {
+            assert_eq!(a.reserve_wrong("r1", 3, t), Ok(()));
+        }
+        assert_eq!(a.reserve_wrong("r1", 3, t), Err(45), "spent: nothing is judged until the minute ends");
+        assert_eq!(a.reserve_wrong("r2", 3, t), Ok(()), "another room has its own budget");
+        a.judged("r1", t);
+        assert_eq!(a.reserve_wrong("r1", 3, t), Ok(()), "a right code gave its place back");
+        assert_eq!(a.reserve_wrong("r1", 3, t), Err(45));
+        a.judged("r1", t - 60_000);
+        assert_eq!(a.reserve_wrong("r1", 3, t), Err(45), "a place of another minute is not given back");
+        assert_eq!(a.reserve_wrong("r1", 3, t + 45_000), Ok(()), "a new minute");
+        // The per-address sweep drops the old minutes' budgets too.
+        assert_eq!(a.attempt("192.0.2.1".parse().unwrap(), "u", t + 120_000), Ok(()));
+        assert_eq!(a.wrong.len(), 0);
+    }
+
+    #[test]
+    fn codes_carry_bits_by_length_and_the_alphabet_they_use() {
+        let bits = |c: &str| code_bits(&normalize(c).unwrap());
+        assert!(bits("ABCD1234") >= CODE_MIN_BITS, "8 letters and digits: {}", bits("ABCD1234"));
+        assert!(bits("ABCD123") < CODE_MIN_BITS, "7 letters and digits");
+        assert!(bits("ABCDEFGHJ") >= CODE_MIN_BITS && bits("ABCDEFGH") < CODE_MIN_BITS, "9 letters, not 8");
+        assert!(bits("1234567890123") >= CODE_MIN_BITS && bits("123456789012") < CODE_MIN_BITS, "13 digits, not 12");
+        for _ in 0..100 {
+            let g = generate();
+            assert!(bits(&g) >= CODE_MIN_BITS, "a generated code (80 random bits): {g}");
+        }
     }
 
     #[test]

@@ -10,13 +10,15 @@
 //! | `POST /admin/rooms/<room>/invites/revoke` | `{"codes"?: [...], "users"?: [...]}`: `{"codes", "users"}` taken back |
 //!
 //! At most 10,000 codes or users a request; a malformed one refuses the whole request (400 with
-//! every problem in `issues`, nothing stored).
+//! every problem in `issues`, nothing stored). An uploaded code must also carry at least 40 bits
+//! ([`super::invite::code_bits`]: e.g. 8 letters and digits, 9 letters, 13 digits), or it is one
+//! of those problems; a revoked one need not (codes uploaded before the rule can still go).
 
 use http::{Method, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::invite::{MAX_BATCH, USER_MAX, code_hash, generate, normalize};
+use super::invite::{CODE_MIN_BITS, MAX_BATCH, USER_MAX, code_bits, code_hash, generate, normalize};
 use super::state::{StateError, Who};
 use super::{Room, Rooms, invite_until_text, unix_ms};
 use crate::admin_reply::{error, json_response};
@@ -52,8 +54,16 @@ fn issues_reply(message: &str, issues: Vec<serde_json::Value>) -> Response<Vec<u
     json_response(400, &json!({"error": "bad_request", "message": message, "issues": issues}))
 }
 
-/// The hashes of `codes`, or every malformed one (`<field>[i]`).
-fn hashes(rooms: &Rooms, room: &str, field: &str, codes: &[String]) -> Result<Vec<String>, Refused> {
+/// Whether codes are being uploaded (each must carry [`CODE_MIN_BITS`]) or revoked (any code
+/// that matches).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CodeUse {
+    Upload,
+    Revoke,
+}
+
+/// The hashes of `codes`, or every malformed (or, uploaded, too weak) one (`<field>[i]`).
+fn hashes(rooms: &Rooms, room: &str, field: &str, codes: &[String], used: CodeUse) -> Result<Vec<String>, Refused> {
     if codes.len() > MAX_BATCH {
         return Err(Box::new(error(400, "bad_request", format!("at most {MAX_BATCH} {field} a request"))));
     }
@@ -61,12 +71,20 @@ fn hashes(rooms: &Rooms, room: &str, field: &str, codes: &[String]) -> Result<Ve
     let mut bad = Vec::new();
     for (i, c) in codes.iter().enumerate() {
         match normalize(c) {
+            Some(n) if used == CodeUse::Upload && code_bits(&n) < CODE_MIN_BITS => bad.push(json!({
+                "path": format!("{field}[{i}]"),
+                "message": format!(
+                    "too easy to guess: {:.0} bits (its length times log2 of its alphabet: 10 digits, 26 letters, 36 both); \
+                     at least {CODE_MIN_BITS:.0}, e.g. 8 letters and digits, 9 letters or 13 digits",
+                    code_bits(&n).floor()
+                ),
+            })),
             Some(n) => out.push(code_hash(&rooms.signer, room, &n)),
             None => bad.push(json!({"path": format!("{field}[{i}]"), "message": "6-64 letters, digits and '-'"})),
         }
     }
     if !bad.is_empty() {
-        return Err(Box::new(issues_reply("malformed codes: nothing was stored", bad)));
+        return Err(Box::new(issues_reply("malformed or weak codes: nothing was stored", bad)));
     }
     Ok(out)
 }
@@ -141,7 +159,7 @@ pub async fn admin(rooms: &Rooms, room: &Room, method: &Method, action: &str, bo
                 (None, Some(_)) => return error(400, "bad_request", format!("generate must be between 1 and {MAX_BATCH}")),
                 _ => return error(400, "bad_request", "give either \"codes\": [...] (not empty) or \"generate\": n"),
             };
-            let h = match hashes(rooms, &room.id, "codes", &given) {
+            let h = match hashes(rooms, &room.id, "codes", &given, CodeUse::Upload) {
                 Ok(h) => h,
                 Err(r) => return *r,
             };
@@ -183,7 +201,7 @@ pub async fn admin(rooms: &Rooms, room: &Room, method: &Method, action: &str, bo
             if b.codes.is_empty() && b.users.is_empty() {
                 return error(400, "bad_request", "give \"codes\" and/or \"users\" to revoke");
             }
-            let (h, w) = match (hashes(rooms, &room.id, "codes", &b.codes), whos(rooms, &room.id, &b.users)) {
+            let (h, w) = match (hashes(rooms, &room.id, "codes", &b.codes, CodeUse::Revoke), whos(rooms, &room.id, &b.users)) {
                 (Ok(h), Ok(w)) => (h, w),
                 (Err(r), _) | (_, Err(r)) => return *r,
             };

@@ -1162,6 +1162,23 @@ impl Rooms {
             room.state.freeze().await?;
             peek = self.peek(room, &spec, t, &room.state.refresh().await?);
         }
+        // Lane priority lasts as long as the invitation: a place at the front only through its
+        // lane place, whose holder's code or user id was revoked since, is an ordinary place
+        // (admitted when `serving` reaches it; its lane turn is spent). One invite store read,
+        // only at that front.
+        let ordinary;
+        let t = match peek {
+            Peek::Front(_, pos)
+                if t.lane > 0
+                    && pos > room.state.counters().serving
+                    && !self.invites(&room.id).is_member(self.who(&room.id, sub)).await? =>
+            {
+                ordinary = QueueTicket { lane: 0, ..t.clone() };
+                peek = self.peek(room, &spec, &ordinary, &room.state.counters());
+                &ordinary
+            }
+            _ => t,
+        };
         let (s, pos) = match peek {
             Peek::Answer(s) => return Ok(StatusOutcome::Status(s)),
             Peek::Front(s, pos) => (s, pos),
