@@ -16,7 +16,8 @@
 //!   stand-in origin and payment provider; `stats`, `svg`: figures and plots).
 //! - `megasale`: the surge's multi-edge scenario on a Redis Cluster (the cluster, the kills, Redis operations
 //!   per join, places kept).
-//! - `rooms`: two sales on one edge with a separate core, one after another and at once.
+//! - `rooms`: two sales on one edge with a separate core, one after another and at once; or one sale
+//!   with the core process stopped for a second mid-sale (`--stop-core-at`).
 //! - `report`: where figures go (summary.json and the sections of RESULTS.md).
 
 mod controller;
@@ -92,9 +93,17 @@ enum Cmd {
         fans: usize,
         #[arg(long)]
         dry_run: bool,
-        /// Exit non-zero unless every fan of each sale is admitted within 30 s.
+        /// Exit non-zero unless every fan of each sale is admitted within 30 s (and, with
+        /// `--stop-core-at`, no stall over 5 s while fans wait).
         #[arg(long)]
         check: bool,
+        /// Instead: one sale, the core process stopped (SIGSTOP) this many seconds after its first
+        /// join, for `--stop-core-for` seconds (issue #39).
+        #[arg(long)]
+        stop_core_at: Option<f64>,
+        /// How long the core stays stopped, seconds.
+        #[arg(long, default_value_t = 1.0)]
+        stop_core_for: f64,
     },
     /// A flash sale end to end against the real edge and core: stararena | scenic | capacity-drop | bots | bots-nopow |
     /// crashes (two edges and the core on Redis with AOF; the leader edge, the core and Redis SIGKILLed mid-sale) |
@@ -221,7 +230,28 @@ async fn main() -> anyhow::Result<()> {
                 )?;
             }
         }
-        Cmd::Rooms { fans, dry_run, check } => {
+        Cmd::Rooms { fans, dry_run, check, stop_core_at: Some(at), stop_core_for } => {
+            let r = rooms::run_core_stopped(fans, at, stop_core_for).await?;
+            let table = r.table();
+            println!("{table}\n{}", serde_json::to_string_pretty(&r)?);
+            if !dry_run {
+                report::merge_summary("rooms_core_stopped", serde_json::to_value(&r)?)?;
+                report::write_section(
+                    "rooms-core-stopped",
+                    &format!(
+                        "## A sale with the core stopped for a second\n\n\
+                         Command: `cargo build --release -p wicket-edge -p wicket-core -p wicket-bench && target/release/wicket-bench rooms --fans {fans} --stop-core-at {at} --stop-core-for {stop_core_for}`\n\n\
+                         Machine: {}. As the sales above, one sale in a cautious room (start 2/s, min 1/s, P99 target 100 ms); the \
+                         core process stopped (SIGSTOP) {at} s after the first join and continued (SIGCONT) {stop_core_for} s later. \
+                         Goals (issue #39): every fan admitted within 30 s, and no stall over 5 s while fans wait — no gap between \
+                         admissions, no run of the room's ticks in cool-down with the core under target.\n\n{table}",
+                        report::machine()
+                    ),
+                )?;
+            }
+            anyhow::ensure!(!check || r.ok(), "the sale with the core stopped missed its goals:\n{table}");
+        }
+        Cmd::Rooms { fans, dry_run, check, stop_core_at: None, .. } => {
             let r = rooms::run(fans).await?;
             let table = r.table();
             println!("{table}\n{}", serde_json::to_string_pretty(&r)?);

@@ -11,6 +11,13 @@
 //!
 //! The figure of each sale is the time from its first join to its last admission; the goal is
 //! every fan of each sale admitted within 30 s (`--check` fails otherwise).
+//!
+//! With `--stop-core-at S` ([`run_core_stopped`], issue #39) it runs one sale instead, in room `a`
+//! of a fresh stack, and stops the core process (SIGSTOP) `S` seconds in for `--stop-core-for`
+//! seconds (SIGCONT): the requests held meanwhile answer a second late, the room's P99 jumps, its
+//! controller cuts. The figures: every fan admitted within 30 s, and no stall — neither a gap
+//! between admissions nor a run of the room's ticks in cool-down with the core under target —
+//! longer than 5 s while fans wait (`--check` fails otherwise).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -28,6 +35,8 @@ use crate::procs::{ADMIN, CALLBACK, HS, binary, start_origin, wait_http};
 
 /// The goal: every fan of a sale admitted within this many seconds of its first join.
 pub const GOAL_SECONDS: f64 = 30.0;
+/// The goal with the core stopped: no stall longer than this while fans wait.
+pub const STALL_GOAL_SECONDS: f64 = 5.0;
 /// A sale that has not admitted everyone by then is cut off (and fails the goal).
 const GIVE_UP: Duration = Duration::from_secs(60);
 
@@ -37,6 +46,9 @@ const RELEASE: &str = "mode = \"auto\"\nstart = 2\nmin = 1\nmax = 2000\np99-targ
 /// One sale's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sale {
+    /// Seconds from the sale's first join at which each fan saw "admitted", in order.
+    #[serde(skip)]
+    pub admitted_at: Vec<f64>,
     pub room: String,
     pub fans: usize,
     pub admitted: usize,
@@ -272,7 +284,9 @@ async fn sale(stack: &Stack, http: &reqwest::Client, room: &str, fans: usize, st
         .json()
         .await
         .unwrap_or(Value::Null);
+    times.sort_by(f64::total_cmp);
     Ok(Sale {
+        admitted_at: times.clone(),
         room: room.to_owned(),
         fans,
         admitted: times.len(),
@@ -306,4 +320,115 @@ pub async fn run(fans: usize) -> anyhow::Result<RoomsReport> {
     stop.store(true, Ordering::Relaxed);
     drop(stack);
     Ok(RoomsReport { fans_per_sale: fans, one_after_another: vec![a, b], at_once: vec![a2?, b2?] })
+}
+
+/// One sale with the core stopped mid-way (`--stop-core-at`, issue #39).
+#[derive(Debug, Clone, Serialize)]
+pub struct CoreStopped {
+    pub sale: Sale,
+    /// When the core was stopped (seconds from the sale's first join) and for how long.
+    pub stop_at_s: f64,
+    pub stop_for_s: f64,
+    /// Longest time without an admission while fans waited: between two admissions, or from the
+    /// first join to the first admission, seconds.
+    pub longest_gap_s: f64,
+    /// Longest run of the room's decisions (read once a second) in `cool_down` with the pressure
+    /// under target while fans were queued, seconds: the release kept back with the core idle.
+    pub longest_idle_cool_down_s: f64,
+    /// Admissions in each second from the first join.
+    pub admissions_per_second: Vec<usize>,
+    /// The room's decision once a second: `[t, reason, pressure, rate, budget, occupancy, queued]`.
+    pub decisions: Vec<Value>,
+}
+
+impl CoreStopped {
+    pub fn ok(&self) -> bool {
+        self.sale.ok() && self.longest_gap_s <= STALL_GOAL_SECONDS && self.longest_idle_cool_down_s <= STALL_GOAL_SECONDS
+    }
+
+    pub fn table(&self) -> String {
+        let s = &self.sale;
+        format!(
+            "| room | fans | admitted | core stopped | last admitted (s) | longest gap (s) | idle cool-down (s) | goal |\n|---|---|---|---|---|---|---|---|\n\
+             | {} | {} | {} | {:.1} s at {:.1} s | {} | {:.1} | {:.0} | {} |\n",
+            s.room,
+            s.fans,
+            s.admitted,
+            self.stop_for_s,
+            self.stop_at_s,
+            s.last_admitted_s.map_or("—".into(), |v| format!("{v:.1}")),
+            self.longest_gap_s,
+            self.longest_idle_cool_down_s,
+            if self.ok() { "yes" } else { "no" }
+        )
+    }
+}
+
+/// One sale of `fans` in a cautious room, the core process stopped (SIGSTOP) `stop_at` seconds
+/// after the first join and continued (SIGCONT) `stop_for` seconds later.
+pub async fn run_core_stopped(fans: usize, stop_at: f64, stop_for: f64) -> anyhow::Result<CoreStopped> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(64).timeout(Duration::from_secs(10)).build()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stack = start(&["a"]).await?;
+    let pid = stack.core.id().to_string();
+    let signal = move |sig: &str| Command::new("kill").args([sig, pid.as_str()]).status().map(|s| s.success()).unwrap_or(false);
+    let t0 = Instant::now();
+    // The room's decisions, once a second, while the sale runs.
+    let watch = {
+        let (http, admin, stop) = (http.clone(), stack.admin.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let stats: Value = match http.get(format!("{admin}/admin/rooms/a/stats")).bearer_auth(ADMIN).send().await {
+                    Ok(r) => r.json().await.unwrap_or(Value::Null),
+                    Err(_) => Value::Null,
+                };
+                let d = &stats["decision"];
+                seen.push(json!([
+                    (t0.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+                    d["reason"], d["pressure"], d["rate"], d["budget"], d["occupancy"], stats["queued"]
+                ]));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            seen
+        })
+    };
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs_f64(stop_at)).await;
+        let stopped = signal("-STOP");
+        tokio::time::sleep(Duration::from_secs_f64(stop_for)).await;
+        signal("-CONT") && stopped
+    });
+    let sale = sale(&stack, &http, "a", fans, &stop).await?;
+    stop.store(true, Ordering::Relaxed);
+    let stopped = stopper.await?;
+    let decisions = watch.await?;
+    drop(stack);
+    anyhow::ensure!(stopped, "the core was not stopped and continued (kill -STOP / -CONT)");
+
+    let end = sale.admitted_at.last().copied().unwrap_or(GIVE_UP.as_secs_f64());
+    let mut longest_gap_s = sale.admitted_at.first().copied().unwrap_or(end);
+    for w in sale.admitted_at.windows(2) {
+        longest_gap_s = longest_gap_s.max(w[1] - w[0]);
+    }
+    let mut admissions_per_second = vec![0; end as usize + 1];
+    for t in &sale.admitted_at {
+        admissions_per_second[*t as usize] += 1;
+    }
+    // Ticks in cool-down with the core under target while people were queued, in a row.
+    let (mut run, mut longest) = (0.0f64, 0.0f64);
+    for d in &decisions {
+        let idle = d[1] == "cool_down" && d[2].as_f64().is_some_and(|x| x <= 1.0) && d[6].as_u64().is_some_and(|q| q > 0);
+        run = if idle { run + 1.0 } else { 0.0 };
+        longest = longest.max(run);
+    }
+    Ok(CoreStopped {
+        sale,
+        stop_at_s: stop_at,
+        stop_for_s: stop_for,
+        longest_gap_s: (longest_gap_s * 10.0).round() / 10.0,
+        longest_idle_cool_down_s: longest,
+        admissions_per_second,
+        decisions,
+    })
 }

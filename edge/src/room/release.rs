@@ -109,7 +109,7 @@ impl Rooms {
         let releasing = open && !closed && !sold_out && !room.rejecting();
         let rate = if releasing { decision.rate } else { 0.0 };
         room.set_release_rate(rate);
-        let mut whole = 0u64;
+        let mut whole: u64;
         {
             let mut b = room.book.lock();
             (whole, b.carry) = release_step(rate, dt_ms, b.carry);
