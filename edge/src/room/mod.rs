@@ -27,6 +27,8 @@
 //!   [`release`] loop with the rest.
 //!   [`invite_http`]: the fan's `/queue/<room>/invite` and invite page; [`invite_admin`]:
 //!   `/admin/rooms/<room>/invites...`.
+//! - [`claims`]: admission is a promise — the tickets promised to the fans let in, counted before
+//!   the release lets in more.
 //! - [`release`]: the background service ticking every room once a second (controller, batches,
 //!   sold-out and core metrics polls, leader lease).
 //! - [`tally`]: the post-sale report's per-minute counts (atomics, flushed by the release loop)
@@ -45,6 +47,7 @@
 //! ([`Rooms::session_ok`]); `Wicket-Revoke: 1` or the session's end spends the place.
 
 pub mod admin;
+pub mod claims;
 pub mod config;
 pub mod http;
 pub mod invite;
@@ -114,6 +117,10 @@ pub struct Room {
     /// Sold out, but tickets sit in unpaid holds: they return to sale if those orders time out,
     /// so the queue keeps its places and releases resume when stock comes back.
     pub restock_possible: AtomicBool,
+    /// Tickets are left, but all promised to fans let in already ([`claims`]): the queue says sold
+    /// out for now and keeps its places; set by the leader's tick (a follower edge shows what its
+    /// own tick saw: nothing released, so not spoken for).
+    pub spoken_for: AtomicBool,
     /// Most units any of the event's SKUs can still sell (the core's last stock answer;
     /// `u64::MAX` before the first): a tick never releases more people than that.
     pub available: AtomicU64,
@@ -182,6 +189,8 @@ pub struct ReleaseBook {
     pub batches_done: usize,
     /// Places passed at the last tick ([`state::RoomState::passed`]), for the measured release rate.
     pub last_passed: Option<u64>,
+    /// The tickets promised to the places this edge released lately ([`claims`]).
+    pub claims: claims::Claims,
     /// Time of the last tick that reached its release step, Unix ms (a failed tick keeps the old
     /// one: the next step is capped at [`release::MAX_STEP_MS`]).
     pub last_tick_ms: u64,
@@ -203,6 +212,7 @@ impl Room {
             core_opens_at: AtomicI64::new(i64::MIN),
             core_closes_at: AtomicI64::new(i64::MIN),
             restock_possible: AtomicBool::new(false),
+            spoken_for: AtomicBool::new(false),
             available: AtomicU64::new(u64::MAX),
             held: AtomicU64::new(u64::MAX),
             sold: AtomicU64::new(u64::MAX),
@@ -1330,8 +1340,11 @@ impl Rooms {
         }
         let pos = room.admission_order(t.position, c);
         s.position = Some(pos);
-        if sold_out {
-            // Sold out for now: the place is kept, nobody is released until tickets return.
+        // Sold out for now: the core's stock is gone but unpaid holds may return (the place
+        // is kept, nobody is released until tickets return); or, for the places behind
+        // `serving`, every ticket left is promised to fans let in already ([`claims`]).
+        let spoken_for = !sold_out && pos > c.serving && room.spoken_for.load(Ordering::Relaxed);
+        if sold_out || spoken_for {
             s.state = Phase::SoldOut;
             s.restock_possible = true;
             let ahead = room.state.ahead(pos, c);

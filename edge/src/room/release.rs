@@ -123,9 +123,20 @@ impl Rooms {
             if let Some(cap) = spec.config.total_active_max {
                 whole = whole.min(cap.saturating_sub(active));
             }
-            // Never let in more people in a tick than there are tickets left to sell: when a few
-            // seats come back (an unpaid order timed out), a few people go in, not a second's worth.
-            whole = whole.min(room.available.load(Ordering::Relaxed));
+            // Admission is a promise ([`super::claims`]): never let in more people than the tickets
+            // left, less those promised to the people let in before, can serve — when a few seats
+            // come back (an unpaid order timed out), a few people go in, not a second's worth.
+            let window = super::claims::window_ms(spec.config.token_seconds);
+            let (held, sold) = (room.held.load(Ordering::Relaxed), room.sold.load(Ordering::Relaxed));
+            let taken = (held != u64::MAX && sold != u64::MAX).then(|| held + sold);
+            b.claims.note(now_ms, 0, taken, window);
+            let available = room.available.load(Ordering::Relaxed);
+            let cap = b.claims.cap(available, u64::from(spec.config.max_qty));
+            whole = whole.min(cap).min(available);
+            let spoken_for = releasing && leader && cap == 0 && available != u64::MAX && c.waiting() > 0;
+            if room.spoken_for.swap(spoken_for, Ordering::Relaxed) != spoken_for {
+                room.changed();
+            }
             b.last_tick_ms = now_ms;
         }
         // The invite lane's part of this step (`[rooms.invite] share`), its fraction carried.
@@ -141,6 +152,9 @@ impl Rooms {
             _ => 0,
         };
         let step = if leader && whole > 0 { Some(room.state.advance_lane(&self.node, whole, lane, now_ms).await?) } else { None };
+        if let Some(a) = step {
+            room.book.lock().claims.note(now_ms, a.released, None, super::claims::window_ms(spec.config.token_seconds));
+        }
         let serving = step.map_or(c.serving, |a| a.serving);
         if let Some(a) = step {
             room.report.marks.lock().note(super::tally::minute_of(now_ms), a.serving, a.lane_serving);

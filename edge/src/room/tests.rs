@@ -181,11 +181,15 @@ async fn the_tick_releases_at_the_fixed_rate_and_batches_and_stops_when_sold_out
 
 #[tokio::test]
 async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_many() {
-    let rooms = rooms_with("release = { mode = \"fixed\", rate = 50.0 }\n");
+    let rooms = rooms_with("max-qty = 2\nrelease = { mode = \"fixed\", rate = 50.0 }\n");
     let room = rooms.get("r1").unwrap();
     for i in 0..100 {
         rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
     }
+    // 100 tickets, none taken yet.
+    room.available.store(100, Ordering::Relaxed);
+    room.held.store(0, Ordering::Relaxed);
+    room.sold.store(0, Ordering::Relaxed);
     let t0 = unix_ms();
     rooms.tick_room(&room, t0).await.unwrap();
     assert_eq!(room.state.counters().serving, 50);
@@ -193,6 +197,7 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     room.sold_out.store(true, Ordering::Relaxed);
     room.restock_possible.store(true, Ordering::Relaxed);
     room.available.store(0, Ordering::Relaxed);
+    room.held.store(100, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 50);
     let t = QueueTicket { room: "r1".into(), position: 60, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
@@ -200,14 +205,15 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     assert_eq!((s.state, s.restock_possible, s.position, s.ahead), (Phase::SoldOut, true, Some(60), Some(9)));
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["restock_possible"], true);
-    // Three unpaid holds timed out: three more people go in, not fifty.
+    // Three unpaid holds timed out: the people those tickets serve go in, not fifty.
     room.sold_out.store(false, Ordering::Relaxed);
     room.restock_possible.store(false, Ordering::Relaxed);
     room.available.store(3, Ordering::Relaxed);
+    room.held.store(97, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 2000).await.unwrap();
-    assert_eq!(room.state.counters().serving, 53);
+    assert_eq!(room.state.counters().serving, 51, "three tickets, two a fan (max-qty until measured): one fan, not fifty");
     let s = phase(rooms.status(&room, &t, "u59").await.unwrap());
-    assert_eq!((s.state, s.ahead), (Phase::Waiting, Some(6)));
+    assert_eq!((s.state, s.ahead), (Phase::Waiting, Some(8)));
     assert!(serde_json::to_value(&s).unwrap().get("restock_possible").is_none(), "only while sold out");
     // Sold and paid to the last ticket: sold out for good, no place, slow polls.
     room.sold_out.store(true, Ordering::Relaxed);
@@ -215,6 +221,44 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     let s = phase(rooms.status(&room, &t, "u59").await.unwrap());
     assert_eq!((s.state, s.restock_possible, s.position), (Phase::SoldOut, false, None));
     assert!(s.poll_after_ms >= 20_000);
+}
+
+/// Admission is a promise (issue #39): the release lets in only as many fans as the tickets left,
+/// less those promised to the fans let in before, can serve; while every ticket left is promised
+/// the fans behind say "sold out for now" (their places kept), and when the promised fans have
+/// held (or their window passed) the next ones are let in.
+#[tokio::test]
+async fn the_release_counts_the_tickets_already_promised() {
+    let rooms = rooms_with("max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n");
+    let room = rooms.get("r1").unwrap();
+    for i in 0..200 {
+        rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
+    }
+    room.available.store(40, Ordering::Relaxed);
+    room.held.store(0, Ordering::Relaxed);
+    room.sold.store(0, Ordering::Relaxed);
+    let t0 = unix_ms();
+    // 40 tickets, 4 a fan until measured: 10 fans, not a second's 100.
+    rooms.tick_room(&room, t0).await.unwrap();
+    assert_eq!(room.state.counters().serving, 10);
+    rooms.tick_room(&room, t0 + 1000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 10, "all 40 promised");
+    assert!(room.spoken_for.load(Ordering::Relaxed));
+    let behind = QueueTicket { room: "r1".into(), position: 11, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
+    let s = phase(rooms.status(&room, &behind, "u10").await.unwrap());
+    assert_eq!((s.state, s.restock_possible, s.ahead), (Phase::SoldOut, true, Some(0)), "sold out for now, the place kept");
+    let front = QueueTicket { position: 10, ..behind.clone() };
+    assert_eq!(phase(rooms.status(&room, &front, "u9").await.unwrap()).state, Phase::Admitted, "a fan let in is still admitted");
+    // Eight of the ten held 2 each: 16 taken, 24 left, 40 - 16 = 24 still promised to the ten.
+    room.available.store(24, Ordering::Relaxed);
+    room.held.store(16, Ordering::Relaxed);
+    rooms.tick_room(&room, t0 + 2000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 10, "still all promised");
+    // The window passes (the two who did not buy let their tokens lapse): 24 tickets free again.
+    rooms.tick_room(&room, t0 + 2000 + super::claims::window_ms(60)).await.unwrap();
+    assert_eq!(room.state.counters().serving, 16, "24 tickets, 4 a fan (10 places are too few to measure)");
+    assert!(!room.spoken_for.load(Ordering::Relaxed));
+    assert_eq!(phase(rooms.status(&room, &behind, "u10").await.unwrap()).state, Phase::Admitted);
 }
 
 #[tokio::test]
