@@ -126,10 +126,9 @@ impl Rooms {
             // Admission is a promise ([`super::claims`]): never let in more people than the tickets
             // left, less those promised to the people let in before, can serve — when a few seats
             // come back (an unpaid order timed out), a few people go in, not a second's worth.
-            let window = super::claims::window_ms(spec.config.token_seconds);
             let (held, sold) = (room.held.load(Ordering::Relaxed), room.sold.load(Ordering::Relaxed));
             let taken = (held != u64::MAX && sold != u64::MAX).then(|| held + sold);
-            b.claims.note(now_ms, 0, taken, window);
+            b.claims.note(now_ms, 0, taken);
             let available = room.available.load(Ordering::Relaxed);
             let cap = b.claims.cap(available, u64::from(spec.config.max_qty));
             whole = whole.min(cap).min(available);
@@ -153,7 +152,7 @@ impl Rooms {
         };
         let step = if leader && whole > 0 { Some(room.state.advance_lane(&self.node, whole, lane, now_ms).await?) } else { None };
         if let Some(a) = step {
-            room.book.lock().claims.note(now_ms, a.released, None, super::claims::window_ms(spec.config.token_seconds));
+            room.book.lock().claims.note(now_ms, a.released, None);
         }
         let serving = step.map_or(c.serving, |a| a.serving);
         if let Some(a) = step {

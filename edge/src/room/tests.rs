@@ -254,8 +254,8 @@ async fn the_release_counts_the_tickets_already_promised() {
     room.held.store(16, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 2000).await.unwrap();
     assert_eq!(room.state.counters().serving, 10, "still all promised");
-    // The window passes (the two who did not buy let their tokens lapse): 24 tickets free again.
-    rooms.tick_room(&room, t0 + 2000 + super::claims::window_ms(60)).await.unwrap();
+    // Their time passes (the two who did not buy did not come): 24 tickets free again.
+    rooms.tick_room(&room, t0 + 1000 + super::claims::CLAIM_MS).await.unwrap();
     assert_eq!(room.state.counters().serving, 16, "24 tickets, 4 a fan (10 places are too few to measure)");
     assert!(!room.spoken_for.load(Ordering::Relaxed));
     assert_eq!(phase(rooms.status(&room, &behind, "u10").await.unwrap()).state, Phase::Admitted);
