@@ -632,6 +632,11 @@ pub struct Status {
     /// place is lost (the room's `proof-grace-seconds` from its turn).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proof_deadline_seconds: Option<u64>,
+    /// Tickets the event can still sell, as the core last said ([`Room::available`]), rounded
+    /// down for the fan ([`tickets_left`]); absent until the core has answered (or for a room
+    /// without a linked core), never a guess.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tickets_left: Option<u64>,
 }
 
 impl Status {
@@ -652,6 +657,7 @@ impl Status {
             restock_possible: false,
             proof_owed: None,
             proof_deadline_seconds: None,
+            tickets_left: None,
         }
     }
 
@@ -662,6 +668,21 @@ impl Status {
         matches!(self.state, Phase::Waiting | Phase::NotOpen | Phase::Paused | Phase::Stopped)
             || (self.state == Phase::SoldOut && self.restock_possible)
     }
+}
+
+/// The status's `tickets_left` for the core's stock figure `available` (`u64::MAX`: not known):
+/// exact under 100, else two significant figures rounded down (1,234 → 1,200; 12,345 → 12,000),
+/// so the page says "about 1,200" and never more tickets than there are. Rounded because the
+/// figure is seconds old and moves with every hold: its last digits would be noise, not news.
+pub fn tickets_left(available: u64) -> Option<u64> {
+    if available == u64::MAX {
+        return None;
+    }
+    let mut unit = 1;
+    while available / unit >= 100 {
+        unit *= 10;
+    }
+    Some(available / unit * unit)
 }
 
 /// What a status computation found.
@@ -1293,6 +1314,7 @@ impl Rooms {
             restock_possible: false,
             proof_owed: t.owed.then(|| spec.config.bot_check.name()),
             proof_deadline_seconds: None,
+            tickets_left: tickets_left(room.available.load(Ordering::Relaxed)),
         };
         let (opens_at, closes_at) = room.window(spec);
         if closes_at.is_some_and(|c| now_s >= c) {
