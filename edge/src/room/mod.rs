@@ -632,9 +632,9 @@ pub struct Status {
     /// place is lost (the room's `proof-grace-seconds` from its turn).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proof_deadline_seconds: Option<u64>,
-    /// Tickets the event can still sell, as the core last said ([`Room::available`]), rounded
-    /// down for the fan ([`tickets_left`]); absent until the core has answered (or for a room
-    /// without a linked core), never a guess.
+    /// The most tickets any of the event's SKUs can still sell, as the core last said
+    /// ([`Room::available`]), rounded down for the fan ([`tickets_left`]); absent until the core
+    /// has answered (or for a room whose event the core does not know), never a guess.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tickets_left: Option<u64>,
 }
