@@ -58,6 +58,11 @@
     return fill(typeof v === 'string' ? v : T[key], args);
   }
 
+  /** The tickets left as a sentence for the screen reader ("About 1,200 tickets left"). */
+  function ticketsText(T, n) {
+    return fillCount(T, 'announce_tickets', n, { n: number(n, T) });
+  }
+
   /** How fast people are let in; below one a second "one person every N seconds". Empty when none. */
   function rateText(T, r) {
     if (typeof r !== 'number' || !isFinite(r) || r <= 0) return '';
@@ -113,7 +118,7 @@
   }
 
   var api = {
-    fill: fill, number: number, plural: plural, fillCount: fillCount, rateText: rateText, etaText: etaText, countdownText: countdownText,
+    fill: fill, number: number, plural: plural, fillCount: fillCount, ticketsText: ticketsText, rateText: rateText, etaText: etaText, countdownText: countdownText,
     headlineKeys: headlineKeys, roomFromPath: roomFromPath, safeRedirect: safeRedirect
   };
 
@@ -231,6 +236,12 @@
     countdownTimer = setInterval(tick, 1000);
   }
 
+  /** People ahead and the wait, then the tickets left when the status knows them: what is announced. */
+  function position(s) {
+    var text = fillCount(T, 'announce_position', s.ahead, { ahead: number(s.ahead, T), eta: etaText(T, s.eta_seconds) });
+    return typeof s.tickets_left === 'number' ? text + '. ' + ticketsText(T, s.tickets_left) : text;
+  }
+
   function render(s, quiet) {
     last = s;
     var state = s.state;
@@ -246,6 +257,10 @@
       var hasAhead = typeof s.ahead === 'number';
       $('ahead-box').hidden = !hasAhead;
       if (hasAhead) $('ahead').textContent = fill(T.people, { n: number(s.ahead, T) });
+      // The tickets left beside them (the status rounds the figure down; absent until the core answers).
+      var hasTickets = typeof s.tickets_left === 'number';
+      $('tickets-box').hidden = !hasTickets;
+      if (hasTickets) $('tickets').textContent = fill(T.tickets_about, { n: number(s.tickets_left, T) });
       var eta = state === 'waiting' ? etaText(T, s.eta_seconds) : state === 'paused' ? T.eta_paused : '';
       $('eta-box').hidden = !eta;
       $('eta').textContent = eta;
@@ -272,11 +287,11 @@
     if (state !== lastAnnounce.state || forNow !== !!lastAnnounce.forNow) {
       var urgent = state === 'admitted';
       announce($('headline').textContent + (show && typeof s.ahead === 'number' && state === 'waiting'
-        ? '. ' + fillCount(T, 'announce_position', s.ahead, { ahead: number(s.ahead, T), eta: etaText(T, s.eta_seconds) }) : ''), urgent);
+        ? '. ' + position(s) : ''), urgent);
       lastAnnounce = { at: now, state: state, forNow: forNow };
     } else if (state === 'waiting' && now - lastAnnounce.at > 60000 && typeof s.ahead === 'number') {
       // Position updates at most once a minute: a live region that talks every poll is unusable.
-      announce(fillCount(T, 'announce_position', s.ahead, { ahead: number(s.ahead, T), eta: etaText(T, s.eta_seconds) }), false);
+      announce(position(s), false);
       lastAnnounce.at = now;
     }
 

@@ -1,4 +1,5 @@
-//! Figures of a run: latency samples per endpoint and per 1-second window, and FIFO fidelity.
+//! Figures of a run: latency samples per endpoint and per 1-second window, FIFO fidelity, and
+//! whether the seats went in join order.
 
 use std::collections::BTreeMap;
 
@@ -100,6 +101,34 @@ pub fn kendall_tau(pairs: &mut [(u64, u64)]) -> f64 {
     1.0 - 2.0 * inversions as f64 / total
 }
 
+/// Seat order: among pairs of fans who tried to buy where exactly one got tickets, the share in
+/// which that one joined first. `fans` are (join order, got tickets); a pair whose join orders tie
+/// is neither's to win and is left out. 1.0: the seats went strictly in join order; 0.5: a coin
+/// toss; `None`: no such pair (everyone or no one got tickets).
+///
+/// O(n log n): after sorting by join order, each fan with tickets beats the fans without tickets
+/// who joined after them, and loses to those who joined before them (the inversions of the
+/// got-tickets column, counted in one sweep from the back, since that column is 0 or 1).
+pub fn seat_order(fans: &mut [(u64, bool)]) -> Option<f64> {
+    fans.sort_unstable_by_key(|f| f.0);
+    // Fans strictly after the current group of equal join order, with and without tickets.
+    let (mut later_with, mut later_without) = (0u64, 0u64);
+    let (mut won, mut pairs) = (0u64, 0u64);
+    let mut end = fans.len();
+    while end > 0 {
+        let key = fans[end - 1].0;
+        let start = fans[..end].iter().rposition(|f| f.0 != key).map_or(0, |i| i + 1);
+        let with = fans[start..end].iter().filter(|f| f.1).count() as u64;
+        let without = (end - start) as u64 - with;
+        won += with * later_without;
+        pairs += with * later_without + without * later_with;
+        later_with += with;
+        later_without += without;
+        end = start;
+    }
+    (pairs > 0).then(|| won as f64 / pairs as f64)
+}
+
 fn merge_count(v: &mut [u64], buf: &mut [u64]) -> u64 {
     let n = v.len();
     if n < 2 {
@@ -139,6 +168,61 @@ mod tests {
         // One adjacent swap among 4: 1 inversion of 6 pairs.
         let mut one = vec![(0, 0), (1, 2), (2, 1), (3, 3)];
         assert!((kendall_tau(&mut one) - (1.0 - 2.0 / 6.0)).abs() < 1e-9);
+    }
+
+    /// The O(n²) definition, for the fast one to agree with.
+    fn seat_order_by_pairs(fans: &[(u64, bool)]) -> Option<f64> {
+        let (mut won, mut pairs) = (0u64, 0u64);
+        for (i, a) in fans.iter().enumerate() {
+            for b in &fans[i + 1..] {
+                if a.1 != b.1 && a.0 != b.0 {
+                    pairs += 1;
+                    let (with, without) = if a.1 { (a, b) } else { (b, a) };
+                    won += u64::from(with.0 < without.0);
+                }
+            }
+        }
+        (pairs > 0).then(|| won as f64 / pairs as f64)
+    }
+
+    #[test]
+    fn seat_order_of_small_sales() {
+        // The first two joiners got tickets, the last two not: every mixed pair went in join order.
+        assert_eq!(seat_order(&mut [(3, false), (1, true), (4, false), (2, true)]), Some(1.0));
+        // Exactly reversed: the latecomers got them.
+        assert_eq!(seat_order(&mut [(1, false), (2, false), (3, true), (4, true)]), Some(0.0));
+        // 1 got, 2 not, 3 got: pairs (1,2) won, (2,3) lost.
+        assert_eq!(seat_order(&mut [(1, true), (2, false), (3, true)]), Some(0.5));
+        // Ties: (5, got) and (5, not) joined together and are no pair; (5, not) vs (7, got) is lost,
+        // (5, got) vs (9, not) won, (7, got) vs (9, not) won: 2 of 3.
+        let mut tied = [(5, true), (5, false), (7, true), (9, false)];
+        assert_eq!(seat_order(&mut tied), Some(2.0 / 3.0));
+        // No mixed pair: none, or all of them, got tickets; or the only mixed pair is a tie.
+        assert_eq!(seat_order(&mut []), None);
+        assert_eq!(seat_order(&mut [(1, true)]), None);
+        assert_eq!(seat_order(&mut [(1, true), (2, true)]), None);
+        assert_eq!(seat_order(&mut [(1, false), (2, false)]), None);
+        assert_eq!(seat_order(&mut [(4, true), (4, false)]), None);
+        // Agrees with the pairwise definition on scrambled sales with many ties.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for n in [2usize, 3, 10, 57, 300] {
+            let fans: Vec<(u64, bool)> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x % (n as u64 / 2 + 1), x >> 40 & 3 != 0)
+                })
+                .collect();
+            assert_eq!(seat_order(&mut fans.clone()), seat_order_by_pairs(&fans), "{n}");
+        }
+        // 100,000 fans (2.5·10⁹ mixed pairs, out of reach pair by pair): the first half got
+        // tickets but its first joiner, who lost them to the very last one. Lost pairs: the first
+        // joiner against the 50,000 with tickets after them, the last against the 50,000 without
+        // before them, the two together counted once.
+        let mut many: Vec<(u64, bool)> = (0..100_000u64).rev().map(|i| (i, (i < 50_000) != (i == 0 || i == 99_999))).collect();
+        let (pairs, lost) = (50_000u64 * 50_000, 50_000 + 50_000 - 1);
+        assert_eq!(seat_order(&mut many), Some((pairs - lost) as f64 / pairs as f64));
     }
 
     #[test]

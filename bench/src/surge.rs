@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::procs::{Proc, Stack, StackOptions};
-use crate::stats::{Recorder, kendall_tau};
+use crate::stats::{Recorder, kendall_tau, seat_order};
 
 /// One scenario's knobs.
 #[derive(Debug, Clone)]
@@ -223,6 +223,9 @@ struct User {
     /// When the fan's first join was answered, and when a hold of theirs was made (ms since start).
     joined_ms: Option<u64>,
     held_ms: Option<u64>,
+    /// The fan's hold got an answer (they tried to buy), and it was "sold out" (admitted, no seat).
+    hold_tried: bool,
+    hold_sold_out: bool,
 }
 
 /// Everything a run measured.
@@ -239,7 +242,15 @@ pub struct SurgeReport {
     pub abandoned: u64,
     /// People still waiting in the queue when the run ended.
     pub still_waiting: u64,
+    /// When the first pool ran out (its `available` reached 0 in the 1-s stock samples), s.
     pub sellout_seconds: Option<f64>,
+    /// Of the fans admitted (bots too), the share whose hold met "sold out": admitted, and no seat
+    /// (issue #39: admitted should mean a seat). 0 when nobody was admitted.
+    pub admitted_sold_out_share: f64,
+    /// Among pairs of fans (not bots) who tried to buy where exactly one got tickets (a hold was
+    /// made), the share where that one joined first ([`crate::stats::seat_order`]); `None`
+    /// without such a pair.
+    pub seat_order: Option<f64>,
     /// When every ticket was sold and paid (nothing held any more): abandoned holds resold.
     pub paid_out_seconds: Option<f64>,
     pub oversold: u64,
@@ -541,6 +552,8 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 place_check: None,
                 joined_ms: None,
                 held_ms: None,
+                hold_tried: false,
+                hold_sold_out: false,
             })
         })
         .collect();
@@ -979,6 +992,11 @@ async fn step(sh: &Shared, u: u32) {
                 return retry_later(sh, u, false, jitter);
             }
             answered(sh, u);
+            {
+                let mut g = sh.users[u as usize].lock();
+                g.hold_tried = true;
+                g.hold_sold_out |= status == 409 && body["error"] == "sold_out";
+            }
             match status {
                 // 200: a replay answered from the order it made.
                 201 | 200 => {
@@ -1178,27 +1196,29 @@ fn finish(sh: &Shared, u: u32, outcome: Outcome) {
 }
 
 /// `WICKET_BENCH_USERS=path`: one CSV line per virtual user (who they were, when they joined, the
-/// place they got, when they were admitted and held, what they bought), to study who got the seats.
+/// place they got, when they were admitted and held, what they bought, whether their hold met "sold
+/// out"), to study who got the seats.
 fn write_users(sh: &Shared, path: &str, orders: &[Value]) -> anyhow::Result<()> {
     let mut paid: HashMap<&str, u64> = HashMap::new();
     for o in orders.iter().filter(|o| matches!(o["state"].as_str(), Some("PAID" | "USED"))) {
         *paid.entry(o["user"].as_str().unwrap_or("")).or_default() += o["qty"].as_u64().unwrap_or(0);
     }
     let ms = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
-    let mut out = String::from("user,bot,join_seq,joined_ms,position,admitted_ms,held_ms,outcome,paid_qty\n");
+    let mut out = String::from("user,bot,join_seq,joined_ms,position,admitted_ms,held_ms,outcome,paid_qty,hold_sold_out\n");
     for (i, u) in sh.users.iter().enumerate() {
         let g = u.lock();
         let id = format!("u{i}");
         let bought = paid.get(id.as_str()).copied().unwrap_or(0);
         out += &format!(
-            "{id},{},{},{},{},{},{},{:?},{bought}\n",
+            "{id},{},{},{},{},{},{},{:?},{bought},{}\n",
             u8::from(g.bot),
             g.join_seq,
             ms(g.joined_ms),
             g.first_position,
             ms(g.admitted_ms),
             ms(g.held_ms),
-            g.outcome
+            g.outcome,
+            u8::from(g.hold_sold_out)
         );
     }
     std::fs::write(path, out).map_err(|e| anyhow::anyhow!("writing {path}: {e}"))
@@ -1297,7 +1317,9 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
     // FIFO fidelity: the order users sent their join vs the order of the positions the edge gave them.
     let mut pairs: Vec<(u64, u64)> = Vec::new();
     let mut abandoned = 0;
-    let (mut admitted_all, mut admitted_bots) = (0u64, 0u64);
+    let (mut admitted_all, mut admitted_bots, mut admitted_sold_out) = (0u64, 0u64, 0u64);
+    // Fans who tried to buy: (join order, got tickets), for the seat order.
+    let mut buyers: Vec<(u64, bool)> = Vec::new();
     for (i, u) in sh.users.iter().enumerate() {
         let g = u.lock();
         if g.outcome == Outcome::Abandoned {
@@ -1306,6 +1328,10 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         if g.admitted_ms.is_some() {
             admitted_all += 1;
             admitted_bots += u64::from(g.bot);
+            admitted_sold_out += u64::from(g.hold_sold_out);
+        }
+        if !g.bot && g.hold_tried {
+            buyers.push((g.join_seq, g.held_ms.is_some()));
         }
         if !g.bot && g.admitted_ms.is_some() && g.position > 0 {
             pairs.push((g.join_seq, g.position));
@@ -1353,6 +1379,8 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         abandoned,
         still_waiting: (sh.s.users - sh.done.load(Ordering::Relaxed)) as u64,
         sellout_seconds: sellout,
+        admitted_sold_out_share: if admitted_all == 0 { 0.0 } else { admitted_sold_out as f64 / admitted_all as f64 },
+        seat_order: seat_order(&mut buyers),
         paid_out_seconds: paid_out,
         oversold,
         double_sold,
@@ -1613,6 +1641,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
             "client_p99_windows_over": r.hold_p99.iter().filter(|w| w.1 > r.p99_target_ms).map(|w| json!([w.0, (w.1 * 10.0).round() / 10.0])).collect::<Vec<_>>(),
             "fifo_tau": if r.fifo_tau.is_nan() { Value::Null } else { json!(r.fifo_tau) },
             "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "paid_out_seconds": r.paid_out_seconds, "admitted": r.admitted,
+            "admitted_sold_out_share": r.admitted_sold_out_share, "seat_order": r.seat_order,
             "sold": r.sold, "abandoned": r.abandoned, "still_waiting": r.still_waiting, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
             "bots_share_of_seats": r.bots_share_of_seats, "bots_share_of_population": r.bots_share_of_population,
             "bots_share_of_admitted": r.bots_share_of_admitted,
@@ -1644,6 +1673,8 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
          | still queued at the end | {waiting} |\n\
          | time to sell out (first / every ticket paid) | {sellout} / {paid_out} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
          | users over their limit | {overlimit} |\n| FIFO Kendall τ | {tau} |\n\
+         | admitted who met \"sold out\" at their hold (share of the admitted) | {aso:.3} |\n\
+         | seat order (pairs of buyers, exactly one with tickets: the earlier joiner's share) | {seat_order} |\n\
          | 1-s windows with the core's hold P99 ≤ target (core histogram) | {ok:.3} of {nw} |\n\
          | 1-s windows with hold P99 ≤ target at the bench's clients (end to end) | {cok:.3} of {cnw} |\n{drop}| longest stall (no fan admitted while fans wait, not sold out, core within target) | {stall} |\n\
          | bots' share of seats / of population / of the fans admitted | {bs:.3} / {bp:.3} / {ba:.3} |\n\
@@ -1671,6 +1702,8 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
         oversold = r.oversold,
         double = r.double_sold,
         overlimit = r.over_limit_users,
+        aso = r.admitted_sold_out_share,
+        seat_order = r.seat_order.map_or_else(|| "no such pair".to_string(), |o| format!("{o:.4}")),
         tau = if r.fifo_tau.is_nan() { "n/a (random pre-queue)".to_string() } else { format!("{:.4}", r.fifo_tau) },
         ok = r.p99_windows_ok,
         nw = r.p99_windows,
@@ -1712,6 +1745,8 @@ fn publish_crashes(r: &SurgeReport, c: &CrashFigures, command: &str) -> anyhow::
         ("fifo_tau", tau),
         ("sellout_seconds", json!(r.sellout_seconds.map(round))),
         ("paid_out_seconds", json!(r.paid_out_seconds.map(round))),
+        ("admitted_sold_out_share", json!((r.admitted_sold_out_share * 10_000.0).round() / 10_000.0)),
+        ("seat_order", json!(r.seat_order.map(|o| (o * 10_000.0).round() / 10_000.0))),
         ("kills_while_selling", json!(c.kills_while_selling)),
     ];
     for (k, v) in &flat {

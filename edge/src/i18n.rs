@@ -99,7 +99,7 @@ impl Plural {
 /// with the count gives variants `<key>#<category>` (`eta_minutes#few`); a variant may leave out
 /// the count (Arabic "دقيقتين", "two minutes"), but has every other placeholder of the key. The
 /// plain key is the `other` form and the fallback for a category without a variant.
-pub const COUNTED: [(&str, &str); 11] = [
+pub const COUNTED: [(&str, &str); 12] = [
     ("countdown_days", "d"),
     ("eta_minutes", "a"),
     ("eta_minutes_range", "b"),
@@ -110,6 +110,7 @@ pub const COUNTED: [(&str, &str); 11] = [
     ("rate_every_minutes", "m"),
     ("pow_progress", "n"),
     ("announce_position", "ahead"),
+    ("announce_tickets", "n"),
     ("noscript_note", "s"),
 ];
 
@@ -725,6 +726,12 @@ mod tests {
         assert_eq!(Lang::Ru.fill_count("announce_position", 3, &[("ahead", "3"), ("eta", "x")]), "Перед вами 3 человека, x");
         assert_eq!(Lang::Ar.fill_count("announce_position", 0, &[("ahead", "0"), ("eta", "x")]), "لا أحد أمامك، x");
         assert_eq!(Lang::Pl.fill_count("pow_progress", 22, &[("n", "22")]), "Sprawdzamy Twoją przeglądarkę… 22 próby");
+        assert_eq!(Lang::En.fill_count("announce_tickets", 1, &[("n", "1")]), "About 1 ticket left");
+        assert_eq!(Lang::En.fill_count("announce_tickets", 1200, &[("n", "1,200")]), "About 1,200 tickets left");
+        assert_eq!(Lang::Ru.fill_count("announce_tickets", 21, &[("n", "21")]), "Осталось около 21 билета");
+        assert_eq!(Lang::Ru.fill_count("announce_tickets", 22, &[("n", "22")]), "Осталось около 22 билетов");
+        assert_eq!(Lang::Ar.fill_count("announce_tickets", 5, &[("n", "5")]), "بقي نحو 5 تذاكر");
+        assert_eq!(Lang::Pl.fill_count("announce_tickets", 1, &[("n", "1")]), "Został 1 bilet");
         // Every counted key reads without a stray placeholder for the counts the pages show.
         for lang in Lang::ALL {
             for n in 0..300u64 {
@@ -808,7 +815,8 @@ mod tests {
                            {countdowns:?}.map(s => q.countdownText(T, s)), [q.etaText(T, null)],\n\
                            {numbers:?}.map(n => q.number(n, T)), [...Array(1200).keys()].map(n => q.plural(tag, n)),\n\
                            {numbers:?}.map(n => q.fillCount(T, 'announce_position', n, {{ahead: q.number(n, T), eta: 'x'}})),\n\
-                           {numbers:?}.map(n => q.fillCount(T, 'pow_progress', n, {{n: q.number(n, T)}}))];\n\
+                           {numbers:?}.map(n => q.fillCount(T, 'pow_progress', n, {{n: q.number(n, T)}})),\n\
+                           {numbers:?}.map(n => q.ticketsText(T, n))];\n\
              }}\n\
              process.stdout.write(JSON.stringify(out));",
             js = concat!(env!("CARGO_MANIFEST_DIR"), "/../static/queue.js"),
@@ -829,6 +837,7 @@ mod tests {
                 (0..1200).map(|n| lang.plural(n).name().to_owned()).collect(),
                 numbers.iter().map(|n| lang.fill_count("announce_position", *n, &[("ahead", &lang.number(*n)), ("eta", "x")])).collect(),
                 numbers.iter().map(|n| lang.fill_count("pow_progress", *n, &[("n", &lang.number(*n))])).collect(),
+                numbers.iter().map(|n| lang.fill_count("announce_tickets", *n, &[("n", &lang.number(*n))])).collect(),
             ];
             assert_eq!(js[lang.tag()], rust, "{}", lang.tag());
         }

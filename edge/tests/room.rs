@@ -791,3 +791,59 @@ async fn a_room_made_through_the_admin_api_gets_the_queue_pages_assets_from_the_
     assert!(a.text().contains("<link rel=\"stylesheet\" href=\"/static/queue.css\">") && a.text().contains("<script src=\"/static/queue.js\" defer>"));
     assert!(origin.seen.lock().is_empty(), "nothing reached the origin: {:?}", origin.seen.lock());
 }
+
+/// The tickets left (issue #39): the edge polls its core's stock (every 2 s), and then the status
+/// JSON and the queue page give the tickets left beside the people ahead, rounded down (1,234 →
+/// 1,200: never more than there are); a room whose event the core does not know says nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_and_the_page_say_the_tickets_left_once_the_core_has_said_its_stock() {
+    let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
+    let opens = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
+    let event = json!({
+        "name": "Arena", "opens_at": fmt(opens), "closes_at": fmt(opens + time::Duration::hours(2)),
+        "hold_seconds": 900, "pools": [{"id": "floor", "capacity": 1234}],
+        "skus": [{"id": "floor", "pools": ["floor"], "price_cents": 100}], "limits": [{"dimension": "user", "max": 2}]
+    });
+    let core_port = free_port();
+    // Nobody is let in (rate 0): the fans stay in line and read the figures.
+    let edge = TestEdge::start_full(
+        &format!(
+            "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
+             [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
+        ),
+        &format!(
+            "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
+             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n\
+             [[rooms]]\nid = \"r2\"\nevent = \"ev-unknown\"\ntarget = \"/buy2\"\nprotected = [\"/buy2\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n",
+            hs_tokens()
+        ),
+        &[],
+        &[("ev-1.json", event.to_string().as_bytes())],
+    );
+    let base = format!("http://{}", edge.addr);
+    let status = |room: &'static str, user: &'static str| {
+        let url = format!("{base}/queue/{room}");
+        async move { request("GET", &url, &[("x-user-id", user), ("accept", "application/json")], b"").await.json() }
+    };
+    status("r1", "ann").await;
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let v = loop {
+        let v = status("r1", "bob").await;
+        if !v["tickets_left"].is_null() {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "no tickets_left after 8 s: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!((&v["state"], &v["ahead"], &v["tickets_left"]), (&json!("waiting"), &json!(1), &json!(1200)), "{v}");
+    let page = request("GET", &format!("{base}/queue/r1"), &[("x-user-id", "bob"), ("accept", "text/html")], b"").await.text();
+    assert!(page.contains("<dd id=\"ahead\">1</dd></div>\n<div id=\"tickets-box\" class=\"wide\"><dt>Tickets left</dt><dd id=\"tickets\">about 1,200</dd>"), "{page}");
+    let page = request("GET", &format!("{base}/queue/r1?lang=de"), &[("x-user-id", "bob"), ("accept", "text/html")], b"").await.text();
+    assert!(page.contains("<dd id=\"tickets\">etwa 1.200</dd>"), "{page}");
+    // The release loop polled every room's stock by now: the unknown event's room has no figure.
+    let v = status("r2", "cat").await;
+    assert_eq!(v["state"], "waiting", "{v}");
+    assert!(v.get("tickets_left").is_none(), "never a guess: {v}");
+    let page = request("GET", &format!("{base}/queue/r2"), &[("x-user-id", "cat"), ("accept", "text/html")], b"").await.text();
+    assert!(page.contains("<div id=\"tickets-box\" class=\"wide\" hidden>"), "{page}");
+}

@@ -352,6 +352,7 @@ pub fn preview(rooms: &Rooms, page: &QueuePage, css: &str, path: &str, query: Op
             s.state = if state == "paused" { Phase::Paused } else { Phase::Waiting };
             s.position = Some(1305);
             s.ahead = Some(1259);
+            s.tickets_left = Some(1200);
             if state == "waiting" {
                 s.eta_seconds = Some(Eta { low: 240, high: 420 });
                 s.release_per_second = 0.2;

@@ -642,6 +642,11 @@ pub struct Status {
     /// place is lost (the room's `proof-grace-seconds` from its turn).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proof_deadline_seconds: Option<u64>,
+    /// The most tickets any of the event's SKUs can still sell, as the core last said
+    /// ([`Room::available`]), rounded down for the fan ([`tickets_left`]); absent until the core
+    /// has answered (or for a room whose event the core does not know), never a guess.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tickets_left: Option<u64>,
 }
 
 impl Status {
@@ -662,6 +667,7 @@ impl Status {
             restock_possible: false,
             proof_owed: None,
             proof_deadline_seconds: None,
+            tickets_left: None,
         }
     }
 
@@ -674,7 +680,25 @@ impl Status {
     }
 }
 
+/// The status's `tickets_left` for the core's stock figure `available` (`u64::MAX`: not known):
+/// exact under 100, else two significant figures rounded down (1,234 → 1,200; 12,345 → 12,000),
+/// so the page says "about 1,200" and never more tickets than there are. Rounded because the
+/// figure is seconds old and moves with every hold: its last digits would be noise, not news.
+pub fn tickets_left(available: u64) -> Option<u64> {
+    if available == u64::MAX {
+        return None;
+    }
+    let mut unit = 1;
+    while available / unit >= 100 {
+        unit *= 10;
+    }
+    Some(available / unit * unit)
+}
+
 /// What a status computation found.
+// Returned once per status poll and answered at once, never kept or collected: boxing the answer
+// would cost an allocation on the hottest path to save a copy of ~200 bytes.
+#[allow(clippy::large_enum_variant)]
 pub enum StatusOutcome {
     /// The ticket's place is spent (session over): the visitor must join again.
     Rejoin,
@@ -1303,6 +1327,7 @@ impl Rooms {
             restock_possible: false,
             proof_owed: t.owed.then(|| spec.config.bot_check.name()),
             proof_deadline_seconds: None,
+            tickets_left: tickets_left(room.available.load(Ordering::Relaxed)),
         };
         let (opens_at, closes_at) = room.window(spec);
         if closes_at.is_some_and(|c| now_s >= c) {

@@ -1,6 +1,6 @@
 //! The queue page, rendered on the server for each visit: the fan's language, the event's name,
-//! logo and colours, and the visitor's real figures (people ahead, wait, release rate, the
-//! countdown to opening), so a fan without JavaScript sees the same page as one with it;
+//! logo and colours, and the visitor's real figures (people ahead, tickets left, wait, release
+//! rate, the countdown to opening), so a fan without JavaScript sees the same page as one with it;
 //! static/queue.js then keeps it current from the status JSON with the same catalogue, which the
 //! page carries.
 //!
@@ -420,6 +420,10 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>, utc_offset: Option<i32>) -> String
     let show = matches!(state, Some(Phase::Waiting | Phase::NotOpen | Phase::Paused)) || for_now;
     let ahead = s.and_then(|s| s.ahead);
     let ahead_text = ahead.map(|a| w.fill("people", &[("n", &v.lang.number(a))])).unwrap_or_default();
+    // Beside the people ahead, the tickets left (already rounded down by the status): the fan's
+    // chance in two figures.
+    let tickets = s.and_then(|s| s.tickets_left);
+    let tickets_text = tickets.map(|n| w.fill("tickets_about", &[("n", &v.lang.number(n))])).unwrap_or_default();
     let eta_text = match state {
         Some(Phase::Waiting) => eta_text(w, s.and_then(|s| s.eta_seconds).map(|e| (e.low, e.high))),
         Some(Phase::Paused) => w.text("eta_paused").to_owned(),
@@ -467,6 +471,7 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>, utc_offset: Option<i32>) -> String
          </div>\n\
          <dl class=\"figures\">\n\
          <div id=\"ahead-box\" class=\"wide\"{ahead_hidden}><dt>{ahead_label}</dt><dd id=\"ahead\">{ahead_text}</dd></div>\n\
+         <div id=\"tickets-box\" class=\"wide\"{tickets_hidden}><dt>{tickets_label}</dt><dd id=\"tickets\">{tickets_text}</dd></div>\n\
          <div id=\"eta-box\" class=\"wide\"{eta_hidden}><dt>{eta_label}</dt><dd id=\"eta\">{eta_text}</dd></div>\n\
          </dl>\n\
          <div id=\"progress\" hidden>\n\
@@ -486,6 +491,9 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>, utc_offset: Option<i32>) -> String
         ahead_hidden = hidden(ahead.is_none()),
         ahead_label = t("ahead"),
         ahead_text = html_escape(&ahead_text),
+        tickets_hidden = hidden(tickets.is_none()),
+        tickets_label = t("tickets_left"),
+        tickets_text = html_escape(&tickets_text),
         eta_hidden = hidden(eta_text.is_empty()),
         eta_label = t("eta"),
         eta_text = html_escape(&eta_text),
@@ -607,6 +615,31 @@ mod tests {
             assert!(html.contains(&format!("<html lang=\"{}\" dir=\"{}\">", lang.tag(), lang.dir())) && html.contains(lang.text("title_waiting")));
             assert!(html.contains(&format!("lang=\"{}\" hreflang=\"{0}\" aria-current=\"true\"", lang.tag())));
         }
+    }
+
+    #[test]
+    fn the_tickets_left_stand_beside_the_people_ahead_once_known() {
+        let page = QueuePage::default();
+        let mut s = status(Phase::Waiting, Some(8_000), 20.0);
+        let html = page.render(&view(Some(&s), Lang::En));
+        assert!(html.contains("<div id=\"tickets-box\" class=\"wide\" hidden><dt>Tickets left</dt><dd id=\"tickets\"></dd></div>"), "{html}");
+        s.tickets_left = Some(1_200);
+        let html = page.render(&view(Some(&s), Lang::En));
+        assert!(html.contains("<dd id=\"ahead\">8,000</dd></div>\n<div id=\"tickets-box\" class=\"wide\"><dt>Tickets left</dt><dd id=\"tickets\">about 1,200</dd>"), "{html}");
+        for (lang, want) in [(Lang::De, "etwa 1.200"), (Lang::Ja, "約1,200枚"), (Lang::Ru, "около 1\u{a0}200"), (Lang::Ar, "1,200 تقريبًا")] {
+            let html = page.render(&view(Some(&s), lang));
+            assert!(html.contains(&format!("<dd id=\"tickets\">{want}</dd>")), "{}: {html}", lang.tag());
+        }
+        for lang in Lang::ALL {
+            let html = page.render(&view(Some(&s), lang));
+            let dd = html.split("<dd id=\"tickets\">").nth(1).and_then(|r| r.split("</dd>").next()).unwrap_or("");
+            assert!(html.contains(&format!("<dt>{}</dt>", html_escape(lang.text("tickets_left")))), "{}", lang.tag());
+            assert!(dd.contains(&lang.number(1_200)) && !dd.contains('{'), "{}: {dd}", lang.tag());
+        }
+        // Sold out for good: the figures are hidden with the rest of the queue.
+        s.state = Phase::SoldOut;
+        s.tickets_left = Some(0);
+        assert!(page.render(&view(Some(&s), Lang::En)).contains("data-state=\"sold_out\" hidden>"));
     }
 
     #[test]

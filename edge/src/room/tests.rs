@@ -531,3 +531,49 @@ fn a_new_room_config_never_lifts_the_operators_mode() {
         assert_eq!(room.mode(), ReleaseMode::Fixed(40.0 + f64::from(mode.code())), "the new pace once resumed");
     }
 }
+
+#[test]
+fn tickets_left_is_exact_under_100_then_two_figures_rounded_down() {
+    for (available, shown) in [
+        (0, 0),
+        (1, 1),
+        (99, 99),
+        (100, 100),
+        (199, 190),
+        (1_234, 1_200),
+        (1_299, 1_200),
+        (9_999, 9_900),
+        (12_345, 12_000),
+        (987_654_321, 980_000_000),
+        (u64::MAX - 1, 18_000_000_000_000_000_000),
+    ] {
+        assert_eq!(tickets_left(available), Some(shown), "{available}");
+        assert!(shown <= available, "never more than there are");
+    }
+    assert_eq!(tickets_left(u64::MAX), None, "not known before the core's first answer");
+}
+
+#[tokio::test]
+async fn the_status_says_the_tickets_left_once_the_core_has_said_them() {
+    let rooms = rooms_with("release = { mode = \"fixed\", rate = 1.0 }\n");
+    let room = rooms.get("r1").unwrap();
+    for i in 0..10 {
+        rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
+    }
+    let t = QueueTicket { room: "r1".into(), position: 8, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
+    // Before the core's first stock answer: no figure, not a zero.
+    let s = phase(rooms.status(&room, &t, "u7").await.unwrap());
+    assert_eq!((s.state, s.tickets_left), (Phase::Waiting, None));
+    assert!(serde_json::to_value(&s).unwrap().get("tickets_left").is_none(), "omitted while unknown");
+    room.available.store(1_234, Ordering::Relaxed);
+    let s = phase(rooms.status(&room, &t, "u7").await.unwrap());
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!((&json["state"], &json["ahead"], &json["tickets_left"]), (&serde_json::json!("waiting"), &serde_json::json!(7), &serde_json::json!(1_200)));
+    // The fast path (no write) says the same; sold out for now says the last figure, 0.
+    assert_eq!(rooms.waiting_status(&room, &t).unwrap().tickets_left, Some(1_200));
+    room.sold_out.store(true, Ordering::Relaxed);
+    room.restock_possible.store(true, Ordering::Relaxed);
+    room.available.store(0, Ordering::Relaxed);
+    let s = phase(rooms.status(&room, &t, "u7").await.unwrap());
+    assert_eq!((s.state, s.tickets_left), (Phase::SoldOut, Some(0)));
+}
