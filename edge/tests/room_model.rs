@@ -15,18 +15,19 @@
 //! held; a token only for the fan's live place at or before `serving` (never a spent ticket, on
 //! either edge); `serving` passes no fan's place while the room releases nobody, and reaches the
 //! first fan waiting while it releases; `ahead`, when told, is never fewer than the fans truly
-//! ahead. A failing sequence is shrunk to a minimal one (steps dropped while it still fails) and
-//! printed with its seed.
+//! ahead, and once time passes (a settle step) every edge tells every fan waiting. A failing
+//! sequence is shrunk to a minimal one (steps dropped while it still fails) and printed with its
+//! seed.
 //!
-//! `WICKET_MODEL_SEQUENCES=N` (default 150 embedded, 40 on Redis, 6 spread: its ticks wait real
+//! `WICKET_MODEL_SEQUENCES=N` (default 150 embedded, 40 on Redis, 10 spread: its ticks wait real
 //! time for places to be recorded) and `WICKET_MODEL_STEPS` (default 60; 30 spread) make a long
 //! run: `WICKET_MODEL_SEQUENCES=3000 cargo nextest run -p wicket-edge --test room_model`.
 
-use http::Method;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use http::Method;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use wicket_edge::WicketConfig;
@@ -67,6 +68,9 @@ enum Step {
     Tick,
     /// Edge `e` restarts gracefully (Redis only).
     Restart { e: usize },
+    /// Time passes (spread only) until every place handed out is recorded and counted: every
+    /// edge can tell each fan waiting how many people are ahead. Nobody is released.
+    Settle,
 }
 
 /// The operator's mode in the model.
@@ -129,6 +133,10 @@ struct World {
     /// The spread layout: polls admitted, and ticks that had to wait for places to be recorded.
     admitted: usize,
     waited_ticks: usize,
+    /// The spread layout: waiting answers told a number of people ahead, and of those the ones
+    /// with fans truly ahead.
+    told_ahead: usize,
+    told_ahead_of_fans: usize,
 }
 
 const ROOM: &str = "event = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
@@ -180,7 +188,7 @@ fn gen_step(rng: &mut StdRng, edges: usize, store: &Store) -> Step {
     let spread = matches!(store, Store::Spread(_));
     let e = rng.random_range(0..edges);
     let f = rng.random_range(0..if spread { SPREAD_FANS } else { FANS });
-    let roll = if spread && rng.random_bool(0.5) { rng.random_range(30..97) } else { rng.random_range(0..100) };
+    let roll = if spread && rng.random_bool(0.5) { rng.random_range(30..100) } else { rng.random_range(0..100) };
     match roll {
         0..6 => Step::Operator { e, action: "pause" },
         6..10 => Step::Operator { e, action: "queue-all" },
@@ -194,6 +202,7 @@ fn gen_step(rng: &mut StdRng, edges: usize, store: &Store) -> Step {
         77..80 => Step::Expire,
         80..97 => Step::Tick,
         _ if matches!(store, Store::Redis(_)) => Step::Restart { e },
+        _ if spread => Step::Settle,
         _ => Step::Tick,
     }
 }
@@ -224,6 +233,8 @@ impl World {
             stale_joins: 0,
             admitted: 0,
             waited_ticks: 0,
+            told_ahead: 0,
+            told_ahead_of_fans: 0,
         }
     }
 
@@ -374,6 +385,7 @@ async fn step(w: &mut World, m: &mut Model, s: Step) -> Result<(), String> {
                 }
             }
         }
+        Step::Settle => return Err("settle is a spread step".into()),
         Step::Restart { e } => {
             // A graceful restart (a deploy): the lease is given up, the new process starts bare.
             let old = &w.edges[e];
@@ -553,6 +565,7 @@ async fn spread_step(w: &mut World, m: &mut Model, s: Step) -> Result<(), String
             }
         }
         Step::Tick => spread_tick(w, m).await?,
+        Step::Settle => spread_settle(w, m).await?,
         Step::Operator { .. } | Step::Rate { .. } | Step::Config { .. } | Step::Restart { .. } => {
             return Err(format!("{s:?} is not a spread fan step"));
         }
@@ -598,6 +611,56 @@ async fn spread_tick(w: &mut World, m: &Model) -> Result<(), String> {
             return Err(format!("releasing at {}/s for {ticks} ticks, serving stays at {now}, before the first waiting place {first:?}", m.rate));
         }
     }
+}
+
+/// Lets time pass until every edge knows how many people are ahead of each fan waiting (the
+/// places recorded, every edge's watermark past them, the leader's count published): within
+/// [`REACH`]. The leader steps by nothing (it counts, releases nobody), as its refresh does
+/// when it has not stepped for a tick: `serving` passes no fan's place. Then what each edge
+/// would tell each fan waiting is never fewer than the fans truly ahead.
+async fn spread_settle(w: &mut World, m: &Model) -> Result<(), String> {
+    let before = w.seen.iter().copied().max().unwrap_or(0);
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(RECORDED * 4).await;
+        for e in 0..w.edges.len() {
+            let room = w.room(e);
+            let node = &w.edges[e].node;
+            if room.state.lead(node, 3000).await.map_err(|e| e.to_string())? {
+                room.state.advance_lane(node, 0, 0, unix_ms()).await.map_err(|e| e.to_string())?;
+            }
+        }
+        let mut unknown = None;
+        for e in 0..w.edges.len() {
+            serving_at(w, e).await?;
+            let room = w.room(e);
+            let c = room.state.counters();
+            unknown = unknown.or_else(|| waiting_after(m, c.serving).find(|p| room.state.ahead_known(*p, &c).is_none()).map(|p| (e, p)));
+        }
+        let Some((e, p)) = unknown else { break };
+        if started.elapsed() > REACH {
+            return Err(format!("edge {e} still cannot tell place {p} how many are ahead after {:?}", started.elapsed()));
+        }
+    }
+    let now = w.seen.iter().copied().max().unwrap_or(0);
+    if let Some(p) = handed(m).find(|p| *p > before && *p <= now) {
+        return Err(format!("serving moved from {before} to {now} over fan place {p} in steps by nothing"));
+    }
+    // Every fan waiting, as every edge would tell it: never fewer than the fans truly ahead.
+    for e in 0..w.edges.len() {
+        let room = w.room(e);
+        let c = room.state.counters();
+        for p in waiting_after(m, c.serving) {
+            let told = room.state.ahead_known(p, &c).unwrap_or(0);
+            let truly = waiting_after(m, c.serving).filter(|q| *q < p).count() as u64;
+            if told < truly {
+                return Err(format!("edge {e}: place {p} would be told {told} ahead, {truly} are (serving {})", c.serving));
+            }
+            w.told_ahead += 1;
+            w.told_ahead_of_fans += usize::from(truly > 0);
+        }
+    }
+    Ok(())
 }
 
 /// A status poll as the door makes it (edge/src/room/http.rs `status_for`), against the
@@ -659,6 +722,10 @@ async fn spread_poll(w: &mut World, m: &mut Model, e: usize, f: usize, t: QueueT
             if s.ahead.is_some_and(|a| a < truly) {
                 return Err(format!("fan {f} at {}: told {:?} ahead, {truly} are (serving {serving})", t.position, s.ahead));
             }
+            if s.ahead.is_some() {
+                w.told_ahead += 1;
+                w.told_ahead_of_fans += usize::from(truly > 0);
+            }
             Ok(())
         }
     }
@@ -670,6 +737,8 @@ struct Tally {
     stale_joins: usize,
     admitted: usize,
     waited_ticks: usize,
+    told_ahead: usize,
+    told_ahead_of_fans: usize,
 }
 
 async fn run(seq: &[Step], store: &Store, edges: usize) -> Result<Tally, (usize, String)> {
@@ -678,7 +747,13 @@ async fn run(seq: &[Step], store: &Store, edges: usize) -> Result<Tally, (usize,
     for (i, s) in seq.iter().enumerate() {
         step(&mut w, &mut m, *s).await.map_err(|e| (i, e))?;
     }
-    Ok(Tally { stale_joins: w.stale_joins, admitted: w.admitted, waited_ticks: w.waited_ticks })
+    Ok(Tally {
+        stale_joins: w.stale_joins,
+        admitted: w.admitted,
+        waited_ticks: w.waited_ticks,
+        told_ahead: w.told_ahead,
+        told_ahead_of_fans: w.told_ahead_of_fans,
+    })
 }
 
 /// Drops steps while the sequence still fails: a minimal failing sequence.
@@ -725,6 +800,8 @@ async fn check(store: &Store, edges: usize, sequences: usize, steps: usize) -> (
                 tally.stale_joins += t.stale_joins;
                 tally.admitted += t.admitted;
                 tally.waited_ticks += t.waited_ticks;
+                tally.told_ahead += t.told_ahead;
+                tally.told_ahead_of_fans += t.told_ahead_of_fans;
             }
             Err((at, e)) => {
                 let (min, why) = shrink(seq[..=at].to_vec(), store, edges).await;
@@ -750,20 +827,23 @@ async fn two_edges_on_redis_follow_the_model() {
 }
 
 /// Two edges sharing a spread room on a real Redis Cluster (3 masters): a new room for each
-/// sequence. Ticks wait real time for places to be recorded, so the default run is small (6
+/// sequence. Ticks wait real time for places to be recorded, so the default run is small (10
 /// sequences of 30 steps); `WICKET_MODEL_SEQUENCES` makes a long one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_edges_on_a_spread_room_follow_the_model() {
     let cluster = RedisCluster::start(3);
     let started = Instant::now();
-    let (n, steps, t) = check(&Store::Spread(cluster.seeds()), 2, env_count("WICKET_MODEL_SEQUENCES", 6), 30).await;
+    let (n, steps, t) = check(&Store::Spread(cluster.seeds()), 2, env_count("WICKET_MODEL_SEQUENCES", 10), 30).await;
     eprintln!(
         "spread, two edges on a 3-master cluster: {n} sequences, {steps} steps in {:?}, every answer as the model says \
-         ({} admissions, {} ticks waited for places to be recorded, {} joins answered with a spent place the edge remembered)",
+         ({} admissions, {} ticks waited for places to be recorded, {} joins answered with a spent place the edge remembered, \
+         {} waiting answers told the people ahead, {} of them with fans ahead)",
         started.elapsed(),
         t.admitted,
         t.waited_ticks,
-        t.stale_joins
+        t.stale_joins,
+        t.told_ahead,
+        t.told_ahead_of_fans
     );
 }
 
