@@ -7,17 +7,17 @@
 //! a new join at the back), and the operator's mode is one machine that only its own transitions
 //! move, on every edge.
 //!
-//! Stores: the embedded state (one edge), two edges sharing one real Redis (edges restarted in
-//! the run), and two edges sharing a spread room on a real Redis Cluster (`layout = "spread"`,
-//! 3 masters, a new room for each sequence). On the spread layout places are not consecutive
-//! numbers and `serving` moves only over recorded places, so its model checks what must hold
-//! rather than the numbers: a join keeps the live place or gives one after every place the fan
-//! held; a token only for the fan's live place at or before `serving` (never a spent ticket, on
-//! either edge); `serving` passes no fan's place while the room releases nobody, and reaches the
-//! first fan waiting while it releases; `ahead`, when told, is never fewer than the fans truly
-//! ahead, and once time passes (a settle step) every edge tells every fan waiting. A failing
-//! sequence is shrunk to a minimal one (steps dropped while it still fails) and printed with its
-//! seed.
+//! Stores: the embedded state (one edge), two edges sharing one real Redis, and two edges
+//! sharing a spread room on a real Redis Cluster (`layout = "spread"`, 3 masters, a new room for
+//! each sequence); edges restarted in the runs on both. On the spread layout places are not
+//! consecutive numbers and `serving` moves only over recorded places, so its model checks what
+//! must hold rather than the numbers: a join keeps the live place or gives one after every place
+//! the fan held; a token only for the fan's live place at or before `serving` (never a spent
+//! ticket, on either edge); `serving` passes no fan's place while the room releases nobody, and
+//! reaches the first fan waiting while it releases; `ahead`, when told, is never fewer than the
+//! fans truly ahead, and once time passes (a settle step) every edge tells every fan waiting. A
+//! failing sequence is shrunk to a minimal one (steps dropped while it still fails) and printed
+//! with its seed.
 //!
 //! `WICKET_MODEL_SEQUENCES=N` (default 150 embedded, 40 on Redis, 10 spread: its ticks wait real
 //! time for places to be recorded) and `WICKET_MODEL_STEPS` (default 60; 30 spread) make a long
@@ -66,7 +66,7 @@ enum Step {
     Expire,
     /// A release tick on every edge.
     Tick,
-    /// Edge `e` restarts gracefully (Redis only).
+    /// Edge `e` restarts gracefully (Redis and spread).
     Restart { e: usize },
     /// Time passes (spread only) until every place handed out is recorded and counted: every
     /// edge can tell each fan waiting how many people are ahead. Nobody is released.
@@ -137,6 +137,8 @@ struct World {
     /// with fans truly ahead.
     told_ahead: usize,
     told_ahead_of_fans: usize,
+    /// The spread layout: edges restarted.
+    restarts: usize,
 }
 
 const ROOM: &str = "event = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
@@ -200,6 +202,7 @@ fn gen_step(rng: &mut StdRng, edges: usize, store: &Store) -> Step {
         45..70 => Step::Poll { e, f, k: if rng.random_bool(0.6) { 0 } else { rng.random_range(1..4) } },
         70..77 => Step::Revoke { e, f },
         77..80 => Step::Expire,
+        96 if spread => Step::Restart { e },
         80..97 => Step::Tick,
         _ if matches!(store, Store::Redis(_)) => Step::Restart { e },
         _ if spread => Step::Settle,
@@ -235,6 +238,7 @@ impl World {
             waited_ticks: 0,
             told_ahead: 0,
             told_ahead_of_fans: 0,
+            restarts: 0,
         }
     }
 
@@ -566,7 +570,18 @@ async fn spread_step(w: &mut World, m: &mut Model, s: Step) -> Result<(), String
         }
         Step::Tick => spread_tick(w, m).await?,
         Step::Settle => spread_settle(w, m).await?,
-        Step::Operator { .. } | Step::Rate { .. } | Step::Config { .. } | Step::Restart { .. } => {
+        Step::Restart { e } => {
+            // A graceful restart (a deploy): the open block is recorded and the lease given up;
+            // the new process starts bare (a new edge index, no place remembered, serving read
+            // afresh). The old index's later positions are passed once its grace is over.
+            let room = w.room(e);
+            room.state.resign(&w.edges[e].node).await.map_err(|e| e.to_string())?;
+            w.edges[e] = edge(&w.store, &w.room);
+            w.seen[e] = 0;
+            w.restarts += 1;
+            w.sync().await?;
+        }
+        Step::Operator { .. } | Step::Rate { .. } | Step::Config { .. } => {
             return Err(format!("{s:?} is not a spread fan step"));
         }
     }
@@ -739,6 +754,7 @@ struct Tally {
     waited_ticks: usize,
     told_ahead: usize,
     told_ahead_of_fans: usize,
+    restarts: usize,
 }
 
 async fn run(seq: &[Step], store: &Store, edges: usize) -> Result<Tally, (usize, String)> {
@@ -753,6 +769,7 @@ async fn run(seq: &[Step], store: &Store, edges: usize) -> Result<Tally, (usize,
         waited_ticks: w.waited_ticks,
         told_ahead: w.told_ahead,
         told_ahead_of_fans: w.told_ahead_of_fans,
+        restarts: w.restarts,
     })
 }
 
@@ -802,6 +819,7 @@ async fn check(store: &Store, edges: usize, sequences: usize, steps: usize) -> (
                 tally.waited_ticks += t.waited_ticks;
                 tally.told_ahead += t.told_ahead;
                 tally.told_ahead_of_fans += t.told_ahead_of_fans;
+                tally.restarts += t.restarts;
             }
             Err((at, e)) => {
                 let (min, why) = shrink(seq[..=at].to_vec(), store, edges).await;
@@ -837,13 +855,14 @@ async fn two_edges_on_a_spread_room_follow_the_model() {
     eprintln!(
         "spread, two edges on a 3-master cluster: {n} sequences, {steps} steps in {:?}, every answer as the model says \
          ({} admissions, {} ticks waited for places to be recorded, {} joins answered with a spent place the edge remembered, \
-         {} waiting answers told the people ahead, {} of them with fans ahead)",
+         {} waiting answers told the people ahead, {} of them with fans ahead, {} edges restarted)",
         started.elapsed(),
         t.admitted,
         t.waited_ticks,
         t.stale_joins,
         t.told_ahead,
-        t.told_ahead_of_fans
+        t.told_ahead_of_fans,
+        t.restarts
     );
 }
 
