@@ -1216,3 +1216,45 @@ async fn chromium_the_console_shows_the_invite_lanes_share_of_the_release() {
     assert_eq!(said, true);
     page.screenshot("console-lane-zh-CN.png").await;
 }
+
+/// A room made only through the admin API works in a real browser (issue #38): an edge started
+/// without `[[rooms]]`, a room `PUT` on the admin port; a fan opening its queue page gets the page
+/// styled (queue.css loaded: its rules in the document's style sheets, the card drawn by them;
+/// the origin's answer for it left the page unstyled before e2c34aa), and once the room releases
+/// (50/s, set through the admin API too) queue.js takes it to the target by itself (with script
+/// on, only the script moves the page: the no-JS refresh is in `<noscript>`), with no exception
+/// and no failed load on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_a_room_made_through_the_admin_api_is_styled_runs_its_script_and_admits() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!("origin = \"{}\"\n{}", origin.url(), hs_tokens()));
+    let body = serde_json::json!({"event": "ev-1", "target": "/buy/ev-1", "protected": ["/buy/ev-1"], "release": {"mode": "fixed", "rate": 0.0}});
+    let r = edge.admin("PUT", "/admin/rooms/r9", &body.to_string()).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    // Someone ahead, so the page waits (and can be looked at) until the room releases.
+    get(&edge.url("/queue/r9"), &[("accept", "application/json"), ("user-agent", "first")]).await;
+    let mut page = Cdp::launch("en-US").await;
+    page.call("Log.enable", serde_json::json!({})).await;
+    page.navigate(&edge.url("/queue/r9")).await;
+    page.until("document.getElementById('queue').dataset.state === 'waiting' && document.getElementById('ahead').textContent.length > 0", 10.0, "a live status")
+        .await;
+    let styled = page
+        .eval(
+            "JSON.stringify([[...document.styleSheets].some(s => (s.href || '').endsWith('/static/queue.css') && [...s.cssRules].some(r => r.selectorText === '.card')), \
+             getComputedStyle(document.querySelector('.card')).borderTopLeftRadius, getComputedStyle(document.body).display])",
+        )
+        .await;
+    let styled: Vec<serde_json::Value> = serde_json::from_str(styled.as_str().unwrap()).unwrap();
+    assert_eq!(styled, [serde_json::json!(true), "14px".into(), "flex".into()], "queue.css applied");
+    page.screenshot("queue-admin-api-room.png").await;
+    let r = edge.admin("PUT", "/admin/rooms/r9/release", r#"{"mode":"fixed","rate":50}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    page.until("location.pathname === '/buy/ev-1'", 10.0, "the target").await;
+    assert!(origin.seen.lock().iter().any(|s| s.ends_with("/buy/ev-1")), "the target reached the origin: {:?}", origin.seen.lock());
+    let errors: Vec<&serde_json::Value> = page
+        .events
+        .iter()
+        .filter(|e| e["method"] == "Runtime.exceptionThrown" || (e["method"] == "Log.entryAdded" && e["params"]["entry"]["level"] == "error"))
+        .collect();
+    assert!(errors.is_empty(), "no script error, no failed load: {errors:?}");
+}

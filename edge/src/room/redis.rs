@@ -321,14 +321,15 @@ impl SessionKeys {
     }
 
     pub(super) async fn spent(&self, r: &RedisRooms, who: Who, position: u64) -> Result<bool, StateError> {
+        Ok(spent_by(&self.entry(r, who).await?, position))
+    }
+
+    /// The identity map's entry of `who`: its live place, `d<place>` once that session ended,
+    /// `Nil` when it never held one.
+    pub(super) async fn entry(&self, r: &RedisRooms, who: Who) -> Result<Value, StateError> {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&self.who).arg(who_hex(who));
-        let v = r.cmd(cmd).await?;
-        // Live: the place itself; `d<place>` (its session ended) or another place: spent.
-        Ok(match &v {
-            Value::Nil => false,
-            v => text(v).is_none_or(|t| t != position.to_string()),
-        })
+        r.cmd(cmd).await
     }
 
     pub(super) async fn sweep(&self, r: &RedisRooms, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
@@ -338,6 +339,15 @@ impl SessionKeys {
             [Some(a), Some(e)] => Ok((*a.max(&0) as u64, *e.max(&0) as u64)),
             _ => Err(StateError(format!("room_sweep answered {v:?}"))),
         }
+    }
+}
+
+/// Whether a ticket for `position` is spent by the identity map's `entry`: live, it is the place
+/// itself; `d<place>` (its session ended) or another place: spent; no entry: not spent.
+pub(super) fn spent_by(entry: &Value, position: u64) -> bool {
+    match entry {
+        Value::Nil => false,
+        v => text(v).is_none_or(|t| t != position.to_string()),
     }
 }
 

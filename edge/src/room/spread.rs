@@ -48,7 +48,7 @@ use redis::{Script, Value};
 use tokio::sync::oneshot;
 
 use super::config::SpreadConfig;
-use super::redis::{CALL_TIMEOUT, LEAD, RESIGN, RedisRooms, SessionKeys, int, ints, text, who_hex};
+use super::redis::{CALL_TIMEOUT, LEAD, RESIGN, RedisRooms, SessionKeys, int, ints, spent_by, text, who_hex};
 use super::state::{Advanced, Counters, DONE, Joined, Proof, ProofState, RoomState, StateError, Who};
 
 static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_block.lua")));
@@ -1244,13 +1244,19 @@ impl RoomState for SpreadRoom {
     }
 
     async fn spent(&self, who: Who, position: u64) -> Result<bool, StateError> {
-        let spent = self.shard(who).spent(&self.redis, who, position).await?;
+        let entry = self.shard(who).entry(&self.redis, who).await?;
+        let spent = spent_by(&entry, position);
         if spent {
             // Ended through another edge (a revoke, an expiry the leader swept): this edge forgets
-            // the place too, so the fan's next join takes a new one rather than the spent one.
+            // the place it remembers too unless it is the identity's live place, so the fan's next
+            // join takes a new one (or finds the live one) rather than a spent one — the ticket
+            // asked about, or a newer place whose session ended as well (an older ticket shown
+            // after every session ran out; the door's status of a remembered spent place would
+            // find it spent twice: a 503).
             self.alive.lock().remove(&who);
+            let live = live_position(&entry);
             if let Some(p) = self.local.lock().known.get_mut(&who)
-                && *p == position
+                && Some(*p) != live
             {
                 *p |= DONE;
             }
