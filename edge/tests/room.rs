@@ -349,6 +349,7 @@ async fn every_bad_admission_token_is_refused_at_the_protected_path() {
     let mut c = Client::user("alice");
     c.json(&edge.url("/queue/r1")).await;
     let good = until_admitted(&edge, &mut c, "r1").await["token"].as_str().unwrap().to_owned();
+    let old_ticket = c.jar["wicket_q_r1"].clone();
     let parts: Vec<&str> = good.split('.').collect();
     let claims: Value = serde_json::from_slice(&B64.decode(parts[1]).unwrap()).unwrap();
     let now = claims["iat"].as_i64().unwrap();
@@ -405,6 +406,17 @@ async fn every_bad_admission_token_is_refused_at_the_protected_path() {
     assert_eq!(v["state"], "waiting", "{v}");
     assert_eq!(v["position"], 2, "{v}");
     assert!(v.get("token").is_none());
+    // The ticket of the spent place shown again and again (issue #38: the second replay was
+    // admitted at rate 0): each time Alice's live place, never an admission.
+    for i in 0..3 {
+        let mut replay = Client { jar: c.jar.clone(), user: Some("alice".into()), ua: c.ua.clone() };
+        replay.jar.insert("wicket_q_r1".into(), old_ticket.clone());
+        let v = replay.json(&edge.url("/queue/r1/status")).await.json();
+        assert_eq!((v["state"].as_str(), v["position"].as_u64()), (Some("waiting"), Some(2)), "replay {i}: {v}");
+        assert!(v.get("token").is_none(), "replay {i}: {v}");
+        let r = replay.send("GET", &edge.url("/buy/ev-1"), &[("accept", "application/json")], b"").await;
+        assert_eq!(r.status, 403, "replay {i}: {}", r.text());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
