@@ -14,8 +14,9 @@
 //! A claim ends when its fan holds (its tickets leave `available` and count as taken), or when
 //! [`CLAIM_MS`] passes it (its fan did not come, or bought less than `max-qty`): then the next fans
 //! are let in. While the stock left is all promised, the room says "sold out for now" and the
-//! queue keeps its places ([`super::Room::spoken_for`]). Until the core has answered about the
-//! stock once, a room whose edge polls a core lets nobody in (the release loop).
+//! queue keeps its places ([`super::Room::spoken_for`]). Before the core's first stock answer
+//! nothing caps the release (a sale opening as the edge starts may let in a second's worth
+//! unchecked).
 //!
 //! Why `max-qty` and not the measured tickets per released place (which would count the fans
 //! who never buy, as airlines overbook): measured on the quick StarArena (bench/RESULTS.md), the

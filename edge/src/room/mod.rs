@@ -121,9 +121,7 @@ pub struct Room {
     /// out for now and keeps its places; set by the leader's tick (a follower edge shows what its
     /// own tick saw: nothing released, so not spoken for).
     pub spoken_for: AtomicBool,
-    /// The core answered about this room's stock at least once (what is left, or that it does not
-    /// know the event): until then an edge that polls a core releases nobody ([`claims`]).
-    pub stock_answered: AtomicBool,
+
     /// Most units any of the event's SKUs can still sell (the core's last stock answer;
     /// `u64::MAX` before the first): a tick never releases more people than that.
     pub available: AtomicU64,
@@ -216,7 +214,6 @@ impl Room {
             core_closes_at: AtomicI64::new(i64::MIN),
             restock_possible: AtomicBool::new(false),
             spoken_for: AtomicBool::new(false),
-            stock_answered: AtomicBool::new(false),
             available: AtomicU64::new(u64::MAX),
             held: AtomicU64::new(u64::MAX),
             sold: AtomicU64::new(u64::MAX),
@@ -741,8 +738,6 @@ pub struct Rooms {
     pub latency: Arc<LatencyWindow>,
     /// When the latency window last got a sample, Unix ms.
     pub latency_updated_ms: AtomicU64,
-    /// This edge polls a core for the rooms' stock ([`release`]'s core poll has started).
-    pub polls_core: AtomicBool,
     /// Core utilisation from its /metrics × 1000, and when it was read (Unix ms).
     pub core_util_milli: AtomicU64,
     /// The core's latency histogram at the last read (see `release::latency_buckets`).
@@ -895,7 +890,6 @@ impl Rooms {
             keyring: keyring.map(Arc::new),
             latency: Arc::new(new_latency_window()),
             latency_updated_ms: AtomicU64::new(0),
-            polls_core: AtomicBool::new(false),
             core_util_milli: AtomicU64::new(u64::MAX),
             core_buckets: Mutex::new(Vec::new()),
             core_util_at_ms: AtomicU64::new(0),

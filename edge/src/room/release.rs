@@ -130,12 +130,7 @@ impl Rooms {
             let taken = (held != u64::MAX && sold != u64::MAX).then(|| held + sold);
             b.claims.note(now_ms, 0, taken);
             let available = room.available.load(Ordering::Relaxed);
-            let mut cap = b.claims.cap(available, u64::from(spec.config.max_qty));
-            if self.polls_core.load(Ordering::Relaxed) && !room.stock_answered.load(Ordering::Relaxed) {
-                // The core has not said yet what is left: nobody is promised what may not exist
-                // (a sale opening as the edge starts would release a second's worth unchecked).
-                cap = 0;
-            }
+            let cap = b.claims.cap(available, u64::from(spec.config.max_qty));
             whole = whole.min(cap).min(available);
             let spoken_for = releasing && leader && cap == 0 && available != u64::MAX && c.waiting() > 0;
             if room.spoken_for.swap(spoken_for, Ordering::Relaxed) != spoken_for {
@@ -235,7 +230,6 @@ impl Rooms {
 
     /// Asks the core whether each room's event is sold out, and reads its utilisation.
     pub async fn poll_core(&self, core: SocketAddr) {
-        self.polls_core.store(true, Ordering::Relaxed);
         for room in self.all() {
             let event = room.spec().config.event.clone();
             // The event's schedule: the room never admits before it opens.
@@ -245,14 +239,7 @@ impl Rooms {
                 let t = |k: &str| v.get(k).and_then(|x| x.as_str()).and_then(super::config::parse_time);
                 room.set_core_window(t("opens_at"), t("closes_at"));
             }
-            let answer = http_get(core, &format!("/v1/events/{event}/stock")).await;
-            if let Some((code, _)) = &answer
-                && (*code == 200 || *code == 404)
-            {
-                // The core said what is left, or that it sells nothing for this event.
-                room.stock_answered.store(true, Ordering::Relaxed);
-            }
-            if let Some((200, body)) = answer
+            if let Some((200, body)) = http_get(core, &format!("/v1/events/{event}/stock")).await
                 && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
                 && let Some(stock) = Stock::read(&v)
             {
