@@ -418,11 +418,7 @@ async fn poll(w: &World, m: &mut Model, e: usize, f: usize, t: QueueTicket, dept
     let fan_place = m.fans[f].place;
     let live = fan_place == Some(t.position);
     if m.mode == Mode::RejectAll {
-        return match out {
-            StatusOutcome::Status(s) if s.state == Phase::Stopped && s.token.is_none() => Ok(()),
-            StatusOutcome::Status(s) => Err(format!("fan {f} during reject-all: {:?} token {}", s.state, s.token.is_some())),
-            StatusOutcome::Rejoin => Err(format!("fan {f} during reject-all: rejoin")),
-        };
+        return stopped_during_reject_all(f, out);
     }
     match out {
         StatusOutcome::Rejoin => {
@@ -678,6 +674,15 @@ async fn spread_settle(w: &mut World, m: &Model) -> Result<(), String> {
     Ok(())
 }
 
+/// During reject-all a poll with any ticket is told `stopped`, without a token, on every layout.
+fn stopped_during_reject_all(f: usize, out: StatusOutcome) -> Result<(), String> {
+    match out {
+        StatusOutcome::Status(s) if s.state == Phase::Stopped && s.token.is_none() => Ok(()),
+        StatusOutcome::Status(s) => Err(format!("fan {f} during reject-all: {:?} token {}", s.state, s.token.is_some())),
+        StatusOutcome::Rejoin => Err(format!("fan {f} during reject-all: rejoin")),
+    }
+}
+
 /// A status poll as the door makes it (edge/src/room/http.rs `status_for`), against the
 /// `serving` edge `e` read just before: admitted (a token) only on the fan's live place at or
 /// before it; a spent place there joins again (once) and is asked once more; a place behind it
@@ -688,11 +693,7 @@ async fn spread_poll(w: &mut World, m: &mut Model, e: usize, f: usize, t: QueueT
     let out = w.edges[e].status(&room, &t, &sub(f)).await.map_err(|e| e.to_string())?;
     let live = m.fans[f].place == Some(t.position);
     if m.mode == Mode::RejectAll {
-        return match out {
-            StatusOutcome::Status(s) if s.state == Phase::Stopped && s.token.is_none() => Ok(()),
-            StatusOutcome::Status(s) => Err(format!("fan {f} during reject-all: {:?} token {}", s.state, s.token.is_some())),
-            StatusOutcome::Rejoin => Err(format!("fan {f} during reject-all: rejoin")),
-        };
+        return stopped_during_reject_all(f, out);
     }
     match out {
         StatusOutcome::Rejoin => {
