@@ -263,6 +263,7 @@ async fn healthz(State(st): State<Shared>) -> Response {
 }
 
 async fn metrics(State(st): State<Shared>) -> Response {
+    st.metrics.redis_unreplicated.set(st.store.unreplicated_masters() as i64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render()).into_response()
 }
 

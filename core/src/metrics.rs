@@ -24,6 +24,8 @@ pub struct CoreMetrics {
     pub store_errors: IntCounterVec,
     pub durability_timeouts: IntCounterVec,
     pub redis_restarts: IntCounter,
+    /// Redis masters acknowledging changes without a replica wait: none is left that could be promoted.
+    pub redis_unreplicated: IntGauge,
     pub recheck_orders: IntCounterVec,
     pub recheck_runs: IntCounterVec,
     pub rechecking: IntGauge,
@@ -75,6 +77,13 @@ impl CoreMetrics {
             IntCounter::new("wicket_core_redis_restarts_total", "Restarts of the sale's Redis (a master's run_id changed)")
                 .expect("valid metric");
         registry.register(Box::new(redis_restarts.clone())).expect("unique metric");
+        let redis_unreplicated = IntGauge::new(
+            "wicket_core_redis_masters_unreplicated",
+            "Redis masters whose changes are acknowledged without waiting for a replica, because none is left that \
+             could be promoted (redis.wait-replicas = \"auto\"): losing such a master loses what it acknowledged",
+        )
+        .expect("valid metric");
+        registry.register(Box::new(redis_unreplicated.clone())).expect("unique metric");
         let rechecking = IntGauge::new(
             "wicket_core_rechecking",
             "1 while holds are refused because CREATED orders are being re-checked with the payment provider",
@@ -125,6 +134,7 @@ impl CoreMetrics {
             store_errors,
             durability_timeouts,
             redis_restarts,
+            redis_unreplicated,
             recheck_orders,
             recheck_runs,
             rechecking,

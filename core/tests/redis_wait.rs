@@ -55,6 +55,11 @@ async fn core_from(cfg: CoreConfig) -> (RedisStore, TestCore) {
 /// What the default config (`wait-replicas = "auto"`) waits for once it found a replica.
 const AUTO_ON: WaitPolicy = WaitPolicy { replicas: 1, aof: false, timeout: Duration::from_millis(DEFAULT_WAIT_TIMEOUT_MS) };
 
+/// The core's `/metrics` text.
+async fn metrics(c: &TestCore) -> String {
+    c.http.get(c.url("/metrics")).send().await.unwrap().text().await.unwrap()
+}
+
 /// `(status, error code)` of a hold of one `park` ticket with key `key`.
 async fn hold_one(c: &TestCore, event: &str, key: &str) -> (u16, serde_json::Value) {
     c.hold(event, &format!("u-{key}"), &serde_json::json!({"sku": "park", "qty": 1, "idempotency_key": key})).await
@@ -87,13 +92,75 @@ async fn auto_on_a_lone_redis_does_not_wait_until_a_replica_connects() {
     assert_eq!(store.wait_policy(), Some(AUTO_ON));
     let (s, b) = hold_one(&c, "lone", "after-replica").await;
     assert_eq!(s, 201, "{b}");
+    // A replica that is there but does not answer (hung, cut off): the change waits for it, and fails.
+    replica.freeze();
+    let (s, b) = hold_one(&c, "lone", "replica-hung").await;
+    assert_eq!((s, b["error"].as_str()), (503, Some("durability_timeout")), "the wait is on: {b}");
+    replica.thaw();
+    drop(replica);
+}
+
+/// Issue #41: the default config on a master whose replica dies for good: once the master has no replica
+/// left that could be promoted, changes are acknowledged without waiting (a wait would protect nothing and
+/// stop the sale), counted in `wicket_core_redis_masters_unreplicated`; a replica that connects again makes
+/// them wait again (a hung replica: 503 `durability_timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn auto_stops_waiting_when_no_replica_is_left_and_waits_again_when_one_is_back() {
+    use wicket_core::store::replicas::FOLLOW_PERIOD;
+    let master = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&master);
+    let (store, c) = core_from(config_on(&format!("{:?}", master.url()), "")).await;
+    assert_eq!(store.wait_policy(), Some(AUTO_ON));
+    assert_eq!(c.put_event("gone", &event_body(1000, 10, 1, serde_json::json!([]))).await, 201);
+    let gauge = |n: usize| format!("wicket_core_redis_masters_unreplicated {n}");
+    assert!(metrics(&c).await.contains(&gauge(0)));
+
     replica.kill9();
-    let (s, b) = hold_one(&c, "lone", "replica-gone").await;
-    assert_eq!((s, b["error"].as_str()), (503, Some("durability_timeout")), "the wait stays on: {b}");
+    let killed = Instant::now();
+    let mut statuses = Vec::new();
+    let served = loop {
+        let (s, b) = hold_one(&c, "gone", &format!("k{}", statuses.len())).await;
+        statuses.push(s);
+        if s == 201 {
+            break killed.elapsed();
+        }
+        assert_eq!(b["error"], "durability_timeout", "{b}");
+        assert!(killed.elapsed() < Duration::from_secs(10), "holds did not resume without the replica: {statuses:?}");
+    };
+    eprintln!("replica killed: holds served again after {served:?} ({statuses:?})");
+    assert!(served <= FOLLOW_PERIOD * 3, "served after {served:?}");
+    assert_eq!(store.unreplicated_masters(), 1);
+    assert!(metrics(&c).await.contains(&gauge(1)));
+    // Every change is acknowledged: hold, payment, event put, pause.
+    let (s, held) = hold_one(&c, "gone", "h").await;
+    assert_eq!(s, 201, "{held}");
+    let (s, b) = c.pay(held["order_id"].as_str().unwrap(), "txn-1", 100).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(c.put_event("gone2", &event_body(10, 10, 1, serde_json::json!([]))).await, 201);
+    let (s, _) = c.post_admin("/v1/events/gone/pause", None).await;
+    assert_eq!(s, 200);
+    let (s, _) = c.post_admin("/v1/events/gone/resume", None).await;
+    assert_eq!(s, 200);
+
+    // A replica is back: the wait is on again (logged), and a hung replica fails the wait.
+    let replica = RedisServer::start_replica_of(&master);
+    let back = Instant::now();
+    while store.unreplicated_masters() != 0 {
+        assert!(back.elapsed() < FOLLOW_PERIOD * 5, "the new replica was not followed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(metrics(&c).await.contains(&gauge(0)));
+    let (s, b) = hold_one(&c, "gone", "with-replica").await;
+    assert_eq!(s, 201, "{b}");
+    replica.freeze();
+    let (s, b) = hold_one(&c, "gone", "replica-hung").await;
+    assert_eq!((s, b["error"].as_str()), (503, Some("durability_timeout")), "waits again: {b}");
+    replica.thaw();
 }
 
 /// The default config on a master with a replica: every acknowledged change waits for the replica — hold,
-/// payment, event put, pause: with the replica killed, each answers 503 `durability_timeout`.
+/// payment, event put, pause: with the replica hung (SIGSTOP: still connected, answering nothing), each
+/// answers 503 `durability_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn auto_on_a_master_with_a_replica_waits_for_it() {
     let master = RedisServer::start();
@@ -105,7 +172,7 @@ async fn auto_on_a_master_with_a_replica_waits_for_it() {
     assert_eq!(s, 201, "{held}");
     let order = held["order_id"].as_str().unwrap().to_string();
 
-    replica.kill9();
+    replica.freeze();
     let dt = |s: u16, b: &serde_json::Value| (s, b["error"].as_str().map(str::to_string));
     let want = (503, Some("durability_timeout".to_string()));
     let (s, b) = hold_one(&c, "rep", "k2").await;
@@ -125,6 +192,7 @@ async fn auto_on_a_master_with_a_replica_waits_for_it() {
     assert_eq!(dt(s, &b), want, "event put: {b}");
     let (s, b) = c.post_admin("/v1/events/rep/pause", None).await;
     assert_eq!(dt(s, &b), want, "pause: {b}");
+    replica.thaw();
 }
 
 /// `wait-replicas = 0` turns the wait off even with a replica: the replica killed, holds are still 201.
@@ -355,4 +423,103 @@ async fn failover_of_the_slot_master_loses_no_acknowledged_hold() {
         "{rounds} rounds: waiting core {acked_waited} acknowledged, {lost_waited} lost; plain core {acked_plain} \
          acknowledged, {lost_plain} lost"
     );
+}
+
+/// Issue #41: the master of an event's slot SIGKILLed and left dead, as a dead machine stays dead, with the
+/// default config on a 3-master Cluster with a replica each. Its replica is promoted with no replica of its
+/// own: the core stops waiting there and holds are served again within 10 s of the promotion (before #41
+/// every hold on that shard answered 503 until an operator acted); every acknowledged hold is an order on
+/// the cluster. Then the dead node comes back (as a replica of the new master) and the wait is restored:
+/// with that replica hung, a hold answers 503 `durability_timeout`. The next round kills the new master.
+/// `WICKET_DEAD_MASTER_ROUNDS` rounds (default 2; 20 for the long run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_master_dead_for_good_keeps_selling_and_its_return_restores_the_wait() {
+    let rounds: usize = std::env::var("WICKET_DEAD_MASTER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let mut cluster = RedisCluster::start_with_replicas(3, 500);
+    let store = format!("{{ cluster = {:?} }}", cluster.seeds());
+    let (waited, core) = core_from(config_on(&store, "")).await;
+    assert_eq!(waited.wait_policy(), Some(AUTO_ON), "every master has a replica: the default waits for 1");
+    let core = Arc::new(core);
+    let event = "dead";
+    let started = Instant::now();
+    while !matches!(core.put_event(event, &event_body(1_000_000, 10, 1, serde_json::json!([]))).await, 200 | 201) {
+        assert!(started.elapsed() < Duration::from_secs(20), "PUT event");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let key = format!("wk:{{ev:{event}}}:ev");
+    let (mut acked, mut worst) = (0, Duration::ZERO);
+    for round in 0..rounds {
+        let victim = cluster.master_of(&key).expect("the slot has a master");
+        let stop = Arc::new(AtomicBool::new(false));
+        let burst_tasks = burst(core.clone(), event.to_string(), format!("d{round}"), 8, stop.clone());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cluster.nodes[victim].kill9();
+        let killed = Instant::now();
+        let promoted_node = loop {
+            if let Some(m) = cluster.master_of(&key)
+                && m != victim
+            {
+                break m;
+            }
+            assert!(killed.elapsed() < Duration::from_secs(30), "round {round}: no replica was promoted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let promoted = Instant::now();
+        // A prober beside the burst: the first hold acknowledged after the promotion.
+        let mut tries = 0;
+        let served = loop {
+            let (s, b) = hold_one(&core, event, &format!("probe-{round}-{tries}")).await;
+            tries += 1;
+            if s == 201 {
+                break promoted.elapsed();
+            }
+            assert!(
+                promoted.elapsed() < Duration::from_secs(10),
+                "round {round}: holds not served within 10 s of the promotion (last: {s} {b})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        worst = worst.max(served);
+        // Selling on the lone new master for a while.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        stop.store(true, Ordering::Relaxed);
+        let seen = collect(burst_tasks).await;
+        assert_eq!(waited.unreplicated_masters(), 1, "round {round}: the new master has no replica");
+        let live: Vec<String> =
+            cluster.nodes.iter().filter(|n| n.is_running()).map(|n| format!("redis://127.0.0.1:{}", n.port())).collect();
+        let check = RedisStore::connect_cluster(&live).await.expect("connect to the survivors");
+        let lost = missing(&check, &seen.acked).await;
+        eprintln!(
+            "round {round}: node {victim} dead, {promoted_node} promoted {:?} after the kill, holds served {served:?} \
+             after the promotion; {} acknowledged, {} missing, {:?}",
+            promoted - killed,
+            seen.acked.len(),
+            lost.len(),
+            seen.statuses
+        );
+        assert!(!seen.acked.is_empty(), "round {round}: nothing acknowledged: {:?}", seen.statuses);
+        assert!(lost.is_empty(), "round {round}: acknowledged holds are gone: {lost:?}");
+        acked += seen.acked.len();
+
+        // The dead node returns, as a replica of the new master: the wait is restored.
+        cluster.nodes[victim].restart();
+        cluster.nodes[victim].wait_link_up();
+        let back = Instant::now();
+        while waited.unreplicated_masters() != 0 {
+            assert!(back.elapsed() < Duration::from_secs(10), "round {round}: the returned replica was not followed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        cluster.nodes[victim].freeze();
+        let (s, b) = hold_one(&core, event, &format!("hung-{round}")).await;
+        cluster.nodes[victim].thaw();
+        assert_eq!((s, b["error"].as_str()), (503, Some("durability_timeout")), "round {round}: the wait is back: {b}");
+        // Thawed, the replica may have been marked failed meanwhile: wait until it is followed again.
+        cluster.nodes[victim].wait_link_up();
+        let again = Instant::now();
+        while waited.unreplicated_masters() != 0 {
+            assert!(again.elapsed() < Duration::from_secs(20), "round {round}: the thawed replica was not followed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    eprintln!("{rounds} rounds: {acked} holds acknowledged, 0 lost; holds served at worst {worst:?} after a promotion");
 }

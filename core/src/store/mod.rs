@@ -7,13 +7,15 @@
 //! - [`embedded`]: in-process, one mutex over all state; the zero-setup default, durable on local disk
 //!   ([`journal`]: journal with group commit + snapshots) or in memory only.
 //! - [`redis`]: Lua scripts in `lua/`, one Cluster slot per event; the production store. Optionally every
-//!   acknowledged change waits for replicas / the AOF (`WAIT` / `WAITAOF`, config `[redis]`).
+//!   acknowledged change waits for replicas / the AOF (`WAIT` / `WAITAOF`, config `[redis]`); [`replicas`]:
+//!   which replicas could still be promoted, what `"auto"` waits for.
 //!
 //! Both run the same conformance suite (`core/tests/conformance/`).
 
 pub mod embedded;
 pub mod journal;
 pub mod redis;
+pub mod replicas;
 
 use std::sync::Arc;
 
@@ -159,6 +161,12 @@ pub trait SaleStore: Send + Sync + 'static {
     /// been lost meanwhile). The Redis store does this through its restart watcher instead.
     fn recheck_at_start(&self) -> bool {
         false
+    }
+
+    /// Redis masters whose changes are acknowledged without waiting for a replica because none is left that
+    /// could be promoted (`redis.wait-replicas = "auto"`, issue #41); 0 for every other store or setting.
+    fn unreplicated_masters(&self) -> usize {
+        0
     }
 
     /// The server processes holding the state, sorted (Redis: the server; Cluster: every master). Empty for

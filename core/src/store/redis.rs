@@ -31,10 +31,15 @@
 //!
 //! The config's default is `wait-replicas = "auto"` ([`WaitReplicas::Auto`]): when connecting, `INFO
 //! replication` on every master (the one server, or each master of the Cluster) counts its connected
-//! replicas; any master with one → every change waits for 1 replica; none (a lone Redis) → no wait, and the
-//! masters are looked at again every [`AUTO_REDETECT`] until a replica shows up, when the wait turns on for
-//! good (it never turns itself off: a replica lost later means 503 `durability_timeout` until one is back, or
-//! a restart of the core without replicas). The policy in force and why are logged.
+//! replicas; any master with one → changes wait for 1 replica; none (a lone Redis) → no wait, and the
+//! masters are looked at again every [`AUTO_REDETECT`] until a replica shows up, when the wait turns on.
+//! Once on, the wait follows what could still be promoted ([`super::replicas`], issue #41): a watcher looks
+//! at the replicas every [`FOLLOW_PERIOD`] (and at once after a wait timed out), and a change on a master
+//! with no replica left that could be promoted — its replica died for good, or it is the replica promoted
+//! after its master died — is acknowledged without waiting (logged once per master, counted in
+//! [`RedisStore::unreplicated_masters`]); as soon as a replica is back, changes there wait again. A number
+//! (`wait-replicas = N`) keeps its strict meaning: exactly N, whatever the topology. The policy in force and
+//! why are logged.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -46,6 +51,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, RedisError, RedisFuture, Script, ServerErrorKind, Value};
 
+use super::replicas::{FOLLOW_PERIOD, ReplicaView, Topology};
 use super::{MAX_OUTBOX_PAGE, SaleStore, ServerId, StoreError};
 use crate::model::{
     CloseReason, Dimension, EventRecord, EventSpec, FieldError, HoldOutcome, HoldRequest, Identity, Order,
@@ -415,6 +421,16 @@ pub struct RedisStore {
     /// With a [`WaitPolicy`] in force: the connections acknowledged changes go over, each followed by its
     /// wait. Set when connecting, or later (once) when `"auto"` finds a replica that was not there at start.
     waiter: Arc<OnceLock<Waiter>>,
+    /// `"auto"`: the replicas that could be promoted, per slot; a waited call waits for no more than its
+    /// master has. `None` for a fixed number.
+    follow: Option<Arc<Follow>>,
+}
+
+/// What `"auto"` follows: the last look at the replicas, and the watcher's wake-up.
+struct Follow {
+    view: ReplicaView,
+    /// Wakes the watcher before its period: a wait just timed out (a replica may be gone).
+    wake: tokio::sync::Notify,
 }
 
 /// The key of the barrier write of a waited call on `event`'s slot.
@@ -632,15 +648,24 @@ impl RedisStore {
     async fn open(target: Target, wait: WaitSettings) -> Result<RedisStore, StoreError> {
         let conn = target.open(RESPONSE_TIMEOUT).await?;
         let admin = target.open(ADMIN_TIMEOUT).await?;
-        let store = RedisStore { conn, admin, waiter: Arc::new(OnceLock::new()) };
+        let auto = wait.replicas == WaitReplicas::Auto;
+        let cluster = matches!(target, Target::Cluster(_));
+        let follow = auto.then(|| Arc::new(Follow { view: ReplicaView::new(cluster), wake: tokio::sync::Notify::new() }));
+        let store = RedisStore { conn, admin, waiter: Arc::new(OnceLock::new()), follow };
         store.now_ms().await?;
         let policy = store.resolve(wait).await?;
         if policy.is_on() {
             let _ = store.waiter.set(target.waiter(policy).await?);
             store.check_wait_policy().await?;
         }
-        if wait.replicas == WaitReplicas::Auto && policy.replicas == 0 {
-            store.spawn_redetect(target, policy);
+        if let Some(follow) = &store.follow {
+            // The first look before the first change; where it fails, changes wait as resolved until the
+            // watcher's next look succeeds.
+            match look(&store.conn).await {
+                Ok(t) => store.note(follow, t),
+                Err(e) => tracing::warn!(error = %e, "redis.wait-replicas = \"auto\": cannot read the replicas yet; looking again"),
+            }
+            store.spawn_follow(target, policy);
         }
         Ok(store)
     }
@@ -699,51 +724,111 @@ impl RedisStore {
         }
     }
 
-    /// `"auto"` found no replica: look again every [`AUTO_REDETECT`] while the store is in use; the first
-    /// time a master has a connected replica, the wait turns on, for good (a replica that goes away later
-    /// makes changes answer 503 `durability_timeout` until one is back, as with `wait-replicas = 1`).
-    fn spawn_redetect(&self, target: Target, policy: WaitPolicy) {
+    /// `"auto"`: looks at the replicas every [`FOLLOW_PERIOD`] (at once when a wait timed out) while the store
+    /// is in use. Without a wait yet (no replica at start) it turns the wait on the first time a master has a
+    /// replica (looked for every [`AUTO_REDETECT`]); with one, each look updates what waited calls wait for.
+    fn spawn_follow(&self, target: Target, policy: WaitPolicy) {
         let slot = Arc::downgrade(&self.waiter);
-        let conn = self.conn.clone();
+        let follow = Arc::downgrade(self.follow.as_ref().expect("auto follows"));
+        let store = RedisStore { follow: None, ..self.clone() };
         tokio::spawn(async move {
+            let mut since_redetect = Duration::ZERO;
             loop {
-                tokio::time::sleep(AUTO_REDETECT).await;
-                // Every clone of the store is gone: nothing to turn on.
-                let Some(slot) = slot.upgrade() else { return };
-                let found = match replicas_per_master(&conn).await {
-                    Ok(found) => found,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "redis.wait-replicas = \"auto\": looking for replicas failed; trying again");
+                {
+                    // Every clone of the store is gone: nothing to follow.
+                    let Some(f) = follow.upgrade() else { return };
+                    tokio::select! {
+                        _ = tokio::time::sleep(FOLLOW_PERIOD) => since_redetect += FOLLOW_PERIOD,
+                        _ = f.wake.notified() => {}
+                    }
+                }
+                let (Some(slot), Some(f)) = (slot.upgrade(), follow.upgrade()) else { return };
+                if slot.get().is_none() || policy.aof && slot.get().is_some_and(|w| w.policy().replicas == 0) {
+                    if since_redetect < AUTO_REDETECT {
                         continue;
                     }
-                };
-                if !found.iter().any(|(_, n)| *n > 0) {
-                    continue;
+                    since_redetect = Duration::ZERO;
+                    if !store.turn_on(&target, &slot, policy).await {
+                        continue;
+                    }
                 }
-                let on = WaitPolicy { replicas: 1, ..policy };
-                match slot.get() {
-                    // wait-aof: its pool is there already; it now waits for a replica's AOF too.
-                    Some(w) => w.replicas.store(1, Ordering::Relaxed),
-                    None => match target.waiter(on).await {
-                        Ok(w) => {
-                            let _ = slot.set(w);
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "redis.wait-replicas = \"auto\": a replica connected, but the \
-                                 waiting connections could not be opened; trying again");
-                            continue;
-                        }
-                    },
+                match look(&store.conn).await {
+                    Ok(t) => store.note(&f, t),
+                    Err(e) => tracing::debug!(error = %e, "redis.wait-replicas = \"auto\": looking at the replicas failed; trying again"),
                 }
-                tracing::info!(
-                    masters = %describe_replicas(&found),
-                    "redis.wait-replicas = \"auto\": a replica connected, so from now on every acknowledged change \
-                     waits for 1 replica ({} ms at most) before its answer",
-                    on.timeout.as_millis()
-                );
-                return;
             }
         });
+    }
+
+    /// `"auto"` without a wait so far: turns it on when a master now has a connected replica. `true` when on.
+    async fn turn_on(&self, target: &Target, slot: &OnceLock<Waiter>, policy: WaitPolicy) -> bool {
+        let found = match replicas_per_master(&self.conn).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::debug!(error = %e, "redis.wait-replicas = \"auto\": looking for replicas failed; trying again");
+                return false;
+            }
+        };
+        if !found.iter().any(|(_, n)| *n > 0) {
+            return false;
+        }
+        let on = WaitPolicy { replicas: 1, ..policy };
+        match slot.get() {
+            // wait-aof: its pool is there already; it now waits for a replica's AOF too.
+            Some(w) => w.replicas.store(1, Ordering::Relaxed),
+            None => match target.waiter(on).await {
+                Ok(w) => {
+                    let _ = slot.set(w);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "redis.wait-replicas = \"auto\": a replica connected, but the \
+                         waiting connections could not be opened; trying again");
+                    return false;
+                }
+            },
+        }
+        tracing::info!(
+            masters = %describe_replicas(&found),
+            "redis.wait-replicas = \"auto\": a replica connected, so from now on every acknowledged change \
+             waits for 1 replica ({} ms at most) before its answer, on every master that has one",
+            on.timeout.as_millis()
+        );
+        true
+    }
+
+    /// Takes a look at the replicas into `follow`, and logs each master that lost its last replica that could
+    /// be promoted, or has one again, once (only while changes wait at all).
+    fn note(&self, follow: &Follow, now: Topology) {
+        let before = follow.view.update(now.clone());
+        if self.waiter.get().is_none_or(|w| w.policy().replicas == 0) {
+            return;
+        }
+        let was_bare: Vec<String> = before.as_ref().map(|t| t.bare().into_iter().map(str::to_string).collect()).unwrap_or_default();
+        let is_bare = now.bare();
+        for node in is_bare.iter().filter(|n| !was_bare.iter().any(|w| w == *n)) {
+            tracing::warn!(
+                node = %node,
+                masters = %now.describe(),
+                "this Redis master has no replica left that could be promoted in its place: changes on it are \
+                 acknowledged without waiting (redis.wait-replicas = \"auto\"; a wait would protect nothing and stop \
+                 its share of the sale) until a replica is back — a loss of this master now loses what it acknowledged \
+                 since"
+            );
+        }
+        for node in was_bare.iter().filter(|w| now.masters.iter().any(|m| &m.node == *w && m.promotable > 0)) {
+            tracing::info!(node = %node, "this Redis master has a replica again: changes on it wait for 1 replica again");
+        }
+    }
+
+    /// Masters whose changes are acknowledged without waiting because no replica is left that could be
+    /// promoted (`wait-replicas = "auto"` while changes wait at all); 0 otherwise. The metric
+    /// `wicket_core_redis_masters_unreplicated`.
+    pub fn unreplicated_masters(&self) -> usize {
+        let Some(f) = &self.follow else { return 0 };
+        if self.waiter.get().is_none_or(|w| w.policy().replicas == 0) {
+            return 0;
+        }
+        f.view.last().map_or(0, |t| t.bare().len())
     }
 
     /// The wait policy in force (`None` when changes are acknowledged without waiting). With `"auto"` it may
@@ -876,7 +961,11 @@ impl RedisStore {
             }
             Step::Cmd(c) => c.clone(),
         };
-        let policy = w.policy();
+        let mut policy = w.policy();
+        // "auto": no more replicas than the slot's master has that could be promoted.
+        if let Some(n) = self.follow.as_ref().and_then(|f| f.view.promotable(barrier)) {
+            policy.replicas = policy.replicas.min(n);
+        }
         let mut pipe = redis::pipe();
         pipe.ignore_errors().add_command(first).cmd("INCR").arg(barrier).add_command(policy.command());
         let (mut conn, bound) = if admin {
@@ -921,10 +1010,15 @@ impl RedisStore {
                 return policy.check(&wait_reply).map(|()| reply).map_err(StoreError::DurabilityTimeout);
             }
         };
-        match tokio::time::timeout(bound, attempt).await {
+        let result = match tokio::time::timeout(bound, attempt).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
+        };
+        if let (Err(StoreError::DurabilityTimeout(_)), Some(f)) = (&result, &self.follow) {
+            // A replica may be gone: look now rather than at the next period.
+            f.wake.notify_one();
         }
+        result
     }
 
     /// Runs a plain command, bounded by [`CALL_TIMEOUT`].
@@ -1185,6 +1279,10 @@ impl SaleStore for RedisStore {
         true
     }
 
+    fn unreplicated_masters(&self) -> usize {
+        RedisStore::unreplicated_masters(self)
+    }
+
     async fn server_ids(&self) -> Result<Vec<ServerId>, StoreError> {
         let mut ids = match &self.conn {
             Conn::Single(_) => {
@@ -1331,6 +1429,42 @@ async fn replicas_per_master(conn: &Conn) -> Result<Vec<(String, u32)>, StoreErr
     }
     out.sort();
     Ok(out)
+}
+
+/// One look at the replicas that could be promoted ([`super::replicas`]): one server's connected replicas, or
+/// a Cluster's `CLUSTER NODES` as one of its nodes sees it (failure flags are agreed cluster-wide).
+async fn look(conn: &Conn) -> Result<Topology, StoreError> {
+    match conn {
+        Conn::Single(_) => {
+            let found = replicas_per_master(conn).await?;
+            Ok(Topology::single(&found[0].0, found[0].1))
+        }
+        Conn::Cluster(c) => {
+            use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+            // A random node answers; the one picked may be the node that just died: a few tries.
+            let mut last = StoreError::Unavailable("no Cluster node answered CLUSTER NODES".into());
+            for _ in 0..3 {
+                let mut conn = c.clone();
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+                let mut nodes = redis::cmd("CLUSTER");
+                nodes.arg("NODES");
+                let v = match tokio::time::timeout(CALL_TIMEOUT, conn.route_command(nodes, routing)).await {
+                    Ok(Ok(v)) => v,
+                    Ok(Err(e)) => {
+                        last = map_err(e);
+                        continue;
+                    }
+                    Err(_) => {
+                        last = StoreError::OutcomeUnknown("Redis did not answer in time".into());
+                        continue;
+                    }
+                };
+                let nodes = text(&v).ok_or_else(|| bad("CLUSTER NODES without text"))?;
+                return Topology::from_cluster_nodes(&nodes).map_err(|e| bad(&e));
+            }
+            Err(last)
+        }
+    }
 }
 
 /// `node: replicas, ...` for the log.
