@@ -6,7 +6,7 @@
 //! `anomaly`, `bot`, `admission`, `tls`, `room`); [`crate::config`] composes them. This module
 //! imports no part, so every part may use it without importing the config module back.
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
@@ -123,16 +123,13 @@ pub fn parse_http_url(s: &str) -> Result<HttpUrl, String> {
     Ok(HttpUrl { authority: authority.to_owned(), host: host.to_owned(), port, path: path.to_owned(), tls })
 }
 
-/// An upstream: `http://host:port`, resolved once at start.
-pub fn parse_http_upstream(s: &str) -> Result<(HttpUrl, SocketAddr), String> {
+/// An upstream: `http://host:port` whose host resolves now (the edge looks it up again while it runs:
+/// [`crate::resolve`]).
+pub fn parse_http_upstream(s: &str) -> Result<HttpUrl, String> {
     let url = parse_http_url(s)?;
     if url.path != "/" {
         return Err(format!("an upstream has no path: {s:?}"));
     }
-    let addr = (url.host.as_str(), url.port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {s:?}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("cannot resolve {s:?}"))?;
-    Ok((url, addr))
+    crate::resolve::Name::lookup(&url.host, url.port).map_err(|e| format!("{e} ({s:?})"))?;
+    Ok(url)
 }

@@ -105,6 +105,9 @@ pub struct EdgeConfig {
     pub read_timeout_ms: u64,
     /// Upstream write timeout in milliseconds. Default 10000.
     pub write_timeout_ms: u64,
+    /// How often the names of `core` and `origin` are looked up again, in milliseconds (and soon
+    /// after a connection fails): a moved name is followed without a restart. Default 10000.
+    pub resolve_every_ms: u64,
     /// How many times an idempotent request is retried on another connection when the
     /// upstream fails before answering. Default 1.
     pub retries: usize,
@@ -199,6 +202,7 @@ impl Default for EdgeConfig {
             connect_timeout_ms: 1000,
             read_timeout_ms: 10_000,
             write_timeout_ms: 10_000,
+            resolve_every_ms: 10_000,
             retries: 1,
             origin_ca_file: None,
             fast_forward: true,
@@ -455,6 +459,9 @@ impl WicketConfig {
             if v == 0 || v > 600_000 {
                 out.push(issue(key, "must be between 1 and 600000"));
             }
+        }
+        if !(100..=3_600_000).contains(&e.resolve_every_ms) {
+            out.push(issue("edge.resolve-every-ms", "must be between 100 and 3600000"));
         }
         if e.body_min_rate > 1 << 30 {
             out.push(issue("edge.body-min-rate", "must be at most 1073741824 (bytes per second; 0 turns it off)"));

@@ -18,7 +18,9 @@
 //!   parts get handles (`EdgeState::queue_edge` for the waiting room's endpoints).
 //! - [`body`]: the request bodies the edge answers itself, read within `max-body-bytes` and the
 //!   client-side deadlines (`Timeouts`).
-//! - [`server`]: the Pingora server (public, admin and upkeep services), graceful stop, the
+//! - [`resolve`]: the core's and the origin's names, looked up again every `resolve-every-ms` and after
+//!   a failed connect, so a moved name is followed without a restart.
+//! - [`server`]: the Pingora server (public, admin, name-following and upkeep services), graceful stop, the
 //!   embedded core; one `listening on` log line per listener (the log format is
 //!   `wicket_core::logging`'s, chosen by `edge.log-format`).
 //! - [`statics`]: files preloaded with ETags and gzip/brotli variants.
@@ -116,6 +118,7 @@ pub mod nginx_import;
 pub mod path;
 pub mod reject;
 pub mod replay;
+pub mod resolve;
 pub mod room;
 pub mod server;
 pub mod state;

@@ -87,6 +87,31 @@ impl BackgroundService for Upkeep {
     }
 }
 
+/// Looks the core's and the origin's names up again when due (`edge.resolve-every-ms`, or soon after a
+/// connection failed): [`crate::resolve`].
+struct FollowNames {
+    state: Arc<EdgeState>,
+}
+
+#[async_trait]
+impl BackgroundService for FollowNames {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let names: Vec<(&'static str, Arc<crate::resolve::Name>)> = [("edge.core", &self.state.core), ("edge.origin", &self.state.origin)]
+            .into_iter()
+            .filter_map(|(which, up)| Some((which, up.as_ref()?.target.clone())))
+            .collect();
+        let every = Duration::from_millis(self.state.config.edge.resolve_every_ms);
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => crate::resolve::refresh_due(&names, crate::room::unix_ms(), every).await,
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
 /// Reloads the TLS certificates on SIGHUP (a bad file keeps the old ones; the log says why). Runs without
 /// `[edge.tls]` too, so that a SIGHUP (`systemctl reload`, a certificate renewal hook) never stops an edge: the
 /// signal's default action is to end the process.
@@ -167,9 +192,10 @@ pub fn build(state: Arc<EdgeState>) -> Server {
     server.add_service(admin);
     server.add_service(background_service("wicket rooms", crate::room::release::ReleaseLoop {
             rooms: state.rooms.clone(),
-            core: state.core.as_ref().map(|u| u.addr),
+            core: state.core.as_ref().map(|u| u.target.clone()),
             registry: state.metrics.registry.clone(),
         }));
+    server.add_service(background_service("wicket resolve", FollowNames { state: state.clone() }));
     server.add_service(background_service("wicket upkeep", Upkeep { state }));
     server
 }

@@ -26,8 +26,8 @@ pub use crate::room::QUEUE_PREFIX;
 /// An HTTP upstream (origin or core).
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    /// Resolved at start.
-    pub addr: SocketAddr,
+    /// Its name and the address requests go to now (looked up again while the edge runs).
+    pub target: Arc<crate::resolve::Name>,
     /// `origin` or `core`, for metrics.
     pub name: &'static str,
     /// Timeouts, and for TLS the CAs to verify with.
@@ -36,6 +36,13 @@ pub struct Upstream {
     pub tls: bool,
     /// The host name sent as SNI and verified (TLS only).
     pub sni: String,
+}
+
+impl Upstream {
+    /// Where requests go now.
+    pub fn addr(&self) -> SocketAddr {
+        self.target.addr()
+    }
 }
 
 pub use crate::body::Timeouts;
@@ -164,12 +171,19 @@ impl EdgeState {
         options.verify_cert = true;
         options.verify_hostname = true;
         let upstream = |s: &str, name: &'static str, path: &str| -> Result<Upstream, ConfigErrors> {
-            let (url, addr) = parse_http_upstream(s).map_err(|m| one(path, m))?;
-            Ok(Upstream { addr, name, options: options.clone(), tls: url.tls, sni: url.host })
+            let url = parse_http_upstream(s).map_err(|m| one(path, m))?;
+            let target = crate::resolve::Name::lookup(&url.host, url.port).map_err(|m| one(path, m))?;
+            Ok(Upstream { target, name, options: options.clone(), tls: url.tls, sni: url.host })
         };
         let origin = e.origin.as_deref().map(|o| upstream(o, "origin", "edge.origin")).transpose()?;
         let core = match embedded_core {
-            Some(addr) => Some(Upstream { addr, name: "core", options: options.clone(), tls: false, sni: String::new() }),
+            Some(addr) => Some(Upstream {
+                target: crate::resolve::Name::fixed(addr),
+                name: "core",
+                options: options.clone(),
+                tls: false,
+                sni: String::new(),
+            }),
             None if e.core == "embedded" => None,
             None => Some(upstream(&e.core, "core", "edge.core")?),
         };

@@ -65,7 +65,7 @@ pub async fn forward(st: &EdgeState, client: &mut Stream, req: &httparse::Reques
     let mut connects = 0;
     let mut stale_retry = true;
     let (mut conn, mut buf, resp) = loop {
-        let (conn, pooled) = match pool_take(up.addr) {
+        let (conn, pooled) = match pool_take(up.addr()) {
             Some(c) => (c, true),
             None => {
                 connects += 1;
@@ -109,7 +109,7 @@ pub async fn forward(st: &EdgeState, client: &mut Stream, req: &httparse::Reques
     match relayed {
         Ok(Relayed { reusable }) => {
             if reusable && resp.keep_alive {
-                pool_give(up.addr, conn);
+                pool_give(up.addr(), conn);
             }
             Forwarded::Done
         }
@@ -550,9 +550,11 @@ impl ChunkParser {
 /// Connects to the origin within its connect timeout.
 async fn connect(up: &Upstream) -> std::io::Result<TcpStream> {
     let timeout = up.options.connection_timeout.unwrap_or(Duration::from_secs(5));
-    let conn = tokio::time::timeout(timeout, TcpStream::connect(up.addr))
+    let conn = tokio::time::timeout(timeout, TcpStream::connect(up.addr()))
         .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "origin connect timed out"))??;
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "origin connect timed out"))
+        .and_then(|r| r)
+        .inspect_err(|_| up.target.connect_failed())?;
     conn.set_nodelay(true)?;
     Ok(conn)
 }
@@ -560,7 +562,7 @@ async fn connect(up: &Upstream) -> std::io::Result<TcpStream> {
 /// Answers an origin failure before any byte of its answer as the proxy does (502, or 504 on a
 /// timeout); the client's connection stays open (the request had no body).
 async fn fail(st: &EdgeState, client: &mut Stream, headers: &[httparse::Header<'_>], fwd: &Pass, e: std::io::Error) -> Forwarded {
-    tracing::warn!("origin {}: {e}", st.origin.as_ref().map_or(String::new(), |u| u.addr.to_string()));
+    tracing::warn!("origin {}: {e}", st.origin.as_ref().map_or(String::new(), |u| u.addr().to_string()));
     let reject = if e.kind() == std::io::ErrorKind::TimedOut { Reject::GatewayTimeout } else { Reject::BadGateway };
     st.metrics.rejects.with_label_values(&[reject.reason()]).inc();
     st.metrics.request(fwd.route, Outcome::Error);

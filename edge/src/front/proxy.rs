@@ -461,7 +461,7 @@ impl ProxyHttp for EdgeProxy {
             ctx.fail = Some(Reject::NoUpstream);
             return Err(Error::explain(ErrorType::HTTPStatus(502), "no upstream configured"));
         };
-        let mut peer = HttpPeer::new(up.addr, up.tls, up.sni.clone());
+        let mut peer = HttpPeer::new(up.addr(), up.tls, up.sni.clone());
         peer.options = up.options.clone();
         Ok(Box::new(peer))
     }
@@ -553,6 +553,10 @@ impl ProxyHttp for EdgeProxy {
     /// Phase: connecting to the upstream failed. Default: pass the error on (no retry).
     /// Here: idempotent requests are retried up to `retries` times.
     fn fail_to_connect(&self, session: &mut Session, _peer: &HttpPeer, ctx: &mut RequestCtx, mut e: Box<Error>) -> Box<Error> {
+        // The name may have moved: it is looked up again soon (crate::resolve).
+        if let Some(up) = self.upstream(ctx) {
+            up.target.connect_failed();
+        }
         if session.req_header().method.is_idempotent() && ctx.tries <= self.state.retries {
             e.set_retry(true);
         }

@@ -453,7 +453,7 @@ pub struct ReleaseLoop {
     /// The rooms it ticks.
     pub rooms: Arc<Rooms>,
     /// The core whose metrics it reads (utilisation), when the edge has one.
-    pub core: Option<SocketAddr>,
+    pub core: Option<Arc<crate::resolve::Name>>,
     /// Where the rooms' gauges are registered (the edge's metrics).
     pub registry: prometheus::Registry,
 }
@@ -461,7 +461,7 @@ pub struct ReleaseLoop {
 #[async_trait]
 impl BackgroundService for ReleaseLoop {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let (rooms, core) = (self.rooms.clone(), self.core);
+        let (rooms, core) = (self.rooms.clone(), self.core.clone());
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let gauges = RoomGauges::register(&self.registry);
@@ -469,8 +469,8 @@ impl BackgroundService for ReleaseLoop {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    if let (Some(core), true) = (core, n % 2 == 0) {
-                        rooms.poll_core(core).await;
+                    if let (Some(core), true) = (&core, n % 2 == 0) {
+                        rooms.poll_core(core.addr()).await;
                     }
                     rooms.tick_all(unix_ms()).await;
                     gauges.update(&rooms);
