@@ -961,25 +961,41 @@ impl RedisStore {
             }
             Step::Cmd(c) => c.clone(),
         };
-        let mut policy = w.policy();
-        // "auto": no more replicas than the slot's master has that could be promoted.
-        if let Some(n) = self.follow.as_ref().and_then(|f| f.view.promotable(barrier)) {
-            policy.replicas = policy.replicas.min(n);
-        }
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors().add_command(first).cmd("INCR").arg(barrier).add_command(policy.command());
+        let strict = w.policy();
+        // "auto": the slot's master as the last look saw it, waiting for no more replicas than it has that
+        // could be promoted — sent to that very master, so the count and the node that runs the change
+        // come from one view (super::replicas). Without a look, or after a redirect: the client's own
+        // routing and the strict wait.
+        let mut route = self.follow.as_ref().and_then(|f| f.view.route(barrier));
         let (mut conn, bound) = if admin {
             self.ping_admin().await?;
-            (self.admin.clone(), ADMIN_TIMEOUT + policy.timeout)
+            (self.admin.clone(), ADMIN_TIMEOUT + strict.timeout)
         } else {
-            (w.conn(), CALL_TIMEOUT + policy.timeout)
+            (w.conn(), CALL_TIMEOUT + strict.timeout)
         };
+        let mut policy = strict;
         let attempt = async {
             // NOSCRIPT (a flush, a failover to a node without the script) and MOVED/ASK (a slot map older
             // than a failover) mean the step did not run: fix and send again, a few times.
             let mut tries = 0;
             loop {
-                let replies = pipe.query_async::<Vec<Value>>(&mut conn).await.map_err(map_err)?;
+                policy = strict;
+                if let Some(r) = &route {
+                    policy.replicas = policy.replicas.min(r.promotable);
+                }
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors().add_command(first.clone()).cmd("INCR").arg(barrier).add_command(policy.command());
+                let sent = match (&route, &mut conn) {
+                    (Some(r), Conn::Cluster(c)) => match r.node.rsplit_once(':').and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?))) {
+                        Some((host, port)) => {
+                            use redis::cluster_routing::SingleNodeRoutingInfo;
+                            c.route_pipeline(pipe, 0, 3, SingleNodeRoutingInfo::ByAddress { host, port }).await
+                        }
+                        None => pipe.query_async::<Vec<Value>>(&mut conn).await,
+                    },
+                    _ => pipe.query_async::<Vec<Value>>(&mut conn).await,
+                };
+                let replies = sent.map_err(map_err)?;
                 let [reply, barrier_reply, wait_reply] = <[Value; 3]>::try_from(replies)
                     .map_err(|r| bad(&format!("{} replies to a waited pipeline of 3", r.len())))?;
                 if let Value::ServerError(e) = reply {
@@ -993,6 +1009,14 @@ impl RedisStore {
                             continue;
                         }
                         ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) if tries < 5 => {
+                            if route.take().is_some() {
+                                // The look is older than the slot's move: the client's routing and the
+                                // strict wait for this call, and a new look now.
+                                if let Some(f) = &self.follow {
+                                    f.wake.notify_one();
+                                }
+                                continue;
+                            }
                             // A keyed command follows the redirect and has the client rebuild its slot map.
                             let _ = redis::cmd("EXISTS").arg(barrier).query_async::<Value>(&mut conn).await;
                             continue;
@@ -1014,8 +1038,10 @@ impl RedisStore {
             Ok(r) => r,
             Err(_) => Err(StoreError::OutcomeUnknown("Redis did not answer in time".into())),
         };
-        if let (Err(StoreError::DurabilityTimeout(_)), Some(f)) = (&result, &self.follow) {
-            // A replica may be gone: look now rather than at the next period.
+        if let (Err(StoreError::DurabilityTimeout(_) | StoreError::Unavailable(_) | StoreError::OutcomeUnknown(_)), Some(f)) =
+            (&result, &self.follow)
+        {
+            // A replica or the master may be gone: look now rather than at the next period.
             f.wake.notify_one();
         }
         result

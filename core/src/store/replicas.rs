@@ -126,49 +126,70 @@ pub fn slot_of(key: &str) -> usize {
 }
 
 /// Not looked at yet (or a slot no master served at the last look): wait as configured.
-const UNKNOWN: u8 = u8::MAX;
+const UNKNOWN: u16 = u16::MAX;
 
-/// What waited calls read: per slot (one server: one entry), the replicas that could be promoted.
+/// One look, indexed by slot.
+struct Known {
+    topology: Topology,
+    /// Per slot (one server: one entry), the index of its master in `topology`, or [`UNKNOWN`].
+    by_slot: Box<[u16]>,
+}
+
+/// What waited calls read: per slot, its master and the replicas that could be promoted in its place,
+/// from one look — a waited call goes to that master and waits for no more than that (so the count and
+/// the node that runs the change always come from the same view: a minority master that another view
+/// calls failed is never sent a change unwaited).
 pub struct ReplicaView {
     cluster: bool,
-    counts: RwLock<Arc<[u8]>>,
-    last: RwLock<Option<Topology>>,
+    known: RwLock<Option<Arc<Known>>>,
+}
+
+/// The master a waited call goes to, and what it waits for there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// `host:port` of the master (one server: not needed to route).
+    pub node: String,
+    pub promotable: u32,
 }
 
 impl ReplicaView {
     pub fn new(cluster: bool) -> ReplicaView {
-        let n = if cluster { SLOTS } else { 1 };
-        ReplicaView { cluster, counts: RwLock::new(vec![UNKNOWN; n].into()), last: RwLock::new(None) }
+        ReplicaView { cluster, known: RwLock::new(None) }
     }
 
-    /// Replicas that could be promoted in place of the master of `key`'s slot; `None` before the first
-    /// look, or for a slot nobody served then.
-    pub fn promotable(&self, key: &str) -> Option<u32> {
-        let counts = self.counts.read().unwrap_or_else(|e| e.into_inner()).clone();
+    /// The master of `key`'s slot and its replicas that could be promoted, as the last look saw them;
+    /// `None` before the first look, or for a slot nobody served then.
+    pub fn route(&self, key: &str) -> Option<Route> {
+        let known = self.known.read().unwrap_or_else(|e| e.into_inner()).clone()?;
         let i = if self.cluster { slot_of(key) } else { 0 };
-        counts.get(i).copied().filter(|&c| c != UNKNOWN).map(u32::from)
+        let m = known.topology.masters.get(usize::from(*known.by_slot.get(i)?))?;
+        Some(Route { node: m.node.clone(), promotable: m.promotable })
+    }
+
+    /// Replicas that could be promoted in place of the master of `key`'s slot ([`route`](Self::route)).
+    pub fn promotable(&self, key: &str) -> Option<u32> {
+        self.route(key).map(|r| r.promotable)
     }
 
     /// Takes a new look; returns the one before it.
     pub fn update(&self, topology: Topology) -> Option<Topology> {
-        let mut counts = vec![UNKNOWN; if self.cluster { SLOTS } else { 1 }];
-        for m in &topology.masters {
-            let c = m.promotable.min(u32::from(UNKNOWN) - 1) as u8;
+        let mut by_slot = vec![UNKNOWN; if self.cluster { SLOTS } else { 1 }];
+        for (i, m) in topology.masters.iter().enumerate() {
             if !self.cluster {
-                counts[0] = c;
-                continue;
+                by_slot[0] = i as u16;
+                break;
             }
             for &(a, b) in &m.slots {
-                counts[a as usize..=b as usize].fill(c);
+                by_slot[a as usize..=b as usize].fill(i as u16);
             }
         }
-        *self.counts.write().unwrap_or_else(|e| e.into_inner()) = counts.into();
-        self.last.write().unwrap_or_else(|e| e.into_inner()).replace(topology)
+        let new = Arc::new(Known { topology, by_slot: by_slot.into() });
+        self.known.write().unwrap_or_else(|e| e.into_inner()).replace(new).map(|k| k.topology.clone())
     }
 
     /// The last look.
     pub fn last(&self) -> Option<Topology> {
-        self.last.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.known.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|k| k.topology.clone())
     }
 }
 
@@ -249,6 +270,7 @@ b3 127.0.0.1:7006@17006 slave,nofailover a3 0 1 3 connected
         let key_in = |lo: usize, hi: usize| (0..).map(|i| format!("wk:{{ev:{i}}}:sync")).find(|k| (lo..=hi).contains(&slot_of(k))).unwrap();
         assert_eq!(v.promotable(&key_in(0, 5460)), Some(1));
         assert_eq!(v.promotable(&key_in(10923, 16383)), Some(0));
+        assert_eq!(v.route(&key_in(5461, 10922)), Some(Route { node: "127.0.0.1:7002".into(), promotable: 1 }));
         assert_eq!(v.update(t.clone()), Some(t));
 
         let one = ReplicaView::new(false);
