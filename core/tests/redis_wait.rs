@@ -32,7 +32,7 @@ use common::core_server::{TestCore, config_text, event_body};
 use conformance::OnRedis;
 use wicket_core::config::CoreConfig;
 use wicket_core::store::redis::{AUTO_REDETECT, DEFAULT_WAIT_TIMEOUT_MS, RedisStore, WaitPolicy};
-use wicket_testkit::{RedisCluster, RedisServer};
+use wicket_testkit::{Partition, RedisCluster, RedisServer};
 
 fn wait_one(ms: u64) -> WaitPolicy {
     WaitPolicy { replicas: 1, aof: false, timeout: Duration::from_millis(ms) }
@@ -522,4 +522,83 @@ async fn a_slot_master_dead_for_good_keeps_selling_and_its_return_restores_the_w
         }
     }
     eprintln!("{rounds} rounds: {acked} holds acknowledged, 0 lost; holds served at worst {worst:?} after a promotion");
+}
+
+/// Issue #41: the master of an event's slot cut off from the rest of its cluster (nftables drops every
+/// packet between it and the other nodes) while the cores still reach it — the minority master of a
+/// split. The majority fails it over to its replica; when the cut heals, the old master becomes a replica
+/// and drops whatever it took meanwhile. A core with the default config acknowledged none of that (its
+/// changes there waited for the replica on the other side, 503, or went to the promoted master, whose
+/// view it followed): every hold it acknowledged is an order after the heal, and holds are served again
+/// within 10 s of the heal. A core with `wait-replicas = 0` beside it: its losses are printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_cut_off_from_its_cluster_but_not_from_the_core_loses_no_acknowledged_hold() {
+    let cluster = RedisCluster::start_isolatable(3, 500);
+    let store = format!("{{ cluster = {:?} }}", cluster.seeds());
+    let (waited, core_w) = core_from(config_on(&store, "")).await;
+    assert_eq!(waited.wait_policy(), Some(AUTO_ON));
+    let (_plain, core_p) = core_from(config_on(&store, "[redis]\nwait-replicas = 0\n")).await;
+    let (core_w, core_p) = (Arc::new(core_w), Arc::new(core_p));
+    let event = "split";
+    let started = Instant::now();
+    while !matches!(core_w.put_event(event, &event_body(1_000_000, 10, 1, serde_json::json!([]))).await, 200 | 201) {
+        assert!(started.elapsed() < Duration::from_secs(20), "PUT event");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let key = format!("wk:{{ev:{event}}}:ev");
+    let victim = cluster.master_of(&key).expect("the slot has a master");
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = burst(core_w.clone(), event.to_string(), "w".into(), 8, stop.clone());
+    let p = burst(core_p.clone(), event.to_string(), "p".into(), 8, stop.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let others: Vec<String> = (0..cluster.nodes.len()).filter(|&i| i != victim).map(|i| cluster.node_ip(i)).collect();
+    let cut = Partition::between(&cluster.node_ip(victim), &others);
+    let t_cut = Instant::now();
+    // The majority promotes the replica; the cut-off master still calls itself master for a while.
+    let promoted = loop {
+        if let Some(&m) = cluster.masters_claiming(&key).iter().find(|&&m| m != victim) {
+            break m;
+        }
+        assert!(t_cut.elapsed() < Duration::from_secs(30), "the majority promoted nobody");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let split_brain = cluster.masters_claiming(&key).contains(&victim);
+    // Both sides keep taking traffic for a while.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cut.heal();
+    let healed = Instant::now();
+    while !cluster.nodes[victim].cli(&["role"]).starts_with("slave") {
+        assert!(healed.elapsed() < Duration::from_secs(30), "the old master did not rejoin as a replica");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut tries = 0;
+    let served = loop {
+        let (s, b) = hold_one(&core_w, event, &format!("after-heal-{tries}")).await;
+        tries += 1;
+        if s == 201 {
+            break healed.elapsed();
+        }
+        assert!(healed.elapsed() < Duration::from_secs(10), "holds not served within 10 s of the heal: {s} {b}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (w, p) = (collect(w).await, collect(p).await);
+    let check = RedisStore::connect_cluster(&cluster.seeds()).await.expect("connect after the heal");
+    let (mw, mp) = (missing(&check, &w.acked).await, missing(&check, &p.acked).await);
+    eprintln!(
+        "node {victim} cut off ({}split brain seen), {promoted} promoted {:?} after the cut; healed, holds served {served:?} \
+         after; waiting core: {} acknowledged, {} missing, {:?}; plain core: {} acknowledged, {} missing, {:?}",
+        if split_brain { "" } else { "no " },
+        healed.duration_since(t_cut),
+        w.acked.len(),
+        mw.len(),
+        w.statuses,
+        p.acked.len(),
+        mp.len(),
+        p.statuses
+    );
+    assert!(!w.acked.is_empty(), "the waiting core acknowledged nothing: {:?}", w.statuses);
+    assert!(mw.is_empty(), "holds acknowledged by the default config are gone after the heal: {mw:?}");
 }

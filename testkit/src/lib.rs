@@ -9,6 +9,8 @@
 //!   another; SIGKILL, SIGSTOP/SIGCONT and restart on the same port and dir (the AOF survives).
 //! - [`RedisCluster`]: `n` masters (and a replica each, with a short node timeout for failover tests), made
 //!   with `redis-cli --cluster create`; its seed URLs and the master of a key's slot.
+//!   `start_isolatable` gives each node an address of its own, so that a [`Partition`] (nftables drop
+//!   rules, root) can cut one node off from the others while clients still reach it.
 //! - [`send_inline`], [`cli`]: one command to a port, inline or through `redis-cli`.
 //! - [`free_port`]: a loopback port for a process under test, never the same one twice.
 //! - [`Spawned`]: a server binary under test, stderr in a file, started once its port accepts (or left to
@@ -261,6 +263,8 @@ fn wait_ready(port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
 /// A Redis Cluster of `n` masters (and maybe a replica each) on loopback.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
+    /// Each node's own address ([`RedisCluster::start_isolatable`]); empty otherwise.
+    ips: Vec<String>,
 }
 
 impl RedisCluster {
@@ -276,11 +280,41 @@ impl RedisCluster {
         c
     }
 
+    /// [`start_with_replicas`](Self::start_with_replicas), each node on an address of its own
+    /// (`127.0.1.x`, announced to the cluster and the source of its cluster bus and replication links;
+    /// it answers on 127.0.0.1 too), so that [`Partition`] can cut one node off from the others while
+    /// clients on 127.0.0.1 still reach it.
+    pub fn start_isolatable(n: usize, node_timeout_ms: u64) -> RedisCluster {
+        let c = Self::start_nodes_with(n, 1, node_timeout_ms, true);
+        c.wait_replicas_synced();
+        c
+    }
+
+    /// The address node `i` announces (`127.0.1.x`, or 127.0.0.1 for a cluster not made isolatable).
+    pub fn node_ip(&self, i: usize) -> String {
+        self.ips.get(i).cloned().unwrap_or_else(|| "127.0.0.1".into())
+    }
+
     fn start_nodes(masters: usize, replicas: usize, node_timeout_ms: u64) -> RedisCluster {
+        Self::start_nodes_with(masters, replicas, node_timeout_ms, false)
+    }
+
+    fn start_nodes_with(masters: usize, replicas: usize, node_timeout_ms: u64, own_ips: bool) -> RedisCluster {
         let n = masters * (1 + replicas);
         let timeout = node_timeout_ms.to_string();
+        // Addresses of their own: 127.0.1.1 and up, never two clusters of this process on one.
+        static NEXT_IP: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+        let ips: Vec<String> = if own_ips {
+            (0..n).map(|_| NEXT_IP.fetch_add(1, std::sync::atomic::Ordering::Relaxed)).map(|k| format!("127.0.{}.{}", 1 + k / 250, 1 + k % 250)).collect()
+        } else {
+            Vec::new()
+        };
         let mut nodes = Vec::new();
-        for _ in 0..n {
+        for i in 0..n {
+            let own: Vec<String> = match ips.get(i) {
+                Some(ip) => ["--bind", "127.0.0.1", ip, "--bind-source-addr", ip, "--cluster-announce-ip", ip].iter().map(|a| a.to_string()).collect(),
+                None => Vec::new(),
+            };
             let mut last_err = String::new();
             let mut started = None;
             for _ in 0..5 {
@@ -293,6 +327,7 @@ impl RedisCluster {
                     args: ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", &timeout, "--appendonly", "no"]
                         .iter()
                         .map(|a| a.to_string())
+                        .chain(own.iter().cloned())
                         .collect(),
                 };
                 match s.spawn() {
@@ -305,7 +340,8 @@ impl RedisCluster {
             }
             nodes.push(started.unwrap_or_else(|| panic!("cluster node did not start: {last_err}")));
         }
-        let addrs: Vec<String> = nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)).collect();
+        let addrs: Vec<String> =
+            nodes.iter().enumerate().map(|(i, s)| format!("{}:{}", ips.get(i).map_or("127.0.0.1", String::as_str), s.port)).collect();
         let out = Command::new(cli_bin())
             .arg("--cluster")
             .arg("create")
@@ -326,7 +362,7 @@ impl RedisCluster {
             assert!(Instant::now() < deadline, "cluster did not become ok");
             std::thread::sleep(Duration::from_millis(100));
         }
-        RedisCluster { nodes }
+        RedisCluster { nodes, ips }
     }
 
     /// Waits until every replica's link to its master is up.
@@ -353,9 +389,66 @@ impl RedisCluster {
         })
     }
 
+    /// Every live node that calls itself the master of `key`'s slot: two while a cut-off master has not
+    /// learned that its replica was promoted on the other side.
+    pub fn masters_claiming(&self, key: &str) -> Vec<usize> {
+        let Some(first) = self.nodes.iter().find(|n| n.child.is_some()) else { return Vec::new() };
+        let slot = first.cli(&["cluster", "keyslot", key]).trim().to_string();
+        (0..self.nodes.len())
+            .filter(|&i| {
+                let n = &self.nodes[i];
+                n.child.is_some()
+                    && n.cli(&["cluster", "nodes"]).lines().any(|l| {
+                        let f: Vec<&str> = l.split_whitespace().collect();
+                        f.len() > 8 && f[2].contains("myself") && f[2].contains("master") && f[8..].iter().any(|r| slot_in(r, &slot))
+                    })
+            })
+            .collect()
+    }
+
     /// Seed URLs for `RedisStore::connect_cluster`.
     pub fn seeds(&self) -> Vec<String> {
         self.nodes.iter().map(|s| format!("redis://127.0.0.1:{}", s.port)).collect()
+    }
+}
+
+/// A network partition made with nftables (root, as in CI): every packet between one address and each of
+/// the others is dropped, both ways and silently (no reset: a cut link or a firewall, where a peer learns
+/// of it only by its timeouts). Lifted by [`heal`](Self::heal) or on drop.
+pub struct Partition {
+    table: String,
+}
+
+impl Partition {
+    /// Cuts `one` off from every address in `others` (loopback addresses such as 127.0.1.x work: the drop
+    /// is in the output hook, which loopback traffic passes).
+    pub fn between(one: &str, others: &[String]) -> Partition {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let table = format!("wicket_test_{}_{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let set = others.join(", ");
+        let script = format!(
+            "table ip {table} {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n    \
+             ip saddr {one} ip daddr {{ {set} }} drop\n    ip saddr {{ {set} }} ip daddr {one} drop\n  }}\n}}\n"
+        );
+        let mut nft = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nft (Debian's nftables; root) to make a partition");
+        nft.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write the nft rules");
+        let out = nft.wait_with_output().expect("nft");
+        assert!(out.status.success(), "nft refused the partition: {}\n{script}", String::from_utf8_lossy(&out.stderr));
+        Partition { table }
+    }
+
+    /// Lifts the partition.
+    pub fn heal(self) {}
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        let _ = Command::new("nft").args(["delete", "table", "ip", &self.table]).status();
     }
 }
 
