@@ -602,3 +602,97 @@ async fn a_master_cut_off_from_its_cluster_but_not_from_the_core_loses_no_acknow
     assert!(!w.acked.is_empty(), "the waiting core acknowledged nothing: {:?}", w.statuses);
     assert!(mw.is_empty(), "holds acknowledged by the default config are gone after the heal: {mw:?}");
 }
+
+/// Issue #41: the sale's Redis (AOF, `appendfsync always`, as production runs it) on a disk that fills up
+/// mid-sale (an 8 MiB tmpfs; a filler file takes the rest). Redis cannot append and exits ("Can't recover
+/// from AOF write error when the AOF fsync policy is 'always'"); holds and payments answer 503 meanwhile,
+/// never 2xx for a change that is not on disk. The operator frees the disk and the supervisor restarts
+/// Redis: every hold and payment acknowledged before is there, and holds are served again within 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_disk_under_redis_loses_no_acknowledged_hold_or_payment_and_selling_resumes_once_freed() {
+    let mut redis = RedisServer::start_aof();
+    redis.kill9();
+    let dir = redis.dir().to_path_buf();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(mounted, "mount a tmpfs on {} (root, as in CI)", dir.display());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(dir.clone());
+    redis.restart();
+    let (_store, c) = core_from(config_on(&format!("{:?}", redis.url()), "")).await;
+    assert_eq!(c.put_event("disk", &event_body(1_000_000, 10, 1, serde_json::json!([]))).await, 201);
+
+    let mut held: Vec<String> = Vec::new();
+    let mut paid: Vec<String> = Vec::new();
+    for i in 0..20 {
+        let (s, b) = hold_one(&c, "disk", &format!("before-{i}")).await;
+        assert_eq!(s, 201, "{b}");
+        let order = b["order_id"].as_str().unwrap().to_string();
+        if i % 2 == 0 {
+            let (s, b) = c.pay(&order, &format!("txn-before-{i}"), 100).await;
+            assert_eq!(s, 200, "{b}");
+            paid.push(order.clone());
+        }
+        held.push(order);
+    }
+    // The disk fills.
+    let filler = dir.join("filler");
+    let _ = std::process::Command::new("dd").arg("if=/dev/zero").arg(format!("of={}", filler.display())).arg("bs=4k").stderr(std::process::Stdio::null()).status();
+    let mut statuses: HashMap<String, usize> = HashMap::new();
+    let mut refused_since: Option<Instant> = None;
+    let mut i = 0;
+    // Holds and payments until Redis has given up for 2 s.
+    while refused_since.is_none_or(|t| t.elapsed() < Duration::from_secs(2)) {
+        assert!(i < 100_000, "Redis never stopped on the full disk: {statuses:?}");
+        let (s, b) = hold_one(&c, "disk", &format!("full-{i}")).await;
+        *statuses.entry(format!("hold {s} {}", b["error"].as_str().unwrap_or(""))).or_default() += 1;
+        if s == 201 {
+            let order = b["order_id"].as_str().unwrap().to_string();
+            held.push(order.clone());
+            refused_since = None;
+            if i % 3 == 0 {
+                let (s, b) = c.pay(&order, &format!("txn-{i}"), 100).await;
+                *statuses.entry(format!("pay {s} {}", b["error"].as_str().unwrap_or(""))).or_default() += 1;
+                if s == 200 {
+                    paid.push(order);
+                }
+            }
+        } else {
+            assert!(s >= 500, "a full disk is the store's fault: {s} {b}");
+            refused_since.get_or_insert_with(Instant::now);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        i += 1;
+    }
+    eprintln!("the disk filled: {} holds and {} payments acknowledged in all; {statuses:?}", held.len(), paid.len());
+    assert!(!redis.cli(&["ping"]).contains("PONG"), "Redis should have stopped on the full disk");
+
+    // Freed, and Redis restarted (systemd's Restart=always).
+    std::fs::remove_file(&filler).unwrap();
+    redis.restart();
+    let restarted = Instant::now();
+    let served = loop {
+        let (s, b) = hold_one(&c, "disk", &format!("after-{}", restarted.elapsed().as_millis())).await;
+        if s == 201 {
+            break restarted.elapsed();
+        }
+        assert!(restarted.elapsed() < Duration::from_secs(10), "holds not served within 10 s of the restart: {s} {b}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("holds served {served:?} after Redis restarted");
+    let check = RedisStore::connect(&redis.url()).await.unwrap();
+    assert_eq!(missing(&check, &held).await, Vec::<String>::new(), "acknowledged holds lost to the full disk");
+    use wicket_core::store::SaleStore;
+    for order in &paid {
+        let o = check.get_order(order).await.unwrap().expect("the paid order");
+        assert_eq!(o.state.as_str(), "PAID", "an acknowledged payment lost: {order}");
+    }
+}
