@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of Wicket on a fresh Debian machine: installs what is missing (cmake for Pingora's
-# zlib-ng, redis-server and redis-cli, nginx, wrk, h2load, gdb, promtool, systemd-analyze, the schema checkers of
+# zlib-ng, redis-server and redis-cli, nginx, wrk, h2load, gdb, promtool, systemd-analyze, iproute2, nftables and
+# libfaketime for the fault tests, the schema checkers of
 # deploy/), then the whole workspace's tests with cargo-nextest.
 # Tests start their own servers on free loopback ports; nothing here starts a shared one.
 #
@@ -24,6 +25,11 @@ dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
 command -v taskset >/dev/null || need+=(util-linux)
+# The fault tests (issue #41; root): network namespaces and links (iproute2), silent partitions (nftables),
+# a clock jump on one edge (libfaketime), a moved name (unshare + mount, util-linux).
+command -v ip >/dev/null || [ -x /usr/sbin/ip ] || need+=(iproute2)
+command -v nft >/dev/null || [ -x /usr/sbin/nft ] || need+=(nftables)
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || dpkg -s libfaketime >/dev/null 2>&1 || need+=(faketime)
 # edge/tests/request_path.rs reads the call stacks of an admitted request in the real binary under gdb.
 command -v gdb >/dev/null || need+=(gdb)
 # The queue page's browser test: Debian's Chromium, and CJK fonts so the zh-CN page renders.

@@ -11,6 +11,8 @@
 //!   with `redis-cli --cluster create`; its seed URLs and the master of a key's slot.
 //!   `start_isolatable` gives each node an address of its own, so that a [`Partition`] (nftables drop
 //!   rules, root) can cut one node off from the others while clients still reach it.
+//! - [`Netns`]: a network namespace for a process under test, bridged to the test's, with silent cuts
+//!   of its links to the host's ports (nftables inside the namespace).
 //! - [`send_inline`], [`cli`]: one command to a port, inline or through `redis-cli`.
 //! - [`free_port`]: a loopback port for a process under test, never the same one twice.
 //! - [`Spawned`]: a server binary under test, stderr in a file, started once its port accepts (or left to
@@ -449,6 +451,102 @@ impl Partition {
 impl Drop for Partition {
     fn drop(&mut self) {
         let _ = Command::new("nft").args(["delete", "table", "ip", &self.table]).status();
+    }
+}
+
+/// A network namespace of its own for a process under test (root, as in CI): a veth pair to a bridge in
+/// the test's namespace, the bridge at [`Netns::HOST_IP`], the namespace at its own `10.201.0.x`. A
+/// server the process must reach listens on `0.0.0.0` (or `HOST_IP`); the test reaches the process at
+/// [`ip`](Self::ip). [`cut`](Self::cut) drops every packet from the namespace to a port of the host,
+/// silently, by an nftables rule inside the namespace; [`heal`](Self::heal) lifts it. Removed on drop.
+pub struct Netns {
+    name: String,
+    ip: String,
+    veth: String,
+}
+
+impl Netns {
+    /// The bridge's address: where a process in a namespace reaches the test's servers.
+    pub const HOST_IP: &'static str = "10.201.0.1";
+    const BRIDGE: &'static str = "wkbr0";
+
+    /// A new namespace with a link to the bridge (made once per boot, shared by every test).
+    pub fn new() -> Netns {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        // Per process and namespace: 10.201.0.2 up to .254, from the pid so two test binaries differ.
+        let k = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let host = 2 + (std::process::id() * 7 + k) % 250;
+        let name = format!("wk{}n{k}", std::process::id());
+        let veth = format!("wkv{host}");
+        let ip = format!("10.201.0.{host}");
+        let run = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("ip (iproute2; root) for a network namespace");
+            (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        if !run(&["link", "show", Self::BRIDGE]).0 {
+            let _ = run(&["link", "add", Self::BRIDGE, "type", "bridge"]);
+            let _ = run(&["addr", "add", &format!("{}/24", Self::HOST_IP), "dev", Self::BRIDGE]);
+        }
+        let _ = run(&["link", "set", Self::BRIDGE, "up"]);
+        let _ = run(&["link", "del", &veth]);
+        let _ = run(&["netns", "del", &name]);
+        for args in [
+            vec!["netns", "add", &name],
+            vec!["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name],
+            vec!["link", "set", &veth, "master", Self::BRIDGE],
+            vec!["link", "set", &veth, "up"],
+            vec!["netns", "exec", &name, "ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"],
+            vec!["netns", "exec", &name, "ip", "link", "set", "eth0", "up"],
+            vec!["netns", "exec", &name, "ip", "link", "set", "lo", "up"],
+        ] {
+            let (ok, err) = run(&args);
+            assert!(ok, "ip {}: {err}", args.join(" "));
+        }
+        Netns { name, ip, veth }
+    }
+
+    /// The namespace's address, as the test reaches it.
+    pub fn ip(&self) -> &str {
+        &self.ip
+    }
+
+    /// `cmd` run inside the namespace (`ip netns exec`).
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    /// Drops every packet from the namespace to `port` of the host, and every answer from it, silently.
+    pub fn cut(&self, port: u16) {
+        let script = format!(
+            "table ip wkcut {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n    \
+             ip daddr {host} tcp dport {port} drop\n  }}\n  chain inp {{\n    type filter hook input priority 0; policy accept;\n    \
+             ip saddr {host} tcp sport {port} drop\n  }}\n}}\n",
+            host = Self::HOST_IP
+        );
+        let mut nft = self.command("nft").args(["-f", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("nft (nftables; root)");
+        nft.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write the nft rules");
+        let out = nft.wait_with_output().expect("nft");
+        assert!(out.status.success(), "nft refused the cut: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Lifts every [`cut`](Self::cut).
+    pub fn heal(&self) {
+        let _ = self.command("nft").args(["delete", "table", "ip", "wkcut"]).status();
+    }
+}
+
+impl Default for Netns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip").args(["link", "del", &self.veth]).status();
     }
 }
 
