@@ -10,7 +10,8 @@
 //! - [`store`]: the [`store::SaleStore`] trait; [`store::embedded`] (in-process: durable through
 //!   [`store::journal`], or memory only) and [`store::redis`] (Lua from lua/, `close` and `refund` with the
 //!   one give-back of lua/lib/give_back.lua; each acknowledged change waits for a replica when the store
-//!   has replicas — `[redis] wait-replicas = "auto"`, the default, resolved when it connects — or as
+//!   has replicas — `[redis] wait-replicas = "auto"`, the default, resolved when it connects and then
+//!   following [`store::replicas`], what each master could still lose a change to — or as
 //!   `[redis]` says: a number of replicas, 0 for none, the AOF). Its tests start real Redis servers and Clusters through the
 //!   `wicket-testkit` crate (testkit/), shared with the other crates' tests.
 //! - [`token`]: admission tokens (JWT, EdDSA/HS256 by kid): verify here, sign at the edge.

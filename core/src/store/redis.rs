@@ -857,7 +857,8 @@ impl RedisStore {
                 }
             }
         }
-        if policy.replicas > 0 {
+        // "auto" does not wait where no replica is left (logged by the first look, `note`).
+        if policy.replicas > 0 && self.follow.is_none() {
             for (node, connected) in replicas_per_master(&self.conn).await? {
                 if connected < policy.replicas {
                     tracing::warn!(
