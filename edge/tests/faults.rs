@@ -5,6 +5,8 @@
 //!   drops every packet to Redis, silently, for 4 s): its fans are answered honestly meanwhile (their place,
 //!   or a 503 with a JSON error — never another place), the other edge goes on, and after the heal every
 //!   fan has the place it had and everybody is let in;
+//! - **a spread room's edge cut off from every node of the Redis Cluster** the room is spread across: the
+//!   same;
 //! - **a clock jump of +30 s and then −30 s on one edge** (libfaketime, the wall clock only: an NTP step):
 //!   places are kept, both edges keep answering, and everybody is let in.
 //!
@@ -17,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{ADMIN_TOKEN, Fan, SECRET, hs_tokens};
-use wicket_testkit::{Netns, RedisServer, Spawned, free_port};
+use wicket_testkit::{Netns, RedisCluster, RedisServer, Spawned, free_port};
 
 /// One `wicket serve` sharing `r1` in the Redis at `store`, listening on `ip`.
 struct Edge {
@@ -27,11 +29,14 @@ struct Edge {
 
 fn config(dir: &Path, name: &str, ip: &str, port: u16, store: &str) -> std::path::PathBuf {
     let admin = free_port();
+    // A store given as a TOML value (a cluster) is used as it is; a URL is quoted.
+    let store = if store.starts_with('{') { store.to_string() } else { format!("\"{store}\"") };
+    let layout = if store.starts_with('{') { "layout = \"spread\"\nspread = { block = 4, block-ms = 10, flush-ms = 20 }\n" } else { "" };
     let text = format!(
-        "store = \"{store}\"\n[edge]\nlisten = \"{ip}:{port}\"\nadmin-listen = \"{ip}:{admin}\"\nadmin-token = \"{ADMIN_TOKEN}\"\n\
+        "store = {store}\n[edge]\nlisten = \"{ip}:{port}\"\nadmin-listen = \"{ip}:{admin}\"\nadmin-token = \"{ADMIN_TOKEN}\"\n\
          secret = \"{SECRET}\"\nthreads = 2\nshutdown-grace-seconds = 1\n{}\
          [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\n\
-         release = {{ mode = \"fixed\", rate = 2.0 }}\n",
+         release = {{ mode = \"fixed\", rate = 2.0 }}\n{layout}",
         hs_tokens()
     );
     let path = dir.join(format!("{name}.toml"));
@@ -134,16 +139,7 @@ async fn an_edge_cut_off_from_redis_keeps_every_place_and_everybody_is_let_in_af
     let mut fans = join_twenty(&a, &b).await;
 
     ns.cut(redis.port());
-    let cut = Instant::now();
-    let mut during: HashMap<String, usize> = HashMap::new();
-    while cut.elapsed() < Duration::from_secs(4) {
-        for (fan, base, place) in fans.iter_mut() {
-            let v = fan.status(base, "r1").await;
-            honest(&v, *place);
-            let label = format!("{} {}", if *base == a.base { "a" } else { "b" }, v["state"].as_str().or(v["error"].as_str()).unwrap_or("?"));
-            *during.entry(label).or_default() += 1;
-        }
-    }
+    let during = poll_for(&mut fans, &a, Duration::from_secs(4)).await;
     ns.heal();
     eprintln!("while edge a was cut off from Redis: {during:?}");
     assert!(during.keys().any(|k| k.starts_with("b ")), "edge b answered nothing: {during:?}");
@@ -151,6 +147,43 @@ async fn an_edge_cut_off_from_redis_keeps_every_place_and_everybody_is_let_in_af
     assert!(!during.keys().any(|k| k.starts_with("b ") && !k.ends_with("waiting") && !k.ends_with("admitted")), "{during:?}");
     let seen = all_admitted(&mut fans, 40).await;
     eprintln!("after the heal: {seen:?}");
+}
+
+/// The same with a room spread across a Redis Cluster (`layout = "spread"`): edge a cut off from every
+/// node of the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spread_room_edge_cut_off_from_the_cluster_keeps_every_place_and_everybody_is_let_in_after_the_heal() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Netns::new();
+    let cluster = RedisCluster::start_announcing(3, Netns::HOST_IP);
+    let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port()).collect();
+    let seeds = |ip: &str| format!("{{ cluster = [{}] }}", ports.iter().map(|p| format!("\"redis://{ip}:{p}\"")).collect::<Vec<_>>().join(", "));
+    let a = edge_in(&ns, dir.path(), "a", &seeds(Netns::HOST_IP));
+    let b = edge_in_root(dir.path(), "b", &seeds("127.0.0.1"), &[]);
+    let mut fans = join_twenty(&a, &b).await;
+
+    ns.cut_ports(&ports);
+    let during = poll_for(&mut fans, &a, Duration::from_secs(4)).await;
+    ns.heal();
+    eprintln!("while edge a was cut off from the cluster: {during:?}");
+    assert!(during.keys().any(|k| k.starts_with("b ")), "edge b answered nothing: {during:?}");
+    let seen = all_admitted(&mut fans, 40).await;
+    eprintln!("after the heal: {seen:?}");
+}
+
+/// Polls every fan at its edge for `how_long`, each answer honest; counts the answers per edge and state.
+async fn poll_for(fans: &mut [(Fan, String, u64)], a: &Edge, how_long: Duration) -> HashMap<String, usize> {
+    let t = Instant::now();
+    let mut during: HashMap<String, usize> = HashMap::new();
+    while t.elapsed() < how_long {
+        for (fan, base, place) in fans.iter_mut() {
+            let v = fan.status(base, "r1").await;
+            honest(&v, *place);
+            let label = format!("{} {}", if *base == a.base { "a" } else { "b" }, v["state"].as_str().or(v["error"].as_str()).unwrap_or("?"));
+            *during.entry(label).or_default() += 1;
+        }
+    }
+    during
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

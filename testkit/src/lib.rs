@@ -262,6 +262,16 @@ fn wait_ready(port: u16, child: &mut Child, dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Where a cluster's nodes answer and what they announce.
+enum Addressing {
+    /// 127.0.0.1.
+    Loopback,
+    /// 127.0.1.x each (and 127.0.0.1).
+    OwnIps,
+    /// Every address; this one announced.
+    Announce(String),
+}
+
 /// A Redis Cluster of `n` masters (and maybe a replica each) on loopback.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
@@ -287,9 +297,15 @@ impl RedisCluster {
     /// it answers on 127.0.0.1 too), so that [`Partition`] can cut one node off from the others while
     /// clients on 127.0.0.1 still reach it.
     pub fn start_isolatable(n: usize, node_timeout_ms: u64) -> RedisCluster {
-        let c = Self::start_nodes_with(n, 1, node_timeout_ms, true);
+        let c = Self::start_nodes_with(n, 1, node_timeout_ms, Addressing::OwnIps);
         c.wait_replicas_synced();
         c
+    }
+
+    /// `n` masters without replicas listening on every address and announcing `ip` (e.g. [`Netns::HOST_IP`],
+    /// so that processes in network namespaces reach every node; the test's own clients do too).
+    pub fn start_announcing(n: usize, ip: &str) -> RedisCluster {
+        Self::start_nodes_with(n, 0, 2000, Addressing::Announce(ip.to_string()))
     }
 
     /// The address node `i` announces (`127.0.1.x`, or 127.0.0.1 for a cluster not made isolatable).
@@ -298,24 +314,29 @@ impl RedisCluster {
     }
 
     fn start_nodes(masters: usize, replicas: usize, node_timeout_ms: u64) -> RedisCluster {
-        Self::start_nodes_with(masters, replicas, node_timeout_ms, false)
+        Self::start_nodes_with(masters, replicas, node_timeout_ms, Addressing::Loopback)
     }
 
-    fn start_nodes_with(masters: usize, replicas: usize, node_timeout_ms: u64, own_ips: bool) -> RedisCluster {
+    fn start_nodes_with(masters: usize, replicas: usize, node_timeout_ms: u64, addressing: Addressing) -> RedisCluster {
         let n = masters * (1 + replicas);
         let timeout = node_timeout_ms.to_string();
         // Addresses of their own: 127.0.1.1 and up, never two clusters of this process on one.
         static NEXT_IP: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
-        let ips: Vec<String> = if own_ips {
-            (0..n).map(|_| NEXT_IP.fetch_add(1, std::sync::atomic::Ordering::Relaxed)).map(|k| format!("127.0.{}.{}", 1 + k / 250, 1 + k % 250)).collect()
-        } else {
-            Vec::new()
+        let ips: Vec<String> = match &addressing {
+            Addressing::OwnIps => {
+                (0..n).map(|_| NEXT_IP.fetch_add(1, std::sync::atomic::Ordering::Relaxed)).map(|k| format!("127.0.{}.{}", 1 + k / 250, 1 + k % 250)).collect()
+            }
+            Addressing::Announce(ip) => vec![ip.clone(); n],
+            Addressing::Loopback => Vec::new(),
         };
         let mut nodes = Vec::new();
         for i in 0..n {
-            let own: Vec<String> = match ips.get(i) {
-                Some(ip) => ["--bind", "127.0.0.1", ip, "--bind-source-addr", ip, "--cluster-announce-ip", ip].iter().map(|a| a.to_string()).collect(),
-                None => Vec::new(),
+            let own: Vec<String> = match (&addressing, ips.get(i)) {
+                (Addressing::OwnIps, Some(ip)) => {
+                    ["--bind", "127.0.0.1", ip, "--bind-source-addr", ip, "--cluster-announce-ip", ip].iter().map(|a| a.to_string()).collect()
+                }
+                (Addressing::Announce(ip), _) => ["--bind", "0.0.0.0", "--cluster-announce-ip", ip].iter().map(|a| a.to_string()).collect(),
+                _ => Vec::new(),
             };
             let mut last_err = String::new();
             let mut started = None;
@@ -475,10 +496,7 @@ impl Netns {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         // Per process and namespace: 10.201.0.2 up to .254, from the pid so two test binaries differ.
         let k = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let host = 2 + (std::process::id() * 7 + k) % 250;
         let name = format!("wk{}n{k}", std::process::id());
-        let veth = format!("wkv{host}");
-        let ip = format!("10.201.0.{host}");
         let run = |args: &[&str]| {
             let out = Command::new("ip").args(args).output().expect("ip (iproute2; root) for a network namespace");
             (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -488,11 +506,19 @@ impl Netns {
             let _ = run(&["addr", "add", &format!("{}/24", Self::HOST_IP), "dev", Self::BRIDGE]);
         }
         let _ = run(&["link", "set", Self::BRIDGE, "up"]);
-        let _ = run(&["link", "del", &veth]);
         let _ = run(&["netns", "del", &name]);
+        let (ok, err) = run(&["netns", "add", &name]);
+        assert!(ok, "ip netns add {name}: {err}");
+        // The host number is the veth's name: the first free one from a number of this process's (another
+        // test process may hold some), so an address is never given twice.
+        let start = std::process::id() * 7 + k;
+        let host = (0..250)
+            .map(|i| 2 + (start + i) % 250)
+            .find(|h| run(&["link", "add", &format!("wkv{h}"), "type", "veth", "peer", "name", "eth0", "netns", &name]).0)
+            .expect("a free veth name wkv2..wkv251");
+        let veth = format!("wkv{host}");
+        let ip = format!("10.201.0.{host}");
         for args in [
-            vec!["netns", "add", &name],
-            vec!["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name],
             vec!["link", "set", &veth, "master", Self::BRIDGE],
             vec!["link", "set", &veth, "up"],
             vec!["netns", "exec", &name, "ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"],
@@ -519,6 +545,12 @@ impl Netns {
 
     /// Drops every packet from the namespace to `port` of the host, and every answer from it, silently.
     pub fn cut(&self, port: u16) {
+        self.cut_ports(&[port]);
+    }
+
+    /// [`cut`](Self::cut) for several ports at once (the nodes of a cluster).
+    pub fn cut_ports(&self, ports: &[u16]) {
+        let port = format!("{{ {} }}", ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", "));
         let script = format!(
             "table ip wkcut {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n    \
              ip daddr {host} tcp dport {port} drop\n  }}\n  chain inp {{\n    type filter hook input priority 0; policy accept;\n    \
@@ -545,8 +577,9 @@ impl Default for Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
-        let _ = Command::new("ip").args(["link", "del", &self.veth]).status();
+        // Deleting the namespace deletes the pair; the second is for a pair left behind.
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip").args(["link", "del", &self.veth]).stderr(Stdio::null()).status();
     }
 }
 
