@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::check::{ConfigIssue, check_prefix, is_room_id, issue};
 
 /// `[[edge.protected]]`: a path only admission-token holders reach.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ProtectedRule {
     /// Path prefix.
@@ -35,7 +35,7 @@ impl ProtectedRule {
 }
 
 /// `[tokens]` (shared with the core: the same keys and defaults, unknown keys refused by both).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TokensConfig {
     /// Expected `iss`. Default `wicket`, as in the core.
@@ -113,7 +113,7 @@ impl TokensConfig {
 }
 
 /// One `[[tokens.keys]]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TokenKey {
     /// Key id, matched against the JWT header's `kid`.

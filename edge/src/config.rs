@@ -62,7 +62,7 @@ pub struct WicketConfig {
 }
 
 /// `[edge]`: the public proxy, its admin port, limits, bot checks and routing.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct EdgeConfig {
     /// Public listen address. Default `0.0.0.0:8080`.
@@ -231,7 +231,7 @@ impl Default for EdgeConfig {
 }
 
 /// `[[edge.cache-control]]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CacheRule {
     /// URL path prefix.

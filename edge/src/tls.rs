@@ -68,7 +68,7 @@ const ALERT_WAIT: Duration = Duration::from_millis(100);
 const SEND_AHEAD: usize = 16 * 1024;
 
 /// `[edge.tls]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TlsConfig {
     /// HTTPS listen address, e.g. `0.0.0.0:443`.
@@ -102,7 +102,7 @@ fn handshake_ms() -> u64 {
 }
 
 /// One `[[edge.tls.certs]]` entry.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CertFiles {
     /// The certificate chain, leaf first (PEM).

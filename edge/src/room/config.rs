@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::check::{ConfigIssue, is_room_id};
 
 /// How queue positions turn into admission order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum QueueMethod {
     /// First come, first served.
@@ -44,7 +44,7 @@ pub enum QueueMethod {
 }
 
 /// Who decides the release rate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReleaseModeConfig {
     /// The release controller, within min/max.
@@ -55,7 +55,7 @@ pub enum ReleaseModeConfig {
 }
 
 /// The bot check a visitor passes before getting a place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RoomBotCheck {
     /// None.
@@ -79,7 +79,7 @@ impl RoomBotCheck {
 }
 
 /// `schedule`: RFC 3339 times.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ScheduleConfig {
     /// The queue page accepts joins from here (the pre-queue); default: with `opens-at`.
@@ -94,7 +94,7 @@ pub struct ScheduleConfig {
 }
 
 /// `release`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct ReleaseConfig {
     /// `auto` or `fixed`. Default `auto`.
@@ -142,7 +142,7 @@ impl Default for ReleaseConfig {
 }
 
 /// `batches[]`: release `count` more at `at` (timed batch release, 分时段放票).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct BatchConfig {
     /// RFC 3339 time.
@@ -157,7 +157,7 @@ pub struct BatchConfig {
 /// does not know: every field added after the first release (`reject-all`, `queuing-status-code`,
 /// `test-mode`, `event-name`, `invite`) is left out of the JSON while at its default, so a room
 /// that uses none of them still reads on an edge of the release before (a rolling upgrade: README).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RoomConfig {
     /// Room id (`[[rooms]]` only; the admin API takes it from the URL). Letters, digits, `-`, `_`.
@@ -247,7 +247,7 @@ pub struct RoomConfig {
 }
 
 /// Where a room's shared state lives ([`RoomConfig::layout`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RoomLayout {
     /// Every key of the room in one Cluster slot: one node carries the room's joins.
@@ -264,7 +264,7 @@ impl RoomLayout {
 }
 
 /// `[rooms.spread]`: a room spread across a Redis Cluster ([`super::spread`]).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct SpreadConfig {
     /// Shards of the identity map and the sessions, each on its own slot, spread evenly over the
@@ -297,7 +297,7 @@ impl SpreadConfig {
 }
 
 /// `[rooms.invite]`: who may take a place while the room is invite-only (see [`super::invite`]).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InviteConfig {
     /// Invite-only until this RFC 3339 time (the presale); after it everyone may queue, behind
@@ -328,7 +328,7 @@ impl InviteConfig {
 }
 
 /// When a room queues its visitors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum QueueWhen {
     /// Every visitor of a protected path queues first.
@@ -341,7 +341,7 @@ pub enum QueueWhen {
 }
 
 /// `[rooms.passthrough]`: the thresholds of a `queue = "when-needed"` room.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct PassthroughConfig {
     /// Admitted sessions active at once (the room's, across edges) below which visitors pass

@@ -38,7 +38,7 @@ pub const QUEUE_CSS: &str = include_str!("../../../static/queue.css");
 
 /// `[edge.queue-page]`: what an operator may change on the queue page. Every field is optional;
 /// the built-in page (static/queue.html, the catalogues of static/i18n/) is the default.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct QueuePageConfig {
     /// An HTML template file (relative to the config file) replacing static/queue.html. It must
@@ -64,7 +64,7 @@ pub struct QueuePageConfig {
 }
 
 /// `[edge.queue-page.colours]`: each replaces the built-in colour in light and dark mode.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct QueuePageColours {
     /// Buttons, the progress bar, the chosen language. Default `#d4380d` (dark: `#ff7a45`).
