@@ -1,5 +1,6 @@
 //! Where figures go: `bench/results/summary.json` (one JSON object shared by every benchmark, each writing
-//! only its own keys) and `bench/RESULTS.md` (one section per benchmark between marker comments).
+//! only its own keys) and the benchmark's page `bench/results/<page>.md` (one section per run between marker
+//! comments; [`page_for`]). `bench/RESULTS.md` is the summary table over them, kept by hand.
 
 use std::path::{Path, PathBuf};
 
@@ -26,11 +27,33 @@ pub fn merge_summary(key: &str, value: Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Replaces (or appends) the section `name` of RESULTS.md with `body`.
+/// The page of `bench/results/` that section `name` belongs to: one page per benchmark (the variants of a
+/// surge scenario and the core's hold benchmarks share theirs). bench/results.py has the same rules.
+pub fn page_for(name: &str) -> &str {
+    const PAGES: [(&str, &str); 9] = [
+        ("core-holds", "core-holds"),
+        ("hold-vs-evalsha", "core-holds"),
+        ("embedded-durable", "core-holds"),
+        ("redis-wait", "core-holds"),
+        ("surge-megasale", "surge-megasale"),
+        ("surge-crashes", "surge-crashes"),
+        ("surge-bots", "surge-bots"),
+        ("rooms", "rooms"),
+        ("nginx-auth", "nginx-compat"),
+    ];
+    if name == "edge-static-vs-nginx" {
+        return "edge-static";
+    }
+    PAGES.iter().find(|(prefix, _)| name.starts_with(prefix)).map_or(name, |(_, page)| page)
+}
+
+/// Replaces (or appends) the section `name` of its page (`bench/results/<page>.md`, [`page_for`]) with `body`.
 pub fn write_section(name: &str, body: &str) -> anyhow::Result<()> {
-    let path = bench_dir().join("RESULTS.md");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| "# Benchmark results\n\nFigures of the latest runs; each section names its command.\n".into());
+    let page = page_for(name);
+    let path = bench_dir().join(format!("results/{page}.md"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        format!("# {page}\n\nRuns of this benchmark, newest figures as each run wrote them; the summary is in bench/RESULTS.md.\n")
+    });
     let begin = format!("<!-- begin:{name} -->");
     let end = format!("<!-- end:{name} -->");
     let section = format!("{begin}\n{}\n{end}", body.trim_end());
@@ -38,6 +61,7 @@ pub fn write_section(name: &str, body: &str) -> anyhow::Result<()> {
         (Some(a), Some(b)) if b > a => format!("{}{}{}", &text[..a], section, &text[b + end.len()..]),
         _ => format!("{}\n{}\n", text.trim_end(), section),
     };
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
     std::fs::write(&path, new)?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The core's configuration: TOML, kebab-case, unknown keys refused, every default documented.
 //!
-//! One file may serve both the edge and the core (API.md "Config"): the core reads its own keys and leaves
+//! One file may serve both the edge and the core (docs/src/api.md "Config"): the core reads its own keys and leaves
 //! `[edge]` and `[[rooms]]` to the edge, which checks them just as strictly. `validate()` returns every
 //! problem with its path, so an operator fixes a file in one pass.
 
@@ -56,7 +56,7 @@ pub struct CoreConfig {
     /// the core on a private network then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsConfig>,
-    /// Event bodies (JSON files, API.md "Event body") put at start-up, each under its file stem as the
+    /// Event bodies (JSON files, docs/src/api.md "Event body") put at start-up, each under its file stem as the
     /// event id (`examples/ev-42.json` → `ev-42`). Paths are relative to the config file.
     #[serde(default)]
     pub event_files: Vec<PathBuf>,
@@ -175,7 +175,7 @@ impl PaymentConfig {
     }
 }
 
-/// Admission-token keys (API.md "Admission token").
+/// Admission-token keys (docs/src/api.md "Admission token").
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TokensConfig {

@@ -1,4 +1,4 @@
-//! The protected-path hook: only holders of a valid admission token (API.md "Admission token")
+//! The protected-path hook: only holders of a valid admission token (docs/src/api.md "Admission token")
 //! pass. The check is a trait so the waiting room can swap in its own (e.g. one that also
 //! consults a revocation list); [`JwtAdmission`] verifies the JWT against the `[tokens]` keys.
 
@@ -207,7 +207,7 @@ impl VerifiedTokens {
     }
 }
 
-/// Longest lifetime of a token (API.md: `exp` ≤ 300 s after `iat`).
+/// Longest lifetime of a token (docs/src/api.md: `exp` ≤ 300 s after `iat`).
 pub const MAX_LIFETIME: u64 = 300;
 
 impl JwtAdmission {

@@ -112,7 +112,7 @@ pub struct EdgeConfig {
     /// the system's roots.
     pub origin_ca_file: Option<String>,
     /// Forward plain `GET`/`HEAD` requests for the origin on the fast path (a pooled HTTP/1.1
-    /// connection, the same checks; see README "Which requests take which path"). `false` sends
+    /// connection, the same checks; see docs/src/edge.md "Which requests take which path"). `false` sends
     /// every forwarded request through Pingora's proxy. Default true.
     pub fast_forward: bool,
     /// Answer files, queued visitors' status polls and refusals at the HTTP/1.1 and HTTP/2 doors

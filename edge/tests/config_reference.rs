@@ -19,8 +19,8 @@ fn committed_reference_is_the_generated_one() {
         }
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         if committed != page.text {
-            let line = committed.lines().zip(page.text.lines()).position(|(a, b)| a != b);
-            stale.push(format!("docs/src/reference/{} (first difference at line {})", page.file, line.map_or(0, |l| l + 1)));
+            let same = committed.lines().zip(page.text.lines()).take_while(|(a, b)| a == b).count();
+            stale.push(format!("docs/src/reference/{} (first difference at line {})", page.file, same + 1));
         }
     }
     assert!(

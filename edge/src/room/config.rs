@@ -1,5 +1,5 @@
 //! A room's configuration: `[[rooms]]` in the config file (kebab-case) and the body of
-//! `PUT /admin/rooms/<room>` (API.md, snake_case); both parse into [`RoomConfig`], which
+//! `PUT /admin/rooms/<room>` (docs/src/api.md, snake_case); both parse into [`RoomConfig`], which
 //! [`RoomConfig::compile`] validates once (every problem with its path) into a [`RoomSpec`].
 //!
 //! Defaults (every field but `event`, `target` and `protected` has one):
@@ -156,7 +156,7 @@ pub struct BatchConfig {
 /// Rooms travel between edges sharing Redis as this struct's JSON, and an edge refuses a field it
 /// does not know: every field added after the first release (`reject-all`, `queuing-status-code`,
 /// `test-mode`, `event-name`, `invite`) is left out of the JSON while at its default, so a room
-/// that uses none of them still reads on an edge of the release before (a rolling upgrade: README).
+/// that uses none of them still reads on an edge of the release before (a rolling upgrade: docs/src/waiting-room.md).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RoomConfig {
