@@ -92,3 +92,41 @@ pub fn percentile_ms(sorted_us: &[u32], p: f64) -> f64 {
     let i = ((sorted_us.len() as f64 - 1.0) * p).round() as usize;
     sorted_us[i] as f64 / 1000.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every marked section of a page of bench/results/ is on the page [`page_for`] (and bench/results.py's
+    /// `page_for`) names, so the next run of its benchmark replaces it instead of starting another page.
+    #[test]
+    fn each_section_is_on_the_page_its_writer_writes() {
+        let dir = bench_dir().join("results");
+        let mut sections = Vec::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "md") {
+                continue;
+            }
+            let page = path.file_stem().unwrap().to_string_lossy().into_owned();
+            for line in std::fs::read_to_string(&path).unwrap().lines() {
+                if let Some(name) = line.strip_prefix("<!-- begin:").and_then(|r| r.strip_suffix(" -->")) {
+                    assert_eq!(page_for(name), page, "section {name} is on bench/results/{page}.md");
+                    sections.push(name.to_owned());
+                }
+            }
+        }
+        assert!(sections.len() > 10, "only {} sections in bench/results/", sections.len());
+        // The run.sh scripts' writer (bench/results.py) puts each section on the same page.
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg("import sys, results; print('\\n'.join(results.page_for(n) for n in sys.argv[1:]))")
+            .args(&sections)
+            .current_dir(bench_dir())
+            .output()
+            .unwrap();
+        let pages: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+        let rust: Vec<&str> = sections.iter().map(|n| page_for(n)).collect();
+        assert_eq!(pages, rust, "bench/results.py's page_for differs from report.rs's: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -195,7 +195,8 @@ pub struct RoomConfig {
     #[serde(default, alias = "bot_check")]
     pub bot_check: RoomBotCheck,
     /// With a bot check: how long a place whose turn came while the check was still owed is kept
-    /// (not admitted, not counted by the release) before it is lost, seconds. Default 30.
+    /// (not admitted, not counted by the release; admitted if the check comes within it, the next
+    /// release letting in one fewer) before it is lost, seconds. 1 to 3600. Default 30.
     #[serde(default = "default_proof_grace", alias = "proof_grace_seconds")]
     pub proof_grace_seconds: u64,
     /// Timed batch releases.
@@ -232,13 +233,16 @@ pub struct RoomConfig {
     /// event-name`. Default: that one.
     #[serde(default, alias = "event_name", skip_serializing_if = "Option::is_none")]
     pub event_name: Option<String>,
-    /// The invite lane (`[rooms.invite]`): invite-only for a window, or for good, and/or a share of
-    /// each release. None: everyone may queue (and the room never reads its invites).
+    /// The invite lane (`[rooms.invite]`): invite-only for a window (`only-until`, before the
+    /// closing), or for good (`only`), not both, and/or a share of each release (`share`, FIFO rooms
+    /// only); at least one of them. None: everyone may queue (and the room never reads its invites).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invite: Option<InviteConfig>,
     /// Where a room shared through Redis keeps its state: `single` (default), every key in one
     /// Cluster slot; `spread`, across the cluster ([`SpreadConfig`], [`super::spread`]). No
-    /// effect on the embedded store. Fixed for the room's life.
+    /// effect on the embedded store. Fixed for the room's life (the admin API answers 409 to a
+    /// change). A spread room takes no bot check, no `random` method, no passthrough and no invite
+    /// `share`.
     #[serde(default, skip_serializing_if = "RoomLayout::is_single")]
     pub layout: RoomLayout,
     /// `[rooms.spread]`: the spread layout's blocks and shards.
@@ -268,18 +272,19 @@ impl RoomLayout {
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct SpreadConfig {
     /// Shards of the identity map and the sessions, each on its own slot, spread evenly over the
-    /// slot space. Default 6 (two on each of 3 masters, three on each of 2).
+    /// slot space. 1 to 1024. Default 6 (two on each of 3 masters, three on each of 2).
     pub shards: u32,
     /// Places one edge numbers in one time bucket (more joins in a bucket spill into the next).
-    /// Default 500 (100,000 joins a second at one edge).
+    /// 1 to 100,000, and at most 100 per ms of `block-ms` (positions stay below 2^53). Default 500
+    /// (100,000 joins a second at one edge).
     pub block: u64,
     /// The time bucket, ms: a join's place is (its arrival's bucket, its edge, its order there),
     /// so across edges joins are out of order by at most this (and the edges' clock skew).
-    /// Default 5.
+    /// 1 to 1000. Default 5.
     #[serde(alias = "block_ms")]
     pub block_ms: u64,
     /// How often an edge writes the joins it took (one batch per shard), ms: a join is answered
-    /// after its batch is written. Default 300.
+    /// after its batch is written. 5 to 1000. Default 300.
     #[serde(alias = "flush_ms")]
     pub flush_ms: u64,
 }

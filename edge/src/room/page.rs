@@ -59,7 +59,9 @@ pub struct QueuePageConfig {
     pub utc_offset: Option<String>,
     /// Text overrides per language and catalogue key, e.g. `[edge.queue-page.text.en]
     /// title_waiting = "You are in the line for the Summer Tour"`. Keys and `{placeholders}` are
-    /// those of static/i18n/en.json. Default: none.
+    /// those of static/i18n/en.json; a counted key also takes a plural variant `"<key>#<category>"`
+    /// in a CLDR category of that language (the count may be left out, as in Arabic "دقيقتان"). The
+    /// edge's refusal pages (`err_*` keys) use the overrides too. Default: none.
     pub text: BTreeMap<String, BTreeMap<String, String>>,
 }
 
