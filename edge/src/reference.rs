@@ -47,7 +47,7 @@ pub fn pages() -> Vec<Page> {
             "Waiting rooms: `[[rooms]]`",
             "rooms",
             "One `[[rooms]]` table per waiting room. The same fields make the JSON body of \
-             `PUT /admin/rooms/<room>` (HTTP API reference).",
+             `PUT /admin/rooms/<room>` ([HTTP API](../api.md), in snake_case).",
         ),
     ]
 }
