@@ -3,7 +3,9 @@
 //! - every ```` ```toml ```` block of docs/src/**/*.md passes `wicket check-config` as a whole file
 //!   (```` ```toml,fragment ```` marks a part of a file, which is not checked);
 //! - every `curl` line of the operator's guide (docs/src/operator-guide.md) answers the status its
-//!   trailing `# <status>` comment says, run in order against a real `wicket demo`.
+//!   trailing `# <status>` comment says, run in order against a real `wicket demo`;
+//! - README.md stays a five-minute page (≤ 150 lines, its two commands) whose links, like
+//!   bench/RESULTS.md's, resolve (the book's own links: scripts/linkcheck.py on the built book).
 
 mod common;
 
@@ -174,4 +176,45 @@ async fn the_operator_guide_runs_against_the_demo() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The relative links of a Markdown file outside the book (`[text](path)`), each resolved against its folder.
+fn relative_links(file: &Path) -> Vec<(String, PathBuf)> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut out = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("](") {
+        rest = &rest[i + 2..];
+        let Some(end) = rest.find(')') else { break };
+        let target = &rest[..end];
+        let path = target.split('#').next().unwrap_or_default();
+        if !path.is_empty() && !target.contains("://") && !target.starts_with("mailto:") {
+            out.push((target.to_owned(), file.parent().unwrap().join(path)));
+        }
+    }
+    out
+}
+
+/// README is the five-minute page (issue #43): at most 150 lines, its two commands exactly as the test
+/// command and the demo run them, and every link it has (into the book, bench/) pointing at a file that exists;
+/// bench/RESULTS.md's links to the benchmarks' pages likewise.
+#[test]
+fn readme_is_short_keeps_its_two_commands_and_its_links_resolve() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.lines().count() <= 150, "README.md has {} lines; the rest belongs in the book", readme.lines().count());
+    for command in ["cargo run -p wicket-edge --bin wicket -- demo", "bash scripts/test.sh"] {
+        assert!(readme.lines().any(|l| l.trim() == command), "README.md lost its command `{command}`");
+    }
+    let mut broken = Vec::new();
+    for file in [root.join("README.md"), root.join("bench/RESULTS.md")] {
+        let links = relative_links(&file);
+        assert!(!links.is_empty(), "no links found in {}", file.display());
+        for (target, path) in links {
+            if !path.exists() {
+                broken.push(format!("{}: {target}", file.strip_prefix(&root).unwrap_or(&file).display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to files that do not exist:\n{}", broken.join("\n"));
 }
