@@ -131,7 +131,11 @@ impl Writer {
         }
         let mut subs = Vec::new();
         let mut rows = String::new();
-        for (key, field) in &props {
+        // Keys in alphabetical order, whatever order serde_json's map keeps (its `preserve_order`
+        // feature, turned on by any crate of the build, would keep the schema's).
+        let mut keys: Vec<(&String, &Value)> = props.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, field) in keys {
             let sub = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
             if self.is_table(field) {
                 subs.push((sub, field.clone(), false));
