@@ -2,7 +2,7 @@
 # Builds what ships: `wicket` (the edge) and `wicket-core` with the `dist` profile (Cargo.toml: the release
 # profile plus link-time optimisation, one codegen unit), then strips them, keeping their line tables apart in
 # `<binary>.debug` (linked from the binary by a GNU debuglink, so gdb and perf find them when they sit beside it),
-# and writes SHA256SUMS. docs/DEPLOY.md "Release artefacts" says what each file is.
+# and writes SHA256SUMS. docs/src/deploy.md "Release artefacts" says what each file is.
 #
 #   bash scripts/release.sh                 # → target/artefacts/
 #   bash scripts/release.sh --out /dist     # the container build (deploy/container/Containerfile)

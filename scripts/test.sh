@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of Wicket on a fresh Debian machine: installs what is missing (cmake for Pingora's
 # zlib-ng, redis-server and redis-cli, nginx, wrk, h2load, gdb, promtool, systemd-analyze, iproute2, nftables and
-# libfaketime for the fault tests, the schema checkers of
-# deploy/), then the whole workspace's tests with cargo-nextest.
+# libfaketime for the fault tests, the schema checkers of deploy/, mdBook), builds the book and checks its links,
+# then the whole workspace's tests with cargo-nextest.
 # Tests start their own servers on free loopback ports; nothing here starts a shared one.
 #
 #   bash scripts/test.sh            # everything
@@ -100,6 +100,12 @@ echo "surge megasale --quick --layout spread: $(grep -E '"(sold|oversold|double_
 # bench/RESULTS.md has the 300-fan figures of a release build).
 target/debug/wicket-bench rooms --fans 100 --dry-run --check > target/rooms-quick.txt
 echo "rooms --fans 100: $(grep -c '| yes |' target/rooms-quick.txt) of 4 sales within 30 s"
+# The book (docs/, mdBook): built, and every internal link and #anchor of its pages checked (no network). Its
+# examples run in edge/tests/book.rs, and its configuration reference is the code's (edge/tests/config_reference.rs).
+export PATH="$PATH:$HOME/.cargo/bin"
+command -v mdbook >/dev/null || cargo install --locked mdbook@0.5.4
+mdbook build docs
+python3 scripts/linkcheck.py docs/book
 # Every test of the workspace, last, so its summary closes the run. (The crates have no doc tests: their
 # code blocks are commands and sketches, marked `text`/`sh`/`ignore`.)
 cargo nextest run --workspace --no-fail-fast --profile ci "$@"

@@ -10,7 +10,7 @@
 #
 # The edge runs twice: with the forwarded fast path (`fast-forward = true`, the default) and without
 # it (every request through Pingora's proxy phases). Writes the "Forwarded path" section of
-# bench/RESULTS.md and the keys proxy_vs_nginx, admitted_vs_nginx, bare_pingora_vs_nginx,
+# bench/results/edge-proxy.md and the keys proxy_vs_nginx, admitted_vs_nginx, bare_pingora_vs_nginx,
 # proxy_cookieless_vs_nginx and full_path_vs_nginx of bench/results/summary.json.
 #
 #   bash bench/edge-proxy/run.sh                    # THREADS=1 CONNS=64 SECONDS_=8 ROUNDS=3
@@ -267,8 +267,9 @@ for req, through, name, key in rows_out:
     lines.append(f"| {req} | {through} | {med(name):,.0f} | {med(name, 1):.2f} | {ratio} |")
 lines.append("")
 section = "\n".join(lines) + "\n"
-res = os.path.join(root, "bench/RESULTS.md")
-text = open(res).read() if os.path.exists(res) else "# Benchmark results\n\n"
+import sys; sys.path.insert(0, os.path.join(root, "bench")); import results
+res = results.page_path(root, "edge-proxy")
+text = results.page_text(root, "edge-proxy")
 start = text.find("## Forwarded path (edge vs nginx proxy_pass vs bare Pingora)")
 if start >= 0:
     end = text.find("\n## ", start + 1)

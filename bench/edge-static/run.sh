@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Edge static vs nginx: the example detail page (static/site/index.html) served by the Wicket edge
 # from memory and by nginx from disk, same file, same number of worker threads, same wrk load,
-# side by side in one run. Writes the "Edge static vs nginx" section of bench/RESULTS.md and the
+# side by side in one run. Writes the "Edge static vs nginx" section of its page in bench/results/ (bench/RESULTS.md sums them up) and the
 # `static_vs_nginx` key of bench/results/summary.json (other keys are kept).
 #
 #   bash bench/edge-static/run.sh                 # defaults: THREADS=1 CONNS=64 SECONDS_=10 ROUNDS=3

@@ -7,7 +7,7 @@
 #                                                                         → tls_handshakes_vs_nginx
 #   status     a queued visitor's status poll over HTTP/2 vs the page over HTTP/2 on the same edge
 #                                                                         → h2_status_vs_static
-# Writes the "HTTPS" section of bench/RESULTS.md and those keys of bench/results/summary.json.
+# Writes the "HTTPS" section of bench/results/edge-tls.md and those keys of bench/results/summary.json.
 #
 #   bash bench/edge-tls/run.sh          # THREADS=1 CONNS=64 SECONDS_=8 ROUNDS=3
 #
@@ -209,8 +209,9 @@ lines = [
     "",
 ]
 section = "\n".join(lines) + "\n"
-res = os.path.join(root, "bench/RESULTS.md")
-text = open(res).read()
+import sys; sys.path.insert(0, os.path.join(root, "bench")); import results
+res = results.page_path(root, "edge-tls")
+text = results.page_text(root, "edge-tls")
 title = "## HTTPS (edge vs nginx, same certificate)"
 start = text.find(title)
 if start >= 0:

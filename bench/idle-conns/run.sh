@@ -8,7 +8,7 @@
 # mimalloc held about 33 MB freed while building its state, purged at the first burst of
 # connections; a "before → all" difference counted that against the connections). Then the same
 # over HTTPS (TLS 1.3, the same self-signed ECDSA certificate for both), each server started afresh.
-# Writes the "Idle connections" section of bench/RESULTS.md and the keys idle_conn_bytes_edge,
+# Writes the "Idle connections" section of bench/results/idle-conns.md and the keys idle_conn_bytes_edge,
 # idle_conn_bytes_nginx, idle_conn_edge_vs_nginx and their _tls twins of bench/results/summary.json.
 #
 #   bash bench/idle-conns/run.sh            # N=50000, capped by the open-file limit (ulimit -n)
@@ -199,8 +199,9 @@ section = "\n".join([
     f"Edge / nginx: {edge_b / nginx_b:.2f}× over HTTP, {edge_t / nginx_t:.2f}× over HTTPS. Idle clients are closed after",
     "`keepalive-seconds` (edge/tests/exhaustion.rs).", "",
 ])
-res = os.path.join(root, "bench/RESULTS.md")
-text = open(res).read()
+import sys; sys.path.insert(0, os.path.join(root, "bench")); import results
+res = results.page_path(root, "idle-conns")
+text = results.page_text(root, "idle-conns")
 title = "## Idle connections (memory per idle keep-alive client)"
 start = text.find(title)
 if start >= 0:

@@ -5,7 +5,7 @@
 # and with the defaults (start 50/s, min 5/s). The driver is the end-to-end test
 # `a_light_sale_lets_every_fan_in_quickly_even_with_a_cautious_start` (edge/tests/operator.rs),
 # built in release mode; it fails above 30 s / 10 s. Writes the `low_load` key of
-# bench/results/summary.json and the "Light sale" section of bench/RESULTS.md.
+# bench/results/summary.json and the "Light sale" section of its page in bench/results/ (bench/RESULTS.md sums them up).
 #
 #   bash bench/low-load/run.sh
 set -euo pipefail

@@ -6,7 +6,7 @@
 # (auth_request to nginx's own `return 204`) and the edge's /wicket/auth endpoint alone (its own
 # P99). The figure of record, `ratio`, is the cached one: the edge's default, which
 # nginx-compat/README.md explains (`every_request_ratio` is the other). Writes
-# the "nginx auth_request" section of bench/RESULTS.md and the `nginx_auth_vs_plain` key of
+# the "nginx auth_request" section of its page in bench/results/ (bench/RESULTS.md sums them up) and the `nginx_auth_vs_plain` key of
 # bench/results/summary.json (other keys kept).
 #
 #   bash bench/nginx-compat/run.sh           # defaults: CONNS=32 SECONDS_=8 ROUNDS=5

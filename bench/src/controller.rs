@@ -6,7 +6,7 @@
 use serde_json::json;
 use wicket_controller::sim::{compare, rooms_scenarios, rooms_table, run_rooms, standard_scenarios, summary_table};
 
-/// Runs the comparison over `seeds`; returns the summary.json value and the RESULTS.md text.
+/// Runs the comparison over `seeds`; returns the summary.json value and the text of its section (bench/results/controller.md).
 pub fn run(seeds: &[u64]) -> (serde_json::Value, String) {
     let mut per_scenario = serde_json::Map::new();
     for i in 0..3 {

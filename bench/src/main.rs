@@ -1,4 +1,4 @@
-//! `wicket-bench`: Wicket's benchmarks, each writing its figures to bench/RESULTS.md and
+//! `wicket-bench`: Wicket's benchmarks, each writing its figures to its page in bench/results/ (summed up in bench/RESULTS.md) and
 //! bench/results/summary.json.
 //!
 //! ```text
@@ -18,7 +18,7 @@
 //!   per join, places kept).
 //! - `rooms`: two sales on one edge with a separate core, one after another and at once; or one sale
 //!   with the core process stopped for a second mid-sale (`--stop-core-at`).
-//! - `report`: where figures go (summary.json and the sections of RESULTS.md).
+//! - `report`: where figures go (summary.json and the sections of the pages in bench/results/).
 
 mod controller;
 mod holds;
@@ -57,7 +57,7 @@ enum Cmd {
         clients: usize,
         #[arg(long, default_value_t = 10)]
         seconds: u64,
-        /// Print only; don't write RESULTS.md / summary.json.
+        /// Print only; don't write bench/results/ pages / summary.json.
         #[arg(long)]
         dry_run: bool,
     },
@@ -117,7 +117,7 @@ enum Cmd {
         /// Override the number of virtual users.
         #[arg(long)]
         users: Option<usize>,
-        /// Print only; don't write RESULTS.md / summary.json / plots.
+        /// Print only; don't write bench/results/ pages / summary.json / plots.
         #[arg(long)]
         dry_run: bool,
         /// Megasale: the room's layout on the cluster, `spread` (across the cluster) or `single` (every key in one slot).

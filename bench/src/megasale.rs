@@ -15,7 +15,7 @@
 //! - [`parse_commandstats`], [`NodeOps`], [`shard_ops`]: the operations accounting (pure).
 //! - [`place_kept`], [`PlaceTally`]: the places-kept accounting (pure).
 //! - [`tau_across_edges`]: τ over all edges and per edge (pure).
-//! - [`figures`], [`publish`]: the report's figures, RESULTS.md and summary.json.
+//! - [`figures`], [`publish`]: the report's figures, its section of bench/results/surge-megasale.md and summary.json.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -555,7 +555,7 @@ pub fn variant(layout: &str, spread: Option<(u32, u32, u32, u32)>) -> String {
     }
 }
 
-/// summary.json (`megasale_<variant>`, `megasale_quick_<variant>`) and the RESULTS.md section
+/// summary.json (`megasale_<variant>`, `megasale_quick_<variant>`) and the section of bench/results/surge-megasale.md
 /// (`surge-megasale-<variant>`, `surge-megasale-quick-<variant>`): each layout and spread setting keeps its
 /// own figures.
 pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {

@@ -138,7 +138,7 @@ struct RedisProc {
 }
 
 /// The stand-in payment provider: what it took money for (order → txn, amount), answered to the
-/// core's status query (`GET /query?order_id=...`, API.md "Payment status query").
+/// core's status query (`GET /query?order_id=...`, docs/src/api.md "Payment status query").
 #[derive(Default)]
 pub struct Provider {
     pub paid: parking_lot::Mutex<HashMap<String, (String, u64)>>,

@@ -1,5 +1,6 @@
 //! Where figures go: `bench/results/summary.json` (one JSON object shared by every benchmark, each writing
-//! only its own keys) and `bench/RESULTS.md` (one section per benchmark between marker comments).
+//! only its own keys) and the benchmark's page `bench/results/<page>.md` (one section per run between marker
+//! comments; [`page_for`]). `bench/RESULTS.md` is the summary table over them, kept by hand.
 
 use std::path::{Path, PathBuf};
 
@@ -26,11 +27,33 @@ pub fn merge_summary(key: &str, value: Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Replaces (or appends) the section `name` of RESULTS.md with `body`.
+/// The page of `bench/results/` that section `name` belongs to: one page per benchmark (the variants of a
+/// surge scenario and the core's hold benchmarks share theirs). bench/results.py has the same rules.
+pub fn page_for(name: &str) -> &str {
+    const PAGES: [(&str, &str); 9] = [
+        ("core-holds", "core-holds"),
+        ("hold-vs-evalsha", "core-holds"),
+        ("embedded-durable", "core-holds"),
+        ("redis-wait", "core-holds"),
+        ("surge-megasale", "surge-megasale"),
+        ("surge-crashes", "surge-crashes"),
+        ("surge-bots", "surge-bots"),
+        ("rooms", "rooms"),
+        ("nginx-auth", "nginx-compat"),
+    ];
+    if name == "edge-static-vs-nginx" {
+        return "edge-static";
+    }
+    PAGES.iter().find(|(prefix, _)| name.starts_with(prefix)).map_or(name, |(_, page)| page)
+}
+
+/// Replaces (or appends) the section `name` of its page (`bench/results/<page>.md`, [`page_for`]) with `body`.
 pub fn write_section(name: &str, body: &str) -> anyhow::Result<()> {
-    let path = bench_dir().join("RESULTS.md");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| "# Benchmark results\n\nFigures of the latest runs; each section names its command.\n".into());
+    let page = page_for(name);
+    let path = bench_dir().join(format!("results/{page}.md"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        format!("# {page}\n\nRuns of this benchmark, newest figures as each run wrote them; the summary is in bench/RESULTS.md.\n")
+    });
     let begin = format!("<!-- begin:{name} -->");
     let end = format!("<!-- end:{name} -->");
     let section = format!("{begin}\n{}\n{end}", body.trim_end());
@@ -38,6 +61,7 @@ pub fn write_section(name: &str, body: &str) -> anyhow::Result<()> {
         (Some(a), Some(b)) if b > a => format!("{}{}{}", &text[..a], section, &text[b + end.len()..]),
         _ => format!("{}\n{}\n", text.trim_end(), section),
     };
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
     std::fs::write(&path, new)?;
     Ok(())
 }
@@ -67,4 +91,42 @@ pub fn percentile_ms(sorted_us: &[u32], p: f64) -> f64 {
     }
     let i = ((sorted_us.len() as f64 - 1.0) * p).round() as usize;
     sorted_us[i] as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every marked section of a page of bench/results/ is on the page [`page_for`] (and bench/results.py's
+    /// `page_for`) names, so the next run of its benchmark replaces it instead of starting another page.
+    #[test]
+    fn each_section_is_on_the_page_its_writer_writes() {
+        let dir = bench_dir().join("results");
+        let mut sections = Vec::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "md") {
+                continue;
+            }
+            let page = path.file_stem().unwrap().to_string_lossy().into_owned();
+            for line in std::fs::read_to_string(&path).unwrap().lines() {
+                if let Some(name) = line.strip_prefix("<!-- begin:").and_then(|r| r.strip_suffix(" -->")) {
+                    assert_eq!(page_for(name), page, "section {name} is on bench/results/{page}.md");
+                    sections.push(name.to_owned());
+                }
+            }
+        }
+        assert!(sections.len() > 10, "only {} sections in bench/results/", sections.len());
+        // The run.sh scripts' writer (bench/results.py) puts each section on the same page.
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg("import sys, results; print('\\n'.join(results.page_for(n) for n in sys.argv[1:]))")
+            .args(&sections)
+            .current_dir(bench_dir())
+            .output()
+            .unwrap();
+        let pages: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+        let rust: Vec<&str> = sections.iter().map(|n| page_for(n)).collect();
+        assert_eq!(pages, rust, "bench/results.py's page_for differs from report.rs's: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }

@@ -1620,7 +1620,7 @@ async fn order_states(sh: &Shared, ids: Vec<String>) -> anyhow::Result<HashMap<S
     Ok(out)
 }
 
-/// Writes the report's figures to summary.json and RESULTS.md, and its plots to bench/results/.
+/// Writes the report's figures to summary.json and its page in bench/results/, and its plots to bench/results/.
 pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
     use crate::svg::{Series, line_chart};
     if let Some(m) = &r.megasale {
@@ -1729,7 +1729,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
     crate::report::write_section(&format!("surge-{}", r.scenario), &body)
 }
 
-/// The crash test's keys (`crashes_*`; `crashes_quick_*` for `--quick`) and RESULTS.md section.
+/// The crash test's keys (`crashes_*`; `crashes_quick_*` for `--quick`) and its section of bench/results/surge-crashes.md.
 fn publish_crashes(r: &SurgeReport, c: &CrashFigures, command: &str) -> anyhow::Result<()> {
     let quick = command.contains("--quick");
     let key = if quick { "crashes_quick" } else { "crashes" };

@@ -11,7 +11,7 @@
 # - poll-only: memory per fan that polled its status once and keeps the keep-alive connection
 #   (HTTP and HTTPS), and the edge's CPU per status poll (wrk, 64 connections, one fan's cookies).
 # N defaults to the open-file limit (`ulimit -n`) less 1000.
-# Writes the "Event streams and polling" section of bench/RESULTS.md and the sse_* / poll_* keys
+# Writes the "Event streams and polling" section of bench/results/sse-fanout.md and the sse_* / poll_* keys
 # of bench/results/summary.json.
 #
 #   bash bench/sse-fanout/run.sh            # N=(ulimit -n) - 1000
@@ -178,8 +178,9 @@ section = "\n".join([
     "stock back, a new room spec) wakes every stream of the room at once through the room's pulse (a `watch` channel),",
     "not at each stream's next one-second look.", "",
 ])
-res = os.path.join(root, "bench/RESULTS.md")
-text = open(res).read()
+import sys; sys.path.insert(0, os.path.join(root, "bench")); import results
+res = results.page_path(root, "sse-fanout")
+text = results.page_text(root, "sse-fanout")
 title = "## Event streams and polling (queued fans holding a connection)"
 start = text.find(title)
 if start >= 0:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Waiting room: status polls of queued visitors vs the static detail page (same edge, same run),
 # status polls at position 1 vs position 1,000,000, and edge memory per queued person.
-# Writes the "Waiting room" section of bench/RESULTS.md and the `status_vs_static`,
+# Writes the "Waiting room" section of its page in bench/results/ (bench/RESULTS.md sums them up) and the `status_vs_static`,
 # `status_depth` and `edge_bytes_per_queued` keys of bench/results/summary.json (others kept).
 #
 #   bash bench/waiting-room/run.sh          # defaults: THREADS=1 CONNS=64 SECONDS_=10 ROUNDS=5 QUEUED=1000000

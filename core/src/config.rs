@@ -1,6 +1,6 @@
 //! The core's configuration: TOML, kebab-case, unknown keys refused, every default documented.
 //!
-//! One file may serve both the edge and the core (API.md "Config"): the core reads its own keys and leaves
+//! One file may serve both the edge and the core (docs/src/api.md "Config"): the core reads its own keys and leaves
 //! `[edge]` and `[[rooms]]` to the edge, which checks them just as strictly. `validate()` returns every
 //! problem with its path, so an operator fixes a file in one pass.
 
@@ -15,7 +15,7 @@ use crate::store::redis::{DEFAULT_WAIT_TIMEOUT_MS, WaitReplicas, WaitSettings};
 pub use crate::tls::TlsConfig;
 
 /// The whole file as the core sees it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CoreConfig {
     /// Where the core's HTTP API listens. Default `127.0.0.1:8081`.
@@ -56,15 +56,17 @@ pub struct CoreConfig {
     /// the core on a private network then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsConfig>,
-    /// Event bodies (JSON files, API.md "Event body") put at start-up, each under its file stem as the
+    /// Event bodies (JSON files, docs/src/api.md "Event body") put at start-up, each under its file stem as the
     /// event id (`examples/ev-42.json` → `ev-42`). Paths are relative to the config file.
     #[serde(default)]
     pub event_files: Vec<PathBuf>,
     /// The edge's section: checked by the edge, ignored here.
     #[serde(default, skip_serializing)]
+    #[schemars(skip)]
     pub edge: Option<toml::Value>,
     /// The edge's rooms: checked by the edge, ignored here.
     #[serde(default, skip_serializing)]
+    #[schemars(skip)]
     pub rooms: Option<toml::Value>,
 }
 
@@ -84,7 +86,7 @@ fn default_listen() -> SocketAddr {
 }
 
 /// Where sale state lives.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum StoreConfig {
     /// `"embedded"`, `"memory"` or a `redis://` URL.
@@ -103,7 +105,7 @@ impl Default for StoreConfig {
 
 /// `[redis]`: settings of the Redis store (`store = "redis://..."` or `{ cluster = [...] }`). A separate
 /// table rather than keys inside `store`, so `store` keeps the two forms the edge reads from a shared file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RedisConfig {
     /// After every change the core acknowledges, wait until this many replicas have it (`WAIT`), on the
@@ -136,12 +138,13 @@ impl RedisConfig {
 }
 
 /// Payment provider settings.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PaymentConfig {
     /// HMAC-SHA256 secret of `Wicket-Signature` on callbacks. Give this or `callback-secret-env`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback_secret: Option<String>,
+    /// Environment variable holding the callback secret (instead of `callback-secret`, not with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback_secret_env: Option<String>,
     /// The provider's status query (`GET <url>?order_id=...`); without it the sweeper closes expired holds
@@ -172,8 +175,8 @@ impl PaymentConfig {
     }
 }
 
-/// Admission-token keys (API.md "Admission token").
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Admission-token keys (docs/src/api.md "Admission token").
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TokensConfig {
     /// Expected `iss`. Default `wicket`.
@@ -210,24 +213,29 @@ fn default_issuer() -> String {
 }
 
 /// One verification (and maybe signing) key, chosen by `kid`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct KeyConfig {
+    /// The key's id: the `kid` of the tokens it signs or verifies.
     pub kid: String,
     /// `EdDSA` (Ed25519 PEM files) or `HS256` (a shared secret).
     pub alg: String,
+    /// `EdDSA`: the Ed25519 private key (PEM) that signs; only the signer (the edge, `mint-token`) needs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_key_file: Option<PathBuf>,
+    /// `EdDSA`: the Ed25519 public key (PEM) that verifies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_key_file: Option<PathBuf>,
+    /// `HS256`: the shared secret, at least 32 characters. Give this or `secret-env`, not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+    /// `HS256`: the environment variable holding the secret (instead of `secret`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_env: Option<String>,
 }
 
 /// Run-time tuning of the core.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CoreTuning {
     /// How often the sweeper looks for expired holds. Default 1000 ms.

@@ -1,4 +1,4 @@
-//! The core's HTTP API (API.md "Core"): one axum router, one error type, JSON everywhere.
+//! The core's HTTP API (docs/src/api.md "Core"): one axum router, one error type, JSON everywhere.
 //!
 //! Request path: [`guard`] (in-flight limit → quick 503, latency histogram by route) → handler (read body
 //! with a 64 KiB cap, parse strictly, authenticate) → one store call → outcome mapped to status + JSON.

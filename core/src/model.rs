@@ -109,7 +109,7 @@ pub struct LimitSpec {
     pub max: u32,
 }
 
-/// The event body of `PUT /v1/events/{event}` (API.md "Event body").
+/// The event body of `PUT /v1/events/{event}` (docs/src/api.md "Event body").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventSpec {
@@ -166,7 +166,7 @@ impl EventSpec {
         self.limits.iter().find(|l| l.dimension == d).map(|l| l.max)
     }
 
-    /// Reads an event body (JSON, API.md "Event body") and checks it, naming every problem in one answer,
+    /// Reads an event body (JSON, docs/src/api.md "Event body") and checks it, naming every problem in one answer,
     /// each with its path: every wrong type, unknown and missing field ([`crate::strict_json`]), and every
     /// rule of [`validate`](Self::validate) on the body as read with a stand-in for each wrong or missing
     /// value, except what a rule says about such a value itself ([`crate::problems::within`]).
@@ -362,7 +362,7 @@ impl OrderState {
     }
 }
 
-/// An order as the API shows it (API.md "Order").
+/// An order as the API shows it (docs/src/api.md "Order").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Order {
     pub order_id: String,

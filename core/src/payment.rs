@@ -84,7 +84,7 @@ struct QueryAnswer {
     amount_cents: Option<u64>,
 }
 
-/// Asks `GET <query-url>?order_id=<id>` (API.md "Payment status query").
+/// Asks `GET <query-url>?order_id=<id>` (docs/src/api.md "Payment status query").
 #[derive(Clone)]
 pub struct PaymentQuery {
     url: url::Url,

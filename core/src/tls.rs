@@ -27,7 +27,7 @@ use tokio_openssl::SslStream;
 
 /// `[tls]`: the core's listener speaks HTTPS: TLS 1.2 or 1.3, ALPN `http/1.1`. The files
 /// are read at start (a new certificate takes a restart).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TlsConfig {
     /// The certificate chain, leaf first (PEM), relative to the config file's folder. Required. The edge

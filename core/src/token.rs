@@ -1,4 +1,4 @@
-//! Admission tokens (API.md "Admission token"): JWTs with `typ` `admission+jwt`, keys chosen by `kid` from
+//! Admission tokens (docs/src/api.md "Admission token"): JWTs with `typ` `admission+jwt`, keys chosen by `kid` from
 //! config only, one algorithm per key.
 //!
 //! The edge signs them when it admits a visitor; the core (and the edge's protected paths) verify them. The

@@ -1,4 +1,4 @@
-//! The core's HTTP API over a real socket: status codes and bodies of API.md, bad input without state change,
+//! The core's HTTP API over a real socket: status codes and bodies of docs/src/api.md, bad input without state change,
 //! hostile tokens, bodies and connections, the surge over HTTP, and the sweeper against a real (test) payment
 //! query endpoint.
 

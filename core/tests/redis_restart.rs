@@ -30,7 +30,7 @@ enum Answer {
     Broken,
 }
 
-/// A payment provider's status query endpoint (API.md "Payment status query"). Answers wait while `hold`
+/// A payment provider's status query endpoint (docs/src/api.md "Payment status query"). Answers wait while `hold`
 /// is set, so a test can look at the core in the middle of a re-check.
 struct Provider {
     url: String,

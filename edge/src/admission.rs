@@ -1,4 +1,4 @@
-//! The protected-path hook: only holders of a valid admission token (API.md "Admission token")
+//! The protected-path hook: only holders of a valid admission token (docs/src/api.md "Admission token")
 //! pass. The check is a trait so the waiting room can swap in its own (e.g. one that also
 //! consults a revocation list); [`JwtAdmission`] verifies the JWT against the `[tokens]` keys.
 
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::check::{ConfigIssue, check_prefix, is_room_id, issue};
 
 /// `[[edge.protected]]`: a path only admission-token holders reach.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ProtectedRule {
     /// Path prefix.
@@ -35,7 +35,7 @@ impl ProtectedRule {
 }
 
 /// `[tokens]` (shared with the core: the same keys and defaults, unknown keys refused by both).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TokensConfig {
     /// Expected `iss`. Default `wicket`, as in the core.
@@ -113,7 +113,7 @@ impl TokensConfig {
 }
 
 /// One `[[tokens.keys]]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TokenKey {
     /// Key id, matched against the JWT header's `kid`.
@@ -207,7 +207,7 @@ impl VerifiedTokens {
     }
 }
 
-/// Longest lifetime of a token (API.md: `exp` ≤ 300 s after `iat`).
+/// Longest lifetime of a token (docs/src/api.md: `exp` ≤ 300 s after `iat`).
 pub const MAX_LIFETIME: u64 = 300;
 
 impl JwtAdmission {

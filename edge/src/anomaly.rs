@@ -24,7 +24,7 @@ use crate::check::{ConfigIssue, issue};
 use crate::identity::client_address;
 
 /// `[edge.anomaly]`: rules that block for a while and are counted in metrics.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct AnomalyConfig {
     /// A device seen with more than this many user ids in a window is blocked. 0 = off. Default 5.

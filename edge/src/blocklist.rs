@@ -14,7 +14,7 @@ use crate::check::{ConfigIssue, issue, parse_net};
 use crate::identity::client_address;
 
 /// `[edge.blocklist]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct BlocklistConfig {
     /// IPs or CIDRs.
@@ -40,7 +40,7 @@ impl BlocklistConfig {
 pub const MAX_ENTRIES: usize = 100_000;
 
 /// A set of entries to add or remove (`POST`/`DELETE /admin/blocklist`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BlockEntries {
     /// IPs or CIDRs.

@@ -34,7 +34,7 @@ use crate::check::{ConfigIssue, HttpUrl, check_prefix, issue, parse_http_url};
 use crate::identity::Signer;
 
 /// When a route demands a bot check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum BotCheckMode {
     /// Never.
@@ -47,7 +47,7 @@ pub enum BotCheckMode {
 }
 
 /// Which proof a check asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum BotProofKind {
     /// The built-in proof-of-work.
@@ -57,7 +57,7 @@ pub enum BotProofKind {
 }
 
 /// `[edge.bot]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct BotConfig {
     /// Per path prefix check modes; longest prefix wins; paths matching none are `off`.
@@ -85,7 +85,7 @@ impl Default for BotConfig {
 }
 
 /// `[[edge.bot.routes]]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct BotRoute {
     /// Path prefix.
@@ -95,7 +95,7 @@ pub struct BotRoute {
 }
 
 /// `[edge.bot.pow]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct PowConfig {
     /// Leading zero bits of sha256(challenge || nonce). Default 16 (about 65k hashes, well under
@@ -135,7 +135,7 @@ impl Default for PowConfig {
 }
 
 /// `[edge.bot.captcha]`: a CAPTCHA provider's server-side verification.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CaptchaConfig {
     /// `turnstile`, `hcaptcha`, `recaptcha` (v2, or v3 with `score-threshold`), `geetest` (v4), or
@@ -594,7 +594,7 @@ pub enum CaptchaOutcome {
 }
 
 /// Whose verification dialect `[edge.bot.captcha]` speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CaptchaProvider {
     /// `POST verify-url` with the form `secret`, `response`, `remoteip`; `{"success": bool}`.

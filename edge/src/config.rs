@@ -62,7 +62,7 @@ pub struct WicketConfig {
 }
 
 /// `[edge]`: the public proxy, its admin port, limits, bot checks and routing.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct EdgeConfig {
     /// Public listen address. Default `0.0.0.0:8080`.
@@ -105,8 +105,11 @@ pub struct EdgeConfig {
     pub read_timeout_ms: u64,
     /// Upstream write timeout in milliseconds. Default 10000.
     pub write_timeout_ms: u64,
-    /// How often the names of `core` and `origin` are looked up again, in milliseconds (and soon
-    /// after a connection fails): a moved name is followed without a restart. Default 10000.
+    /// How often the names of `core` and `origin` are looked up again, in milliseconds (100 to
+    /// 3600000), and within a second after a failed connect: a recreated container, a moved Service or
+    /// a rotated DNS name is followed without a restart. An answer that still has the address in use
+    /// keeps it; connections to an old address drain (idle ones close within 5 s). A name must resolve
+    /// at start (else a config error); IP literals are never looked up again. Default 10000.
     pub resolve_every_ms: u64,
     /// How many times an idempotent request is retried on another connection when the
     /// upstream fails before answering. Default 1.
@@ -115,7 +118,7 @@ pub struct EdgeConfig {
     /// the system's roots.
     pub origin_ca_file: Option<String>,
     /// Forward plain `GET`/`HEAD` requests for the origin on the fast path (a pooled HTTP/1.1
-    /// connection, the same checks; see README "Which requests take which path"). `false` sends
+    /// connection, the same checks; see docs/src/edge.md "Which requests take which path"). `false` sends
     /// every forwarded request through Pingora's proxy. Default true.
     pub fast_forward: bool,
     /// Answer files, queued visitors' status polls and refusals at the HTTP/1.1 and HTTP/2 doors
@@ -235,7 +238,7 @@ impl Default for EdgeConfig {
 }
 
 /// `[[edge.cache-control]]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CacheRule {
     /// URL path prefix.

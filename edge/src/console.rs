@@ -168,7 +168,7 @@ const FILES: [(&str, &str, &[u8]); 8] = [
 ];
 
 /// Each of [`FILES`] gzipped (level 9), made on first use: the page is about 30 KB on the wire
-/// instead of 73 KB (README "The console").
+/// instead of 73 KB (docs/src/console.md).
 static GZIPPED: std::sync::LazyLock<Vec<Vec<u8>>> = std::sync::LazyLock::new(|| {
     use std::io::Write;
     FILES

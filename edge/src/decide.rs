@@ -2,7 +2,7 @@
 //! one [`Decision`] out. Every door — the HTTP/1.1 front ([`crate::front::http1`], with the forwarded fast
 //! path [`crate::front::forward`]), the HTTP/2 fast path ([`crate::front::h2`]), Pingora's proxy
 //! ([`crate::front::proxy`]) and `/wicket/auth` for nginx — asks here and only carries the answer out;
-//! this is the only place that knows the order of the checks (docs/DESIGN.md §7):
+//! this is the only place that knows the order of the checks (docs/src/design.md §7):
 //!
 //! ```text
 //! fast door can take it?  (no: HandOver, before anything is counted)
@@ -503,7 +503,7 @@ pub fn auth_cacheable(st: &EdgeState, path: &str) -> bool {
     !st.limits_cover(path)
 }
 
-/// The core's routes that fans and payment providers reach through the public port (API.md
+/// The core's routes that fans and payment providers reach through the public port (docs/src/api.md
 /// "Core": event, stock, holds, own orders, payment callbacks). Everything else under the core
 /// prefixes — creating events, pause and resume, outbox, reconcile, redeem, refund — is the
 /// admin's, and answers 404 at the edge.

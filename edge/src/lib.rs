@@ -75,6 +75,8 @@
 //! - [`metrics`]: Prometheus metrics of the edge (the rooms' `wicket_room_*` gauges are the release
 //!   loop's, in `room::release`); deploy/ (alert rules, Grafana dashboard) is built on both.
 //! - [`nginx_import`]: `wicket nginx-import`, nginx `limit_req` zones as `[[edge.limits]]`.
+//! - [`reference`]: `wicket config-reference`, the configuration reference (docs/src/reference/)
+//!   generated from the config types' schemas (`schemars`: doc comments, serde names, defaults).
 //!
 //! # The path of a request
 //!
@@ -116,6 +118,7 @@ pub mod limit;
 pub mod metrics;
 pub mod nginx_import;
 pub mod path;
+pub mod reference;
 pub mod reject;
 pub mod replay;
 pub mod resolve;

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::check::{ConfigIssue, check_prefix, issue};
 
 /// What a limit counts by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LimitKey {
     /// Client IP (after trusted proxies).
@@ -41,7 +41,7 @@ pub enum LimitKey {
 }
 
 /// `[[edge.limits]]`: one nginx `limit_req`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LimitRule {
     /// Path prefix the rule applies to. A rule applies to the queue's own paths (`/queue/`)

@@ -65,6 +65,12 @@ enum Command {
         /// Config file.
         file: PathBuf,
     },
+    /// Write the configuration reference (one Markdown page per part of the file, generated from
+    /// the config types) into a folder: `wicket config-reference docs/src/reference`.
+    ConfigReference {
+        /// The folder of the pages (docs/src/reference).
+        dir: PathBuf,
+    },
     /// Print an nginx config's limit_req zones as [[edge.limits]] TOML (following include);
     /// what cannot be carried over exactly is listed on stderr with file:line, and the exit
     /// status is then 2.
@@ -107,6 +113,17 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+        Command::ConfigReference { dir } => {
+            for page in wicket_edge::reference::pages() {
+                let path = dir.join(page.file);
+                if let Err(e) = std::fs::write(&path, page.text) {
+                    eprintln!("wicket config-reference: {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+                println!("wrote {}", path.display());
+            }
+            ExitCode::SUCCESS
         }
         Command::CheckConfig { file } => match load(&file).inspect(|_| text_logs()) {
             Ok(_) => {

@@ -1,6 +1,6 @@
 //! The one mapping from "the edge says no" to an HTTP answer.
 //!
-//! JSON clients get `{"error": "<code>", "message": "<text>", ...}` (API.md's codes); browsers
+//! JSON clients get `{"error": "<code>", "message": "<text>", ...}` (docs/src/api.md's codes); browsers
 //! (`Accept` naming `text/html`) get a small page where a page is what they need. Every answer
 //! carries `Content-Length` (Pingora closes the connection otherwise) and `Cache-Control:
 //! no-store`.
@@ -85,7 +85,7 @@ impl Reject {
         }
     }
 
-    /// API.md error code.
+    /// docs/src/api.md error code.
     pub fn code(&self) -> &'static str {
         match self {
             Reject::RateLimited { .. } => "rate_limited",

@@ -6,7 +6,7 @@
 //! The reason is memory per queued fan: an idle HTTPS connection holds its TLS state for as long as
 //! the fan waits, and OpenSSL 3's state is about 12 KB a connection (its `SSL` object alone, record
 //! layer included, is 7.6 KB; nginx holds the same), where rustls's is about 6 KB with its 4 KiB
-//! read buffer (bench/RESULTS.md "Idle connections"). rustls is a pure-Rust, memory-safe TLS stack;
+//! read buffer (bench/results/idle-conns.md). rustls is a pure-Rust, memory-safe TLS stack;
 //! Pingora's own rustls feature is marked experimental, so the edge does not switch Pingora's TLS:
 //! it does the handshake itself (`tokio-rustls`) and hands Pingora a stream of its own type.
 //!
@@ -68,7 +68,7 @@ const ALERT_WAIT: Duration = Duration::from_millis(100);
 const SEND_AHEAD: usize = 16 * 1024;
 
 /// `[edge.tls]`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TlsConfig {
     /// HTTPS listen address, e.g. `0.0.0.0:443`.
@@ -102,7 +102,7 @@ fn handshake_ms() -> u64 {
 }
 
 /// One `[[edge.tls.certs]]` entry.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CertFiles {
     /// The certificate chain, leaf first (PEM).

@@ -420,19 +420,35 @@ fn with_short_callback_secret(text: &str) -> String {
         .join("\n")
 }
 
-/// Starts `wicket <command> --config <cfg>`, waits until every port in `ports` answers, stops it
-/// with SIGTERM and returns what it wrote on stderr (a pipe: not a terminal).
+/// Starts `wicket <command> --config <cfg>`, waits until every port in `ports` answers and each has
+/// had its `listening on` line (a listener accepts before its line is written: on a busy machine a
+/// stop between the two left the line out), stops it with SIGTERM and returns what it wrote on
+/// stderr (a pipe: not a terminal).
 fn stderr_of_a_run(command: &str, cfg: &Path, ports: &[u16]) -> String {
+    use std::io::Read;
     let mut child = wicket().arg(command).arg("--config").arg(cfg).env_remove("RUST_LOG").stderr(Stdio::piped()).spawn().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let (seen, mut stderr) = (seen.clone(), child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stderr.read(&mut buf) {
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let listed = |port: &u16| String::from_utf8_lossy(&seen.lock().unwrap()).contains(&format!("127.0.0.1:{port} ("));
     let deadline = Instant::now() + Duration::from_secs(20);
-    while ports.iter().any(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_err()) {
+    while ports.iter().any(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_err() || !listed(p)) {
         assert!(Instant::now() < deadline, "wicket {command} did not start");
         assert!(child.try_wait().unwrap().is_none(), "wicket {command} exited early");
         std::thread::sleep(Duration::from_millis(20));
     }
     signal(child.id(), "TERM");
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stderr).unwrap()
+    child.wait().unwrap();
+    reader.join().unwrap();
+    let out = seen.lock().unwrap().clone();
+    String::from_utf8(out).unwrap()
 }
 
 #[test]

@@ -40,7 +40,7 @@ async fn the_page_and_its_files_are_served_with_a_strict_policy_and_hold_no_data
     for f in ["/console/console.js", "/console/report.js", "/console/lane.js", "/console/console.css", "/console/vendor/uplot/uPlot.iife.min.js", "/console/vendor/uplot/uPlot.min.css", "/console/vendor/uplot/LICENSE"] {
         assert_eq!(get(&edge.admin_url(f), &[]).await.status, 200, "{f}");
     }
-    // The page weight a browser downloads (gzip): what README "The console" reports.
+    // The page weight a browser downloads (gzip): what docs/src/console.md reports.
     let mut weight = 0;
     for f in ["/", "/console/console.js", "/console/console.css", "/console/vendor/uplot/uPlot.iife.min.js", "/console/vendor/uplot/uPlot.min.css"] {
         let r = get(&edge.admin_url(f), &[("accept-encoding", "gzip, deflate, br")]).await;

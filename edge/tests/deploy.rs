@@ -6,7 +6,7 @@
 //! Kubernetes schema (`kubernetes-validate --strict`) and the compose file the Compose schema
 //! (`check-jsonschema`); `wicket --version` names the commit and the build date. The core's side (its
 //! configs, its unit, `wicket-core --version`) is core/tests/deploy.rs. What these cannot show (the image
-//! built and run, the units started by systemd, the manifests applied) is listed in docs/DEPLOY.md.
+//! built and run, the units started by systemd, the manifests applied) is listed in docs/src/deploy.md.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,7 +25,7 @@ fn edge_table(cfg: &toml::Value) -> &toml::Value {
     cfg.get("edge").expect("an edge config has [edge]")
 }
 
-/// A string key of `[edge]`, else its default (README "Edge configuration").
+/// A string key of `[edge]`, else its default (docs/src/reference/edge.md).
 fn edge_key(cfg: &toml::Value, key: &str, default: &str) -> String {
     edge_table(cfg).get(key).and_then(|v| v.as_str()).unwrap_or(default).to_owned()
 }

@@ -460,7 +460,7 @@ async fn over_h2(ca: &std::path::Path, port: u16, method: &str, path: &str, head
     said(parts.status.as_u16(), &header, &out)
 }
 
-/// The five doors of docs/DESIGN.md §7 carry out one decision (issue #25): the same table of
+/// The five doors of docs/src/design.md §7 carry out one decision (issue #25): the same table of
 /// requests — files, the origin, identity headers sent and forged, a blocked user, a limit and
 /// its refusal, a bot-checked route, a protected path without, with a forged and with a valid
 /// admission token (cookie and bearer), a reject-all room and a test-mode room (issue #28), the

@@ -41,7 +41,7 @@ fn the_config_module_is_imported_by_no_part_it_composes() {
     }
 }
 
-/// The order of the edge's checks exists once (issue #25, docs/DESIGN.md §7): the doors — the
+/// The order of the edge's checks exists once (issue #25, docs/src/design.md §7): the doors — the
 /// HTTP/1.1 front, the HTTP/2 fast path, the forwarded fast path, Pingora's proxy and the
 /// listener app — carry out `decide::decide`'s decision and call none of the checks themselves
 /// (blocklists, identity, limits, protection, admission token, session, bot check); the decision

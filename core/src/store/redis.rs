@@ -101,6 +101,16 @@ impl std::fmt::Display for WaitReplicas {
     }
 }
 
+/// For the generated config reference: a count (0..=16) or `"auto"`, as the deserializer below reads it.
+impl schemars::JsonSchema for WaitReplicas {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "WaitReplicas".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "anyOf": [{ "type": "integer", "minimum": 0, "maximum": 16 }, { "const": "auto" }] })
+    }
+}
+
 impl serde::Serialize for WaitReplicas {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {

@@ -1,9 +1,9 @@
-//! The rooms part of the admin API (API.md "Admin"):
+//! The rooms part of the admin API (docs/src/api.md "Admin"):
 //!
 //! | method, path | does |
 //! |---|---|
 //! | `GET /admin/rooms` | every room: config and stats |
-//! | `GET`/`PUT`/`DELETE /admin/rooms/<room>` | one room; PUT creates (201) or updates (200) it from the API.md room body, DELETE removes it (200); its protected paths change with it at once |
+//! | `GET`/`PUT`/`DELETE /admin/rooms/<room>` | one room; PUT creates (201) or updates (200) it from the docs/src/api.md room body, DELETE removes it (200); its protected paths change with it at once |
 //! | `POST /admin/rooms/<room>/pause`, `/resume`, `/queue-all`, `/reject-all` | operator overrides of the release (reject-all: nobody new queued or admitted, the closed page for everyone without a running session; `resume` ends it) |
 //! | `POST /admin/rooms/<room>/test-cookie` | `{"seconds"?}` (60–604800, default 3600): a tester's cookie for the room in test mode (`{"name", "value", "cookie", "expires_at", "link"}`) |
 //! | `GET /admin/rooms/<room>/preview?state=&lang=` | the room's queue page in a state and language, with sample figures (HTML; nothing of the room is touched) |

@@ -1,5 +1,5 @@
 //! A room's configuration: `[[rooms]]` in the config file (kebab-case) and the body of
-//! `PUT /admin/rooms/<room>` (API.md, snake_case); both parse into [`RoomConfig`], which
+//! `PUT /admin/rooms/<room>` (docs/src/api.md, snake_case); both parse into [`RoomConfig`], which
 //! [`RoomConfig::compile`] validates once (every problem with its path) into a [`RoomSpec`].
 //!
 //! Defaults (every field but `event`, `target` and `protected` has one):
@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::check::{ConfigIssue, is_room_id};
 
 /// How queue positions turn into admission order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum QueueMethod {
     /// First come, first served.
@@ -44,7 +44,7 @@ pub enum QueueMethod {
 }
 
 /// Who decides the release rate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReleaseModeConfig {
     /// The release controller, within min/max.
@@ -55,7 +55,7 @@ pub enum ReleaseModeConfig {
 }
 
 /// The bot check a visitor passes before getting a place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RoomBotCheck {
     /// None.
@@ -79,7 +79,7 @@ impl RoomBotCheck {
 }
 
 /// `schedule`: RFC 3339 times.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ScheduleConfig {
     /// The queue page accepts joins from here (the pre-queue); default: with `opens-at`.
@@ -94,7 +94,7 @@ pub struct ScheduleConfig {
 }
 
 /// `release`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct ReleaseConfig {
     /// `auto` or `fixed`. Default `auto`.
@@ -142,7 +142,7 @@ impl Default for ReleaseConfig {
 }
 
 /// `batches[]`: release `count` more at `at` (timed batch release, 分时段放票).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct BatchConfig {
     /// RFC 3339 time.
@@ -156,8 +156,8 @@ pub struct BatchConfig {
 /// Rooms travel between edges sharing Redis as this struct's JSON, and an edge refuses a field it
 /// does not know: every field added after the first release (`reject-all`, `queuing-status-code`,
 /// `test-mode`, `event-name`, `invite`) is left out of the JSON while at its default, so a room
-/// that uses none of them still reads on an edge of the release before (a rolling upgrade: README).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+/// that uses none of them still reads on an edge of the release before (a rolling upgrade: docs/src/waiting-room.md).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RoomConfig {
     /// Room id (`[[rooms]]` only; the admin API takes it from the URL). Letters, digits, `-`, `_`.
@@ -195,7 +195,8 @@ pub struct RoomConfig {
     #[serde(default, alias = "bot_check")]
     pub bot_check: RoomBotCheck,
     /// With a bot check: how long a place whose turn came while the check was still owed is kept
-    /// (not admitted, not counted by the release) before it is lost, seconds. Default 30.
+    /// (not admitted, not counted by the release; admitted if the check comes within it, the next
+    /// release letting in one fewer) before it is lost, seconds. 1 to 3600. Default 30.
     #[serde(default = "default_proof_grace", alias = "proof_grace_seconds")]
     pub proof_grace_seconds: u64,
     /// Timed batch releases.
@@ -232,13 +233,16 @@ pub struct RoomConfig {
     /// event-name`. Default: that one.
     #[serde(default, alias = "event_name", skip_serializing_if = "Option::is_none")]
     pub event_name: Option<String>,
-    /// The invite lane (`[rooms.invite]`): invite-only for a window, or for good, and/or a share of
-    /// each release. None: everyone may queue (and the room never reads its invites).
+    /// The invite lane (`[rooms.invite]`): invite-only for a window (`only-until`, before the
+    /// closing), or for good (`only`), not both, and/or a share of each release (`share`, FIFO rooms
+    /// only); at least one of them. None: everyone may queue (and the room never reads its invites).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invite: Option<InviteConfig>,
     /// Where a room shared through Redis keeps its state: `single` (default), every key in one
     /// Cluster slot; `spread`, across the cluster ([`SpreadConfig`], [`super::spread`]). No
-    /// effect on the embedded store. Fixed for the room's life.
+    /// effect on the embedded store. Fixed for the room's life (the admin API answers 409 to a
+    /// change). A spread room takes no bot check, no `random` method, no passthrough and no invite
+    /// `share`.
     #[serde(default, skip_serializing_if = "RoomLayout::is_single")]
     pub layout: RoomLayout,
     /// `[rooms.spread]`: the spread layout's blocks and shards.
@@ -247,7 +251,7 @@ pub struct RoomConfig {
 }
 
 /// Where a room's shared state lives ([`RoomConfig::layout`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RoomLayout {
     /// Every key of the room in one Cluster slot: one node carries the room's joins.
@@ -264,22 +268,23 @@ impl RoomLayout {
 }
 
 /// `[rooms.spread]`: a room spread across a Redis Cluster ([`super::spread`]).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct SpreadConfig {
     /// Shards of the identity map and the sessions, each on its own slot, spread evenly over the
-    /// slot space. Default 6 (two on each of 3 masters, three on each of 2).
+    /// slot space. 1 to 1024. Default 6 (two on each of 3 masters, three on each of 2).
     pub shards: u32,
     /// Places one edge numbers in one time bucket (more joins in a bucket spill into the next).
-    /// Default 500 (100,000 joins a second at one edge).
+    /// 1 to 100,000, and at most 100 per ms of `block-ms` (positions stay below 2^53). Default 500
+    /// (100,000 joins a second at one edge).
     pub block: u64,
     /// The time bucket, ms: a join's place is (its arrival's bucket, its edge, its order there),
     /// so across edges joins are out of order by at most this (and the edges' clock skew).
-    /// Default 5.
+    /// 1 to 1000. Default 5.
     #[serde(alias = "block_ms")]
     pub block_ms: u64,
     /// How often an edge writes the joins it took (one batch per shard), ms: a join is answered
-    /// after its batch is written. Default 300.
+    /// after its batch is written. 5 to 1000. Default 300.
     #[serde(alias = "flush_ms")]
     pub flush_ms: u64,
 }
@@ -297,7 +302,7 @@ impl SpreadConfig {
 }
 
 /// `[rooms.invite]`: who may take a place while the room is invite-only (see [`super::invite`]).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InviteConfig {
     /// Invite-only until this RFC 3339 time (the presale); after it everyone may queue, behind
@@ -328,7 +333,7 @@ impl InviteConfig {
 }
 
 /// When a room queues its visitors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum QueueWhen {
     /// Every visitor of a protected path queues first.
@@ -341,7 +346,7 @@ pub enum QueueWhen {
 }
 
 /// `[rooms.passthrough]`: the thresholds of a `queue = "when-needed"` room.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct PassthroughConfig {
     /// Admitted sessions active at once (the room's, across edges) below which visitors pass

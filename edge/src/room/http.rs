@@ -1,4 +1,4 @@
-//! The queue's public endpoints (API.md "Edge"):
+//! The queue's public endpoints (docs/src/api.md "Edge"):
 //!
 //! | method, path | does |
 //! |---|---|

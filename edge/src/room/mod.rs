@@ -1,4 +1,4 @@
-//! The waiting room (DESIGN §3, API.md "Edge"): queue tickets, status, one-time admission tokens,
+//! The waiting room (DESIGN §3, docs/src/api.md "Edge"): queue tickets, status, one-time admission tokens,
 //! active sessions, and the release loop that advances the queue at the controller's rate.
 //!
 //! # Layout
@@ -574,7 +574,7 @@ pub fn controller_config(spec: &RoomSpec) -> ControllerConfig {
     ControllerConfig::for_room(r.p99_target_ms, r.start, bounds)
 }
 
-/// The visitor's state in a room (API.md status `state`).
+/// The visitor's state in a room (docs/src/api.md status `state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
@@ -604,7 +604,7 @@ pub struct Eta {
     pub high: u64,
 }
 
-/// A status answer (API.md `GET /queue/<room>/status`).
+/// A status answer (docs/src/api.md `GET /queue/<room>/status`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Status {
     /// The visitor's state.

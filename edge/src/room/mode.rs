@@ -20,7 +20,7 @@
 //!
 //! What the room's config says on top (its schedule closes it, `reject-all = true`, `test-mode`)
 //! is not part of this machine: those are the config's, changed by changing the config, and they
-//! win over the operator's mode (docs/API.md "A room's modes").
+//! win over the operator's mode (docs/src/api.md "A room's modes").
 //!
 //! With Redis room state the machine's state is published as one [`OperatorOverride`] per room,
 //! and a transition is made against the published state with a compare-and-set

@@ -38,7 +38,7 @@ pub const QUEUE_CSS: &str = include_str!("../../../static/queue.css");
 
 /// `[edge.queue-page]`: what an operator may change on the queue page. Every field is optional;
 /// the built-in page (static/queue.html, the catalogues of static/i18n/) is the default.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct QueuePageConfig {
     /// An HTML template file (relative to the config file) replacing static/queue.html. It must
@@ -59,12 +59,14 @@ pub struct QueuePageConfig {
     pub utc_offset: Option<String>,
     /// Text overrides per language and catalogue key, e.g. `[edge.queue-page.text.en]
     /// title_waiting = "You are in the line for the Summer Tour"`. Keys and `{placeholders}` are
-    /// those of static/i18n/en.json. Default: none.
+    /// those of static/i18n/en.json; a counted key also takes a plural variant `"<key>#<category>"`
+    /// in a CLDR category of that language (the count may be left out, as in Arabic "دقيقتان"). The
+    /// edge's refusal pages (`err_*` keys) use the overrides too. Default: none.
     pub text: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// `[edge.queue-page.colours]`: each replaces the built-in colour in light and dark mode.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct QueuePageColours {
     /// Buttons, the progress bar, the chosen language. Default `#d4380d` (dark: `#ff7a45`).

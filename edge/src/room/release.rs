@@ -281,7 +281,7 @@ impl Rooms {
     }
 }
 
-/// What the release needs from the core's stock answer (API.md `GET /v1/events/{event}/stock`).
+/// What the release needs from the core's stock answer (docs/src/api.md `GET /v1/events/{event}/stock`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stock {
     /// Every SKU is sold out.

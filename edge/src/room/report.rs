@@ -1,4 +1,4 @@
-//! The post-sale report of a room (API.md "Room report"), served on the admin port:
+//! The post-sale report of a room (docs/src/api.md "Room report"), served on the admin port:
 //! `GET /admin/rooms/<room>/report` (JSON, or CSV with `?format=csv` / `Accept: text/csv`), an
 //! optional `from` / `to` (RFC 3339, whole minutes) range ([`handle`]). What is counted and where
 //! it is kept: [`super::tally`]. Here too: the hooks the rest of the room calls (a session's first
