@@ -6,12 +6,12 @@
 //!
 //! ```text
 //! fast door can take it?  (no: HandOver, before anything is counted)
-//! client IP → IP blocklist (403)
-//! unprotected file (GET/HEAD) → limits (429) → Static
+//! client IP → IP blocklist (403) → its region: GeoIP block (403), arrival counted
+//! unprotected file (GET/HEAD) → limits, the region's too (429) → Static
 //! identity (user, device) → user/device blocklist and device-users rule (403) → limits (429)
 //! room paths → Room (a fast door: Status, the poll answered from the counters)
 //! /wicket/challenge, /wicket/verify → Bot
-//! bot check of the route (403)
+//! bot check of the route, or of a GeoIP challenge of the region (403)
 //! core admin routes (404) → session touch of an admitted fan at the core
 //! protected path (a room in test mode: only for its testers) → admission token → its session
 //!   (403 / 302 to the queue; 503 when unreadable; a reject-all room: 403 closed) → a protected
@@ -28,6 +28,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::admission::AdmissionClaims;
+use crate::geoip::{GeoIp, Place};
 use crate::bot::{BotCheckMode, BotProofKind, CHALLENGE_PATH, CaptchaOutcome, PASS_COOKIE, PASS_HEADER, VERIFY_PATH, unix_now};
 use crate::identity::{DEVICE_COOKIE, Device, HeadView, cookie, header, header_bytes};
 use crate::metrics::Route;
@@ -148,6 +149,21 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
     if st.blocklist.ip(&v.ip) {
         return refuse(st, Reject::Blocked, v);
     }
+    // The client's region: its rules' and the anomaly rule's block and challenge here, their
+    // limits with the others.
+    let geo = st.geoip.as_ref().map(|g| (g, g.locate(v.ip)));
+    let geo_verdict = geo.map(|(g, place)| g.verdict(place, path)).unwrap_or_default();
+    if let Some((g, place)) = geo {
+        if geo_verdict.challenge.is_some() && matches!(fast, Some(FastRoute::Origin)) {
+            // A challenged origin request: the bot check is the proxy's, as on a bot-checked route.
+            return Decision::HandOver;
+        }
+        g.arrive(place);
+        if let Some(source) = geo_verdict.block {
+            g.count("block", source);
+            return refuse(st, Reject::Blocked, v);
+        }
+    }
     // A room in test mode meets only its testers: for everyone else its paths are not protected.
     let protected = st
         .rooms
@@ -159,7 +175,7 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
         && protected.is_none()
         && let Some(asset) = st.statics.get(path)
     {
-        if let Err(r) = limits(st, path, &mut v, ask.head).await {
+        if let Err(r) = limits(st, path, &mut v, ask.head, geo).await {
             return refuse_on(st, r, v, Route::Static);
         }
         if ask.door == Door::Auth {
@@ -173,7 +189,7 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
     {
         return refuse(st, Reject::Blocked, v);
     }
-    if let Err(r) = limits(st, path, &mut v, ask.head).await {
+    if let Err(r) = limits(st, path, &mut v, ask.head, geo).await {
         return refuse(st, r, v);
     }
     let own = st.rooms.owns(path);
@@ -190,9 +206,12 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
     if path == CHALLENGE_PATH || path == VERIFY_PATH {
         return Decision::Bot { verify: path == VERIFY_PATH, visitor: v };
     }
-    if st.bot.any()
-        && let Err(r) = bot_gate(st, ask, &mut v).await
+    if (st.bot.any() || geo_verdict.challenge.is_some())
+        && let Err(r) = bot_gate(st, ask, &mut v, geo_verdict.challenge.is_some()).await
     {
+        if let (Some((g, _)), Some(source)) = (geo, geo_verdict.challenge) {
+            g.count("challenge", source);
+        }
         return refuse(st, r, v);
     }
     let to_core = st.core_prefixes.iter().any(|p| path.starts_with(p.as_str()));
@@ -380,8 +399,17 @@ fn identify<H: HeadView + ?Sized>(st: &EdgeState, head: &H, v: &mut Visitor) {
 }
 
 /// Counts the request against every rule for `path` ([`EdgeState::check_limits`]; the identity
-/// first when a rule is keyed by it), and waits out the pacing each needs.
-async fn limits<H: HeadView + ?Sized>(st: &EdgeState, path: &str, v: &mut Visitor, head: &H) -> Result<(), Reject> {
+/// first when a rule is keyed by it) and the GeoIP limits of its region, and waits out the pacing
+/// each needs.
+async fn limits<H: HeadView + ?Sized>(st: &EdgeState, path: &str, v: &mut Visitor, head: &H, geo: Option<(&GeoIp, Place)>) -> Result<(), Reject> {
+    if let Some((g, place)) = geo
+        && g.limits_apply(place, path)
+    {
+        let paced = g.check_limits(place, v.ip, path).map_err(|retry_after| Reject::RateLimited { retry_after })?;
+        for (limiter, subject) in paced {
+            limiter.pace(&subject).await;
+        }
+    }
     if st.limits.rules.is_empty() {
         return Ok(());
     }
@@ -397,10 +425,11 @@ async fn limits<H: HeadView + ?Sized>(st: &EdgeState, path: &str, v: &mut Visito
     Ok(())
 }
 
-/// The bot check of a route: a valid pass, or a proof in the request's headers.
-async fn bot_gate<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>, v: &mut Visitor) -> Result<(), Reject> {
+/// The bot check of a route (`forced`: a GeoIP challenge of the client's region, as `always`): a
+/// valid pass, or a proof in the request's headers.
+async fn bot_gate<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>, v: &mut Visitor, forced: bool) -> Result<(), Reject> {
     let head = ask.head;
-    let needed = match st.bot.mode(ask.path) {
+    let needed = forced || match st.bot.mode(ask.path) {
         BotCheckMode::Off => false,
         BotCheckMode::Always => true,
         BotCheckMode::Suspicious => {
