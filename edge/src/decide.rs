@@ -527,9 +527,10 @@ pub async fn revoke<H: HeadView + ?Sized>(st: &EdgeState, head: &H, path: &str) 
 }
 
 /// Whether nginx may cache a pass of `/wicket/auth` for `path`: never when a limit rule covers
-/// the path (each request must be counted).
+/// the path, nor when GeoIP counts requests (its limits, the regional anomaly rule): each request
+/// must be counted.
 pub fn auth_cacheable(st: &EdgeState, path: &str) -> bool {
-    !st.limits_cover(path)
+    !st.limits_cover(path) && st.geoip.as_ref().is_none_or(|g| !g.counts_requests())
 }
 
 /// The core's routes that fans and payment providers reach through the public port (API.md
