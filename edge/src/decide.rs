@@ -6,8 +6,8 @@
 //!
 //! ```text
 //! fast door can take it?  (no: HandOver, before anything is counted)
-//! client IP → IP blocklist (403) → its region: GeoIP block (403), arrival counted
-//! unprotected file (GET/HEAD) → limits, the region's too (429) → Static
+//! client IP → IP blocklist (403) → its region: arrival counted, GeoIP block (403), GeoIP limits (429)
+//! unprotected file (GET/HEAD) → limits (429) → Static
 //! identity (user, device) → user/device blocklist and device-users rule (403) → limits (429)
 //! room paths → Room (a fast door: Status, the poll answered from the counters)
 //! /wicket/challenge, /wicket/verify → Bot
@@ -28,7 +28,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::admission::AdmissionClaims;
-use crate::geoip::{GeoIp, Place};
 use crate::bot::{BotCheckMode, BotProofKind, CHALLENGE_PATH, CaptchaOutcome, PASS_COOKIE, PASS_HEADER, VERIFY_PATH, unix_now};
 use crate::identity::{DEVICE_COOKIE, Device, HeadView, cookie, header, header_bytes};
 use crate::metrics::Route;
@@ -151,18 +150,31 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
     }
     // The client's region: its rules' and the anomaly rule's block and challenge here, their
     // limits with the others.
-    let geo = st.geoip.as_ref().map(|g| (g, g.locate(v.ip)));
-    let geo_verdict = geo.map(|(g, place)| g.verdict(place, path)).unwrap_or_default();
-    if let Some((g, place)) = geo {
-        if geo_verdict.challenge.is_some() && matches!(fast, Some(FastRoute::Origin)) {
+    // (Only the challenge's source is kept past this point: a request's future stays small.)
+    let mut geo_challenge = None;
+    if let Some(g) = &st.geoip {
+        let place = g.locate(v.ip);
+        let verdict = g.verdict(place, path);
+        if verdict.challenge.is_some() && matches!(fast, Some(FastRoute::Origin)) {
             // A challenged origin request: the bot check is the proxy's, as on a bot-checked route.
             return Decision::HandOver;
         }
         g.arrive(place);
-        if let Some(source) = geo_verdict.block {
+        if let Some(source) = verdict.block {
             g.count("block", source);
             return refuse(st, Reject::Blocked, v);
         }
+        if g.limits_apply(place, path) {
+            match g.check_limits(place, v.ip, path) {
+                Ok(paced) => {
+                    for (limiter, subject) in paced {
+                        limiter.pace(&subject).await;
+                    }
+                }
+                Err(retry_after) => return refuse(st, Reject::RateLimited { retry_after }, v),
+            }
+        }
+        geo_challenge = verdict.challenge;
     }
     // A room in test mode meets only its testers: for everyone else its paths are not protected.
     let protected = st
@@ -175,7 +187,7 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
         && protected.is_none()
         && let Some(asset) = st.statics.get(path)
     {
-        if let Err(r) = limits(st, path, &mut v, ask.head, geo).await {
+        if let Err(r) = limits(st, path, &mut v, ask.head).await {
             return refuse_on(st, r, v, Route::Static);
         }
         if ask.door == Door::Auth {
@@ -189,7 +201,7 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
     {
         return refuse(st, Reject::Blocked, v);
     }
-    if let Err(r) = limits(st, path, &mut v, ask.head, geo).await {
+    if let Err(r) = limits(st, path, &mut v, ask.head).await {
         return refuse(st, r, v);
     }
     let own = st.rooms.owns(path);
@@ -206,10 +218,10 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
     if path == CHALLENGE_PATH || path == VERIFY_PATH {
         return Decision::Bot { verify: path == VERIFY_PATH, visitor: v };
     }
-    if (st.bot.any() || geo_verdict.challenge.is_some())
-        && let Err(r) = bot_gate(st, ask, &mut v, geo_verdict.challenge.is_some()).await
+    if (st.bot.any() || geo_challenge.is_some())
+        && let Err(r) = bot_gate(st, ask, &mut v, geo_challenge.is_some()).await
     {
-        if let (Some((g, _)), Some(source)) = (geo, geo_verdict.challenge) {
+        if let (Some(g), Some(source)) = (&st.geoip, geo_challenge) {
             g.count("challenge", source);
         }
         return refuse(st, r, v);
@@ -399,17 +411,8 @@ fn identify<H: HeadView + ?Sized>(st: &EdgeState, head: &H, v: &mut Visitor) {
 }
 
 /// Counts the request against every rule for `path` ([`EdgeState::check_limits`]; the identity
-/// first when a rule is keyed by it) and the GeoIP limits of its region, and waits out the pacing
-/// each needs.
-async fn limits<H: HeadView + ?Sized>(st: &EdgeState, path: &str, v: &mut Visitor, head: &H, geo: Option<(&GeoIp, Place)>) -> Result<(), Reject> {
-    if let Some((g, place)) = geo
-        && g.limits_apply(place, path)
-    {
-        let paced = g.check_limits(place, v.ip, path).map_err(|retry_after| Reject::RateLimited { retry_after })?;
-        for (limiter, subject) in paced {
-            limiter.pace(&subject).await;
-        }
-    }
+/// first when a rule is keyed by it), and waits out the pacing each needs.
+async fn limits<H: HeadView + ?Sized>(st: &EdgeState, path: &str, v: &mut Visitor, head: &H) -> Result<(), Reject> {
     if st.limits.rules.is_empty() {
         return Ok(());
     }

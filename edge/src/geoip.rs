@@ -540,13 +540,30 @@ impl CompiledRule {
     }
 }
 
+/// Which GeoIP rule acted: a rule of `[[edge.geoip.rules]]`, or the regional anomaly rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Rule,
+    Anomaly,
+}
+
+impl Source {
+    /// The `source` label of `wicket_edge_geoip_actions_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Rule => "rule",
+            Source::Anomaly => "anomaly",
+        }
+    }
+}
+
 /// What the rules and the anomaly rule say of one request (before limits).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GeoVerdict {
-    /// Refuse with 403: the source (`rule` or `anomaly`).
-    pub block: Option<&'static str>,
-    /// The route bot check applies: the source.
-    pub challenge: Option<&'static str>,
+    /// Refuse with 403, for this rule.
+    pub block: Option<Source>,
+    /// The route bot check applies, for this rule.
+    pub challenge: Option<Source>,
 }
 
 /// The GeoIP state of the edge: databases, rules, the region shares and their metrics.
@@ -702,14 +719,14 @@ impl GeoIp {
         let mut v = GeoVerdict::default();
         for r in self.rules.iter().filter(|r| r.matches(place) && path.starts_with(r.path.as_str())) {
             match r.action {
-                Action::Block => v.block = Some("rule"),
-                Action::Challenge => v.challenge = v.challenge.or(Some("rule")),
+                Action::Block => v.block = Some(Source::Rule),
+                Action::Challenge => v.challenge = v.challenge.or(Some(Source::Rule)),
                 Action::Limit { .. } => {}
             }
         }
         match self.anomaly_action(place) {
-            Some(AnomalyAction::Block) => v.block = v.block.or(Some("anomaly")),
-            Some(AnomalyAction::Challenge) => v.challenge = v.challenge.or(Some("anomaly")),
+            Some(AnomalyAction::Block) => v.block = v.block.or(Some(Source::Anomaly)),
+            Some(AnomalyAction::Challenge) => v.challenge = v.challenge.or(Some(Source::Anomaly)),
             _ => {}
         }
         v
@@ -732,7 +749,7 @@ impl GeoIp {
     /// the refusal's `Retry-After` (and the action counted).
     pub fn check_limits(&self, place: Place, client: IpAddr, path: &str) -> Result<Vec<(&RuleLimiter, Subject)>, Duration> {
         let client = Subject::Ip(crate::identity::client_address(client));
-        let mut counted: Vec<(&RuleLimiter, Subject, &'static str, &'static str)> = Vec::new();
+        let mut counted: Vec<(&RuleLimiter, Subject, &'static str, Source)> = Vec::new();
         for r in &self.rules {
             if let Action::Limit { limiter, per } = &r.action
                 && r.matches(place)
@@ -742,14 +759,14 @@ impl GeoIp {
                     LimitPer::Region => Subject::Id(0),
                     LimitPer::Ip => client,
                 };
-                counted.push((limiter, subject, "limit", "rule"));
+                counted.push((limiter, subject, "limit", Source::Rule));
             }
         }
         if let Some(slow) = &self.slow
             && slow.applies(path, crate::room::QUEUE_PREFIX)
             && self.anomaly_action(place) == Some(AnomalyAction::Slow)
         {
-            counted.push((slow, client, "slow", "anomaly"));
+            counted.push((slow, client, "slow", Source::Anomaly));
         }
         let mut paced = Vec::new();
         for (limiter, subject, action, source) in counted {
@@ -766,8 +783,8 @@ impl GeoIp {
     }
 
     /// Counts an action taken (`wicket_edge_geoip_actions_total`).
-    pub fn count(&self, action: &str, source: &str) {
-        self.metrics.actions.with_label_values(&[action, source]).inc();
+    pub fn count(&self, action: &str, source: Source) {
+        self.metrics.actions.with_label_values(&[action, source.label()]).inc();
     }
 
     /// Reads the databases again; on any problem the old ones stay and the problem (naming the
@@ -1098,7 +1115,7 @@ mod tests {
         let s = RegionShares::new(ShareRule { on: false, ..rule() });
         window(&s, 0, &[(de(), 100)]);
         // Nothing for ten seconds: one roll, no window learned.
-        let c = s.roll(11_500).unwrap();
+        let c = s.roll(12_000).unwrap();
         assert_eq!(c.counts.iter().sum::<u32>(), 0);
         assert_eq!(s.windows_seen(), 1);
         for i in 0..10 {
