@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! fast door can take it?  (no: HandOver, before anything is counted)
-//! client IP → IP blocklist (403) → its region: arrival counted, GeoIP block (403), GeoIP limits (429)
+//! client IP → IP blocklist (403) → its region: GeoIP rule's block (403), arrival counted, the
+//!   anomaly rule's block (403), GeoIP limits (429)
 //! unprotected file (GET/HEAD) → limits (429) → Static
 //! identity (user, device) → user/device blocklist and device-users rule (403) → limits (429)
 //! room paths → Room (a fast door: Status, the poll answered from the counters)
@@ -159,7 +160,11 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
             // A challenged origin request: the bot check is the proxy's, as on a bot-checked route.
             return Decision::HandOver;
         }
-        g.arrive(place);
+        // A request a rule blocks is not an arrival (the operator dealt with it); one the anomaly
+        // rule blocks is, so that its region stays abnormal while the flood lasts.
+        if verdict.block != Some(crate::geoip::Source::Rule) {
+            g.arrive(place);
+        }
         if let Some(source) = verdict.block {
             g.count("block", source);
             return refuse(st, Reject::Blocked, v);

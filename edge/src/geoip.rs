@@ -14,7 +14,7 @@
 //! `block` (the blocklist's 403), `challenge` (the route bot check: proof of work or CAPTCHA) and
 //! `limit` (the `limit_req` limiter, with one budget for the whole region or one per client).
 //!
-//! The regional anomaly rule (`[edge.geoip.anomaly]`) counts arrivals (decided requests) per
+//! The regional anomaly rule (`[edge.geoip.anomaly]`) counts arrivals (decided requests, but those a rule blocks) per
 //! region — the 676 two-letter codes and `unknown`, in a fixed table: no memory grows with traffic
 //! — over windows of `window-seconds`. When a window closes, each region's share of it is compared
 //! with its baseline (the mean share of the last `baseline-windows` windows, kept as an
