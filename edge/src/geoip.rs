@@ -14,9 +14,9 @@
 //! `block` (the blocklist's 403), `challenge` (the route bot check: proof of work or CAPTCHA) and
 //! `limit` (the `limit_req` limiter, with one budget for the whole region or one per client).
 //!
-//! The regional anomaly rule (`[edge.geoip.anomaly]`) counts arrivals (decided requests, but those a rule blocks) per
-//! region — the 676 two-letter codes and `unknown`, in a fixed table: no memory grows with traffic
-//! — over windows of `window-seconds`. When a window closes, each region's share of it is compared
+//! The regional anomaly rule (`[edge.geoip.anomaly]`) counts arrivals (decided requests, but
+//! those a rule blocks) per region — the 676 two-letter codes and `unknown`, in a fixed table: no
+//! memory grows with traffic — over windows of `window-seconds`. When a window closes, each region's share of it is compared
 //! with its baseline (the mean share of the last `baseline-windows` windows, kept as an
 //! exponential average): a region with at least `min-arrivals` and a share of at least `min-share`
 //! that is above `threshold` times its baseline is abnormal, and the chosen action (`challenge`,
@@ -397,10 +397,9 @@ fn open_database(path: &Path) -> Result<Reader<Vec<u8>>, String> {
     let buf = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
     let shape = tree_shape(&buf).map_err(|m| format!("{shown} is not a MaxMind DB file: {m}"))?;
     let reader = Reader::from_source(buf).map_err(|e| format!("{shown} is not a MaxMind DB file: {e}"))?;
-    if shape.ip_version == 4 {
-        return Err(format!("{shown} is an IPv4-only database; the edge needs one that covers IPv6 too (ip_version 6)"));
-    }
-    for probe in ["1.1.1.1", "8.8.8.8", "2001:4860::8888", "127.0.0.1"] {
+    // (An IPv4-only database answers IPv6 clients with an error: they are `unknown`.)
+    let probes: &[&str] = if shape.ip_version == 4 { &["1.1.1.1", "8.8.8.8", "127.0.0.1"] } else { &["1.1.1.1", "8.8.8.8", "2001:4860::8888", "127.0.0.1"] };
+    for probe in probes {
         if let Err(e) = reader.lookup::<Record>(probe.parse().expect("a literal address")) {
             return Err(format!("{shown} is corrupt: looking up {probe}: {e}"));
         }
@@ -543,7 +542,9 @@ impl CompiledRule {
 /// Which GeoIP rule acted: a rule of `[[edge.geoip.rules]]`, or the regional anomaly rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
+    /// A rule of `[[edge.geoip.rules]]`.
     Rule,
+    /// The regional anomaly rule.
     Anomaly,
 }
 
@@ -866,11 +867,17 @@ fn describe(dbs: &Databases) -> String {
 /// The parameters of [`RegionShares`] (from `[edge.geoip.anomaly]`, in milliseconds).
 #[derive(Debug, Clone)]
 pub struct ShareRule {
+    /// `window-seconds`.
     pub window_ms: u64,
+    /// `baseline-windows`.
     pub baseline_windows: u32,
+    /// `threshold`.
     pub threshold: f64,
+    /// `min-share`.
     pub min_share: f64,
+    /// `min-arrivals`.
     pub min_arrivals: u32,
+    /// `hold-seconds`.
     pub hold_ms: u64,
     /// The rule acts (else arrivals are only counted).
     pub on: bool,
@@ -888,10 +895,15 @@ pub struct ClosedWindow {
 
 /// One region in the console's view.
 pub struct RegionView {
+    /// The region.
     pub region: Region,
+    /// Its arrivals in the last closed window.
     pub arrivals: u32,
+    /// Their share of that window.
     pub share: f64,
+    /// Its baseline share.
     pub baseline: f64,
+    /// How much longer it is abnormal (0: it is not).
     pub abnormal_for_ms: u64,
 }
 
@@ -903,7 +915,7 @@ struct Baselines {
     seen: u64,
     /// Mean share by region.
     baseline: Vec<f64>,
-    /// The last closed window's arrivals and shares.
+    /// The last closed window's arrivals by region.
     last: Vec<u32>,
 }
 
@@ -1158,6 +1170,65 @@ mod tests {
         assert_eq!(at("127.0.0.1"), Place::UNKNOWN);
         assert_eq!(at("10.0.0.1"), Place::UNKNOWN);
         assert_eq!(at("::1"), Place::UNKNOWN);
+    }
+
+    /// A [`GeoIp`] over the test world of tests/geoip.rs, with `rules` (TOML of `[[edge.geoip.rules]]`).
+    fn geoip(dir: &Path, rules: &str) -> GeoIp {
+        wicket_testkit::mmdb::Mmdb::new("Test")
+            .network("127.1.0.0/16", Some("DE"), Some(64500))
+            .network("127.2.0.0/16", Some("FR"), Some(64501))
+            .write(&dir.join("geo.mmdb"));
+        let cfg: GeoIpConfig = toml::from_str(&format!("database = \"geo.mmdb\"\n{rules}")).unwrap();
+        let mut problems = Vec::new();
+        cfg.validate("edge.geoip", &|p| dir.join(p), &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        let anomalies = IntCounterVec::new(Opts::new("a", "a"), &["rule"]).unwrap();
+        GeoIp::new(&cfg, &|p| dir.join(p), &Registry::new(), &anomalies).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    #[test]
+    fn rules_match_by_country_or_asn_under_their_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = geoip(
+            dir.path(),
+            "[[rules]]\ncountry = \"FR\"\naction = \"challenge\"\npath = \"/buy\"\n\
+             [[rules]]\nasn = 64500\naction = \"block\"\n\
+             [[rules]]\ncountry = \"unknown\"\naction = \"block\"\npath = \"/admin-ish/\"\n",
+        );
+        let fr = g.locate("127.2.0.1".parse().unwrap());
+        assert_eq!(g.verdict(fr, "/buy/1"), GeoVerdict { block: None, challenge: Some(Source::Rule) });
+        assert_eq!(g.verdict(fr, "/"), GeoVerdict::default());
+        let de = g.locate("127.1.0.1".parse().unwrap());
+        assert_eq!(g.verdict(de, "/").block, Some(Source::Rule));
+        let nowhere = g.locate("10.1.2.3".parse().unwrap());
+        assert_eq!(nowhere, Place::UNKNOWN);
+        assert_eq!(g.verdict(nowhere, "/admin-ish/x").block, Some(Source::Rule));
+        assert_eq!(g.verdict(nowhere, "/"), GeoVerdict::default());
+        assert!(!g.counts_requests());
+    }
+
+    #[test]
+    fn a_limit_per_region_is_shared_and_per_ip_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = geoip(
+            dir.path(),
+            "[[rules]]\ncountry = \"DE\"\naction = \"limit\"\nrate = \"1r/m\"\nburst = 1\nnodelay = true\n\
+             [[rules]]\ncountry = \"FR\"\naction = \"limit\"\nrate = \"1r/m\"\nnodelay = true\nper = \"ip\"\n",
+        );
+        assert!(g.counts_requests());
+        let ask = |ip: &str| {
+            let ip: IpAddr = ip.parse().unwrap();
+            g.check_limits(g.locate(ip), ip, "/x").map(|p| p.len())
+        };
+        assert_eq!(ask("127.1.0.1"), Ok(0));
+        assert_eq!(ask("127.1.0.2"), Ok(0), "DE's burst of 1: two at once, whoever asks");
+        assert!(ask("127.1.0.3").is_err(), "the third of DE is refused");
+        assert_eq!(ask("127.2.0.1"), Ok(0));
+        assert_eq!(ask("127.2.0.2"), Ok(0), "FR counts each address apart");
+        assert!(ask("127.2.0.1").is_err());
+        // A rule under / leaves the queue's paths alone, as [[edge.limits]] do.
+        let ip: IpAddr = "127.1.0.4".parse().unwrap();
+        assert!(!g.limits_apply(g.locate(ip), "/queue/r1/status"));
     }
 
     #[test]
