@@ -919,11 +919,25 @@ struct Baselines {
     last: Vec<u32>,
 }
 
+/// Shards of the arrival counters (threads beyond share them).
+const COUNT_SHARDS: usize = 16;
+
+/// This thread's shard of the arrival counters (threads take the next one the first time they count).
+fn count_shard() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % COUNT_SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
+
 /// Arrivals by region in windows, each region's baseline share, and which regions are abnormal:
 /// the regional anomaly rule's maths, on a clock the caller passes (milliseconds).
 pub struct RegionShares {
     rule: ShareRule,
-    /// The current window's arrivals by region.
+    /// The current window's arrivals by region, one table per [`COUNT_SHARDS`] shard of threads:
+    /// a sale's traffic mostly comes from one country, and one counter every worker thread adds
+    /// to would be one cache line they all fight over (the request counters shard the same way).
     counts: Box<[AtomicU32]>,
     /// When the current window ends (the hot path's only check).
     ends: AtomicU64,
@@ -936,7 +950,7 @@ impl RegionShares {
     /// Windows from time 0.
     pub fn new(rule: ShareRule) -> Self {
         RegionShares {
-            counts: (0..REGIONS).map(|_| AtomicU32::new(0)).collect(),
+            counts: (0..REGIONS * COUNT_SHARDS).map(|_| AtomicU32::new(0)).collect(),
             ends: AtomicU64::new(rule.window_ms),
             until: (0..REGIONS).map(|_| AtomicU64::new(0)).collect(),
             state: Mutex::new(Baselines { start: 0, seen: 0, baseline: vec![0.0; REGIONS], last: vec![0; REGIONS] }),
@@ -947,7 +961,7 @@ impl RegionShares {
     /// Counts one arrival at `now`; the window it closed first, if any.
     pub fn arrive(&self, region: Region, now: u64) -> Option<ClosedWindow> {
         let closed = self.roll(now);
-        self.counts[usize::from(region.0)].fetch_add(1, Ordering::Relaxed);
+        self.counts[count_shard() * REGIONS + usize::from(region.0)].fetch_add(1, Ordering::Relaxed);
         closed
     }
 
@@ -973,7 +987,12 @@ impl RegionShares {
         }
         // Arrivals counted after `now` passed the end belong to the closed window: a few
         // requests' worth, and never lost.
-        let counts: Vec<u32> = self.counts.iter().map(|c| c.swap(0, Ordering::Relaxed)).collect();
+        let mut counts = vec![0u32; REGIONS];
+        for shard in self.counts.chunks(REGIONS) {
+            for (sum, c) in counts.iter_mut().zip(shard) {
+                *sum = sum.saturating_add(c.swap(0, Ordering::Relaxed));
+            }
+        }
         // Windows without arrivals (traffic stopped) carry no shares: skipped.
         st.start = now - (now - st.start) % w;
         self.ends.store(st.start + w, Ordering::Relaxed);
