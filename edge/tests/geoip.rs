@@ -149,22 +149,26 @@ async fn rules_limit_by_country_block_by_asn_and_challenge_by_country() {
     drop(edge);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_regions_jump_in_share_is_detected_acted_on_and_cleared() {
+/// The regional anomaly rule with `action`, end to end: five windows of usual traffic (GB about
+/// 10 arrivals a second, JP 2, DE 1), then JP floods; once the window closes JP's requests for
+/// `probe` get `acted` (status and error) while GB's are served; JP back to its trickle is served
+/// again once the hold has passed.
+async fn a_jump_is_acted_on_and_cleared(action: &str, probe: &str, acted: (u16, &str)) {
     let (edge, _origin) = Edge::start(
         &world(),
-        "[edge.geoip]\ndatabase = \"geo.mmdb\"\nmetric-regions = 2\n\
-         [edge.geoip.anomaly]\nwindow-seconds = 1\nbaseline-windows = 3\nthreshold = 3.0\nmin-share = 0.5\n\
-         min-arrivals = 20\naction = \"block\"\nhold-seconds = 2\n",
+        &format!(
+            "[edge.geoip]\ndatabase = \"geo.mmdb\"\nmetric-regions = 2\n\
+             [edge.geoip.anomaly]\nwindow-seconds = 1\nbaseline-windows = 3\nthreshold = 3.0\nmin-share = 0.5\n\
+             min-arrivals = 20\naction = \"{action}\"\nhold-seconds = 2\nslow-rate = \"1r/m\"\nslow-burst = 0\n"
+        ),
     )
     .await;
-    // Learning: GB about 10 arrivals a second, JP 2, DE 1, for five windows.
     let learn_until = Instant::now() + Duration::from_millis(5200);
     let mut i = 0u32;
     while Instant::now() < learn_until {
         assert_eq!(edge.get_from("127.5.0.1", "/", "").await.status, 200);
         if i % 5 == 0 {
-            assert_eq!(edge.get_from("127.4.0.1", "/", "").await.status, 200);
+            assert_eq!(edge.get_from("127.4.0.1", probe, "").await.status, 200);
         }
         if i % 10 == 0 {
             assert_eq!(edge.get_from("127.1.0.1", "/", "").await.status, 200);
@@ -175,45 +179,61 @@ async fn a_regions_jump_in_share_is_detected_acted_on_and_cleared() {
     let v = edge.admin("/admin/geoip").await.json();
     assert!(v["windows_seen"].as_u64().unwrap() >= 4, "{v}");
     assert!(v["regions"].as_array().unwrap().iter().all(|r| r["abnormal_seconds"] == 0), "{v}");
-    // The jump: JP floods (many addresses of it), GB carries on. Once the window closes, JP is
-    // refused with the blocklist's 403 while GB is served.
+    // The jump: JP floods from many of its addresses, GB carries on.
     let jump = Instant::now();
     for n in 0..120 {
         let _ = edge.get_from(&format!("127.4.{}.{}", n / 200 + 1, n % 200 + 1), "/", "").await;
     }
-    let blocked = loop {
-        assert!(jump.elapsed() < Duration::from_secs(8), "JP was never refused: {}", edge.admin("/admin/geoip").await.text());
-        assert_eq!(edge.get_from("127.5.0.1", "/", "").await.status, 200, "GB is served throughout");
-        let r = edge.get_from("127.4.0.1", "/", "").await;
+    let refused = loop {
+        assert!(jump.elapsed() < Duration::from_secs(8), "JP was never acted on: {}", edge.admin("/admin/geoip").await.text());
+        assert_eq!(edge.get_from("127.5.0.1", probe, "").await.status, 200, "GB is served throughout");
+        let r = edge.get_from("127.4.0.1", probe, "").await;
         if r.status != 200 {
             break r;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    refusal(&blocked, 403, "forbidden");
+    refusal(&refused, acted.0, acted.1);
     let v = edge.admin("/admin/geoip").await.json();
     let jp = v["regions"].as_array().unwrap().iter().find(|r| r["region"] == "JP").cloned().unwrap_or_default();
     assert!(jp["abnormal_seconds"].as_u64().is_some_and(|s| s > 0), "{v}");
     let m = edge.metrics().await;
     assert_eq!(metric(&m, "wicket_edge_anomalies_total{rule=\"region_share\"}"), 1.0, "{m}");
-    assert!(metric(&m, "wicket_edge_geoip_actions_total{action=\"block\",source=\"anomaly\"}") >= 1.0, "{m}");
+    assert!(metric(&m, &format!("wicket_edge_geoip_actions_total{{action=\"{action}\",source=\"anomaly\"}}")) >= 1.0, "{m}");
+    assert_eq!(metric(&m, "wicket_edge_geoip_abnormal_regions"), 1.0, "{m}");
     // Bounded labels: the two largest regions of the last window, the rest as `other`.
     let regions: Vec<&str> = m.lines().filter(|l| l.starts_with("wicket_edge_geoip_arrivals{")).collect();
-    assert!(regions.len() <= 3, "{regions:?}");
-    // JP back to its usual trickle: refused until the hold (2 s after the last abnormal window)
+    assert!((1..=3).contains(&regions.len()), "{regions:?}");
+    // JP back to its usual trickle: acted on until the hold (2 s after the last abnormal window)
     // has passed, then served again.
     let calm = Instant::now();
     let cleared = loop {
         assert!(calm.elapsed() < Duration::from_secs(10), "JP was never let back in");
         assert_eq!(edge.get_from("127.5.0.1", "/", "").await.status, 200);
-        if edge.get_from("127.4.0.1", "/", "").await.status == 200 {
+        if edge.get_from("127.4.0.1", probe, "").await.status == 200 {
             break calm.elapsed();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(cleared >= Duration::from_millis(900), "cleared after {cleared:?}: sooner than the hold");
     assert_eq!(metric(&edge.metrics().await, "wicket_edge_geoip_abnormal_regions"), 0.0);
-    drop(edge);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regions_jump_in_share_is_blocked_then_cleared() {
+    a_jump_is_acted_on_and_cleared("block", "/", (403, "forbidden")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regions_jump_in_share_is_challenged_then_cleared() {
+    // The bot check (proof of work): not on files, so the probe is a page of the origin.
+    a_jump_is_acted_on_and_cleared("challenge", "/events/1", (403, "forbidden")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regions_jump_in_share_is_slowed_then_cleared() {
+    // 1r/m without burst per client: the first request after the trip may pass, the next is 429.
+    a_jump_is_acted_on_and_cleared("slow", "/events/1", (429, "rate_limited")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
