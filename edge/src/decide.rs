@@ -149,9 +149,9 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
     if st.blocklist.ip(&v.ip) {
         return refuse(st, Reject::Blocked, v);
     }
-    // The client's region: its rules' and the anomaly rule's block and challenge here, their
-    // limits with the others.
-    // (Only the challenge's source is kept past this point: a request's future stays small.)
+    // The client's region: the GeoIP rules' and the anomaly rule's block and limits here, their
+    // challenge at the bot check. (Only the challenge's source is kept past this point: a
+    // request's future stays small.)
     let mut geo_challenge = None;
     if let Some(g) = &st.geoip {
         let place = g.locate(v.ip);
