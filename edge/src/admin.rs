@@ -14,6 +14,8 @@
 //! | `GET`/`PUT /admin/bot-policy` | routes, proof kind, PoW difficulty, CAPTCHA fail-open |
 //! | `GET /admin/tls` | the certificates served (names, expiry) and where session tickets' keys come from |
 //! | `POST /admin/tls/reload` | reads the certificate and ticket key files again; a bad file keeps the old set (422 naming it) |
+//! | `GET /admin/geoip` | the GeoIP databases, the last window's arrivals, share and baseline by region, the abnormal regions |
+//! | `POST /admin/geoip/reload` | reads the GeoIP databases again (as SIGHUP does); a bad file keeps the old ones (422 naming it) |
 //! | `GET /metrics` | Prometheus text |
 //! | `/admin/rooms...`, `GET /admin/stream` | the waiting rooms (see [`crate::room::admin`]; `GET /admin/rooms/<room>/preview` renders the room's page, framable by the console) |
 //! | `GET /admin/rooms/<room>/report` | the room's post-sale report, JSON or CSV ([`crate::room::report`]) |
@@ -232,6 +234,20 @@ impl AdminService {
                     }
                 },
                 None => error(404, "not_found", "no [edge.tls] is configured"),
+            },
+            (Method::GET, "/admin/geoip") => match &st.geoip {
+                Some(g) => json_response(200, &g.snapshot()),
+                None => error(404, "not_found", "no [edge.geoip] is configured"),
+            },
+            (Method::POST, "/admin/geoip/reload") => match &st.geoip {
+                Some(g) => match g.reload() {
+                    Ok(summary) => json_response(200, &json!({"reloaded": true, "databases": summary})),
+                    Err(problem) => {
+                        tracing::warn!("GeoIP reload refused, the old databases stay: {problem}");
+                        json_response(422, &json!({"error": "geoip_reload_failed", "message": format!("the old databases stay: {problem}")}))
+                    }
+                },
+                None => error(404, "not_found", "no [edge.geoip] is configured"),
             },
             (Method::GET, "/admin/bot-policy") => json_response(200, &st.bot.policy_json()),
             (Method::PUT, "/admin/bot-policy") => match self.body::<BotPolicyUpdate>(session).await {

@@ -7,7 +7,8 @@
 //! every problem with its path, so `wicket check-config` and `wicket serve` say the same.
 //!
 //! Each part owns its section and its checks: `[[edge.limits]]` in [`crate::limit`],
-//! `[edge.blocklist]` in [`crate::blocklist`], `[edge.anomaly]` in [`crate::anomaly`], `[edge.bot]` in
+//! `[edge.blocklist]` in [`crate::blocklist`], `[edge.anomaly]` in [`crate::anomaly`], `[edge.geoip]` in
+//! [`crate::geoip`], `[edge.bot]` in
 //! [`crate::bot`], `[[edge.protected]]` and `[tokens]` in [`crate::admission`], `[edge.tls]` in
 //! [`crate::tls`], `[edge.queue-page]` in [`crate::room::page`], `[[rooms]]` in [`crate::room`] and the
 //! rooms' `store` in [`crate::room::redis`]. This module composes them (the keys of `[edge]` itself,
@@ -25,6 +26,7 @@ use crate::admission::{ProtectedRule, TokensConfig};
 use crate::anomaly::AnomalyConfig;
 use crate::blocklist::BlocklistConfig;
 use crate::bot::BotConfig;
+use crate::geoip::GeoIpConfig;
 use crate::check::{ConfigErrors, ConfigIssue, check_prefix, issue, parse_http_upstream, parse_listen, parse_net, with_lines};
 use crate::limit::LimitRule;
 use crate::room::RoomsConfig;
@@ -175,6 +177,10 @@ pub struct EdgeConfig {
     pub blocklist: BlocklistConfig,
     /// Anomaly rules.
     pub anomaly: AnomalyConfig,
+    /// GeoIP: rules by country and network, the regional anomaly rule (`[edge.geoip]`,
+    /// [`crate::geoip`]). Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub geoip: Option<GeoIpConfig>,
     /// Bot checks.
     pub bot: BotConfig,
     /// Paths only admission-token holders may reach (rooms add their own).
@@ -229,6 +235,7 @@ impl Default for EdgeConfig {
             limits: Vec::new(),
             blocklist: BlocklistConfig::default(),
             anomaly: AnomalyConfig::default(),
+            geoip: None,
             bot: BotConfig::default(),
             protected: Vec::new(),
             tls: None,
@@ -533,6 +540,9 @@ impl WicketConfig {
         }
         e.blocklist.validate("edge.blocklist", &mut out);
         e.anomaly.validate("edge.anomaly", &mut out);
+        if let Some(g) = &e.geoip {
+            g.validate("edge.geoip", &|f| self.resolve(f), &mut out);
+        }
         e.bot.validate("edge.bot", &|f| self.resolve(f), &mut out);
         for (i, p) in e.protected.iter().enumerate() {
             p.validate(&format!("edge.protected[{i}]"), &mut out);

@@ -18,7 +18,8 @@
 //! shows each room's queue page in a chosen state and language in a frame (`GET
 //! /admin/rooms/<room>/preview`, the one frame source its policy allows: the admin port itself), a
 //! room's invite lane (`lane.js`, loaded when a room has a lane share: the share, the lane's queue
-//! and its chart), and a room's post-sale report (`report.js`, loaded when first opened: totals,
+//! and its chart), the regions of `[edge.geoip]` (`regions.js`, loaded when the edge has it: the
+//! databases, the last window's arrivals, share and baseline by region, the abnormal regions), and a room's post-sale report (`report.js`, loaded when first opened: totals,
 //! per-minute charts, the CSV). The files are served gzipped to browsers that take it (about 31 KB
 //! in all).
 
@@ -156,11 +157,12 @@ pub fn session_cookie(id: Option<&str>) -> String {
 }
 
 /// The console's files: (name under /console/, content type, bytes).
-const FILES: [(&str, &str, &[u8]); 8] = [
+const FILES: [(&str, &str, &[u8]); 9] = [
     ("index.html", "text/html; charset=utf-8", include_bytes!("../../static/console/index.html")),
     ("console.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/console.js")),
     ("report.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/report.js")),
     ("lane.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/lane.js")),
+    ("regions.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/regions.js")),
     ("console.css", "text/css; charset=utf-8", include_bytes!("../../static/console/console.css")),
     ("vendor/uplot/uPlot.iife.min.js", "text/javascript; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/uPlot.iife.min.js")),
     ("vendor/uplot/uPlot.min.css", "text/css; charset=utf-8", include_bytes!("../../static/console/vendor/uplot/uPlot.min.css")),

@@ -6,12 +6,13 @@
 //!
 //! ```text
 //! fast door can take it?  (no: HandOver, before anything is counted)
-//! client IP → IP blocklist (403)
+//! client IP → IP blocklist (403) → its region: GeoIP rule's block (403), arrival counted, the
+//!   anomaly rule's block (403), GeoIP limits (429)
 //! unprotected file (GET/HEAD) → limits (429) → Static
 //! identity (user, device) → user/device blocklist and device-users rule (403) → limits (429)
 //! room paths → Room (a fast door: Status, the poll answered from the counters)
 //! /wicket/challenge, /wicket/verify → Bot
-//! bot check of the route (403)
+//! bot check of the route, or of a GeoIP challenge of the region (403)
 //! core admin routes (404) → session touch of an admitted fan at the core
 //! protected path (a room in test mode: only for its testers) → admission token → its session
 //!   (403 / 302 to the queue; 503 when unreadable; a reject-all room: 403 closed) → a protected
@@ -148,6 +149,38 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
     if st.blocklist.ip(&v.ip) {
         return refuse(st, Reject::Blocked, v);
     }
+    // The client's region: the GeoIP rules' and the anomaly rule's block and limits here, their
+    // challenge at the bot check. (Only the challenge's source is kept past this point: a
+    // request's future stays small.)
+    let mut geo_challenge = None;
+    if let Some(g) = &st.geoip {
+        let place = g.locate(v.ip);
+        let verdict = g.verdict(place, path);
+        if verdict.challenge.is_some() && matches!(fast, Some(FastRoute::Origin)) {
+            // A challenged origin request: the bot check is the proxy's, as on a bot-checked route.
+            return Decision::HandOver;
+        }
+        // A request a rule blocks is not an arrival (the operator dealt with it); one the anomaly
+        // rule blocks is, so that its region stays abnormal while the flood lasts.
+        if verdict.block != Some(crate::geoip::Source::Rule) {
+            g.arrive(place);
+        }
+        if let Some(source) = verdict.block {
+            g.count("block", source);
+            return refuse(st, Reject::Blocked, v);
+        }
+        if g.limits_apply(place, path) {
+            match g.check_limits(place, v.ip, path) {
+                Ok(paced) => {
+                    for (limiter, subject) in paced {
+                        limiter.pace(&subject).await;
+                    }
+                }
+                Err(retry_after) => return refuse(st, Reject::RateLimited { retry_after }, v),
+            }
+        }
+        geo_challenge = verdict.challenge;
+    }
     // A room in test mode meets only its testers: for everyone else its paths are not protected.
     let protected = st
         .rooms
@@ -190,9 +223,12 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
     if path == CHALLENGE_PATH || path == VERIFY_PATH {
         return Decision::Bot { verify: path == VERIFY_PATH, visitor: v };
     }
-    if st.bot.any()
-        && let Err(r) = bot_gate(st, ask, &mut v).await
+    if (st.bot.any() || geo_challenge.is_some())
+        && let Err(r) = bot_gate(st, ask, &mut v, geo_challenge.is_some()).await
     {
+        if let (Some(g), Some(source)) = (&st.geoip, geo_challenge) {
+            g.count("challenge", source);
+        }
         return refuse(st, r, v);
     }
     let to_core = st.core_prefixes.iter().any(|p| path.starts_with(p.as_str()));
@@ -397,10 +433,11 @@ async fn limits<H: HeadView + ?Sized>(st: &EdgeState, path: &str, v: &mut Visito
     Ok(())
 }
 
-/// The bot check of a route: a valid pass, or a proof in the request's headers.
-async fn bot_gate<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>, v: &mut Visitor) -> Result<(), Reject> {
+/// The bot check of a route (`forced`: a GeoIP challenge of the client's region, as `always`): a
+/// valid pass, or a proof in the request's headers.
+async fn bot_gate<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>, v: &mut Visitor, forced: bool) -> Result<(), Reject> {
     let head = ask.head;
-    let needed = match st.bot.mode(ask.path) {
+    let needed = forced || match st.bot.mode(ask.path) {
         BotCheckMode::Off => false,
         BotCheckMode::Always => true,
         BotCheckMode::Suspicious => {
@@ -498,9 +535,10 @@ pub async fn revoke<H: HeadView + ?Sized>(st: &EdgeState, head: &H, path: &str) 
 }
 
 /// Whether nginx may cache a pass of `/wicket/auth` for `path`: never when a limit rule covers
-/// the path (each request must be counted).
+/// the path, nor when GeoIP counts requests (its limits, the regional anomaly rule): each request
+/// must be counted.
 pub fn auth_cacheable(st: &EdgeState, path: &str) -> bool {
-    !st.limits_cover(path)
+    !st.limits_cover(path) && st.geoip.as_ref().is_none_or(|g| !g.counts_requests())
 }
 
 /// The core's routes that fans and payment providers reach through the public port (docs/src/api.md

@@ -8,8 +8,9 @@
 //!
 //! - [`config`]: the TOML file (`[edge]`, `[tokens]`, `[[rooms]]`), defaults, `validate()`: it
 //!   composes the sections each part owns (`limit::LimitRule`, `blocklist::BlocklistConfig`,
-//!   `anomaly::AnomalyConfig`, `bot::BotConfig`, `admission::{ProtectedRule, TokensConfig}`,
-//!   `tls::TlsConfig`, `room::page::QueuePageConfig`, `room::RoomsConfig`), each with its own checks.
+//!   `anomaly::AnomalyConfig`, `geoip::GeoIpConfig`, `bot::BotConfig`,
+//!   `admission::{ProtectedRule, TokensConfig}`, `tls::TlsConfig`, `room::page::QueuePageConfig`,
+//!   `room::RoomsConfig`), each with its own checks.
 //! - [`check`]: what those checks share: `ConfigIssue` (a problem with its path), path prefixes,
 //!   addresses, URLs, room ids. No part imports [`config`]; tests/structure.rs reads the `use`
 //!   lines and `crate::` paths of every file here and fails on an import circle.
@@ -41,6 +42,9 @@
 //! - [`limit`]: nginx `limit_req` semantics on governor; `[[edge.limits]]`.
 //! - [`blocklist`], [`anomaly`]: who is refused, and rules that block for a while; `[edge.blocklist]`,
 //!   `[edge.anomaly]`.
+//! - [`geoip`]: `[edge.geoip]`: the operator's MaxMind databases (reloaded on SIGHUP), rules by
+//!   country and network (block, challenge, limit) and the regional anomaly rule (a region's share
+//!   of arrivals jumping above its baseline), with bounded per-region metrics.
 //! - [`bot`]: proof-of-work, CAPTCHA siteverify, bot passes, run-time policy; `[edge.bot]`.
 //! - [`admission`]: the protected-path hook (admission-token JWT check); `[[edge.protected]]`,
 //!   `[tokens]`.
@@ -89,8 +93,8 @@
 //! check counts it, to the proxy, whose `request_filter` rewrites the target to its canonical path
 //! (what every decision and the upstream see) and asks [`decide`] as the proxy door (or, for
 //! nginx's `/wicket/auth`, about the original request). The decision runs, in one order: client IP
-//! (`identity`), IP blocklist (`blocklist`), unprotected files after the limits (`limit`), user
-//! and device, the user/device blocklist and anomaly rule (`anomaly`), the limits, the rooms'
+//! (`identity`), IP blocklist (`blocklist`), the client's region with its GeoIP block and limits
+//! (`geoip`), unprotected files after the limits (`limit`), user and device, the user/device blocklist and anomaly rule (`anomaly`), the limits, the rooms'
 //! paths, the bot endpoints and the route's bot check (`bot`), the core's public routes, and on
 //! protected paths the admission check (`admission`) with its session; refusals are counted there
 //! and rendered by `reject`. What remains goes to the core (core prefixes) or the origin, with
@@ -112,6 +116,7 @@ pub mod decide;
 pub use wicket_controller as controller;
 pub mod demo;
 pub mod front;
+pub mod geoip;
 pub mod i18n;
 pub mod identity;
 pub mod limit;

@@ -138,6 +138,10 @@ impl Metrics {
         let anomalies =
             IntCounterVec::new(Opts::new("wicket_edge_anomalies_total", "Anomaly rules tripped, by rule"), &["rule"])
                 .expect("valid metric");
+        // Every rule's series from the start, at 0: an alert on a rule's increase sees its first trip.
+        for rule in ["device_users", "client_rejects", "region_share"] {
+            anomalies.with_label_values(&[rule]);
+        }
         let limiter_keys = IntGaugeVec::new(
             Opts::new("wicket_edge_limiter_keys", "Live keys per limit rule (after the last prune)"),
             &["rule", "key"],

@@ -112,7 +112,7 @@ impl BackgroundService for FollowNames {
     }
 }
 
-/// Reloads the TLS certificates on SIGHUP (a bad file keeps the old ones; the log says why). Runs without
+/// Reloads the TLS certificates and the GeoIP databases on SIGHUP (a bad file keeps the old ones; the log says why). Runs without
 /// `[edge.tls]` too, so that a SIGHUP (`systemctl reload`, a certificate renewal hook) never stops an edge: the
 /// signal's default action is to end the process.
 struct ReloadOnHangup {
@@ -125,14 +125,22 @@ impl BackgroundService for ReloadOnHangup {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
         loop {
             tokio::select! {
-                _ = hup.recv() => match &self.state.tls {
-                    Some(tls) => {
-                        if let Err(problems) = tls.reload() {
-                            tracing::warn!("SIGHUP: TLS certificates not reloaded, the old ones stay: {}", problems.join("; "));
+                _ = hup.recv() => {
+                    match &self.state.tls {
+                        Some(tls) => {
+                            if let Err(problems) = tls.reload() {
+                                tracing::warn!("SIGHUP: TLS certificates not reloaded, the old ones stay: {}", problems.join("; "));
+                            }
+                        }
+                        None => tracing::info!("SIGHUP: no [edge.tls], no certificates to reload"),
+                    }
+                    if let Some(geoip) = &self.state.geoip {
+                        match geoip.reload() {
+                            Ok(summary) => tracing::info!("SIGHUP: GeoIP databases reloaded: {summary}"),
+                            Err(problem) => tracing::warn!("SIGHUP: GeoIP databases not reloaded, the old ones stay: {problem}"),
                         }
                     }
-                    None => tracing::info!("SIGHUP: no [edge.tls], nothing to reload"),
-                },
+                }
                 _ = shutdown.changed() => return,
             }
         }

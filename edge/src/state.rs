@@ -73,6 +73,8 @@ pub struct EdgeState {
     pub blocklist: Blocklist,
     /// Anomaly rules.
     pub anomaly: Anomaly,
+    /// GeoIP databases, rules and region shares (`[edge.geoip]`).
+    pub geoip: Option<crate::geoip::GeoIp>,
     /// Bot checks.
     pub bot: BotChecks,
     /// Metrics.
@@ -235,6 +237,11 @@ impl EdgeState {
             ),
             None => crate::room::state_backend::Backend::Embedded,
         };
+        let metrics = Metrics::new();
+        let geoip = match &e.geoip {
+            Some(g) => Some(crate::geoip::GeoIp::new(g, &|p| config.resolve(p), &metrics.registry, &metrics.anomalies).map_err(errs)?),
+            None => None,
+        };
         let rooms = Arc::new(crate::room::Rooms::new(config.rooms_config(), signer.clone(), backend).map_err(errs)?);
         Ok(EdgeState {
             statics,
@@ -248,8 +255,9 @@ impl EdgeState {
             devices: DeviceIds::new(signer),
             blocklist: Blocklist::new(&e.blocklist),
             anomaly: Anomaly::new(&e.anomaly),
+            geoip,
             bot,
-            metrics: Metrics::new(),
+            metrics,
             admin_token: config.admin_token(),
             secure_cookies: e.secure_cookies.unwrap_or(e.tls.is_some()),
             auth_vary: e.user_header.as_ref().map(|h| http::HeaderValue::from_str(h).unwrap_or(http::HeaderValue::from_static("*"))),
@@ -364,6 +372,9 @@ impl EdgeState {
         self.limits.prune();
         self.anomaly.prune();
         self.blocklist.prune();
+        if let Some(g) = &self.geoip {
+            g.prune();
+        }
         self.bot.pow.prune(crate::bot::unix_now());
         if let Some(a) = &self.admission {
             a.prune();

@@ -291,7 +291,7 @@ function inviteRow(id) {
 }
 
 // Code loaded the first time it is needed (report.js: a room's post-sale report; lane.js: its
-// invite lane's share), so the page stays small; `then` runs once it is there.
+// invite lane's share; regions.js: [edge.geoip]'s regions), so the page stays small; `then` runs once it is there.
 const loaded = {};
 function need(file, then) {
   if (loaded[file] === 1) return then();
@@ -426,6 +426,7 @@ async function start() {
   openStream();
   loadBlocklist();
   loadBotPolicy();
+  api("GET", "/admin/geoip").then(() => need("regions.js", showRegions), () => {});
   pollMetrics();
   setInterval(pollMetrics, 2000);
 }

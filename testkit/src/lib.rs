@@ -23,6 +23,8 @@
 //!   HTTPS tests of core and edge).
 //! - [`structure`]: a crate's file-to-file import graph read from its source, and the check every
 //!   crate's `tests/structure.rs` runs: no import circle.
+//! - [`mmdb`]: a MaxMind DB (`.mmdb`) writer for the GeoIP tests: a few networks with their country and
+//!   autonomous system, written as a real file.
 //! - [`deploy`]: the files under deploy/ (compose, systemd units, Kubernetes manifests) as the deployment tests
 //!   read them: each program's command line, its config file, its secrets.
 //!
@@ -40,6 +42,7 @@
 
 pub mod core_toml;
 pub mod deploy;
+pub mod mmdb;
 pub mod pki;
 pub mod structure;
 
