@@ -90,7 +90,7 @@ async fn auto_on_a_lone_redis_does_not_wait_until_a_replica_connects() {
     let (s, _) = c.post_admin("/v1/events/lone/resume", None).await;
     assert_eq!(s, 200);
 
-    let mut replica = RedisServer::start_replica_of(&master);
+    let replica = RedisServer::start_replica_of(&master);
     let found = Instant::now();
     while store.wait_policy().is_none() {
         assert!(found.elapsed() < AUTO_REDETECT * 4, "the new replica was not found");
@@ -157,8 +157,8 @@ async fn auto_stops_waiting_when_no_replica_is_left_and_waits_again_when_one_is_
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(metrics(&c).await.contains(&gauge(0)));
-    let (s, b) = hold_one(&c, "gone", "with-replica").await;
-    assert_eq!(s, 201, "{b}");
+    // Retried as Retry-After says: on a loaded machine the new replica may miss a 100 ms wait.
+    served_after(&c, "gone", "with-replica", Instant::now()).await;
     replica.freeze();
     let (s, b) = hold_one(&c, "gone", "replica-hung").await;
     assert_eq!((s, b["error"].as_str()), (503, Some("durability_timeout")), "waits again: {b}");
@@ -171,7 +171,7 @@ async fn auto_stops_waiting_when_no_replica_is_left_and_waits_again_when_one_is_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn auto_on_a_master_with_a_replica_waits_for_it() {
     let master = RedisServer::start();
-    let mut replica = RedisServer::start_replica_of(&master);
+    let replica = RedisServer::start_replica_of(&master);
     let (store, c) = core_from(config_on(&format!("{:?}", master.url()), "")).await;
     assert_eq!(store.wait_policy(), Some(AUTO_ON));
     assert_eq!(c.put_event("rep", &event_body(100, 10, 1, serde_json::json!([]))).await, 201);
@@ -354,6 +354,51 @@ async fn missing(store: &RedisStore, orders: &[String]) -> Vec<String> {
     out
 }
 
+/// Puts `event` (a million park tickets) through `core`, retrying while the cluster settles.
+async fn put_big_event(core: &TestCore, event: &str) {
+    let started = Instant::now();
+    loop {
+        let s = core.put_event(event, &event_body(1_000_000, 10, 1, serde_json::json!([]))).await;
+        if s == 201 || s == 200 {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "PUT event: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until a node other than `victim` is the master of `key`'s slot (`claiming`: as that node says of
+/// itself, even while `victim` still says so too); that node.
+async fn promoted(cluster: &RedisCluster, key: &str, victim: usize, claiming: bool) -> usize {
+    let since = Instant::now();
+    loop {
+        let found = if claiming {
+            cluster.masters_claiming(key).into_iter().find(|&m| m != victim)
+        } else {
+            cluster.master_of(key).filter(|&m| m != victim)
+        };
+        if let Some(m) = found {
+            return m;
+        }
+        assert!(since.elapsed() < Duration::from_secs(30), "no replica of node {victim} was promoted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Holds `tag`-numbered tickets until one is 201, within 10 s of `since`; how long after `since`.
+async fn served_after(core: &TestCore, event: &str, tag: &str, since: Instant) -> Duration {
+    let mut tries = 0;
+    loop {
+        let (s, b) = hold_one(core, event, &format!("{tag}-{tries}")).await;
+        tries += 1;
+        if s == 201 {
+            return since.elapsed();
+        }
+        assert!(since.elapsed() < Duration::from_secs(10), "{tag}: holds not served within 10 s (last: {s} {b})");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failover_of_the_slot_master_loses_no_acknowledged_hold() {
     let rounds: usize = std::env::var("WICKET_FAILOVER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
@@ -369,15 +414,7 @@ async fn failover_of_the_slot_master_loses_no_acknowledged_hold() {
     let (mut lost_waited, mut lost_plain, mut acked_waited, mut acked_plain) = (0, 0, 0, 0);
     for round in 0..rounds {
         let event = format!("fo{round}");
-        let started = Instant::now();
-        loop {
-            let s = core_w.put_event(&event, &event_body(1_000_000, 10, 1, serde_json::json!([]))).await;
-            if s == 201 || s == 200 {
-                break;
-            }
-            assert!(started.elapsed() < Duration::from_secs(20), "PUT event: {s}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        put_big_event(&core_w, &event).await;
         let key = format!("wk:{{ev:{event}}}:ev");
         let victim = cluster.master_of(&key).expect("the slot has a master");
         let stop = Arc::new(AtomicBool::new(false));
@@ -386,15 +423,7 @@ async fn failover_of_the_slot_master_loses_no_acknowledged_hold() {
         tokio::time::sleep(Duration::from_millis(400)).await;
         cluster.nodes[victim].kill9();
         let killed = Instant::now();
-        let promoted = loop {
-            if let Some(m) = cluster.master_of(&key)
-                && m != victim
-            {
-                break m;
-            }
-            assert!(killed.elapsed() < Duration::from_secs(30), "round {round}: no replica was promoted");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let promoted = promoted(&cluster, &key, victim, false).await;
         let failover = killed.elapsed();
         // Holds go on for a while on the new master (without a replica: the waiting core answers 503).
         tokio::time::sleep(Duration::from_millis(600)).await;
@@ -448,11 +477,7 @@ async fn a_slot_master_dead_for_good_keeps_selling_and_its_return_restores_the_w
     assert_eq!(waited.wait_policy(), Some(AUTO_ON), "every master has a replica: the default waits for 1");
     let core = Arc::new(core);
     let event = "dead";
-    let started = Instant::now();
-    while !matches!(core.put_event(event, &event_body(1_000_000, 10, 1, serde_json::json!([]))).await, 200 | 201) {
-        assert!(started.elapsed() < Duration::from_secs(20), "PUT event");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    put_big_event(&core, event).await;
     let key = format!("wk:{{ev:{event}}}:ev");
     let (mut acked, mut worst) = (0, Duration::ZERO);
     for round in 0..rounds {
@@ -462,30 +487,10 @@ async fn a_slot_master_dead_for_good_keeps_selling_and_its_return_restores_the_w
         tokio::time::sleep(Duration::from_millis(300)).await;
         cluster.nodes[victim].kill9();
         let killed = Instant::now();
-        let promoted_node = loop {
-            if let Some(m) = cluster.master_of(&key)
-                && m != victim
-            {
-                break m;
-            }
-            assert!(killed.elapsed() < Duration::from_secs(30), "round {round}: no replica was promoted");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let promoted_node = promoted(&cluster, &key, victim, false).await;
         let promoted = Instant::now();
         // A prober beside the burst: the first hold acknowledged after the promotion.
-        let mut tries = 0;
-        let served = loop {
-            let (s, b) = hold_one(&core, event, &format!("probe-{round}-{tries}")).await;
-            tries += 1;
-            if s == 201 {
-                break promoted.elapsed();
-            }
-            assert!(
-                promoted.elapsed() < Duration::from_secs(10),
-                "round {round}: holds not served within 10 s of the promotion (last: {s} {b})"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let served = served_after(&core, event, &format!("probe-{round}"), promoted).await;
         worst = worst.max(served);
         // Selling on the lone new master for a while.
         tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -547,11 +552,7 @@ async fn a_master_cut_off_from_its_cluster_but_not_from_the_core_loses_no_acknow
     let (_plain, core_p) = core_from(config_on(&store, "[redis]\nwait-replicas = 0\n")).await;
     let (core_w, core_p) = (Arc::new(core_w), Arc::new(core_p));
     let event = "split";
-    let started = Instant::now();
-    while !matches!(core_w.put_event(event, &event_body(1_000_000, 10, 1, serde_json::json!([]))).await, 200 | 201) {
-        assert!(started.elapsed() < Duration::from_secs(20), "PUT event");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    put_big_event(&core_w, event).await;
     let key = format!("wk:{{ev:{event}}}:ev");
     let victim = cluster.master_of(&key).expect("the slot has a master");
     let stop = Arc::new(AtomicBool::new(false));
@@ -563,13 +564,7 @@ async fn a_master_cut_off_from_its_cluster_but_not_from_the_core_loses_no_acknow
     let cut = Partition::between(&cluster.node_ip(victim), &others);
     let t_cut = Instant::now();
     // The majority promotes the replica; the cut-off master still calls itself master for a while.
-    let promoted = loop {
-        if let Some(&m) = cluster.masters_claiming(&key).iter().find(|&&m| m != victim) {
-            break m;
-        }
-        assert!(t_cut.elapsed() < Duration::from_secs(30), "the majority promoted nobody");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let promoted = promoted(&cluster, &key, victim, true).await;
     let split_brain = cluster.masters_claiming(&key).contains(&victim);
     // Both sides keep taking traffic for a while.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -579,16 +574,7 @@ async fn a_master_cut_off_from_its_cluster_but_not_from_the_core_loses_no_acknow
         assert!(healed.elapsed() < Duration::from_secs(30), "the old master did not rejoin as a replica");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let mut tries = 0;
-    let served = loop {
-        let (s, b) = hold_one(&core_w, event, &format!("after-heal-{tries}")).await;
-        tries += 1;
-        if s == 201 {
-            break healed.elapsed();
-        }
-        assert!(healed.elapsed() < Duration::from_secs(10), "holds not served within 10 s of the heal: {s} {b}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let served = served_after(&core_w, event, "after-heal", healed).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     let (w, p) = (collect(w).await, collect(p).await);
@@ -692,15 +678,7 @@ async fn a_full_disk_under_redis_loses_no_acknowledged_hold_or_payment_and_selli
     // Freed, and Redis restarted (systemd's Restart=always).
     std::fs::remove_file(&filler).unwrap();
     redis.restart();
-    let restarted = Instant::now();
-    let served = loop {
-        let (s, b) = hold_one(&c, "disk", &format!("after-{}", restarted.elapsed().as_millis())).await;
-        if s == 201 {
-            break restarted.elapsed();
-        }
-        assert!(restarted.elapsed() < Duration::from_secs(10), "holds not served within 10 s of the restart: {s} {b}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let served = served_after(&c, "disk", "after-restart", Instant::now()).await;
     eprintln!("holds served {served:?} after Redis restarted");
     let check = RedisStore::connect(&redis.url()).await.unwrap();
     assert_eq!(missing(&check, &held).await, Vec::<String>::new(), "acknowledged holds lost to the full disk");
