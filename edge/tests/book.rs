@@ -132,14 +132,14 @@ async fn the_operator_guide_runs_against_the_demo() {
     assert!(curls >= 10, "only {curls} curl examples found in the guide");
 
     let (edge, admin, core, origin) = (free_port(), free_port(), free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wicket"))
+    let mut child = common::KillOnDrop(Command::new(env!("CARGO_BIN_EXE_wicket"))
         .arg("demo")
         .args(["--edge-port", &edge.to_string(), "--admin-port", &admin.to_string()])
         .args(["--core-port", &core.to_string(), "--origin-port", &origin.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap());
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut token = None;
     for _ in 0..40 {

@@ -175,7 +175,7 @@ async fn stops_gracefully_on(sig: &str) {
     )
     .unwrap();
     let mut child =
-        wicket().arg("serve").arg("--config").arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        KillOnDrop(wicket().arg("serve").arg("--config").arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
     let base = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -220,7 +220,7 @@ async fn demo_tells_one_story_from_countdown_to_paid_then_stops_on_sigterm_and_l
     use std::io::BufRead;
     use std::os::unix::fs::PermissionsExt;
     let (edge, admin, core, origin) = (free_port(), free_port(), free_port(), free_port());
-    let mut child = wicket()
+    let mut child = KillOnDrop(wicket()
         .arg("demo")
         .args(["--edge-port", &edge.to_string(), "--admin-port", &admin.to_string()])
         .args(["--core-port", &core.to_string(), "--origin-port", &origin.to_string()])
@@ -228,7 +228,7 @@ async fn demo_tells_one_story_from_countdown_to_paid_then_stops_on_sigterm_and_l
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap());
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     stdout.read_line(&mut first).unwrap();
@@ -346,7 +346,7 @@ async fn core_runs_the_sale_core_alone_from_the_shared_config() {
     let ports = wicket_edge::demo::DemoPorts { edge: free_port(), admin: free_port(), core: free_port(), origin: free_port() };
     let secrets = wicket_edge::demo::DemoSecrets { admin_token: "a".repeat(32), hs_secret: "h".repeat(48), callback_secret: "c".repeat(32) };
     let cfg = wicket_edge::demo::write_files(dir.path(), ports, &secrets).unwrap();
-    let mut child = wicket().arg("core").arg("--config").arg(&cfg).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = KillOnDrop(wicket().arg("core").arg("--config").arg(&cfg).stderr(Stdio::null()).spawn().unwrap());
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", ports.core)).is_err() {
         assert!(Instant::now() < deadline, "core did not start");
@@ -426,7 +426,7 @@ fn with_short_callback_secret(text: &str) -> String {
 /// stderr (a pipe: not a terminal).
 fn stderr_of_a_run(command: &str, cfg: &Path, ports: &[u16]) -> String {
     use std::io::Read;
-    let mut child = wicket().arg(command).arg("--config").arg(cfg).env_remove("RUST_LOG").stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = KillOnDrop(wicket().arg(command).arg("--config").arg(cfg).env_remove("RUST_LOG").stderr(Stdio::piped()).spawn().unwrap());
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let reader = {
         let (seen, mut stderr) = (seen.clone(), child.stderr.take().unwrap());

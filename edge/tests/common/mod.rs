@@ -673,3 +673,29 @@ pub fn compat_nginx(edge: &TestEdge, locations: &str) -> NginxWith {
         ),
     )
 }
+
+/// A child process under test, killed (and reaped) if the test ends — or panics — before it exited, so a
+/// failed test leaves no server behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
