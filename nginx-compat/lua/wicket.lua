@@ -67,6 +67,7 @@ local cfg = {
     interval = 1,          -- seconds between reports; a confirmation lasts two
     dict = "wicket_lua",   -- lua_shared_dict holding the confirmations
     verified_max = 50000,  -- tokens remembered as verified per worker
+    decided_max = 20000,   -- requests' credentials remembered as checked per worker
     seen_max = 50000,      -- sessions reported per worker per interval
 }
 local keys = {}            -- kid -> { alg = "HS256", secret = s } | { alg = "EdDSA", pkey = EVP_PKEY* }
@@ -75,6 +76,9 @@ local device_key           -- HMAC key of the edge's device cookie MAC (from [ed
 -- Pulled from the edge (per worker): protected prefixes, the edge's own prefixes, the user id.
 local state = { protected = {}, edge_only = {}, at = 0 }
 local verified             -- lrucache: token .. " " .. room -> claims
+-- lrucache: everything a request's check reads (Cookie, Authorization, user header, client address,
+-- room) -> what it found; a fan's next request with the same credentials costs one lookup.
+local decided
 local seen = {}            -- "room sub ip user device" -> true, since the last report
 local seen_n = 0
 
@@ -105,7 +109,7 @@ function _M.configure(opts)
     local host, port = string.match(opts.edge or "", "^([%w%.%-]+):(%d+)$")
     assert(host, "wicket: edge must be host:port")
     cfg.edge_host, cfg.edge_port = host, tonumber(port)
-    for _, k in ipairs({ "issuer", "leeway", "interval", "dict", "verified_max", "seen_max" }) do
+    for _, k in ipairs({ "issuer", "leeway", "interval", "dict", "verified_max", "decided_max", "seen_max" }) do
         if opts[k] ~= nil then cfg[k] = opts[k] end
     end
     assert(cfg.leeway <= 10, "wicket: leeway is at most 10 s")
@@ -200,8 +204,8 @@ end
 -- The user id as the edge reads it (identity.rs UserSource::user), or nil.
 local function user_of(cookies)
     local raw
-    if state.user_header then
-        raw = ngx_var["http_" .. gsub(state.user_header, "-", "_")]
+    if state.user_var then
+        raw = ngx_var[state.user_var]
         if type(raw) == "table" then raw = raw[1] end
     end
     if raw == nil and state.user_cookie then raw = cookie(cookies, state.user_cookie) end
@@ -239,7 +243,7 @@ end
 
 -- What the origin gets of the client's credentials once admitted to `room` (decide.rs
 -- upstream_credentials): the cookies without `wicket_a_<room>`, no bearer Authorization.
-local function forward_credentials(cookies, room)
+local function forward_credentials(cookies, auth, room)
     local kept = {}
     if cookies then
         local name = "wicket_a_" .. room .. "="
@@ -248,9 +252,7 @@ local function forward_credentials(cookies, room)
             if #c > 0 and not starts(c, name) then kept[#kept + 1] = c end
         end
     end
-    ngx_var.wicket_forward_cookie = table.concat(kept, "; ")
-    local auth = ngx_var.http_authorization
-    ngx_var.wicket_forward_authorization = (auth and not starts(auth, "Bearer ")) and auth or ""
+    return table.concat(kept, "; "), (auth and not starts(auth, "Bearer ")) and auth or ""
 end
 
 -- The edge decides (wicket-protect.conf's path): its 2xx passes with its identity and cookie, its
@@ -277,54 +279,68 @@ local function ask_edge(confirm)
     ngx_var.wicket_device = one("wicket-device")
     ngx_var.wicket_room = one("wicket-room")
     ngx_var.wicket_position = one("wicket-position")
-    -- As auth_request_set: the first cookie the edge sets.
-    ngx.ctx.wicket_cookie = h["set-cookie"] and one("set-cookie") or nil
+    -- As auth_request_set: the first cookie the edge sets (add_header in wicket-lua-protect.conf).
+    ngx_var.wicket_cookie = one("set-cookie")
     ngx_var.wicket_forward_cookie = one("wicket-forward-cookie")
     ngx_var.wicket_forward_authorization = one("wicket-forward-authorization")
     -- The edge passed this very session for this client: later requests pass here.
     if confirm and h["set-cookie"] == nil and one("wicket-room") == confirm.room and one("wicket-user") == confirm.sub then
         ngx.shared[cfg.dict]:set("c " .. confirm.key, true, 2 * cfg.interval)
         remember_seen(confirm.key)
-        ngx.ctx.wicket_key = confirm.key
     end
 end
 
---- The access phase of a guarded location.
-function _M.access()
-    local path = ngx_var.uri
-    local rule = local_rule(path)
-    if not rule then return ask_edge(nil) end
-    local cookies = ngx_var.http_cookie
+-- What the request's credentials show for `rule` when nginx may pass it (given the edge's
+-- confirmation): { sub, device, pos, exp, key (the confirmation's), fwd_cookie, fwd_auth }; nil
+-- when the edge must decide.
+local function check(rule, cookies, auth, ip, now)
     local token = cookie(cookies, rule.cookie)
-    if not token then
-        local auth = ngx_var.http_authorization
-        token = auth and starts(auth, "Bearer ") and gsub(sub(auth, 8), "^%s*(.-)%s*$", "%1") or nil
+    if not token and auth and starts(auth, "Bearer ") then
+        token = gsub(sub(auth, 8), "^%s*(.-)%s*$", "%1")
     end
     local device = device_of(cookie(cookies, "wicket_d"))
-    if not token or not device then return ask_edge(nil) end
-    local now = ngx.time()
+    if not token or not device then return nil end
     local vkey = token .. " " .. rule.room
     local claims = verified:get(vkey)
     if not claims then
         claims = verify_token(token, rule, now)
-        if not claims then return ask_edge(nil) end
+        if not claims then return nil end
         verified:set(vkey, claims, claims.exp + cfg.leeway - now)
-    elseif claims.exp + cfg.leeway <= now then
-        return ask_edge(nil)
     end
     local user = user_of(cookies)
-    if claims.sub ~= user and claims.sub ~= device then return ask_edge(nil) end
-    local key = confirmation_key(rule.room, claims.sub, ngx_var.remote_addr, user, device)
-    if not ngx.shared[cfg.dict]:get("c " .. key) then
-        return ask_edge({ key = key, room = rule.room, sub = claims.sub })
+    if claims.sub ~= user and claims.sub ~= device then return nil end
+    local fwd_cookie, fwd_auth = forward_credentials(cookies, auth, rule.room)
+    return { sub = claims.sub, device = device, pos = tostring(claims.pos), exp = claims.exp,
+             key = confirmation_key(rule.room, claims.sub, ip, user, device),
+             fwd_cookie = fwd_cookie, fwd_auth = fwd_auth }
+end
+
+--- The access phase of a guarded location.
+function _M.access()
+    local rule = local_rule(ngx_var.uri)
+    if not rule then return ask_edge(nil) end
+    local cookies, auth, ip = ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr
+    local user_raw = state.user_var and ngx_var[state.user_var]
+    if type(user_raw) == "table" then user_raw = user_raw[1] end
+    local now = ngx.time()
+    local dkey = rule.room .. "\n" .. ip .. "\n" .. (cookies or "") .. "\n" .. (auth or "") .. "\n" .. (user_raw or "")
+    local d = decided:get(dkey)
+    if not d then
+        d = check(rule, cookies, auth, ip, now)
+        if not d then return ask_edge(nil) end
+        decided:set(dkey, d, d.exp + cfg.leeway - now)
     end
-    remember_seen(key)
-    ngx.ctx.wicket_key = key
-    ngx_var.wicket_user = claims.sub
-    ngx_var.wicket_device = device
+    if d.exp + cfg.leeway <= now then return ask_edge(nil) end
+    if not ngx.shared[cfg.dict]:get("c " .. d.key) then
+        return ask_edge({ key = d.key, room = rule.room, sub = d.sub })
+    end
+    remember_seen(d.key)
+    ngx_var.wicket_user = d.sub
+    ngx_var.wicket_device = d.device
     ngx_var.wicket_room = rule.room
-    ngx_var.wicket_position = tostring(claims.pos)
-    forward_credentials(cookies, rule.room)
+    ngx_var.wicket_position = d.pos
+    ngx_var.wicket_forward_cookie = d.fwd_cookie
+    ngx_var.wicket_forward_authorization = d.fwd_auth
 end
 
 -- Asks the edge's /wicket/revoke to end the session of the token `head` carried (a timer: the
@@ -351,39 +367,31 @@ local function header_line(name, value)
     return name .. ": " .. value .. "\r\n"
 end
 
---- The header filter of a guarded location: the edge's cookie for the client (as
---- wicket-protect.conf's add_header), and the origin's `Wicket-Revoke: 1` — kept from the client,
---- the admission cookie cleared, this nginx's confirmation of the session dropped at once, and
---- the edge told (every copy of the token then stops passing everywhere within two intervals).
+--- The header filter of a guarded location: the origin's `Wicket-Revoke: 1` is kept from the
+--- client, the admission cookie cleared, this nginx's confirmation of the session dropped at once,
+--- and the edge told (every copy of the token then stops passing everywhere within two intervals).
 function _M.header_filter()
-    local cookies = {}
-    if ngx.ctx.wicket_cookie then cookies[1] = ngx.ctx.wicket_cookie end
     local revoke = ngx.header["Wicket-Revoke"]
-    if revoke ~= nil then
-        ngx.header["Wicket-Revoke"] = nil
-        local room = ngx_var.wicket_room
-        if revoke == "1" and room and room ~= "" then
-            cookies[#cookies + 1] = "wicket_a_" .. room .. "=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
-            if ngx.ctx.wicket_key then ngx.shared[cfg.dict]:delete("c " .. ngx.ctx.wicket_key) end
-            local head = header_line("X-Original-URI", ngx_var.request_uri)
-                .. header_line("X-Original-Method", ngx_var.request_method)
-                .. header_line("X-Forwarded-For", ngx_var.proxy_add_x_forwarded_for)
-                .. header_line("Cookie", ngx_var.http_cookie)
-                .. header_line("Authorization", ngx_var.http_authorization)
-            if state.user_header then
-                head = head .. header_line(state.user_header, ngx_var["http_" .. gsub(state.user_header, "-", "_")])
-            end
-            ngx.timer.at(0, revoke_at_edge, head)
-        end
+    if revoke == nil then return end
+    ngx.header["Wicket-Revoke"] = nil
+    local room = ngx_var.wicket_room
+    if revoke ~= "1" or not room or room == "" then return end
+    local set = ngx.header["Set-Cookie"]
+    local cookies = type(set) == "table" and set or { set }
+    cookies[#cookies + 1] = "wicket_a_" .. room .. "=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
+    ngx.header["Set-Cookie"] = cookies
+    local rule = local_rule(ngx_var.uri)
+    local d = rule and check(rule, ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr, ngx.time())
+    if d then ngx.shared[cfg.dict]:delete("c " .. d.key) end
+    local head = header_line("X-Original-URI", ngx_var.request_uri)
+        .. header_line("X-Original-Method", ngx_var.request_method)
+        .. header_line("X-Forwarded-For", ngx_var.proxy_add_x_forwarded_for)
+        .. header_line("Cookie", ngx_var.http_cookie)
+        .. header_line("Authorization", ngx_var.http_authorization)
+    if state.user_var then
+        head = head .. header_line(state.user_header, ngx_var[state.user_var])
     end
-    if #cookies > 0 then
-        local set = ngx.header["Set-Cookie"]
-        if type(set) == "string" then table.insert(cookies, 1, set) end
-        if type(set) == "table" then
-            for i = #set, 1, -1 do table.insert(cookies, 1, set[i]) end
-        end
-        ngx.header["Set-Cookie"] = cookies
-    end
+    ngx.timer.at(0, revoke_at_edge, head)
 end
 
 -- The report -------------------------------------------------------------------------------------
@@ -423,6 +431,7 @@ local function apply_config(v)
     end
     state.protected, state.edge_only = protected, v.edge_only
     state.user_header = type(v.user_header) == "string" and v.user_header or nil
+    state.user_var = state.user_header and "http_" .. gsub(state.user_header, "-", "_") or nil
     state.user_cookie = type(v.user_cookie) == "string" and v.user_cookie or nil
     state.at = ngx.now()
     return true
@@ -463,6 +472,7 @@ end
 function _M.start()
     assert(device_key, "wicket: configure{} was not called (init_by_lua)")
     verified = assert(lrucache.new(cfg.verified_max))
+    decided = assert(lrucache.new(cfg.decided_max))
     md_ctx = C.EVP_MD_CTX_new()
     ngx.timer.at(0, sync)
     assert(ngx.timer.every(cfg.interval, sync))
