@@ -692,3 +692,47 @@ async fn the_revoke_endpoint_ends_only_real_sessions_and_only_for_trusted_proxie
     assert_eq!(passes(&mut fan).await, 403);
     drop(nginx);
 }
+
+/// The report endpoint of the OpenResty path (`POST /wicket/sessions`) as a hostile client of a
+/// trusted proxy would use it: not there for an untrusted peer, `POST` only, and a line passes
+/// only for a running session of a guarded room whose holder is the line's user or device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sessions_report_confirms_only_running_sessions_of_their_holders() {
+    let edge = compat_edge("");
+    let url = |p: &str| edge.url(p);
+    let mut fan = Client { user: "alice".into(), ..Client::default() };
+    admit(&mut fan, &url).await;
+    let device = fan.jar["wicket_d"].split('.').next().unwrap().to_owned();
+    let report = |body: &str| format!("POST /wicket/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_bytes();
+    let lines = [
+        format!("r1 alice 203.0.113.7 alice {device}"),  // the session, its user: 1
+        format!("r1 {device} 203.0.113.7  {device}"),    // no session for the device as sub: 0
+        format!("r1 alice 203.0.113.7 bob {device}"),    // sub is neither user nor device: 0
+        format!("r2 alice 203.0.113.7 alice {device}"),  // no such room: 0
+        "r1 alice not-an-ip alice x".to_owned(),         // malformed: 0
+        format!("r1 alice 203.0.113.7 alice {device} extra"),
+    ];
+    let r = raw(edge.addr, &report(&lines.join("\n"))).await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["ok"], "100000", "{v}");
+    assert_eq!(v["protected"][0]["path"], "/buy/ev-1");
+    assert_eq!((v["protected"][0]["room"].as_str(), v["protected"][0]["local"].as_bool()), (Some("r1"), Some(true)));
+    assert_eq!(v["user_header"], "x-user-id");
+    let edge_only: Vec<&str> = v["edge_only"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(["/limited/", "/queue/", "/wicket/", "/v1/"].iter().all(|p| edge_only.contains(p)), "{v}");
+    // Only POST; only for trusted proxies.
+    let r = raw(edge.addr, b"GET /wicket/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    assert_eq!(r.status, 400, "{r:?}");
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut s = sock.connect(edge.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut s, &report(&lines[0])).await.unwrap();
+    assert_eq!(read_answer(&mut s).await.unwrap().status, 404);
+    // Once the session ends, its line is 0.
+    let cookie = fan.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    let ask = format!("GET /wicket/revoke HTTP/1.1\r\nHost: x\r\nX-Original-URI: /buy/ev-1\r\nX-User-Id: alice\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n");
+    assert_eq!(raw(edge.addr, ask.as_bytes()).await.unwrap().status, 204);
+    let r = raw(edge.addr, &report(&lines[0])).await.unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&r.body).unwrap()["ok"], "0");
+}
