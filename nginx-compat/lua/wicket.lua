@@ -2,7 +2,8 @@
 -- a fan who holds a valid admission token passes without a subrequest to the edge; everything
 -- else — no token, a token this file cannot vouch for, the queue, joins, refusals — is the edge's,
 -- asked exactly as nginx-compat/wicket-protect.conf asks it (the `/_wicket_auth` subrequest, then
--- `@wicket` for a refusal). See nginx-compat/README.md "The OpenResty path".
+-- `@wicket` for a refusal; `/_wicket_auth_fresh`, past nginx's cache, when the answer is to confirm
+-- a session). See nginx-compat/README.md "The OpenResty path".
 --
 -- Used from nginx (wicket-lua-http.conf, wicket-lua-protect.conf):
 --   init_by_lua_block        { require("wicket").configure{ edge = "127.0.0.1:8080", secret = "...",
@@ -258,7 +259,8 @@ end
 -- The edge decides (wicket-protect.conf's path): its 2xx passes with its identity and cookie, its
 -- 401/403 hands the request to @wicket, anything else is a 500 (as auth_request).
 local function ask_edge(confirm)
-    local res = ngx.location.capture("/_wicket_auth")
+    -- A pass that is to confirm a session must be the edge's answer of now, not a cached one.
+    local res = ngx.location.capture(confirm and "/_wicket_auth_fresh" or "/_wicket_auth")
     local status = res.status
     if status == 401 or status == 403 then
         return ngx.exec("@wicket")
