@@ -86,6 +86,7 @@ local seen_n = 0
 local hmac_out = ffi.new("unsigned char[32]")
 local hmac_len = ffi.new("unsigned int[1]")
 local md_ctx               -- one EVP_MD_CTX per worker, re-initialised for each EdDSA check
+local dict                 -- the shared dict of the confirmations (all workers see them)
 
 local function hmac(key, data)
     C.HMAC(C.EVP_sha256(), key, #key, data, #data, hmac_out, hmac_len)
@@ -215,7 +216,7 @@ local function user_of(cookies)
 end
 
 local function starts(s, prefix)
-    return sub(s, 1, #prefix) == prefix
+    return find(s, prefix, 1, true) == 1
 end
 
 -- The protected rule for `path` (longest prefix) when nginx may decide it here, else nil.
@@ -287,7 +288,7 @@ local function ask_edge(confirm)
     ngx_var.wicket_forward_authorization = one("wicket-forward-authorization")
     -- The edge passed this very session for this client: later requests pass here.
     if confirm and h["set-cookie"] == nil and one("wicket-room") == confirm.room and one("wicket-user") == confirm.sub then
-        ngx.shared[cfg.dict]:set("c " .. confirm.key, true, 2 * cfg.interval)
+        dict:set("c " .. confirm.key, true, 2 * cfg.interval)
         remember_seen(confirm.key)
     end
 end
@@ -333,7 +334,7 @@ function _M.access()
         decided:set(dkey, d, d.exp + cfg.leeway - now)
     end
     if d.exp + cfg.leeway <= now then return ask_edge(nil) end
-    if not ngx.shared[cfg.dict]:get("c " .. d.key) then
+    if not dict:get("c " .. d.key) then
         return ask_edge({ key = d.key, room = rule.room, sub = d.sub })
     end
     remember_seen(d.key)
@@ -384,7 +385,7 @@ function _M.header_filter()
     ngx.header["Set-Cookie"] = cookies
     local rule = local_rule(ngx_var.uri)
     local d = rule and check(rule, ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr, ngx.time())
-    if d then ngx.shared[cfg.dict]:delete("c " .. d.key) end
+    if d then dict:delete("c " .. d.key) end
     local head = header_line("X-Original-URI", ngx_var.request_uri)
         .. header_line("X-Original-Method", ngx_var.request_method)
         .. header_line("X-Forwarded-For", ngx_var.proxy_add_x_forwarded_for)
@@ -445,7 +446,6 @@ local function sync(premature)
     local batch, lines = {}, {}
     for k in pairs(seen) do batch[#batch + 1] = k end
     seen, seen_n = {}, 0
-    local dict = ngx.shared[cfg.dict]
     local i = 1
     repeat
         lines = {}
@@ -476,6 +476,7 @@ function _M.start()
     verified = assert(lrucache.new(cfg.verified_max))
     decided = assert(lrucache.new(cfg.decided_max))
     md_ctx = C.EVP_MD_CTX_new()
+    dict = assert(ngx.shared[cfg.dict], "wicket: lua_shared_dict " .. cfg.dict .. " is missing (wicket-lua-http.conf)")
     ngx.timer.at(0, sync)
     assert(ngx.timer.every(cfg.interval, sync))
 end
