@@ -35,7 +35,7 @@ for bin in nginx wrk curl taskset; do
 done
 FANS="${FANS:-10000}"
 cd "$ROOT"
-cargo build --release -q -p wicket-edge
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p wicket-edge   # SKIP_BUILD=1: the binary as built
 WICKET="${CARGO_TARGET_DIR:-$ROOT/target}/release/wicket"
 
 source "$ROOT/bench/lib.sh"
