@@ -260,7 +260,7 @@ root = os.environ["ROOT"]
 sys.path.insert(0, os.path.join(root, "bench"))
 import results
 results.update_summary(root, {"nginx_auth_vs_plain": entry})
-per_round = "\n".join(f"| {i // 5 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
+per_round = "\n".join(f"| {i // 5 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms | {float(r[3]):.1f} µs |" for i, r in enumerate(rows))
 section = f"""<!-- begin:nginx-auth -->
 ## nginx auth_request to Wicket vs plain nginx
 
@@ -326,6 +326,27 @@ SECONDS_=3 run_fans "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
 SECONDS_=3 run_fans "http://127.0.0.1:$CACHED/buy/ev-1/" >/dev/null
 RESULTS2="$WORK/results2.txt"
 : > "$RESULTS2"
+# The CPU the servers spend per request (nginx's processes, with the edge where it takes part),
+# besides requests/s: on a shared machine another tenant's load moves requests/s a lot and the
+# CPU per request little (`cpu_ratio`: plain nginx's CPU per request over the path's).
+cpu_ticks() { # pids (nginx masters: their workers too) → CPU ticks so far
+  local t=0 p
+  for p in "$@" $(for m in "$@"; do pgrep -P "$m"; done); do
+    t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0) ))
+  done
+  echo "$t"
+}
+row() { # label "server pids" wrk-args... → a line of RESULTS2: label rps p99_ms cpu_us_per_request
+  local label="$1" servers="$2" out t0 t1 n
+  shift 2
+  t0="$(cpu_ticks $servers)"
+  out="$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"${SECONDS_}s" --latency "$@")"
+  t1="$(cpu_ticks $servers)"
+  n="$(echo "$out" | awk '/requests in/ {print $1}')"
+  echo "$label $(echo "$out" | wrk_figures) $(python3 -c "print(round(($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / $n, 2))")" >> "$RESULTS2"
+}
+NGINX1="${PIDS[0]}"; NGINX2="${PIDS[2]}"; EDGE2_PID="${PIDS[3]}"; NGINX3="${PIDS[4]}"
+DISTINCT=(-s "$ROOT/bench/nginx-compat/distinct.lua")
 # Each distinct run follows 2 s of the same load unmeasured: the fans are active, as on a sale's
 # page (the OpenResty path's confirmations last two report intervals, the auth cache one second;
 # both lapse while the other rows run). A round is skipped when the tokens would run out in it.
@@ -335,13 +356,13 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "round $r skipped: the fans' tokens (300 s) would expire in it" >&2
     break
   fi
-  echo "plain $(run_wrk "http://127.0.0.1:$PLAIN/buy/ev-1/")" >> "$RESULTS2"
-  echo "cached $(run_wrk "http://127.0.0.1:$CACHED/buy/ev-1/" "${FAN2[@]}")" >> "$RESULTS2"
-  echo "openresty $(run_wrk "http://127.0.0.1:$LUA/buy/ev-1/" "${FAN3[@]}")" >> "$RESULTS2"
+  row plain "$NGINX1" "http://127.0.0.1:$PLAIN/buy/ev-1/"
+  row cached "$NGINX2 $EDGE2_PID" "${FAN2[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
+  row openresty "$NGINX3 $EDGE2_PID" "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
   SECONDS_=2 run_fans "http://127.0.0.1:$CACHED/buy/ev-1/" >/dev/null
-  echo "cached_distinct $(run_fans "http://127.0.0.1:$CACHED/buy/ev-1/")" >> "$RESULTS2"
+  FANS="$FANS_FILE" row cached_distinct "$NGINX2 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
   SECONDS_=2 run_fans "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
-  echo "openresty_distinct $(run_fans "http://127.0.0.1:$LUA/buy/ev-1/")" >> "$RESULTS2"
+  FANS="$FANS_FILE" row openresty_distinct "$NGINX3 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
   tail -5 "$RESULTS2" | sed "s/^/round $r: /"
 done
 # Every request above was a 2xx (wrk_figures fails otherwise): no fan's token ran out mid-run.
@@ -355,12 +376,17 @@ def ratios(name): return [a / p for a, p in zip(col(name, 1), col("plain", 1))]
 med = {n: statistics.median(ratios(n)) for n in ("cached", "openresty", "cached_distinct", "openresty_distinct")}
 rps = {n: statistics.median(col(n, 1)) for n in ("plain", "cached", "openresty", "cached_distinct", "openresty_distinct")}
 p99 = {n: statistics.median(col(n, 2)) for n in rps}
+cpu = {n: statistics.median(col(n, 3)) for n in rps}
+def cpu_ratios(name): return [p / a for a, p in zip(col(name, 3), col("plain", 3))]
+cmed = {n: statistics.median(cpu_ratios(n)) for n in med}
 conns, secs, fans = (int(os.environ[k]) for k in ("CONNS", "SECONDS_", "FANS"))
 rounds = len(col("plain", 1))
 today = datetime.date.today().isoformat()
 def entry(name, goal):
     return {"ratio": round(med[name], 3), "round_ratios": [round(r, 3) for r in ratios(name)], "goal": goal,
             "rps": round(rps[name]), "p99_ms": round(p99[name], 3), "plain_rps": round(rps["plain"]),
+            "cpu_ratio": round(cmed[name], 3), "round_cpu_ratios": [round(r, 3) for r in cpu_ratios(name)],
+            "cpu_us_per_request": cpu[name], "plain_cpu_us_per_request": cpu["plain"],
             "auth_request_cached_ratio": round(med["cached" if name == "openresty" else "cached_distinct"], 3),
             "fans": 1 if name == "openresty" else fans, "connections": conns, "seconds": secs, "rounds": rounds,
             "page_bytes": int(os.environ["SIZE"]), "date": today}
@@ -388,21 +414,26 @@ fans; a fan's first request after a lapse of two report intervals goes to the ed
 per-round ratios; every answer was a 2xx.
 Load average at the end: {os.environ["LOAD"]}.
 
-| | requests/s | P99 | × plain nginx |
-|---|---|---|---|
-| nginx alone | {rps["plain"]:.0f} | {p99["plain"]:.2f} ms | 1 |
-| auth_request, passes cached 1 s, one fan | {rps["cached"]:.0f} | {p99["cached"]:.2f} ms | {med["cached"]:.2f} |
-| OpenResty path, one fan | {rps["openresty"]:.0f} | {p99["openresty"]:.2f} ms | **{med["openresty"]:.2f}** |
-| auth_request, passes cached 1 s, {fans} fans | {rps["cached_distinct"]:.0f} | {p99["cached_distinct"]:.2f} ms | {med["cached_distinct"]:.2f} |
-| OpenResty path, {fans} fans | {rps["openresty_distinct"]:.0f} | {p99["openresty_distinct"]:.2f} ms | **{med["openresty_distinct"]:.2f}** |
+The servers' CPU per request (nginx's processes, and the edge where the path asks it or takes its reports, from
+`/proc`) is the steadier figure on a shared machine: `cpu_ratio` is plain nginx's CPU per request over the path's.
+
+| | requests/s | P99 | × plain nginx | CPU per request | × plain nginx, CPU |
+|---|---|---|---|---|---|
+| nginx alone | {rps["plain"]:.0f} | {p99["plain"]:.2f} ms | 1 | {cpu["plain"]:.1f} µs | 1 |
+| auth_request, passes cached 1 s, one fan | {rps["cached"]:.0f} | {p99["cached"]:.2f} ms | {med["cached"]:.2f} | {cpu["cached"]:.1f} µs | {cmed["cached"]:.2f} |
+| OpenResty path, one fan | {rps["openresty"]:.0f} | {p99["openresty"]:.2f} ms | **{med["openresty"]:.2f}** | {cpu["openresty"]:.1f} µs | **{cmed["openresty"]:.2f}** |
+| auth_request, passes cached 1 s, {fans} fans | {rps["cached_distinct"]:.0f} | {p99["cached_distinct"]:.2f} ms | {med["cached_distinct"]:.2f} | {cpu["cached_distinct"]:.1f} µs | {cmed["cached_distinct"]:.2f} |
+| OpenResty path, {fans} fans | {rps["openresty_distinct"]:.0f} | {p99["openresty_distinct"]:.2f} ms | **{med["openresty_distinct"]:.2f}** | {cpu["openresty_distinct"]:.1f} µs | **{cmed["openresty_distinct"]:.2f}** |
 
 **openresty_vs_plain = {med["openresty"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty"))}; goal ≥ 0.9 {met("openresty", 0.9)});
 **openresty_distinct_vs_plain = {med["openresty_distinct"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty_distinct"))}; goal ≥ 0.8 {met("openresty_distinct", 0.8)}).
+By CPU per request: {cmed["openresty"]:.2f} (one fan; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty"))}) and
+{cmed["openresty_distinct"]:.2f} ({fans} fans; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty_distinct"))}).
 
-| round | server | requests/s | P99 |
-|---|---|---|---|
+| round | server | requests/s | P99 | CPU per request |
+|---|---|---|---|---|
 {per_round}
 <!-- end:nginx-openresty -->"""
 results.write_section(root, "nginx-openresty", section)
-print(f"openresty_vs_plain = {med['openresty']:.3f}, openresty_distinct_vs_plain = {med['openresty_distinct']:.3f} (auth_request cached: {med['cached']:.3f} / {med['cached_distinct']:.3f})")
+print(f"openresty_vs_plain = {med['openresty']:.3f}, openresty_distinct_vs_plain = {med['openresty_distinct']:.3f} (auth_request cached: {med['cached']:.3f} / {med['cached_distinct']:.3f}); CPU: {cmed['openresty']:.3f} / {cmed['openresty_distinct']:.3f} (auth_request cached: {cmed['cached']:.3f} / {cmed['cached_distinct']:.3f})")
 PY

@@ -25,8 +25,9 @@
 --      that device or the request's user id (the holder);
 --   5. the edge confirmed this session for this client address, user and device within the
 --      last two report intervals: by passing a request of it (the subrequest), or in its answer to
---      the last report. Each interval nginx reports the sessions it passed locally; the edge
---      answers which still run, touches them, and refuses blocked addresses, users and devices.
+--      the last report. Each interval nginx reports the sessions it passed in the last `idle`
+--      seconds; the edge answers which still run, touches them, and refuses blocked addresses,
+--      users and devices.
 -- So a revoked or expired session, or a new block, stops passing here within two intervals (2 s
 -- by default), and nothing passes here that the edge would refuse.
 
@@ -69,7 +70,8 @@ local cfg = {
     dict = "wicket_lua",   -- lua_shared_dict holding the confirmations
     verified_max = 50000,  -- tokens remembered as verified per worker
     decided_max = 20000,   -- requests' credentials remembered as checked per worker
-    seen_max = 50000,      -- sessions reported per worker per interval
+    seen_max = 50000,      -- sessions a worker reports at most
+    idle = 30,             -- seconds a session is still reported after its last request here
 }
 local keys = {}            -- kid -> { alg = "HS256", secret = s } | { alg = "EdDSA", pkey = EVP_PKEY* }
 local device_key           -- HMAC key of the edge's device cookie MAC (from [edge] secret)
@@ -80,7 +82,7 @@ local verified             -- lrucache: token .. " " .. room -> claims
 -- lrucache: everything a request's check reads (Cookie, Authorization, user header, client address,
 -- room) -> what it found; a fan's next request with the same credentials costs one lookup.
 local decided
-local seen = {}            -- "room sub ip user device" -> true, since the last report
+local seen = {}            -- "room sub ip user device" -> when nginx last passed a request of it
 local seen_n = 0
 
 local hmac_out = ffi.new("unsigned char[32]")
@@ -111,7 +113,7 @@ function _M.configure(opts)
     local host, port = string.match(opts.edge or "", "^([%w%.%-]+):(%d+)$")
     assert(host, "wicket: edge must be host:port")
     cfg.edge_host, cfg.edge_port = host, tonumber(port)
-    for _, k in ipairs({ "issuer", "leeway", "interval", "dict", "verified_max", "decided_max", "seen_max" }) do
+    for _, k in ipairs({ "issuer", "leeway", "interval", "dict", "verified_max", "decided_max", "seen_max", "idle" }) do
         if opts[k] ~= nil then cfg[k] = opts[k] end
     end
     assert(cfg.leeway <= 10, "wicket: leeway is at most 10 s")
@@ -237,8 +239,10 @@ local function confirmation_key(room, subject, ip, user, device)
 end
 
 local function remember_seen(key)
-    if not seen[key] and seen_n < cfg.seen_max then
-        seen[key] = true
+    if seen[key] then
+        seen[key] = ngx.now()
+    elseif seen_n < cfg.seen_max then
+        seen[key] = ngx.now()
         seen_n = seen_n + 1
     end
 end
@@ -440,12 +444,20 @@ local function apply_config(v)
     return true
 end
 
--- One report: the sessions passed since the last one, in batches the edge takes (5000 lines).
+-- One report: the sessions this worker passed in the last `idle` seconds (so a fan who pauses
+-- between pages stays confirmed), in batches the edge takes (5000 lines).
 local function sync(premature)
     if premature then return end
     local batch, lines = {}, {}
-    for k in pairs(seen) do batch[#batch + 1] = k end
-    seen, seen_n = {}, 0
+    local since = ngx.now() - cfg.idle
+    for k, at in pairs(seen) do
+        if at < since then
+            seen[k] = nil
+            seen_n = seen_n - 1
+        else
+            batch[#batch + 1] = k
+        end
+    end
     local i = 1
     repeat
         lines = {}
@@ -464,6 +476,10 @@ local function sync(premature)
                 dict:set("c " .. key, true, 2 * cfg.interval)
             else
                 dict:delete("c " .. key)
+                if seen[key] then
+                    seen[key] = nil
+                    seen_n = seen_n - 1
+                end
             end
         end
         i = i + 5000
