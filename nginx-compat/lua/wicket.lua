@@ -72,6 +72,7 @@ local cfg = {
     decided_max = 20000,   -- requests' credentials remembered as checked per worker
     seen_max = 50000,      -- sessions a worker reports at most
     idle = 30,             -- seconds a session is still reported after its last request here
+    report_bytes = 12288,  -- largest report body: below the edge's max-body-bytes (default 16 KiB)
 }
 local keys = {}            -- kid -> { alg = "HS256", secret = s } | { alg = "EdDSA", pkey = EVP_PKEY* }
 local device_key           -- HMAC key of the edge's device cookie MAC (from [edge] secret)
@@ -113,7 +114,7 @@ function _M.configure(opts)
     local host, port = string.match(opts.edge or "", "^([%w%.%-]+):(%d+)$")
     assert(host, "wicket: edge must be host:port")
     cfg.edge_host, cfg.edge_port = host, tonumber(port)
-    for _, k in ipairs({ "issuer", "leeway", "interval", "dict", "verified_max", "decided_max", "seen_max", "idle" }) do
+    for _, k in ipairs({ "issuer", "leeway", "interval", "dict", "verified_max", "decided_max", "seen_max", "idle", "report_bytes" }) do
         if opts[k] ~= nil then cfg[k] = opts[k] end
     end
     assert(cfg.leeway <= 10, "wicket: leeway is at most 10 s")
@@ -445,10 +446,11 @@ local function apply_config(v)
 end
 
 -- One report: the sessions this worker passed in the last `idle` seconds (so a fan who pauses
--- between pages stays confirmed), in batches the edge takes (5000 lines).
-local function sync(premature)
-    if premature then return end
-    local batch, lines = {}, {}
+-- between pages stays confirmed), in requests the edge takes (at most 5000 lines and
+-- `report_bytes`). One at a time per worker: a slow edge delays reports, never piles them up.
+local reporting = false
+local function report_all()
+    local batch = {}
     local since = ngx.now() - cfg.idle
     for k, at in pairs(seen) do
         if at < since then
@@ -460,11 +462,13 @@ local function sync(premature)
     end
     local i = 1
     repeat
-        lines = {}
-        for j = i, math.min(i + 4999, #batch) do
-            -- The report line leaves the empty user as an empty field: "room sub ip  device".
-            lines[#lines + 1] = batch[j]
+        local lines, size = {}, 0
+        while i <= #batch and #lines < 5000 and size + #batch[i] + 1 <= cfg.report_bytes do
+            lines[#lines + 1] = batch[i]
+            size = size + #batch[i] + 1
+            i = i + 1
         end
+        if #lines == 0 and i <= #batch then i = i + 1 end -- a line over the limit: never confirmed
         local v, err = report(table.concat(lines, "\n"))
         if not v or type(v.ok) ~= "string" or not apply_config(v) then
             ngx.log(ngx.WARN, "wicket: report to the edge failed: ", err or "bad answer")
@@ -482,8 +486,15 @@ local function sync(premature)
                 end
             end
         end
-        i = i + 5000
     until i > #batch
+end
+
+local function sync(premature)
+    if premature or reporting then return end
+    reporting = true
+    local ok, err = pcall(report_all)
+    reporting = false
+    if not ok then ngx.log(ngx.ERR, "wicket: report: ", err) end
 end
 
 --- Starts the worker's report timer (init_worker_by_lua) and pulls the edge's config at once.
