@@ -521,7 +521,7 @@ pub async fn lua_sessions(st: &EdgeState, report: &[u8]) -> serde_json::Value {
                 if !sub.is_empty() && (sub == user || sub == device) && table.rules().any(|r| r.room == *room) && local_room(room) =>
             {
                 !st.blocklist.ip(&st.client_ip.resolve_peer(ip))
-                    && !(!user.is_empty() && st.blocklist.user(user))
+                    && (user.is_empty() || !st.blocklist.user(user))
                     && !st.blocklist.device(device)
                     && st.rooms.session_in_use(room, sub).await.unwrap_or(false)
             }
