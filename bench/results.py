@@ -30,7 +30,8 @@ def update_summary(root, entries):
 
 PAGES = [("core-holds", "core-holds"), ("hold-vs-evalsha", "core-holds"), ("embedded-durable", "core-holds"),
          ("redis-wait", "core-holds"), ("surge-megasale", "surge-megasale"), ("surge-crashes", "surge-crashes"),
-         ("surge-bots", "surge-bots"), ("rooms", "rooms"), ("nginx-auth", "nginx-compat")]
+         ("surge-bots", "surge-bots"), ("rooms", "rooms"), ("nginx-auth", "nginx-compat"),
+         ("nginx-openresty", "nginx-compat")]
 
 
 def page_for(name):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of Wicket on a fresh Debian machine: installs what is missing (cmake for Pingora's
-# zlib-ng, redis-server and redis-cli, nginx, wrk, h2load, gdb, promtool, systemd-analyze, iproute2, nftables and
-# libfaketime for the fault tests, the schema checkers of deploy/, mdBook), builds the book and checks its links,
-# then the whole workspace's tests with cargo-nextest.
+# zlib-ng, redis-server and redis-cli, nginx and its lua module, wrk, h2load, gdb, promtool, systemd-analyze,
+# iproute2, nftables and libfaketime for the fault tests, the schema checkers of deploy/, mdBook), builds the book
+# and checks its links, then the whole workspace's tests with cargo-nextest.
 # Tests start their own servers on free loopback ports; nothing here starts a shared one.
 #
 #   bash scripts/test.sh            # everything
@@ -16,6 +16,11 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v wrk >/dev/null || need+=(wrk)
+# nginx-compat's OpenResty path (edge/tests/nginx_compat.rs, bench/nginx-compat): Debian's lua module
+# for nginx, the resty core and LRU cache it loads, and cjson for the token's JSON.
+for pkg in libnginx-mod-http-lua lua-resty-core lua-resty-lrucache lua-cjson; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
 # The benchmarks' HTTP/2 load (bench/edge-tls): h2load.
 command -v h2load >/dev/null || need+=(nghttp2-client)
 command -v pkg-config >/dev/null || need+=(pkg-config)

@@ -9,9 +9,17 @@
 # the "nginx auth_request" section of its page in bench/results/ (bench/RESULTS.md sums them up) and the `nginx_auth_vs_plain` key of
 # bench/results/summary.json (other keys kept).
 #
-#   bash bench/nginx-compat/run.sh           # defaults: CONNS=32 SECONDS_=8 ROUNDS=5
+# Then the OpenResty path (nginx-compat/wicket-lua-protect.conf, lua/wicket.lua: the token checked
+# in nginx's worker) side by side with plain nginx and the cached auth_request path, for one fan
+# and for FANS distinct admitted fans (wrk's distinct.lua takes their turns, each with its own
+# token and device): the "nginx-openresty" section of its page in bench/results/ and the `openresty_vs_plain` and
+# `openresty_distinct_vs_plain` keys of bench/results/summary.json.
 #
-# Needs: cargo, nginx, wrk, curl, taskset (the test command installs them). Loopback only.
+#   bash bench/nginx-compat/run.sh           # defaults: CONNS=32 SECONDS_=8 ROUNDS=5 FANS=10000
+#   ONLY_OPENRESTY=1 bash bench/nginx-compat/run.sh   # the second part alone
+#
+# Needs: cargo, nginx and Debian's lua module (libnginx-mod-http-lua, lua-resty-core,
+# lua-resty-lrucache, lua-cjson), wrk, curl, taskset (the test command installs them). Loopback only.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -25,19 +33,20 @@ export PATH="$PATH:/usr/sbin"
 for bin in nginx wrk curl taskset; do
   command -v "$bin" >/dev/null || { echo "missing $bin" >&2; exit 1; }
 done
+FANS="${FANS:-10000}"
 cd "$ROOT"
-cargo build --release -q -p wicket-edge
-WICKET="$ROOT/target/release/wicket"
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p wicket-edge   # SKIP_BUILD=1: the binary as built
+WICKET="${CARGO_TARGET_DIR:-$ROOT/target}/release/wicket"
 
 source "$ROOT/bench/lib.sh"
 bench_workdir
 PLAIN="$(free_port)"; AUTH="$(free_port)"; EDGE="$(free_port)"; ADMIN="$(free_port)"
 CEIL="$(free_port)"; NOOP="$(free_port)"
-CACHED="$(free_port)"; EDGE2="$(free_port)"; ADMIN2="$(free_port)"
+CACHED="$(free_port)"; EDGE2="$(free_port)"; ADMIN2="$(free_port)"; LUA="$(free_port)"
 
-mkdir -p "$WORK/site/buy/ev-1" "$WORK/nginx" "$WORK/nginx2" "$WORK/wicket"
+mkdir -p "$WORK/site/buy/ev-1" "$WORK/nginx" "$WORK/nginx2" "$WORK/nginx3" "$WORK/wicket"
 cp "$ROOT/static/site/index.html" "$WORK/site/buy/ev-1/index.html"
-cp "$ROOT/nginx-compat/wicket.conf" "$ROOT/nginx-compat/wicket-protect.conf" "$WORK/wicket/"
+cp -r "$ROOT/nginx-compat/wicket.conf" "$ROOT/nginx-compat/wicket-protect.conf" "$ROOT/nginx-compat/wicket-lua-protect.conf" "$ROOT/nginx-compat/lua" "$WORK/wicket/"
 chmod -R a+rX "$WORK"
 SIZE="$(stat -c %s "$WORK/site/buy/ev-1/index.html")"
 
@@ -108,9 +117,32 @@ CONF
 CONF
 } > "$WORK/nginx2/nginx.conf"
 
+# The OpenResty path, in front of the second edge (its own nginx, the lua module loaded).
+HS_SECRET="bench-hs-secret-0123456789abcdef0123456789"
+EDGE_SECRET="bench-edge-secret-0123456789abcdef"
+{ sed 's| modules/| /usr/lib/nginx/modules/|' /usr/share/nginx/modules-available/mod-http-ndk.conf \
+    /usr/share/nginx/modules-available/mod-http-lua.conf
+  nginx_head "$WORK/nginx3" "$EDGE2"
+  sed "s|/etc/nginx/wicket/lua/|$WORK/wicket/lua/|" "$ROOT/nginx-compat/wicket-lua-http.conf"
+  cat <<CONF
+  init_by_lua_block {
+    require("wicket").configure{ edge = "127.0.0.1:$EDGE2", secret = "$EDGE_SECRET",
+                                 keys = { ["hs-1"] = { alg = "HS256", secret = "$HS_SECRET" } } }
+  }
+  server {
+    listen 127.0.0.1:$LUA;
+    root $WORK/site;
+    include $WORK/wicket/wicket.conf;
+    location /buy/ { include $WORK/wicket/wicket-lua-protect.conf; }
+  }
+}
+CONF
+} > "$WORK/nginx3/nginx.conf"
+
 cat > "$WORK/wicket.toml" <<CONF
 [edge]
 listen = "127.0.0.1:$EDGE"
+secret = "$EDGE_SECRET"
 admin-listen = "127.0.0.1:$ADMIN"
 threads = 1
 user-header = "X-User-Id"
@@ -123,14 +155,14 @@ signing-kid = "hs-1"
 [[tokens.keys]]
 kid = "hs-1"
 alg = "HS256"
-secret = "bench-hs-secret-0123456789abcdef0123456789"
+secret = "$HS_SECRET"
 [[rooms]]
 id = "r1"
 event = "ev-1"
 target = "/buy/ev-1/"
 protected = ["/buy/ev-1"]
 token-seconds = 300
-release = { mode = "fixed", rate = 1000.0 }
+release = { mode = "fixed", rate = 50000.0 }
 CONF
 sed -e "s/127.0.0.1:$EDGE\"/127.0.0.1:$EDGE2\"/" -e "s/127.0.0.1:$ADMIN\"/127.0.0.1:$ADMIN2\"/" \
   -e 's/^auth-cache-seconds = 0$/auth-cache-seconds = 1/' "$WORK/wicket.toml" > "$WORK/wicket2.toml"
@@ -144,7 +176,9 @@ taskset -c "$SERVER_CPU" nginx -p "$WORK/nginx2" -c "$WORK/nginx2/nginx.conf" &
 PIDS+=($!)
 RUST_LOG=error taskset -c "$SERVER_CPU" "$WICKET" serve --config "$WORK/wicket2.toml" &
 PIDS+=($!)
-for port in "$PLAIN" "$AUTH" "$EDGE" "$CACHED" "$EDGE2"; do
+taskset -c "$SERVER_CPU" nginx -p "$WORK/nginx3" -c "$WORK/nginx3/nginx.conf" &
+PIDS+=($!)
+for port in "$PLAIN" "$AUTH" "$EDGE" "$CACHED" "$EDGE2" "$LUA"; do
   for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
 done
 
@@ -178,6 +212,9 @@ FAN=(-H "Cookie: $COOKIE" -H "X-User-Id: bench-fan")
 FAN2=(-H "Cookie: $COOKIE2" -H "X-User-Id: bench-fan")
 AUTHQ=(-H "X-Original-URI: /buy/ev-1/" -H "X-Original-Method: GET" -H "Cookie: $COOKIE" -H "X-User-Id: bench-fan")
 taskset -c "$WRK_CPU" wrk -t1 -c8 -d2s "http://127.0.0.1:$PLAIN/buy/ev-1/" >/dev/null
+LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
+export CONNS SECONDS_ ROUNDS SIZE ROOT LOAD SERVER_CPU WRK_CPU
+if [ -z "${ONLY_OPENRESTY:-}" ]; then
 taskset -c "$WRK_CPU" wrk -t1 -c8 -d2s "${FAN[@]}" "http://127.0.0.1:$AUTH/buy/ev-1/" >/dev/null
 RESULTS="$WORK/results.txt"
 : > "$RESULTS"
@@ -191,7 +228,7 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
-export CONNS SECONDS_ ROUNDS SIZE RESULTS ROOT LOAD SERVER_CPU WRK_CPU
+export RESULTS LOAD
 python3 - <<'PY'
 import json, os, statistics, datetime, sys
 rows = [l.split() for l in open(os.environ["RESULTS"]) if l.strip()]
@@ -223,7 +260,7 @@ root = os.environ["ROOT"]
 sys.path.insert(0, os.path.join(root, "bench"))
 import results
 results.update_summary(root, {"nginx_auth_vs_plain": entry})
-per_round = "\n".join(f"| {i // 5 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
+per_round = "\n".join(f"| {i // 5 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms | {float(r[3]):.1f} µs |" for i, r in enumerate(rows))
 section = f"""<!-- begin:nginx-auth -->
 ## nginx auth_request to Wicket vs plain nginx
 
@@ -261,4 +298,142 @@ path an edge limit covers is never cached (nginx-compat/README.md "Caching the a
 <!-- end:nginx-auth -->"""
 results.write_section(root, "nginx-auth", section)
 print(f"nginx_auth_vs_plain = {cached_ratio:.3f} (auth-cache-seconds = 1; every request judged: {ratio:.3f}); auth endpoint P99 {e_p99:.2f} ms")
+PY
+fi
+
+# The OpenResty path. Fresh tokens (they live 300 s): FANS distinct fans admitted through the
+# second edge, whose sessions both sites ask about, and the one fan of each site again.
+started="$(date +%s)"
+python3 "$ROOT/bench/nginx-compat/admit_fans.py" "127.0.0.1:$EDGE2" "$FANS" "$WORK/fans.txt"
+echo "$FANS fans admitted in $(( $(date +%s) - started )) s"
+COOKIE2="$(admitted_cookie "$CACHED")"
+COOKIE3="$(admitted_cookie "$LUA")"
+FAN2=(-H "Cookie: $COOKIE2" -H "X-User-Id: bench-fan")
+FAN3=(-H "Cookie: $COOKIE3" -H "X-User-Id: bench-fan")
+code="$(curl -s -o /dev/null -w '%{http_code}' "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/")"
+[ "$code" = 200 ] || { echo "the admitted fan got $code through the OpenResty path" >&2; exit 1; }
+cmp <(curl -s "http://127.0.0.1:$PLAIN/buy/ev-1/") <(curl -s "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/")
+code="$(curl -s -o /dev/null -w '%{http_code}' -H "X-User-Id: bench-fan" -H "Accept: application/json" "http://127.0.0.1:$LUA/buy/ev-1/")"
+[ "$code" = 403 ] || { echo "a fan without cookies got $code through the OpenResty path" >&2; exit 1; }
+FANS_FILE="$WORK/fans.txt"
+run_fans() { # url → "rps p99_ms", each request the next fan's
+  taskset -c "$WRK_CPU" env FANS="$FANS_FILE" wrk -t1 -c"$CONNS" -d"${SECONDS_}s" --latency -s "$ROOT/bench/nginx-compat/distinct.lua" "$1" | wrk_figures
+}
+# Warm-up: the OpenResty path asks the edge once about each fan's session (then confirms them in
+# its reports); the cached auth site fills its cache.
+taskset -c "$WRK_CPU" wrk -t1 -c8 -d2s "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
+SECONDS_=3 run_fans "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
+SECONDS_=3 run_fans "http://127.0.0.1:$CACHED/buy/ev-1/" >/dev/null
+RESULTS2="$WORK/results2.txt"
+: > "$RESULTS2"
+# The CPU the servers spend per request (nginx's processes, with the edge where it takes part),
+# besides requests/s: on a shared machine another tenant's load moves requests/s a lot and the
+# CPU per request little (`cpu_ratio`: plain nginx's CPU per request over the path's).
+cpu_ticks() { # pids (nginx masters: their workers too) → CPU ticks so far
+  local t=0 p
+  for p in "$@" $(for m in "$@"; do pgrep -P "$m"; done); do
+    t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0) ))
+  done
+  echo "$t"
+}
+row() { # label "server pids" wrk-args... → a line of RESULTS2: label rps p99_ms cpu_us_per_request
+  local label="$1" servers="$2" out t0 t1 n
+  shift 2
+  t0="$(cpu_ticks $servers)"
+  out="$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"${SECONDS_}s" --latency "$@")"
+  t1="$(cpu_ticks $servers)"
+  n="$(echo "$out" | awk '/requests in/ {print $1}')"
+  echo "$label $(echo "$out" | wrk_figures) $(python3 -c "print(round(($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / $n, 2))")" >> "$RESULTS2"
+}
+NGINX1="${PIDS[0]}"; NGINX2="${PIDS[2]}"; EDGE2_PID="${PIDS[3]}"; NGINX3="${PIDS[4]}"
+DISTINCT=(-s "$ROOT/bench/nginx-compat/distinct.lua")
+# Each distinct run follows 2 s of the same load unmeasured: the fans are active, as on a sale's
+# page (the OpenResty path's confirmations last two report intervals, the auth cache one second;
+# both lapse while the other rows run). A round is skipped when the tokens would run out in it.
+round_s=$(( 5 * SECONDS_ + 4 + 10 ))
+for r in $(seq 1 "$ROUNDS"); do
+  if [ $(( $(date +%s) - started + round_s )) -gt 290 ]; then
+    echo "round $r skipped: the fans' tokens (300 s) would expire in it" >&2
+    break
+  fi
+  row plain "$NGINX1" "http://127.0.0.1:$PLAIN/buy/ev-1/"
+  row cached "$NGINX2 $EDGE2_PID" "${FAN2[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
+  row openresty "$NGINX3 $EDGE2_PID" "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
+  SECONDS_=2 run_fans "http://127.0.0.1:$CACHED/buy/ev-1/" >/dev/null
+  FANS="$FANS_FILE" row cached_distinct "$NGINX2 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
+  SECONDS_=2 run_fans "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
+  FANS="$FANS_FILE" row openresty_distinct "$NGINX3 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
+  tail -5 "$RESULTS2" | sed "s/^/round $r: /"
+done
+# Every request above was a 2xx (wrk_figures fails otherwise): no fan's token ran out mid-run.
+LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
+export RESULTS2 LOAD FANS
+python3 - <<'PY'
+import os, statistics, datetime, sys
+rows = [l.split() for l in open(os.environ["RESULTS2"]) if l.strip()]
+def col(name, i): return [float(r[i]) for r in rows if r[0] == name]
+def ratios(name): return [a / p for a, p in zip(col(name, 1), col("plain", 1))]
+med = {n: statistics.median(ratios(n)) for n in ("cached", "openresty", "cached_distinct", "openresty_distinct")}
+rps = {n: statistics.median(col(n, 1)) for n in ("plain", "cached", "openresty", "cached_distinct", "openresty_distinct")}
+p99 = {n: statistics.median(col(n, 2)) for n in rps}
+cpu = {n: statistics.median(col(n, 3)) for n in rps}
+def cpu_ratios(name): return [p / a for a, p in zip(col(name, 3), col("plain", 3))]
+cmed = {n: statistics.median(cpu_ratios(n)) for n in med}
+conns, secs, fans = (int(os.environ[k]) for k in ("CONNS", "SECONDS_", "FANS"))
+rounds = len(col("plain", 1))
+today = datetime.date.today().isoformat()
+def entry(name, goal):
+    return {"ratio": round(med[name], 3), "round_ratios": [round(r, 3) for r in ratios(name)], "goal": goal,
+            "rps": round(rps[name]), "p99_ms": round(p99[name], 3), "plain_rps": round(rps["plain"]),
+            "cpu_ratio": round(cmed[name], 3), "round_cpu_ratios": [round(r, 3) for r in cpu_ratios(name)],
+            "cpu_us_per_request": cpu[name], "plain_cpu_us_per_request": cpu["plain"],
+            "auth_request_cached_ratio": round(med["cached" if name == "openresty" else "cached_distinct"], 3),
+            "fans": 1 if name == "openresty" else fans, "connections": conns, "seconds": secs, "rounds": rounds,
+            "page_bytes": int(os.environ["SIZE"]), "date": today}
+root = os.environ["ROOT"]
+sys.path.insert(0, os.path.join(root, "bench"))
+import results
+results.update_summary(root, {"openresty_vs_plain": entry("openresty", 0.9), "openresty_distinct_vs_plain": entry("openresty_distinct", 0.8)})
+per_round = "\n".join(f"| {i // 5 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
+def met(name, goal): return "met" if med[name] >= goal else "not met"
+section = f"""<!-- begin:nginx-openresty -->
+## OpenResty path (token checked in nginx) vs auth_request vs plain nginx
+
+Command: `bash bench/nginx-compat/run.sh` (CONNS={conns} SECONDS_={secs} ROUNDS={rounds} FANS={fans}; this part alone:
+`ONLY_OPENRESTY=1 bash bench/nginx-compat/run.sh`)
+
+{os.cpu_count()} cores, {today}. The same protected page ({os.environ["SIZE"]} bytes, from disk) through plain nginx, through
+nginx with `wicket-protect.conf` (`auth_request`, the edge's passes cached for 1 s) and through nginx with
+`wicket-lua-protect.conf` (Debian's libnginx-mod-http-lua: lua/wicket.lua checks the admission token, its holder
+and the edge's confirmation of the session in nginx's worker, and reports the sessions it passed to the edge every
+second). One fan: wrk repeats one admitted fan's request. {fans} fans: {fans} fans admitted through the edge, each
+with its own token, device cookie and user id; wrk's `distinct.lua` sends each request as the next fan's. Each
+nginx has 1 worker; nginx and the edge (1 thread) share CPU {os.environ["SERVER_CPU"]}, `wrk -t1 -c{conns}` runs on
+CPU {os.environ["WRK_CPU"]}. Rounds alternate; each distinct run follows 2 s of the same load, unmeasured (active
+fans; a fan's first request after a lapse of two report intervals goes to the edge). Ratios are medians of
+per-round ratios; every answer was a 2xx.
+Load average at the end: {os.environ["LOAD"]}.
+
+The servers' CPU per request (nginx's processes, and the edge where the path asks it or takes its reports, from
+`/proc`) is the steadier figure on a shared machine: `cpu_ratio` is plain nginx's CPU per request over the path's.
+
+| | requests/s | P99 | × plain nginx | CPU per request | × plain nginx, CPU |
+|---|---|---|---|---|---|
+| nginx alone | {rps["plain"]:.0f} | {p99["plain"]:.2f} ms | 1 | {cpu["plain"]:.1f} µs | 1 |
+| auth_request, passes cached 1 s, one fan | {rps["cached"]:.0f} | {p99["cached"]:.2f} ms | {med["cached"]:.2f} | {cpu["cached"]:.1f} µs | {cmed["cached"]:.2f} |
+| OpenResty path, one fan | {rps["openresty"]:.0f} | {p99["openresty"]:.2f} ms | **{med["openresty"]:.2f}** | {cpu["openresty"]:.1f} µs | **{cmed["openresty"]:.2f}** |
+| auth_request, passes cached 1 s, {fans} fans | {rps["cached_distinct"]:.0f} | {p99["cached_distinct"]:.2f} ms | {med["cached_distinct"]:.2f} | {cpu["cached_distinct"]:.1f} µs | {cmed["cached_distinct"]:.2f} |
+| OpenResty path, {fans} fans | {rps["openresty_distinct"]:.0f} | {p99["openresty_distinct"]:.2f} ms | **{med["openresty_distinct"]:.2f}** | {cpu["openresty_distinct"]:.1f} µs | **{cmed["openresty_distinct"]:.2f}** |
+
+**openresty_vs_plain = {med["openresty"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty"))}; goal ≥ 0.9 {met("openresty", 0.9)});
+**openresty_distinct_vs_plain = {med["openresty_distinct"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty_distinct"))}; goal ≥ 0.8 {met("openresty_distinct", 0.8)}).
+By CPU per request: {cmed["openresty"]:.2f} (one fan; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty"))}) and
+{cmed["openresty_distinct"]:.2f} ({fans} fans; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty_distinct"))}).
+
+| round | server | requests/s | P99 | CPU per request |
+|---|---|---|---|---|
+{per_round}
+<!-- end:nginx-openresty -->"""
+results.write_section(root, "nginx-openresty", section)
+print(f"openresty_vs_plain = {med['openresty']:.3f}, openresty_distinct_vs_plain = {med['openresty_distinct']:.3f} (auth_request cached: {med['cached']:.3f} / {med['cached_distinct']:.3f}); CPU: {cmed['openresty']:.3f} / {cmed['openresty_distinct']:.3f} (auth_request cached: {cmed['cached']:.3f} / {cmed['cached_distinct']:.3f})")
 PY

@@ -30,7 +30,7 @@ pub fn merge_summary(key: &str, value: Value) -> anyhow::Result<()> {
 /// The page of `bench/results/` that section `name` belongs to: one page per benchmark (the variants of a
 /// surge scenario and the core's hold benchmarks share theirs). bench/results.py has the same rules.
 pub fn page_for(name: &str) -> &str {
-    const PAGES: [(&str, &str); 9] = [
+    const PAGES: [(&str, &str); 10] = [
         ("core-holds", "core-holds"),
         ("hold-vs-evalsha", "core-holds"),
         ("embedded-durable", "core-holds"),
@@ -40,6 +40,7 @@ pub fn page_for(name: &str) -> &str {
         ("surge-bots", "surge-bots"),
         ("rooms", "rooms"),
         ("nginx-auth", "nginx-compat"),
+        ("nginx-openresty", "nginx-compat"),
     ];
     if name == "edge-static-vs-nginx" {
         return "edge-static";

@@ -892,6 +892,12 @@ impl BotChecks {
             .map_or(BotCheckMode::Off, |r| r.check)
     }
 
+    /// The prefixes of the routes that check anything (nginx's Lua path leaves requests under
+    /// them to the edge).
+    pub fn checked_prefixes(&self) -> Vec<String> {
+        self.routes.read().iter().filter(|r| r.check != BotCheckMode::Off).map(|r| r.path.clone()).collect()
+    }
+
     /// Whether any route checks anything (fast path skip).
     pub fn any(&self) -> bool {
         self.checks_any.load(std::sync::atomic::Ordering::Acquire)

@@ -534,6 +534,56 @@ pub async fn revoke<H: HeadView + ?Sized>(st: &EdgeState, head: &H, path: &str) 
     }
 }
 
+/// Most sessions one `/wicket/sessions` report may name (nginx-compat/lua sends larger sets in
+/// several reports).
+pub const LUA_REPORT_MAX: usize = 5000;
+
+/// `/wicket/sessions`: nginx's Lua path (nginx-compat/lua/wicket.lua) reports, once a second, the
+/// sessions it passed requests on locally — one line `<room> <sub> <client ip> <user> <device>`
+/// each (an absent user empty) — and learns which of them it may go on passing: the answer's `ok`
+/// holds one `1` or `0` per line, `1` when the token's `sub` is that user or device, the client
+/// address, the user and the device are not blocked, the room still guards a path and neither
+/// turns everyone away nor is in test mode, and the session still runs (touched, as a request
+/// through the edge touches it). With it comes what the Lua path needs of the edge's config: the
+/// protected prefixes, the prefixes whose requests always come to the edge (a limit or bot check
+/// covers them, or the edge owns them), and where the user id is read. A malformed line is `0`.
+pub async fn lua_sessions(st: &EdgeState, report: &[u8]) -> serde_json::Value {
+    let table = st.rooms.protection();
+    let local_room = |room: &str| st.rooms.get(room).is_none_or(|r| !r.rejecting() && !r.test_mode());
+    let mut ok = String::with_capacity(report.len() / 32);
+    for line in report.split(|b| *b == b'\n').filter(|l| !l.is_empty()).take(LUA_REPORT_MAX) {
+        let f: Vec<&str> = std::str::from_utf8(line).unwrap_or("").split(' ').collect();
+        let alive = match (f.as_slice(), f.get(2).and_then(|i| i.parse::<IpAddr>().ok())) {
+            ([room, sub, _, user, device], Some(ip))
+                if !sub.is_empty() && (sub == user || sub == device) && table.rules().any(|r| r.room == *room) && local_room(room) =>
+            {
+                !st.blocklist.ip(&st.client_ip.resolve_peer(ip))
+                    && (user.is_empty() || !st.blocklist.user(user))
+                    && !st.blocklist.device(device)
+                    && st.rooms.session_in_use(room, sub).await.unwrap_or(false)
+            }
+            _ => false,
+        };
+        ok.push(if alive { '1' } else { '0' });
+    }
+    let protected: Vec<serde_json::Value> = table
+        .rules()
+        .map(|r| serde_json::json!({"path": r.path, "room": r.room, "event": r.event.as_deref().unwrap_or(&r.room), "local": local_room(&r.room)}))
+        .collect();
+    let mut edge_only: Vec<String> = st.limits.rules.iter().map(|r| r.rule.path.clone()).collect();
+    edge_only.extend(st.bot.checked_prefixes());
+    edge_only.extend(st.core_prefixes.iter().cloned());
+    edge_only.extend([QUEUE_PREFIX.to_owned(), "/wicket/".to_owned()]);
+    let e = &st.config.edge;
+    serde_json::json!({
+        "ok": ok,
+        "protected": protected,
+        "edge_only": edge_only,
+        "user_header": e.user_header.as_deref().map(str::to_ascii_lowercase),
+        "user_cookie": e.user_cookie,
+    })
+}
+
 /// Whether nginx may cache a pass of `/wicket/auth` for `path`: never when a limit rule covers
 /// the path, nor when GeoIP counts requests (its limits, the regional anomaly rule): each request
 /// must be counted.

@@ -36,7 +36,8 @@
 //!   connection) with its forwarded path to a plain-HTTP origin [`front::forward`], the HTTP/2
 //!   door [`front::h2`] (Pingora's connection, the same answers per stream, the rest handed on
 //!   within the connection's upstream slots: [`cancel`]), and Pingora's proxy [`front::proxy`]
-//!   (the `ProxyHttp` phases, the door of what the others hand over and of `/wicket/auth`).
+//!   (the `ProxyHttp` phases, the door of what the others hand over and of nginx's `/wicket/auth`,
+//!   `/wicket/revoke` and `/wicket/sessions`, the report of nginx-compat's OpenResty path).
 //! - [`path`]: the one canonical request path and the one set of head rules (every door uses them).
 //! - [`identity`]: client IP behind trusted proxies, user id, signed device id.
 //! - [`limit`]: nginx `limit_req` semantics on governor; `[[edge.limits]]`.

@@ -434,10 +434,7 @@ async fn lenient_origin() -> (std::net::SocketAddr, std::sync::Arc<parking_lot::
 }
 
 /// The nginx path as example-site.conf lays it out (only `/buy/` guarded, the rest of the site
-/// straight to the origin) holds what the direct edge holds: the origin never sees the admission
-/// token (cookie or bearer), spellings that escape nginx's guarded location are refused with the
-/// edge's JSON 400 before any origin sees them, and `Wicket-Revoke: 1` from the origin ends the
-/// session for every copy of the token.
+/// straight to the origin) holds what the direct edge holds: the table of [`holds_what_the_edge_holds`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_nginx_path_strips_refuses_and_revokes_what_the_edge_does() {
     let (origin, seen) = lenient_origin().await;
@@ -446,6 +443,99 @@ async fn the_nginx_path_strips_refuses_and_revokes_what_the_edge_does() {
         &edge,
         &format!("location /buy/ {{\n   include {{c}}/wicket-protect.conf;\n   proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"),
     );
+    holds_what_the_edge_holds(&nginx, &seen).await;
+    drop(nginx);
+}
+
+/// The OpenResty path (wicket-lua-protect.conf, lua/wicket.lua) holds the same table as the
+/// `auth_request` path, asks the edge nothing for an admitted fan once the edge has confirmed the
+/// session (its `protected` requests do not grow, across several report intervals), and stops
+/// passing a copy of a token whose session the edge ended within two report intervals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openresty_path_holds_the_same_table_and_asks_the_edge_once_per_session() {
+    let (origin, seen) = lenient_origin().await;
+    let edge = compat_edge("");
+    let pem = format!("{}/demo-ed25519.pub.pem", keys_dir());
+    let configure = format!("secret = \"{SECRET}\", keys = {{ [\"ed-1\"] = {{ alg = \"EdDSA\", public_key_file = \"{pem}\" }} }}");
+    let nginx = compat_lua_nginx(
+        &edge,
+        &configure,
+        &format!("location /buy/ {{\n   include {{c}}/wicket-lua-protect.conf;\n   proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"),
+    );
+    holds_what_the_edge_holds(&nginx, &seen).await;
+
+    // A fan admitted afresh: the first protected request asks the edge, the rest pass in nginx.
+    let url = |p: &str| format!("http://{}{p}", nginx.addr);
+    let mut fan = Client { user: "carol".into(), ..Client::default() };
+    admit(&mut fan, &url).await;
+    assert_eq!(fan.send(&url("/buy/ev-1/seat"), &[]).await.status, 200);
+    let asked = || async { protected_requests(&edge).await };
+    let before = asked().await;
+    assert!(before >= 1.0, "the edge counted no protected decision: the count reads the wrong lines");
+    let started = Instant::now();
+    let mut passed = 0;
+    while started.elapsed() < Duration::from_millis(3500) {
+        let r = fan.send(&url("/buy/ev-1/seat"), &[("wicket-user", "mallory")]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert!(!v["cookie"].as_str().unwrap().contains("wicket_a_"), "{v}");
+        passed += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(passed > 20, "{passed}");
+    assert_eq!(asked().await, before, "nginx asked the edge about a confirmed session ({passed} requests)");
+    let log = std::fs::read_to_string(nginx.dir.path().join("error.log")).unwrap_or_default();
+    assert!(!log.contains("[error]") && !log.contains("wicket: report"), "{log}");
+
+    // The edge ends the session (its revoke endpoint, as any edge would): a copy of the token
+    // stops passing in nginx within two report intervals (2 s), and stays refused.
+    let token = fan.jar.get("wicket_a_r1").cloned().unwrap();
+    let cookie = fan.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    let ask = format!("GET /wicket/revoke HTTP/1.1\r\nHost: x\r\nX-Original-URI: /buy/ev-1\r\nX-User-Id: carol\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n");
+    assert_eq!(raw(edge.addr, ask.as_bytes()).await.unwrap().status, 204);
+    let revoked_at = Instant::now();
+    let refused_after = loop {
+        let r = fan.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await;
+        if r.status == 403 {
+            break revoked_at.elapsed();
+        }
+        assert!(revoked_at.elapsed() < Duration::from_secs(4), "the ended session still passes 4 s later");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(refused_after <= Duration::from_millis(2500), "refused only after {refused_after:?}");
+    assert!(fan.jar.get("wicket_a_r1").is_some_and(|t| *t == token));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(fan.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await.status, 403, "and stays refused");
+    drop(nginx);
+}
+
+/// The edge's count of protected-path decisions (each `/wicket/auth` about a protected path).
+async fn protected_requests(edge: &TestEdge) -> f64 {
+    let text = edge.admin("GET", "/metrics", "").await.text();
+    text.lines()
+        .filter(|l| l.starts_with("wicket_edge_requests_total{") && l.contains("route=\"protected\""))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// An EdDSA admission token signed with the edge's own demo key (so only its claims are wrong).
+fn ed_token(room: &str, event: &str, sub: &str, iat: i64, exp: i64) -> String {
+    let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    h.typ = Some("admission+jwt".into());
+    h.kid = Some("ed-1".into());
+    let claims = serde_json::json!({"iss": "wicket", "aud": event, "sub": sub, "jti": "0123456789abcdef0123", "iat": iat, "nbf": iat,
+        "exp": exp, "room": room, "pos": 1});
+    let pem = std::fs::read(format!("{}/demo-ed25519.pem", keys_dir())).unwrap();
+    jsonwebtoken::encode(&h, &claims, &jsonwebtoken::EncodingKey::from_ed_pem(&pem).unwrap()).unwrap()
+}
+
+/// The hostile table every nginx path in front of the edge (`compat_edge`, room r1 guarding
+/// `/buy/ev-1`; nginx guarding `/buy/` and sending the rest to the `lenient_origin`) must hold, as
+/// the direct edge does: the origin never sees the admission token (cookie or bearer), spellings
+/// that escape nginx's guarded location are refused with the edge's JSON 400 before any origin
+/// sees them, forged, tampered, expired, other-room and other-holder tokens are refused, and
+/// `Wicket-Revoke: 1` from the origin ends the session for every copy of the token.
+async fn holds_what_the_edge_holds(nginx: &NginxWith, seen: &std::sync::Arc<parking_lot::Mutex<Vec<String>>>) {
     let url = |p: &str| format!("http://{}{p}", nginx.addr);
     let mut fan = Client { user: "alice".into(), ..Client::default() };
     admit(&mut fan, &url).await;
@@ -460,11 +550,54 @@ async fn the_nginx_path_strips_refuses_and_revokes_what_the_edge_does() {
     assert!(!v["cookie"].as_str().unwrap().contains("wicket_a_"), "{v}");
     let bearer = format!("Bearer {token}");
     let mut only_bearer = Client { user: "alice".into(), jar: fan.jar.iter().filter(|(k, _)| *k != "wicket_a_r1").map(|(k, v)| (k.clone(), v.clone())).collect() };
-    let r = only_bearer.send(&url("/buy/ev-1/seat"), &[("authorization", &bearer)]).await;
-    assert_eq!(r.status, 200, "admitted on the bearer token: {}", r.text());
-    assert_eq!(r.json()["authorization"], "", "the admission bearer token reached the origin: {}", r.text());
-    let r = fan.send(&url("/buy/ev-1/seat"), &[("authorization", "Basic c2l0ZTpwYXNz")]).await;
-    assert_eq!(r.json()["authorization"], "Basic c2l0ZTpwYXNz", "the site's own credentials pass");
+    for _ in 0..3 {
+        // (Again: the OpenResty path passes the repeats in nginx.)
+        let r = only_bearer.send(&url("/buy/ev-1/seat"), &[("authorization", &bearer)]).await;
+        assert_eq!(r.status, 200, "admitted on the bearer token: {}", r.text());
+        assert_eq!(r.json()["authorization"], "", "the admission bearer token reached the origin: {}", r.text());
+    }
+    for _ in 0..3 {
+        let r = fan.send(&url("/buy/ev-1/seat"), &[("authorization", "Basic c2l0ZTpwYXNz"), ("wicket-user", "mallory"), ("wicket-room", "r9")]).await;
+        let v = r.json();
+        assert_eq!(v["authorization"], "Basic c2l0ZTpwYXNz", "the site's own credentials pass");
+        assert!(!v["cookie"].as_str().unwrap().contains("wicket_a_"), "{v}");
+    }
+
+    // Tokens that must not pass, in the cookie and as a bearer: each gets the edge's refusal.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let (head, rest) = token.split_once('.').unwrap();
+    let (claims_b64, sig) = rest.split_once('.').unwrap();
+    let none_alg = {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        format!("{}.{claims_b64}.", b64.encode(r#"{"alg":"none","typ":"admission+jwt","kid":"ed-1"}"#))
+    };
+    let mut flipped = sig.as_bytes().to_vec();
+    flipped[3] = if flipped[3] == b'A' { b'B' } else { b'A' };
+    let hostile = [
+        ("another key", mint_token("r1", "ev-1", "alice", 120, "wicket", "ed-1", "not-the-key-0123456789abcdef0123456789")),
+        ("alg none", none_alg),
+        ("a changed signature", format!("{head}.{claims_b64}.{}", String::from_utf8(flipped).unwrap())),
+        ("expired", ed_token("r1", "ev-1", "alice", now - 200, now - 60)),
+        ("issued for too long", ed_token("r1", "ev-1", "alice", now - 1, now + 400)),
+        ("another room", ed_token("r2", "ev-1", "alice", now - 1, now + 120)),
+        ("another event", ed_token("r1", "ev-2", "alice", now - 1, now + 120)),
+        ("another holder", ed_token("r1", "ev-1", "bob", now - 1, now + 120)),
+    ];
+    for (what, t) in &hostile {
+        let mut holder = Client { user: "alice".into(), jar: fan.jar.clone() };
+        holder.jar.insert("wicket_a_r1".into(), t.clone());
+        let r = holder.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await;
+        assert_eq!(r.status, 403, "{what} (cookie): {}", r.text());
+        holder.jar.remove("wicket_a_r1");
+        let r = holder.send(&url("/buy/ev-1/seat"), &[("accept", "application/json"), ("authorization", &format!("Bearer {t}"))]).await;
+        assert_eq!(r.status, 403, "{what} (bearer): {}", r.text());
+    }
+    // Alice's real token with another user id, or with no device and no user: not hers to use.
+    let mut bob = Client { user: "bob".into(), jar: fan.jar.clone() };
+    assert_eq!(bob.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await.status, 403, "another holder");
+    let mut nobody = Client { user: String::new(), jar: [("wicket_a_r1".to_string(), token.clone())].into() };
+    assert_eq!(nobody.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await.status, 403, "no holder");
 
     // Spellings the origin reads as /buy/… but nginx matches to `location /`: refused by the edge.
     let before = seen.lock().len();
@@ -489,7 +622,8 @@ async fn the_nginx_path_strips_refuses_and_revokes_what_the_edge_does() {
     let cleared = r.headers.get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()).any(|c| c.starts_with("wicket_a_r1=;") && c.contains("Max-Age=0"));
     assert!(cleared, "the admission cookie is not cleared: {:?}", r.headers);
     assert!(fan.jar.get("wicket_a_r1").is_none_or(|v| v.is_empty()), "{:?}", fan.jar);
-    // The copy passes at most until nginx's cached pass (auth-cache-seconds = 1) expires.
+    // The copy passes at most until nginx's cached pass (auth-cache-seconds = 1) or the
+    // OpenResty path's confirmation (two report intervals) runs out.
     let revoked_at = Instant::now();
     let mut refused_after = None;
     while revoked_at.elapsed() < Duration::from_secs(4) {
@@ -503,7 +637,6 @@ async fn the_nginx_path_strips_refuses_and_revokes_what_the_edge_does() {
     assert!(refused_after <= Duration::from_millis(2500), "refused only after {refused_after:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(stolen.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await.status, 403, "and stays refused");
-    drop(nginx);
 }
 
 /// The revoke endpoint as a hostile client would use it: not there for an untrusted peer, a forged
@@ -558,4 +691,48 @@ async fn the_revoke_endpoint_ends_only_real_sessions_and_only_for_trusted_proxie
     assert_eq!(r.status, 204, "a replayed revoke is answered the same: {r:?}");
     assert_eq!(passes(&mut fan).await, 403);
     drop(nginx);
+}
+
+/// The report endpoint of the OpenResty path (`POST /wicket/sessions`) as a hostile client of a
+/// trusted proxy would use it: not there for an untrusted peer, `POST` only, and a line passes
+/// only for a running session of a guarded room whose holder is the line's user or device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sessions_report_confirms_only_running_sessions_of_their_holders() {
+    let edge = compat_edge("");
+    let url = |p: &str| edge.url(p);
+    let mut fan = Client { user: "alice".into(), ..Client::default() };
+    admit(&mut fan, &url).await;
+    let device = fan.jar["wicket_d"].split('.').next().unwrap().to_owned();
+    let report = |body: &str| format!("POST /wicket/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_bytes();
+    let lines = [
+        format!("r1 alice 203.0.113.7 alice {device}"),  // the session, its user: 1
+        format!("r1 {device} 203.0.113.7  {device}"),    // no session for the device as sub: 0
+        format!("r1 alice 203.0.113.7 bob {device}"),    // sub is neither user nor device: 0
+        format!("r2 alice 203.0.113.7 alice {device}"),  // no such room: 0
+        "r1 alice not-an-ip alice x".to_owned(),         // malformed: 0
+        format!("r1 alice 203.0.113.7 alice {device} extra"),
+    ];
+    let r = raw(edge.addr, &report(&lines.join("\n"))).await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["ok"], "100000", "{v}");
+    assert_eq!(v["protected"][0]["path"], "/buy/ev-1");
+    assert_eq!((v["protected"][0]["room"].as_str(), v["protected"][0]["local"].as_bool()), (Some("r1"), Some(true)));
+    assert_eq!(v["user_header"], "x-user-id");
+    let edge_only: Vec<&str> = v["edge_only"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(["/limited/", "/queue/", "/wicket/", "/v1/"].iter().all(|p| edge_only.contains(p)), "{v}");
+    // Only POST; only for trusted proxies.
+    let r = raw(edge.addr, b"GET /wicket/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    assert_eq!(r.status, 400, "{r:?}");
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut s = sock.connect(edge.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut s, &report(&lines[0])).await.unwrap();
+    assert_eq!(read_answer(&mut s).await.unwrap().status, 404);
+    // Once the session ends, its line is 0.
+    let cookie = fan.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+    let ask = format!("GET /wicket/revoke HTTP/1.1\r\nHost: x\r\nX-Original-URI: /buy/ev-1\r\nX-User-Id: alice\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n");
+    assert_eq!(raw(edge.addr, ask.as_bytes()).await.unwrap().status, 204);
+    let r = raw(edge.addr, &report(&lines[0])).await.unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&r.body).unwrap()["ok"], "0");
 }

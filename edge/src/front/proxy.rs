@@ -73,6 +73,10 @@ pub const AUTH_PATH: &str = "/wicket/auth";
 /// (cookie or bearer, as the original request carried it) ends its session.
 pub const REVOKE_PATH: &str = "/wicket/revoke";
 
+/// Where nginx's Lua path (nginx-compat/lua) reports the sessions it passed locally and learns
+/// which it may go on passing ([`crate::decide::lua_sessions`]): answered only to trusted proxies.
+pub const SESSIONS_PATH: &str = "/wicket/sessions";
+
 /// The `ProxyHttp` implementation.
 pub struct EdgeProxy {
     /// Shared state.
@@ -160,6 +164,22 @@ impl EdgeProxy {
         let mut h = ResponseHeader::build(204, Some(1))?;
         h.insert_header(header::CACHE_CONTROL, "no-store")?;
         session.write_response_header(Box::new(h), true).await?;
+        Ok(true)
+    }
+
+    /// [`SESSIONS_PATH`]: nginx's Lua path reports the sessions it passed (`POST`, one line each)
+    /// and gets back which it may go on passing, with the edge's protected paths.
+    async fn lua_sessions(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        if session.req_header().method != http::Method::POST {
+            return self.reject(session, ctx, Reject::BadRequest("use POST")).await;
+        }
+        let body = match self.state.read_body(session).await {
+            Ok(b) => b,
+            Err(r) => return self.reject(session, ctx, r).await,
+        };
+        let v = crate::decide::lua_sessions(&self.state, &body).await;
+        let extra = [(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"))];
+        send_json(session, 200, &v, &extra).await?;
         Ok(true)
     }
 
@@ -413,13 +433,16 @@ impl ProxyHttp for EdgeProxy {
         let peer = session.client_addr().and_then(|a| a.as_inet()).map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
         ctx.v.ip = st.client_ip.resolve(peer, session.req_header());
         let path = session.req_header().uri.path();
-        if path == REVOKE_PATH || path == AUTH_PATH {
+        if path == REVOKE_PATH || path == AUTH_PATH || path == SESSIONS_PATH {
             // nginx's endpoints: for the proxies it trusts, nobody else.
             if !st.client_ip.is_trusted(&st.client_ip.resolve_peer(peer)) {
                 return self.reject(session, ctx, Reject::NotFound).await;
             }
             if path == REVOKE_PATH {
                 return self.revoke_original(session, ctx).await;
+            }
+            if path == SESSIONS_PATH {
+                return self.lua_sessions(session, ctx).await;
             }
             ctx.auth = true;
             if let Err(r) = self.become_original(session.req_header_mut()) {

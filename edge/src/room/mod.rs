@@ -1471,6 +1471,13 @@ impl Rooms {
         if user != Some(sub) && device != Some(sub) {
             return Ok(false);
         }
+        self.session_in_use(room, sub).await
+    }
+
+    /// The session of `sub` in `room` is in use (its holder already checked: by
+    /// [`Rooms::session_ok`], or by nginx's Lua path): whether it still runs, touched when it does.
+    /// A rule without a waiting room keeps no session: true.
+    pub async fn session_in_use(&self, room: &str, sub: &str) -> Result<bool, StateError> {
         let Some(r) = self.get(room) else { return Ok(true) };
         let (who, now) = (self.who(room, sub), unix_ms());
         let alive = r.state.session_alive(who, now).await?;

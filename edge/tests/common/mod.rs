@@ -600,9 +600,14 @@ impl Drop for NginxWith {
 }
 
 pub fn nginx_conf(dir: &Path, http_body: &str) -> PathBuf {
+    nginx_conf_with(dir, "", http_body)
+}
+
+/// [`nginx_conf`] with `main` (e.g. `load_module` lines) at the top of the main context.
+pub fn nginx_conf_with(dir: &Path, main: &str, http_body: &str) -> PathBuf {
     let d = dir.display();
     let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
+        "{main}daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
          events {{ worker_connections 512; }}\n\
          http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
          fastcgi_temp_path {d}/fcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n{http_body}\n}}\n"
@@ -613,8 +618,13 @@ pub fn nginx_conf(dir: &Path, http_body: &str) -> PathBuf {
 }
 
 pub fn start_nginx(port: u16, http_body: &str) -> NginxWith {
+    start_nginx_with(port, "", http_body)
+}
+
+/// [`start_nginx`] with `main` at the top of the main context.
+pub fn start_nginx_with(port: u16, main: &str, http_body: &str) -> NginxWith {
     let dir = tempfile::tempdir().unwrap();
-    let conf = nginx_conf(dir.path(), http_body);
+    let conf = nginx_conf_with(dir.path(), main, http_body);
     let child = Command::new(nginx_bin())
         .arg("-p")
         .arg(dir.path())
@@ -669,6 +679,46 @@ pub fn compat_nginx(edge: &TestEdge, locations: &str) -> NginxWith {
              server {{\n  listen 127.0.0.1:{port};\n  include {}/wicket.conf;\n  {locations}\n }}",
             edge.addr,
             shipped_http_conf(),
+            compat.display()
+        ),
+    )
+}
+
+/// The `load_module` lines of Debian's lua module and the NDK it needs (libnginx-mod-http-lua,
+/// which scripts/test.sh installs), read from the package's own files with absolute paths (a
+/// test nginx's prefix is its temp folder).
+pub fn lua_modules() -> String {
+    ["mod-http-ndk.conf", "mod-http-lua.conf"]
+        .iter()
+        .map(|f| {
+            let path = format!("/usr/share/nginx/modules-available/{f}");
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e} (scripts/test.sh installs libnginx-mod-http-lua)"));
+            text.replace(" modules/", " /usr/lib/nginx/modules/")
+        })
+        .collect()
+}
+
+/// A real nginx with the lua module in front of `edge`, the OpenResty path's shipped files
+/// (wicket-http.conf and wicket-lua-http.conf in `http`, lua/wicket.lua configured by `configure`,
+/// the arguments of `require("wicket").configure{}`), wicket.conf in the server, then `locations`
+/// (where `{c}` names the folder of the shipped snippets).
+pub fn compat_lua_nginx(edge: &TestEdge, configure: &str, locations: &str) -> NginxWith {
+    let compat = compat_dir().canonicalize().unwrap();
+    let port = free_port();
+    let locations = locations.replace("{c}", &compat.display().to_string());
+    let lua_http = std::fs::read_to_string(compat.join("wicket-lua-http.conf")).unwrap();
+    assert!(lua_http.contains("/etc/nginx/wicket/lua/"), "{lua_http}");
+    let lua_http = lua_http.replace("/etc/nginx/wicket/lua/", &format!("{}/lua/", compat.display()));
+    start_nginx_with(
+        port,
+        &lua_modules(),
+        &format!(
+            " upstream wicket_edge {{ server {}; keepalive 8; }}\n{}\n{lua_http}\n\
+             init_by_lua_block {{ require(\"wicket\").configure{{ edge = \"{}\", {configure} }} }}\n\
+             server {{\n  listen 127.0.0.1:{port};\n  include {}/wicket.conf;\n  {locations}\n }}",
+            edge.addr,
+            shipped_http_conf(),
+            edge.addr,
             compat.display()
         ),
     )

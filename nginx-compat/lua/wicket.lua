@@ -1,0 +1,511 @@
+-- Wicket's admission check inside nginx's own worker (OpenResty / Debian's libnginx-mod-http-lua):
+-- a fan who holds a valid admission token passes without a subrequest to the edge; everything
+-- else — no token, a token this file cannot vouch for, the queue, joins, refusals — is the edge's,
+-- asked exactly as nginx-compat/wicket-protect.conf asks it (the `/_wicket_auth` subrequest, then
+-- `@wicket` for a refusal; `/_wicket_auth_fresh`, past nginx's cache, when the answer is to confirm
+-- a session). See nginx-compat/README.md "The OpenResty path".
+--
+-- Used from nginx (wicket-lua-http.conf, wicket-lua-protect.conf):
+--   init_by_lua_block        { require("wicket").configure{ edge = "127.0.0.1:8080", secret = "...",
+--                                keys = { ["hs-1"] = { alg = "HS256", secret = "..." } } } }
+--   init_worker_by_lua_block { require("wicket").start() }
+--   access_by_lua_block      { require("wicket").access() }      -- in each guarded location
+--   header_filter_by_lua_block { require("wicket").header_filter() }
+--
+-- A request passes here, in nginx, only when all of these hold; otherwise the edge decides it:
+--   1. the edge's config is fresh (pulled within 3 report intervals);
+--   2. the path (nginx's normalised $uri) is under a protected prefix of a room that is neither
+--      turning everyone away nor in test mode, and under no prefix the edge keeps for itself (a
+--      limit or a bot check covers it, or it is the core's, the queue's or the edge's own);
+--   3. the room's admission token (cookie `wicket_a_<room>`, else `Authorization: Bearer`) passes
+--      the edge's own checks: typ `admission+jwt`, no `crit`, a known kid and its alg (HS256 or
+--      EdDSA) and signature, iss, aud (the event), room, sub 1-256 bytes, jti >= 16 bytes,
+--      iat/nbf/exp with the edge's leeway and a lifetime of at most 300 s;
+--   4. the request carries a device cookie the edge signed (`wicket_d`), and the token's `sub` is
+--      that device or the request's user id (the holder);
+--   5. the edge confirmed this session for this client address, user and device within the
+--      last two report intervals: by passing a request of it (the subrequest), or in its answer to
+--      the last report. Each interval nginx reports the sessions it passed in the last `idle`
+--      seconds; the edge answers which still run, touches them, and refuses blocked addresses,
+--      users and devices.
+-- So a revoked or expired session, or a new block, stops passing here within two intervals (2 s
+-- by default), and nothing passes here that the edge would refuse.
+
+local ffi = require "ffi"
+local cjson = require "cjson.safe"
+local lrucache = require "resty.lrucache"
+local b64 = require "ngx.base64"
+
+local C = ffi.C
+local ngx = ngx
+local ngx_var = ngx.var
+local byte, find, sub, gsub = string.byte, string.find, string.sub, string.gsub
+
+ffi.cdef [[
+typedef struct bio_st BIO;
+typedef struct evp_pkey_st EVP_PKEY;
+typedef struct evp_md_ctx_st EVP_MD_CTX;
+const void *EVP_sha256(void);
+unsigned char *HMAC(const void *md, const void *key, int key_len, const unsigned char *d, size_t n,
+                    unsigned char *out, unsigned int *out_len);
+int CRYPTO_memcmp(const void *a, const void *b, size_t len);
+BIO *BIO_new_mem_buf(const void *buf, int len);
+void BIO_free(BIO *b);
+EVP_PKEY *PEM_read_bio_PUBKEY(BIO *bp, EVP_PKEY **x, void *cb, void *u);
+EVP_MD_CTX *EVP_MD_CTX_new(void);
+int EVP_DigestVerifyInit(EVP_MD_CTX *ctx, void **pctx, const void *type, void *e, EVP_PKEY *pkey);
+int EVP_DigestVerify(EVP_MD_CTX *ctx, const unsigned char *sig, size_t siglen,
+                     const unsigned char *tbs, size_t tbslen);
+]]
+
+local _M = {}
+
+-- What configure() was given (nginx's config: keys and the edge's secret never leave nginx).
+local cfg = {
+    edge_host = "127.0.0.1",
+    edge_port = 8080,
+    issuer = "wicket",
+    leeway = 5,            -- [tokens] leeway-seconds (at most 10, as the edge)
+    interval = 1,          -- seconds between reports; a confirmation lasts two
+    dict = "wicket_lua",   -- lua_shared_dict holding the confirmations
+    verified_max = 50000,  -- tokens remembered as verified per worker
+    decided_max = 20000,   -- requests' credentials remembered as checked per worker
+    seen_max = 50000,      -- sessions a worker reports at most
+    idle = 30,             -- seconds a session is still reported after its last request here
+    report_bytes = 12288,  -- largest report body: below the edge's max-body-bytes (default 16 KiB)
+}
+local keys = {}            -- kid -> { alg = "HS256", secret = s } | { alg = "EdDSA", pkey = EVP_PKEY* }
+local device_key           -- HMAC key of the edge's device cookie MAC (from [edge] secret)
+
+-- Pulled from the edge (per worker): protected prefixes, the edge's own prefixes, the user id.
+local state = { protected = {}, edge_only = {}, at = 0 }
+local verified             -- lrucache: token .. " " .. room -> claims
+-- lrucache: everything a request's check reads (Cookie, Authorization, user header, client address,
+-- room) -> what it found; a fan's next request with the same credentials costs one lookup.
+local decided
+local seen = {}            -- "room sub ip user device" -> when nginx last passed a request of it
+local seen_n = 0
+
+local hmac_out = ffi.new("unsigned char[32]")
+local hmac_len = ffi.new("unsigned int[1]")
+local md_ctx               -- one EVP_MD_CTX per worker, re-initialised for each EdDSA check
+local dict                 -- the shared dict of the confirmations (all workers see them)
+
+local function hmac(key, data)
+    C.HMAC(C.EVP_sha256(), key, #key, data, #data, hmac_out, hmac_len)
+    return ffi.string(hmac_out, hmac_len[0])
+end
+
+local function equal(a, b)
+    return #a == #b and C.CRYPTO_memcmp(a, b, #a) == 0
+end
+
+local function read_file(path)
+    local f = assert(io.open(path, "rb"))
+    local text = f:read("*a")
+    f:close()
+    return text
+end
+
+--- configure{ edge = "host:port", secret = edge secret | secret_file = path, keys = { [kid] =
+--- { alg = "HS256", secret = s | secret_file = path } | { alg = "EdDSA", public_key_file = path } },
+--- issuer = "wicket", leeway = 5, interval = 1, dict = "wicket_lua" }. In init_by_lua.
+function _M.configure(opts)
+    local host, port = string.match(opts.edge or "", "^([%w%.%-]+):(%d+)$")
+    assert(host, "wicket: edge must be host:port")
+    cfg.edge_host, cfg.edge_port = host, tonumber(port)
+    for _, k in ipairs({ "issuer", "leeway", "interval", "dict", "verified_max", "decided_max", "seen_max", "idle", "report_bytes" }) do
+        if opts[k] ~= nil then cfg[k] = opts[k] end
+    end
+    assert(cfg.leeway <= 10, "wicket: leeway is at most 10 s")
+    local secret = opts.secret or (opts.secret_file and gsub(read_file(opts.secret_file), "%s+$", ""))
+    assert(secret and #secret > 0, "wicket: the edge's [edge] secret is needed (device cookies)")
+    -- identity.rs Signer::new: key = HMAC("wicket-edge-v1", secret).
+    device_key = hmac("wicket-edge-v1", secret)
+    for kid, k in pairs(opts.keys or {}) do
+        if k.alg == "HS256" then
+            local s = k.secret or (k.secret_file and gsub(read_file(k.secret_file), "%s+$", ""))
+            assert(s and #s >= 32, "wicket: HS256 key " .. kid .. " needs a secret of 32+ characters")
+            keys[kid] = { alg = "HS256", secret = s }
+        elseif k.alg == "EdDSA" then
+            local pem = read_file(k.public_key_file)
+            local bio = C.BIO_new_mem_buf(pem, #pem)
+            local pkey = C.PEM_read_bio_PUBKEY(bio, nil, nil, nil)
+            C.BIO_free(bio)
+            assert(pkey ~= nil, "wicket: " .. k.public_key_file .. " is not a public key in PEM")
+            keys[kid] = { alg = "EdDSA", pkey = pkey }
+        else
+            error("wicket: key " .. kid .. ": alg must be HS256 or EdDSA")
+        end
+    end
+end
+
+-- JWT ------------------------------------------------------------------------------------------
+
+local function is_uint(v)
+    return type(v) == "number" and v >= 0 and v == math.floor(v) and v < 2 ^ 53
+end
+
+local function signature_ok(key, input, sig)
+    if key.alg == "HS256" then
+        return equal(hmac(key.secret, input), sig)
+    end
+    if #sig ~= 64 or C.EVP_DigestVerifyInit(md_ctx, nil, nil, nil, key.pkey) ~= 1 then
+        return false
+    end
+    return C.EVP_DigestVerify(md_ctx, sig, #sig, input, #input) == 1
+end
+
+-- The claims of `token` when the edge would accept it for `rule` (admission.rs verify_full); nil
+-- otherwise. Stricter is safe: a token refused here goes to the edge, which decides.
+local function verify_token(token, rule, now)
+    if #token == 0 or #token > 4096 then return nil end
+    local d1 = find(token, ".", 1, true)
+    local d2 = d1 and find(token, ".", d1 + 1, true)
+    if not d2 or find(token, ".", d2 + 1, true) then return nil end
+    local head = cjson.decode(b64.decode_base64url(sub(token, 1, d1 - 1)) or "")
+    if type(head) ~= "table" or head.typ ~= "admission+jwt" or head.crit ~= nil then return nil end
+    local key = type(head.kid) == "string" and keys[head.kid]
+    if not key or head.alg ~= key.alg then return nil end
+    local sig = b64.decode_base64url(sub(token, d2 + 1))
+    if not sig or not signature_ok(key, sub(token, 1, d2 - 1), sig) then return nil end
+    local c = cjson.decode(b64.decode_base64url(sub(token, d1 + 1, d2 - 1)) or "")
+    if type(c) ~= "table" then return nil end
+    if c.iss ~= cfg.issuer or c.room ~= rule.room or type(c.sub) ~= "string" or type(c.jti) ~= "string" then return nil end
+    local aud_ok = c.aud == rule.event
+    if type(c.aud) == "table" then
+        for _, a in ipairs(c.aud) do aud_ok = aud_ok or a == rule.event end
+    end
+    if not aud_ok or #c.sub == 0 or #c.sub > 256 or #c.jti < 16 then return nil end
+    if not (is_uint(c.iat) and is_uint(c.exp) and is_uint(c.nbf) and is_uint(c.pos)) then return nil end
+    local leeway = cfg.leeway
+    if c.exp + leeway <= now or c.nbf > now + leeway or c.iat > now + leeway then return nil end
+    if c.exp <= c.iat or c.exp - c.iat > 300 then return nil end
+    return { sub = c.sub, pos = c.pos, exp = c.exp }
+end
+
+-- The request ------------------------------------------------------------------------------------
+
+-- The first `name=value` of the Cookie headers (identity.rs `cookie`: trimmed, quotes dropped).
+local function cookie(cookies, name)
+    if not cookies then return nil end
+    for pair in string.gmatch(cookies, "[^;]+") do
+        local eq = find(pair, "=", 1, true)
+        if eq and gsub(sub(pair, 1, eq - 1), "^%s*(.-)%s*$", "%1") == name then
+            return (gsub(gsub(sub(pair, eq + 1), "^%s*(.-)%s*$", "%1"), '^"*(.-)"*$', "%1"))
+        end
+    end
+    return nil
+end
+
+-- The device id of a cookie the edge signed (identity.rs DeviceIds::verify), or nil.
+local function device_of(value)
+    if not value or #value ~= 45 or byte(value, 23) ~= 46 then return nil end
+    local id, tag = sub(value, 1, 22), b64.decode_base64url(sub(value, 24))
+    if not tag or #tag ~= 16 then return nil end
+    return equal(sub(hmac(device_key, "device\0" .. id), 1, 16), tag) and id or nil
+end
+
+-- The user id as the edge reads it (identity.rs UserSource::user), or nil.
+local function user_of(cookies)
+    local raw
+    if state.user_var then
+        raw = ngx_var[state.user_var]
+        if type(raw) == "table" then raw = raw[1] end
+    end
+    if raw == nil and state.user_cookie then raw = cookie(cookies, state.user_cookie) end
+    if raw == nil or #raw == 0 or #raw > 128 or find(raw, "[^\33-\126]") then return nil end
+    return raw
+end
+
+local function starts(s, prefix)
+    return find(s, prefix, 1, true) == 1
+end
+
+-- The protected rule for `path` (longest prefix) when nginx may decide it here, else nil.
+local function local_rule(path)
+    if ngx.now() - state.at > 3 * cfg.interval then return nil end
+    for _, p in ipairs(state.edge_only) do
+        if starts(path, p) then return nil end
+    end
+    local best
+    for _, r in ipairs(state.protected) do
+        if starts(path, r.path) and (not best or #r.path > #best.path) then best = r end
+    end
+    return best and best.is_local and best or nil
+end
+
+local function confirmation_key(room, subject, ip, user, device)
+    return room .. " " .. subject .. " " .. ip .. " " .. (user or "") .. " " .. device
+end
+
+local function remember_seen(key)
+    if seen[key] then
+        seen[key] = ngx.now()
+    elseif seen_n < cfg.seen_max then
+        seen[key] = ngx.now()
+        seen_n = seen_n + 1
+    end
+end
+
+-- What the origin gets of the client's credentials once admitted to `room` (decide.rs
+-- upstream_credentials): the cookies without `wicket_a_<room>`, no bearer Authorization.
+local function forward_credentials(cookies, auth, room)
+    local kept = {}
+    if cookies then
+        local name = "wicket_a_" .. room .. "="
+        for c in string.gmatch(cookies, "[^;]+") do
+            c = gsub(c, "^%s*(.-)%s*$", "%1")
+            if #c > 0 and not starts(c, name) then kept[#kept + 1] = c end
+        end
+    end
+    return table.concat(kept, "; "), (auth and not starts(auth, "Bearer ")) and auth or ""
+end
+
+-- The edge decides (wicket-protect.conf's path): its 2xx passes with its identity and cookie, its
+-- 401/403 hands the request to @wicket, anything else is a 500 (as auth_request).
+local function ask_edge(confirm)
+    -- A pass that is to confirm a session must be the edge's answer of now, not a cached one.
+    local res = ngx.location.capture(confirm and "/_wicket_auth_fresh" or "/_wicket_auth")
+    local status = res.status
+    if status == 401 or status == 403 then
+        return ngx.exec("@wicket")
+    end
+    if status < 200 or status > 299 then
+        return ngx.exit(ngx.HTTP_INTERNAL_SERVER_ERROR)
+    end
+    local h = {}
+    for k, v in pairs(res.header) do
+        h[string.lower(k)] = v
+    end
+    local function one(name)
+        local v = h[name]
+        if type(v) == "table" then v = v[1] end
+        return v or ""
+    end
+    ngx_var.wicket_user = one("wicket-user")
+    ngx_var.wicket_device = one("wicket-device")
+    ngx_var.wicket_room = one("wicket-room")
+    ngx_var.wicket_position = one("wicket-position")
+    -- As auth_request_set: the first cookie the edge sets (add_header in wicket-lua-protect.conf).
+    ngx_var.wicket_cookie = one("set-cookie")
+    ngx_var.wicket_forward_cookie = one("wicket-forward-cookie")
+    ngx_var.wicket_forward_authorization = one("wicket-forward-authorization")
+    -- The edge passed this very session for this client: later requests pass here.
+    if confirm and h["set-cookie"] == nil and one("wicket-room") == confirm.room and one("wicket-user") == confirm.sub then
+        dict:set("c " .. confirm.key, true, 2 * cfg.interval)
+        remember_seen(confirm.key)
+    end
+end
+
+-- What the request's credentials show for `rule` when nginx may pass it (given the edge's
+-- confirmation): { sub, device, pos, exp, key (the confirmation's), fwd_cookie, fwd_auth }; nil
+-- when the edge must decide.
+local function check(rule, cookies, auth, ip, now)
+    local token = cookie(cookies, rule.cookie)
+    if not token and auth and starts(auth, "Bearer ") then
+        token = gsub(sub(auth, 8), "^%s*(.-)%s*$", "%1")
+    end
+    local device = device_of(cookie(cookies, "wicket_d"))
+    if not token or not device then return nil end
+    local vkey = token .. " " .. rule.room
+    local claims = verified:get(vkey)
+    if not claims then
+        claims = verify_token(token, rule, now)
+        if not claims then return nil end
+        verified:set(vkey, claims, claims.exp + cfg.leeway - now)
+    end
+    local user = user_of(cookies)
+    if claims.sub ~= user and claims.sub ~= device then return nil end
+    local fwd_cookie, fwd_auth = forward_credentials(cookies, auth, rule.room)
+    return { sub = claims.sub, device = device, pos = tostring(claims.pos), exp = claims.exp,
+             key = confirmation_key(rule.room, claims.sub, ip, user, device),
+             fwd_cookie = fwd_cookie, fwd_auth = fwd_auth }
+end
+
+--- The access phase of a guarded location.
+function _M.access()
+    local rule = local_rule(ngx_var.uri)
+    if not rule then return ask_edge(nil) end
+    local cookies, auth, ip = ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr
+    local user_raw = state.user_var and ngx_var[state.user_var]
+    if type(user_raw) == "table" then user_raw = user_raw[1] end
+    local now = ngx.time()
+    local dkey = rule.room .. "\n" .. ip .. "\n" .. (cookies or "") .. "\n" .. (auth or "") .. "\n" .. (user_raw or "")
+    local d = decided:get(dkey)
+    if not d then
+        d = check(rule, cookies, auth, ip, now)
+        if not d then return ask_edge(nil) end
+        decided:set(dkey, d, d.exp + cfg.leeway - now)
+    end
+    if d.exp + cfg.leeway <= now then return ask_edge(nil) end
+    if not dict:get("c " .. d.key) then
+        return ask_edge({ key = d.key, room = rule.room, sub = d.sub })
+    end
+    remember_seen(d.key)
+    ngx_var.wicket_user = d.sub
+    ngx_var.wicket_device = d.device
+    ngx_var.wicket_room = rule.room
+    ngx_var.wicket_position = d.pos
+    ngx_var.wicket_forward_cookie = d.fwd_cookie
+    ngx_var.wicket_forward_authorization = d.fwd_auth
+end
+
+-- Asks the edge's /wicket/revoke to end the session of the token `head` carried (a timer: the
+-- answer is already on its way to the client).
+local function revoke_at_edge(premature, head)
+    if premature then return end
+    local sock = ngx.socket.tcp()
+    sock:settimeout(2000)
+    local ok, err = sock:connect(cfg.edge_host, cfg.edge_port)
+    if not ok then
+        ngx.log(ngx.ERR, "wicket: revoke not delivered: ", err)
+        return
+    end
+    sock:send("GET /wicket/revoke HTTP/1.1\r\nHost: wicket\r\nConnection: close\r\n" .. head .. "\r\n")
+    local status = sock:receive("*l")
+    sock:close()
+    if not status or not find(status, " 204", 1, true) then
+        ngx.log(ngx.ERR, "wicket: revoke answered ", status or "nothing")
+    end
+end
+
+local function header_line(name, value)
+    if value == nil or find(value, "[\r\n]") then return "" end
+    return name .. ": " .. value .. "\r\n"
+end
+
+--- The header filter of a guarded location: the origin's `Wicket-Revoke: 1` is kept from the
+--- client, the admission cookie cleared, this nginx's confirmation of the session dropped at once,
+--- and the edge told (every copy of the token then stops passing everywhere within two intervals).
+function _M.header_filter()
+    local revoke = ngx.header["Wicket-Revoke"]
+    if revoke == nil then return end
+    ngx.header["Wicket-Revoke"] = nil
+    local room = ngx_var.wicket_room
+    if revoke ~= "1" or not room or room == "" then return end
+    local set = ngx.header["Set-Cookie"]
+    local cookies = type(set) == "table" and set or { set }
+    cookies[#cookies + 1] = "wicket_a_" .. room .. "=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
+    ngx.header["Set-Cookie"] = cookies
+    local rule = local_rule(ngx_var.uri)
+    local d = rule and check(rule, ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr, ngx.time())
+    if d then dict:delete("c " .. d.key) end
+    local head = header_line("X-Original-URI", ngx_var.request_uri)
+        .. header_line("X-Original-Method", ngx_var.request_method)
+        .. header_line("X-Forwarded-For", ngx_var.proxy_add_x_forwarded_for)
+        .. header_line("Cookie", ngx_var.http_cookie)
+        .. header_line("Authorization", ngx_var.http_authorization)
+    if state.user_var then
+        head = head .. header_line(state.user_header, ngx_var[state.user_var])
+    end
+    ngx.timer.at(0, revoke_at_edge, head)
+end
+
+-- The report -------------------------------------------------------------------------------------
+
+-- POSTs `body` to the edge's /wicket/sessions; the decoded answer, or nil and why.
+local function report(body)
+    local sock = ngx.socket.tcp()
+    sock:settimeout(2000)
+    local ok, err = sock:connect(cfg.edge_host, cfg.edge_port)
+    if not ok then return nil, err end
+    local req = "POST /wicket/sessions HTTP/1.1\r\nHost: wicket\r\nContent-Type: text/plain\r\nContent-Length: "
+        .. #body .. "\r\nConnection: close\r\n\r\n" .. body
+    ok, err = sock:send(req)
+    if not ok then sock:close() return nil, err end
+    local status_line = sock:receive("*l")
+    local status = status_line and tonumber(string.match(status_line, "^HTTP/1%.%d (%d%d%d)"))
+    local length
+    while true do
+        local line = sock:receive("*l")
+        if not line then sock:close() return nil, "cut off" end
+        if line == "" then break end
+        local n = string.match(string.lower(line), "^content%-length:%s*(%d+)")
+        if n then length = tonumber(n) end
+    end
+    local data = length and sock:receive(length)
+    sock:close()
+    if status ~= 200 or not data then return nil, "status " .. tostring(status) end
+    return cjson.decode(data)
+end
+
+local function apply_config(v)
+    if type(v.protected) ~= "table" or type(v.edge_only) ~= "table" then return false end
+    local protected = {}
+    for _, r in ipairs(v.protected) do
+        protected[#protected + 1] = { path = r.path, room = r.room, event = r.event, is_local = r["local"] == true,
+                                      cookie = "wicket_a_" .. r.room }
+    end
+    state.protected, state.edge_only = protected, v.edge_only
+    state.user_header = type(v.user_header) == "string" and v.user_header or nil
+    state.user_var = state.user_header and "http_" .. gsub(state.user_header, "-", "_") or nil
+    state.user_cookie = type(v.user_cookie) == "string" and v.user_cookie or nil
+    state.at = ngx.now()
+    return true
+end
+
+-- One report: the sessions this worker passed in the last `idle` seconds (so a fan who pauses
+-- between pages stays confirmed), in requests the edge takes (at most 5000 lines and
+-- `report_bytes`). One at a time per worker: a slow edge delays reports, never piles them up.
+local reporting = false
+local function report_all()
+    local batch = {}
+    local since = ngx.now() - cfg.idle
+    for k, at in pairs(seen) do
+        if at < since then
+            seen[k] = nil
+            seen_n = seen_n - 1
+        else
+            batch[#batch + 1] = k
+        end
+    end
+    local i = 1
+    repeat
+        local lines, size = {}, 0
+        while i <= #batch and #lines < 5000 and size + #batch[i] + 1 <= cfg.report_bytes do
+            lines[#lines + 1] = batch[i]
+            size = size + #batch[i] + 1
+            i = i + 1
+        end
+        if #lines == 0 and i <= #batch then i = i + 1 end -- a line over the limit: never confirmed
+        local v, err = report(table.concat(lines, "\n"))
+        if not v or type(v.ok) ~= "string" or not apply_config(v) then
+            ngx.log(ngx.WARN, "wicket: report to the edge failed: ", err or "bad answer")
+            -- Unconfirmed sessions lapse within two intervals: the edge decides them again.
+            return
+        end
+        for j, key in ipairs(lines) do
+            if sub(v.ok, j, j) == "1" then
+                dict:set("c " .. key, true, 2 * cfg.interval)
+            else
+                dict:delete("c " .. key)
+                if seen[key] then
+                    seen[key] = nil
+                    seen_n = seen_n - 1
+                end
+            end
+        end
+    until i > #batch
+end
+
+local function sync(premature)
+    if premature or reporting then return end
+    reporting = true
+    local ok, err = pcall(report_all)
+    reporting = false
+    if not ok then ngx.log(ngx.ERR, "wicket: report: ", err) end
+end
+
+--- Starts the worker's report timer (init_worker_by_lua) and pulls the edge's config at once.
+function _M.start()
+    assert(device_key, "wicket: configure{} was not called (init_by_lua)")
+    verified = assert(lrucache.new(cfg.verified_max))
+    decided = assert(lrucache.new(cfg.decided_max))
+    md_ctx = C.EVP_MD_CTX_new()
+    dict = assert(ngx.shared[cfg.dict], "wicket: lua_shared_dict " .. cfg.dict .. " is missing (wicket-lua-http.conf)")
+    ngx.timer.at(0, sync)
+    assert(ngx.timer.every(cfg.interval, sync))
+end
+
+return _M
