@@ -681,6 +681,22 @@ mod tests {
         }
     }
 
+    /// `resolve-every-ms` outside 100..=3600000, or a name that does not resolve at start: refused by key.
+    #[test]
+    fn upstream_names_and_their_lookup_interval_are_checked() {
+        let issues = |edge: &str| -> Vec<String> {
+            let cfg = WicketConfig::from_toml_str(&format!("[edge]\nsecret = \"sixteen-chars-at-least\"\n{edge}")).unwrap();
+            cfg.validate().into_iter().map(|i| format!("{}: {}", i.path, i.message)).collect()
+        };
+        for bad in ["0", "99", "3600001"] {
+            let found = issues(&format!("resolve-every-ms = {bad}\n"));
+            assert!(found.contains(&"edge.resolve-every-ms: must be between 100 and 3600000".to_string()), "{bad}: {found:?}");
+        }
+        assert!(!issues("resolve-every-ms = 100\n").iter().any(|i| i.starts_with("edge.resolve-every-ms")));
+        let found = issues("origin = \"http://no-such-host.invalid:80\"\n");
+        assert!(found.iter().any(|i| i.starts_with("edge.origin: cannot resolve no-such-host.invalid:80")), "{found:?}");
+    }
+
     /// Two listeners on one port: the second bind would fail inside Pingora and the first (the
     /// admin API, say) answer on the other's address. Refused by name, before anything starts.
     #[test]

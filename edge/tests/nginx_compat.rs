@@ -724,6 +724,25 @@ async fn the_sessions_report_confirms_only_running_sessions_of_their_holders() {
     // Only POST; only for trusted proxies.
     let r = raw(edge.addr, b"GET /wicket/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
     assert_eq!(r.status, 400, "{r:?}");
+    // A report over the edge's max-body-bytes (16 KiB) is refused whole, never read in part.
+    let big = vec![lines[0].as_str(); 1200].join("\n");
+    assert!(big.len() > 16 * 1024);
+    let r = raw(edge.addr, &report(&big)).await.unwrap();
+    assert_eq!(r.status, 413, "{r:?}");
+    // Other spellings: the canonical path is the same endpoint with the same checks (the same answer to a
+    // trusted proxy, nothing for anyone else); an encoded slash is refused as everywhere.
+    let spelled = |s: &str| String::from_utf8(report(&lines[0])).unwrap().replacen("/wicket/sessions", s, 1).into_bytes();
+    for s in ["/wicket//sessions", "/wicket/./sessions", "/wicket/%73essions", "//wicket/sessions"] {
+        let r = raw(edge.addr, &spelled(s)).await.unwrap();
+        assert_eq!(r.status, 200, "{s}: {r:?}");
+        assert_eq!(serde_json::from_slice::<Value>(&r.body).unwrap()["ok"], "1", "{s}");
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut untrusted = sock.connect(edge.addr).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut untrusted, &spelled(s)).await.unwrap();
+        assert_eq!(read_answer(&mut untrusted).await.unwrap().status, 404, "{s} from an untrusted peer");
+    }
+    assert_eq!(raw(edge.addr, &spelled("/wicket%2Fsessions")).await.unwrap().status, 400);
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
     let mut s = sock.connect(edge.addr).await.unwrap();
