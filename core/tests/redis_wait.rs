@@ -354,6 +354,19 @@ async fn missing(store: &RedisStore, orders: &[String]) -> Vec<String> {
     out
 }
 
+/// What the waiting core (`w`, `mw` missing) and the plain one (`p`, `mp`) saw, for the log.
+fn both_cores(w: &Seen, mw: &[String], p: &Seen, mp: &[String]) -> String {
+    format!(
+        "waiting core: {} acknowledged, {} missing, {:?}; plain core: {} acknowledged, {} missing, {:?}",
+        w.acked.len(),
+        mw.len(),
+        w.statuses,
+        p.acked.len(),
+        mp.len(),
+        p.statuses
+    )
+}
+
 /// Puts `event` (a million park tickets) through `core`, retrying while the cluster settles.
 async fn put_big_event(core: &TestCore, event: &str) {
     let started = Instant::now();
@@ -434,16 +447,7 @@ async fn failover_of_the_slot_master_loses_no_acknowledged_hold() {
             cluster.nodes.iter().filter(|n| n.is_running()).map(|n| format!("redis://127.0.0.1:{}", n.port())).collect();
         let check = RedisStore::connect_cluster(&live).await.expect("connect to the survivors");
         let (mw, mp) = (missing(&check, &w.acked).await, missing(&check, &p.acked).await);
-        eprintln!(
-            "round {round}: failover in {failover:?} (node {victim} -> {promoted}); waiting core: {} acknowledged, {} \
-             missing, {:?}; plain core: {} acknowledged, {} missing, {:?}",
-            w.acked.len(),
-            mw.len(),
-            w.statuses,
-            p.acked.len(),
-            mp.len(),
-            p.statuses
-        );
+        eprintln!("round {round}: failover in {failover:?} (node {victim} -> {promoted}); {}", both_cores(&w, &mw, &p, &mp));
         assert!(!w.acked.is_empty(), "round {round}: the waiting core acknowledged nothing: {:?}", w.statuses);
         assert!(mw.is_empty(), "round {round}: holds acknowledged by the default config are gone: {mw:?}");
         lost_waited += mw.len();
@@ -582,15 +586,10 @@ async fn a_master_cut_off_from_its_cluster_but_not_from_the_core_loses_no_acknow
     let (mw, mp) = (missing(&check, &w.acked).await, missing(&check, &p.acked).await);
     eprintln!(
         "node {victim} cut off ({}split brain seen), {promoted} promoted {:?} after the cut; healed, holds served {served:?} \
-         after; waiting core: {} acknowledged, {} missing, {:?}; plain core: {} acknowledged, {} missing, {:?}",
+         after; {}",
         if split_brain { "" } else { "no " },
         healed.duration_since(t_cut),
-        w.acked.len(),
-        mw.len(),
-        w.statuses,
-        p.acked.len(),
-        mp.len(),
-        p.statuses
+        both_cores(&w, &mw, &p, &mp)
     );
     assert!(!w.acked.is_empty(), "the waiting core acknowledged nothing: {:?}", w.statuses);
     assert!(mw.is_empty(), "holds acknowledged by the default config are gone after the heal: {mw:?}");

@@ -143,21 +143,43 @@ async fn until(edge: SocketAddr, path: &str, want: &str, within: Duration) -> (D
 const ORIGIN_PATH: &str = "/account/page";
 const CORE_PATH: &str = "/v1/events/e1/stock";
 
+/// An origin and a core on 127.0.0.1 (`a`, `c`) and their moved copies on 127.0.0.2, the names pointing at
+/// the first two, and an edge looking them up every `every_ms`, answered by the first two.
+struct Moving {
+    dir: tempfile::TempDir,
+    a: Labeled,
+    c: Labeled,
+    _moved: [Labeled; 2],
+    _edge: Spawned,
+    addr: SocketAddr,
+}
+
+impl Moving {
+    async fn start(every_ms: u64) -> Moving {
+        let dir = tempfile::tempdir().unwrap();
+        let (op, cp) = (port_on_both(), port_on_both());
+        let a = label_server(Ipv4Addr::new(127, 0, 0, 1), op, "origin-a").await;
+        let b = label_server(Ipv4Addr::new(127, 0, 0, 2), op, "origin-b").await;
+        let c = label_server(Ipv4Addr::new(127, 0, 0, 1), cp, "core-a").await;
+        let d = label_server(Ipv4Addr::new(127, 0, 0, 2), cp, "core-b").await;
+        hosts(&dir.path().join("hosts"), "127.0.0.1", "127.0.0.1");
+        let (edge, addr) = edge_with_hosts(dir.path(), &dir.path().join("hosts"), op, cp, every_ms);
+        assert_eq!(get(addr, ORIGIN_PATH).await, (200, "origin-a".into()));
+        assert_eq!(get(addr, CORE_PATH).await, (200, "core-a".into()));
+        Moving { dir, a, c, _moved: [b, d], _edge: edge, addr }
+    }
+
+    /// Both names now point at 127.0.0.2.
+    fn move_names(&self) {
+        hosts(&self.dir.path().join("hosts"), "127.0.0.2", "127.0.0.2");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_name_is_followed_at_the_interval_without_a_failed_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let (op, cp) = (port_on_both(), port_on_both());
-    let _a = label_server(Ipv4Addr::new(127, 0, 0, 1), op, "origin-a").await;
-    let _b = label_server(Ipv4Addr::new(127, 0, 0, 2), op, "origin-b").await;
-    let _c = label_server(Ipv4Addr::new(127, 0, 0, 1), cp, "core-a").await;
-    let _d = label_server(Ipv4Addr::new(127, 0, 0, 2), cp, "core-b").await;
-    let hosts_file = dir.path().join("hosts");
-    hosts(&hosts_file, "127.0.0.1", "127.0.0.1");
-    let (_edge, addr) = edge_with_hosts(dir.path(), &hosts_file, op, cp, 500);
-    assert_eq!(get(addr, ORIGIN_PATH).await, (200, "origin-a".into()));
-    assert_eq!(get(addr, CORE_PATH).await, (200, "core-a".into()));
-
-    hosts(&hosts_file, "127.0.0.2", "127.0.0.2");
+    let m = Moving::start(500).await;
+    let addr = m.addr;
+    m.move_names();
     let (t_origin, other_o) = until(addr, ORIGIN_PATH, "origin-b", Duration::from_secs(5)).await;
     let (t_core, other_c) = until(addr, CORE_PATH, "core-b", Duration::from_secs(5)).await;
     eprintln!("followed: origin after {t_origin:?}, core after {t_core:?}");
@@ -173,23 +195,12 @@ async fn a_moved_name_is_followed_at_the_interval_without_a_failed_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_connect_has_the_name_looked_up_again_before_the_interval() {
-    let dir = tempfile::tempdir().unwrap();
-    let (op, cp) = (port_on_both(), port_on_both());
-    let a = label_server(Ipv4Addr::new(127, 0, 0, 1), op, "origin-a").await;
-    let _b = label_server(Ipv4Addr::new(127, 0, 0, 2), op, "origin-b").await;
-    let c = label_server(Ipv4Addr::new(127, 0, 0, 1), cp, "core-a").await;
-    let _d = label_server(Ipv4Addr::new(127, 0, 0, 2), cp, "core-b").await;
-    let hosts_file = dir.path().join("hosts");
-    hosts(&hosts_file, "127.0.0.1", "127.0.0.1");
     // An hour between lookups: only a failure makes the edge look again.
-    let (_edge, addr) = edge_with_hosts(dir.path(), &hosts_file, op, cp, 3_600_000);
-    assert_eq!(get(addr, ORIGIN_PATH).await, (200, "origin-a".into()));
-    assert_eq!(get(addr, CORE_PATH).await, (200, "core-a".into()));
-
+    let Moving { dir, a, c, _moved, _edge, addr } = Moving::start(3_600_000).await;
     // The containers are recreated elsewhere: the old ones are gone, the names point at the new ones.
     a.stop().await;
     c.stop().await;
-    hosts(&hosts_file, "127.0.0.2", "127.0.0.2");
+    hosts(&dir.path().join("hosts"), "127.0.0.2", "127.0.0.2");
     let (t_origin, other_o) = until(addr, ORIGIN_PATH, "origin-b", Duration::from_secs(5)).await;
     let (t_core, other_c) = until(addr, CORE_PATH, "core-b", Duration::from_secs(5)).await;
     eprintln!("followed after failures: origin after {t_origin:?} ({} failed), core after {t_core:?} ({} failed)", other_o.len(), other_c.len());
