@@ -70,12 +70,13 @@ impl Claims {
     }
 
     /// Most places a step may release with `available` tickets left (`u64::MAX`: not known, no
-    /// cap).
+    /// cap): one per `max_qty` tickets no one is promised, and one more for a remainder — the last
+    /// tickets (fewer than `max-qty`) go to a fan who wants that many or fewer, rather than to nobody.
     pub fn cap(&self, available: u64, max_qty: u64) -> u64 {
         if available == u64::MAX {
             return u64::MAX;
         }
-        available.saturating_sub(self.promised(max_qty)) / max_qty.max(1)
+        available.saturating_sub(self.promised(max_qty)).div_ceil(max_qty.max(1))
     }
 }
 
@@ -91,7 +92,8 @@ mod tests {
         c.note(1000, 10, Some(0));
         assert_eq!(c.promised(4), 40);
         assert_eq!(c.cap(100, 4), 15);
-        assert_eq!(c.cap(3, 4), 0, "a fan is let in only while max-qty tickets are free for it");
+        assert_eq!(c.cap(40, 4), 0, "every ticket promised: nobody more");
+        assert_eq!(c.cap(43, 4), 1, "three unpromised tickets: one fan more");
         // Unknown stock: no cap.
         assert_eq!(c.cap(u64::MAX, 4), u64::MAX);
     }
@@ -111,6 +113,19 @@ mod tests {
         assert_eq!(c.cap(88, 4), 22);
     }
 
+    /// The last tickets, fewer than `max-qty`, are released once their promises lapse: the sale sells
+    /// out (it stalled with one ticket of 600 left and 1,549 fans queued when the cap rounded down).
+    #[test]
+    fn the_last_tickets_below_max_qty_are_released() {
+        let mut c = Claims::default();
+        c.note(0, 0, Some(599));
+        assert_eq!(c.cap(1, 2), 1);
+        c.note(1000, 1, Some(599));
+        assert_eq!(c.cap(1, 2), 0, "promised to the fan just let in");
+        c.note(1000 + CLAIM_MS, 0, Some(599));
+        assert_eq!(c.cap(1, 2), 1, "its promise lapsed without a hold: the next fan");
+    }
+
     #[test]
     fn stock_spoken_for_caps_at_zero_and_returns_are_not_negative_takes() {
         let mut c = Claims::default();
@@ -120,7 +135,7 @@ mod tests {
         // An order closed: taken goes down; nothing negative is counted.
         c.note(2000, 0, Some(40));
         assert_eq!(c.promised(4), 20);
-        assert_eq!(c.cap(30, 4), 2);
+        assert_eq!(c.cap(30, 4), 3, "10 unpromised: two fans of 4 and one for the last 2");
         // Before any stock answer nothing is counted as taken.
         let mut fresh = Claims::default();
         fresh.note(0, 3, None);
