@@ -3,7 +3,7 @@
 --
 -- KEYS (all in the event's slot, `wk:{ev:<event>}:...`; see lua/README.md for the layout):
 --   1 ev        HASH  event meta (opens, closes, hold, paused, limits, sku:<id>, ...)
---   2 pools     HASH  <pool>:cap/avail/held/sold/slot
+--   2 pools     HASH  <pool>:cap/avail/held/sold/slot, #holds/#units (holds ever made, their tickets)
 --   3 seatfree  ZSET  free seats, member <pool>/<seat>, score slot*1e6+index
 --   4 seatidx   HASH  <pool>/<seat> -> index in the pool's seat list
 --   5 seatown   HASH  <pool>/<seat> -> order id holding it
@@ -133,6 +133,9 @@ for _, pid in ipairs(sku_pools) do
   redis.call('HINCRBY', KEYS[2], pid .. ':avail', -qty)
   redis.call('HINCRBY', KEYS[2], pid .. ':held', qty)
 end
+-- Holds ever made and their tickets (the edge's release ends a fan's promise on it).
+redis.call('HINCRBY', KEYS[2], '#holds', 1)
+redis.call('HINCRBY', KEYS[2], '#units', qty)
 local seat_names = {}
 for i, m in ipairs(picks) do
   redis.call('ZREM', KEYS[3], m)

@@ -431,7 +431,7 @@ p99-target-ms = {p99}
                 let child = Command::new(binary("wicket")?)
                     .args(["serve", "--config"])
                     .arg(&e.cfg)
-                    .env("RUST_LOG", self.edge_log)
+                    .env("RUST_LOG", std::env::var("WICKET_BENCH_EDGE_LOG").unwrap_or_else(|_| self.edge_log.to_string()))
                     .stdout(Stdio::null())
                     .stderr(Stdio::inherit())
                     .spawn()?;

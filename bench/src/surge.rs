@@ -244,6 +244,11 @@ pub struct SurgeReport {
     pub still_waiting: u64,
     /// When the first pool ran out (its `available` reached 0 in the 1-s stock samples), s.
     pub sellout_seconds: Option<f64>,
+    /// When as many tickets had been held as the main pool has (the core's `hold_units` reached its
+    /// capacity, or `available` 0 first), s: the sellout had no unpaid hold come back meanwhile.
+    /// With the run's short holds (`hold_seconds`), tickets come back mid-sale and go to the next
+    /// places one release tick at a time, so `available` first reads 0 later than this.
+    pub held_through_seconds: Option<f64>,
     /// Of the fans admitted (bots too), the share whose hold met "sold out": admitted, and no seat
     /// (issue #39: admitted should mean a seat). 0 when nobody was admitted.
     pub admitted_sold_out_share: f64,
@@ -1019,6 +1024,20 @@ async fn step(sh: &Shared, u: u32) {
                     }
                 }
                 409 if body["error"] == "sold_out" => leave(sh, u, Outcome::SoldOut),
+                // Fewer left than the fan asked for: it takes those (same token, still unused).
+                409 if body["error"] == "not_enough_left" => {
+                    let left = body["available"].as_u64().unwrap_or(0).min(u64::from(u32::MAX)) as u32;
+                    let mut g = sh.users[u as usize].lock();
+                    if left == 0 {
+                        g.hold_sold_out = true;
+                        drop(g);
+                        return leave(sh, u, Outcome::SoldOut);
+                    }
+                    odd(sh, "hold_fewer_left");
+                    g.qty = g.qty.min(left);
+                    drop(g);
+                    sh.schedule(u, sh.now_ms() + 100 + jitter % 400);
+                }
                 429 | 503 => sh.schedule(u, sh.now_ms() + 500 + jitter % 1000),
                 401 | 403 if crashes => {
                     // The token was refused: back to the queue page for a fresh one (the place is kept).
@@ -1351,6 +1370,16 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         .iter()
         .find(|(_, _, st)| st["pools"]["main"]["available"].as_u64() == Some(0))
         .map(|(t, _, _)| *t);
+    // The first second as many tickets had been held as the main pool has (the core's `hold_units`,
+    // which only grows): where `available` would read 0 if no unpaid hold came back meanwhile.
+    let held_through = samples
+        .iter()
+        .find(|(_, _, st)| {
+            let main = &st["pools"]["main"];
+            main["available"].as_u64() == Some(0)
+                || matches!((st["hold_units"].as_u64(), main["capacity"].as_u64()), (Some(u), Some(c)) if c > 0 && u >= c)
+        })
+        .map(|(t, _, _)| *t);
     let paid_out = samples.iter().find(|(_, _, st)| paid_out(st)).map(|(t, _, _)| *t);
     let release_rate = samples
         .iter()
@@ -1379,6 +1408,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         abandoned,
         still_waiting: (sh.s.users - sh.done.load(Ordering::Relaxed)) as u64,
         sellout_seconds: sellout,
+        held_through_seconds: held_through,
         admitted_sold_out_share: if admitted_all == 0 { 0.0 } else { admitted_sold_out as f64 / admitted_all as f64 },
         seat_order: seat_order(&mut buyers),
         paid_out_seconds: paid_out,
@@ -1473,7 +1503,10 @@ fn longest_stall(samples: &[(f64, Value, Value)], core_windows: &[(f64, f64)]) -
             continue;
         };
         let waiting = if a["bench_admitted"].is_u64() { a["issued"].as_u64().unwrap_or(0) > n0 } else { a["queued"].as_u64().unwrap_or(0) > 0 };
-        let sold_out = a["sold_out"] == true || b["sold_out"] == true || stock["pools"]["main"]["available"].as_u64() == Some(0);
+        // Every ticket left promised to fans let in (the room says sold out for now): the release
+        // stands still on purpose.
+        let spoken_for = a["claims"]["spoken_for"] == true || b["claims"]["spoken_for"] == true;
+        let sold_out = a["sold_out"] == true || b["sold_out"] == true || stock["pools"]["main"]["available"].as_u64() == Some(0) || spoken_for;
         if n1 == n0 && waiting && !sold_out && core_ok(*t1) {
             let from = *run.get_or_insert(*t0);
             if t1 - from > best {
@@ -1640,7 +1673,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
             "drop_window": r.drop_window, "drop_window_client_p99_ok": r.drop_window_client_p99_ok, "drop_while_selling": r.drop_while_selling,
             "client_p99_windows_over": r.hold_p99.iter().filter(|w| w.1 > r.p99_target_ms).map(|w| json!([w.0, (w.1 * 10.0).round() / 10.0])).collect::<Vec<_>>(),
             "fifo_tau": if r.fifo_tau.is_nan() { Value::Null } else { json!(r.fifo_tau) },
-            "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "paid_out_seconds": r.paid_out_seconds, "admitted": r.admitted,
+            "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "held_through_seconds": r.held_through_seconds, "paid_out_seconds": r.paid_out_seconds, "admitted": r.admitted,
             "admitted_sold_out_share": r.admitted_sold_out_share, "seat_order": r.seat_order,
             "sold": r.sold, "abandoned": r.abandoned, "still_waiting": r.still_waiting, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
             "bots_share_of_seats": r.bots_share_of_seats, "bots_share_of_population": r.bots_share_of_population,
@@ -1671,7 +1704,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
          | virtual users (bots) | {users} ({bots}) |\n| seats | {seats} |\n| run time | {secs:.1} s |\n\
          | admitted | {admitted} |\n| tickets sold (paid) | {sold} |\n| abandoned holds | {abandoned} |\n\
          | still queued at the end | {waiting} |\n\
-         | time to sell out (first / every ticket paid) | {sellout} / {paid_out} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
+         | time to sell out (tickets held = seats / `available` 0 / every ticket paid) | {held_through} / {sellout} / {paid_out} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
          | users over their limit | {overlimit} |\n| FIFO Kendall τ | {tau} |\n\
          | admitted who met \"sold out\" at their hold (share of the admitted) | {aso:.3} |\n\
          | seat order (pairs of buyers, exactly one with tickets: the earlier joiner's share) | {seat_order} |\n\
@@ -1698,6 +1731,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
         abandoned = r.abandoned,
         waiting = r.still_waiting,
         sellout = r.sellout_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "not sold out".into()),
+        held_through = r.held_through_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "never".into()),
         paid_out = r.paid_out_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "not paid out".into()),
         oversold = r.oversold,
         double = r.double_sold,

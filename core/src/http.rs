@@ -106,11 +106,13 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// `available` in the body (`409 not_enough_left`: the most the buyer may hold now).
+    pub available: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), available: None }
     }
     fn bad_request(m: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", m)
@@ -128,7 +130,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = (self.status, axum::Json(json!({"error": self.code, "message": self.message}))).into_response();
+        let mut body = json!({"error": self.code, "message": self.message});
+        if let Some(n) = self.available {
+            body["available"] = json!(n);
+        }
+        let mut resp = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
@@ -551,12 +557,24 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
         }
         HoldOutcome::Replay(o) => Ok(json_response(StatusCode::OK, hold_json(&o))),
         HoldOutcome::SoldOut => {
-            if let Ok(Some(s)) = st.store.stock(&event).await
-                && s.skus.get(&req.sku).is_some_and(|k| k.sold_out)
-            {
-                st.sold_out.write().insert((event.clone(), req.sku.clone()), Instant::now() + SOLD_OUT_TTL);
+            let left = match st.store.stock(&event).await {
+                Ok(Some(s)) => s.skus.get(&req.sku).map(|k| k.available),
+                _ => None,
+            };
+            match left {
+                // Fewer left than asked for (or some came back since): say how many, so the buyer may
+                // take those — the token is still unused.
+                Some(n) if n > 0 => Err(ApiError {
+                    available: Some(n),
+                    ..ApiError::conflict("not_enough_left", format!("only {n} left of {}", req.sku))
+                }),
+                _ => {
+                    if left == Some(0) {
+                        st.sold_out.write().insert((event.clone(), req.sku.clone()), Instant::now() + SOLD_OUT_TTL);
+                    }
+                    Err(ApiError::conflict("sold_out", "not enough tickets left"))
+                }
             }
-            Err(ApiError::conflict("sold_out", "not enough tickets left"))
         }
         HoldOutcome::LimitExceeded(d) => {
             Err(ApiError::conflict("limit_exceeded", format!("the purchase limit per {} is reached", d.as_str())))

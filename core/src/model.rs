@@ -503,6 +503,13 @@ pub struct SkuStock {
 pub struct StockView {
     pub pools: BTreeMap<String, PoolStock>,
     pub skus: BTreeMap<String, SkuStock>,
+    /// Holds ever made for the event (orders created; never goes down): how the edge's release
+    /// ends the promise of an admitted fan who held (issue #39, edge `room::claims`).
+    #[serde(default)]
+    pub holds: u64,
+    /// Tickets in those holds, ever (`hold_units / holds` is the mean tickets per hold).
+    #[serde(default)]
+    pub hold_units: u64,
 }
 
 /// One state change in an event's outbox.

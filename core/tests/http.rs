@@ -750,3 +750,19 @@ async fn arrays_never_stand_in_for_objects() {
     assert_eq!(c.get_json(&format!("/v1/orders/{order}"), true).await.1["state"], "CREATED");
     assert_eq!(stock(&c, "ev").await, before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fewer_left_is_said_and_holds_are_counted_memory_store() {
+    let c = TestCore::start(embedded()).await;
+    common::core_server::fewer_left_and_hold_counts(&c, "ev").await;
+}
+
+/// (That the counts survive a restart, snapshot and journal, is embedded_durable.rs's
+/// `snapshot_and_journal_give_back_the_state_before`: its dump holds the stock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fewer_left_is_said_and_holds_are_counted_durable_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), Default::default()).expect("data dir");
+    let c = TestCore::start(Arc::new(store)).await;
+    common::core_server::fewer_left_and_hold_counts(&c, "ev").await;
+}

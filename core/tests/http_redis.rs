@@ -41,6 +41,13 @@ async fn a_replay_is_answered_from_its_order_while_sold_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fewer_left_is_said_and_holds_are_counted() {
+    let redis = RedisServer::start();
+    let c = TestCore::start(redis_store(&redis.url()).await).await;
+    common::core_server::fewer_left_and_hold_counts(&c, "ev").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_redis_is_a_quick_503_and_heals_without_a_restart() {
     let mut redis = RedisServer::start_aof();
     let c = TestCore::start(redis_store(&redis.url()).await).await;

@@ -102,6 +102,8 @@ struct EventState {
     outbox: Vec<OutboxEntry>,
     /// Last outbox id, as a Redis stream id (`ms-seq`), so cursors look the same on both stores.
     last_id: (i64, u64),
+    /// Holds ever made and their tickets (`StockView::holds`, `hold_units`).
+    holds: (u64, u64),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -179,6 +181,7 @@ impl EventState {
             txns: HashMap::new(),
             outbox: Vec::new(),
             last_id: (0, 0),
+            holds: (0, 0),
         }
     }
 
@@ -199,7 +202,7 @@ impl EventState {
     }
 
     fn stock(&self) -> StockView {
-        let mut view = StockView::default();
+        let mut view = StockView { holds: self.holds.0, hold_units: self.holds.1, ..StockView::default() };
         for (id, p) in &self.pools {
             view.pools.insert(
                 id.clone(),
@@ -564,6 +567,7 @@ impl State {
         }
         may_write!(w);
         // Writes.
+        ev.holds = (ev.holds.0 + 1, ev.holds.1 + qty);
         let mut seat_names = Vec::new();
         for pid in &sku.pools {
             let Some(pool) = ev.pools.get_mut(pid) else { continue };
@@ -758,6 +762,9 @@ struct SnapEvent {
     txns: Vec<(String, bool)>,
     outbox: Vec<OutboxEntry>,
     last_id: (i64, u64),
+    /// (holds ever made, their tickets); absent in snapshots written before it existed.
+    #[serde(default)]
+    holds: (u64, u64),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -806,6 +813,7 @@ impl State {
                 txns: e.txns.iter().map(|(k, r)| (k.clone(), *r == TxnResult::Paid)).collect(),
                 outbox: e.outbox.clone(),
                 last_id: e.last_id,
+                holds: e.holds,
             })
             .collect();
         Snap { events }
@@ -816,6 +824,7 @@ impl State {
         for e in snap.events {
             let mut ev = EventState::new(e.spec);
             ev.paused = e.paused;
+            ev.holds = e.holds;
             ev.pools = e
                 .pools
                 .into_iter()

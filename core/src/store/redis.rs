@@ -552,7 +552,7 @@ fn order_from(event: &str, v: &Value) -> Result<Order, StoreError> {
 fn stock_from(pool_ids: &str, counters: &Value, skus: &Value) -> StockView {
     let c = pairs(counters);
     let n = |k: String| c.get(&k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
-    let mut view = StockView::default();
+    let mut view = StockView { holds: n("#holds".into()), hold_units: n("#units".into()), ..StockView::default() };
     for pid in pool_ids.split(',').filter(|p| !p.is_empty()) {
         view.pools.insert(
             pid.to_string(),

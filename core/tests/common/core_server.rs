@@ -275,3 +275,40 @@ pub async fn replay_is_answered_from_its_order(c: &TestCore, event: &str) {
     let (s, b) = c.hold_with(event, &token_a, &body).await;
     assert_eq!((s, b["order_id"].as_str()), (200, Some(order.as_str())), "{b}");
 }
+
+/// A hold asking for more than is left is told how many are (`409 not_enough_left` with
+/// `available`; the token stays unused, so the same token takes those), and the stock answer counts
+/// the holds ever made and their tickets (`holds`, `hold_units`: the edge's release settles its
+/// promises on them), which a close does not take back.
+pub async fn fewer_left_and_hold_counts(c: &TestCore, event: &str) {
+    assert_eq!(c.put_event(event, &event_body(5, 3, 1, serde_json::json!([]))).await, 201);
+    let path = format!("/v1/events/{event}/stock");
+    let s0 = c.get_json(&path, false).await.1;
+    assert_eq!((s0["holds"].as_u64(), s0["hold_units"].as_u64()), (Some(0), Some(0)), "{s0}");
+    let hold = |sku: &str, qty: u32, key: &str| serde_json::json!({"sku": sku, "qty": qty, "idempotency_key": key});
+    let (s, a) = c.hold(event, "alice", &hold("park", 4, "a")).await;
+    assert_eq!(s, 201, "{a}");
+    // One left of park: a hold of 2 is told so, with the number, and nothing is written.
+    let t = c.token(event, "bob");
+    let (s, b) = c.hold_with(event, &t, &hold("park", 2, "b")).await;
+    assert_eq!((s, b["error"].as_str(), b["available"].as_u64()), (409, Some("not_enough_left"), Some(1)), "{b}");
+    assert!(b["message"].as_str().is_some_and(|m| m.contains("1 left")), "{b}");
+    assert_eq!(c.get_json(&path, false).await.1["pools"]["park"]["available"], 1, "nothing written");
+    // The same token, same key, for what is left.
+    let (s, b) = c.hold_with(event, &t, &hold("park", 1, "b")).await;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = c.hold(event, "carol", &hold("park", 1, "c")).await;
+    assert_eq!((s, b["error"].as_str(), b.get("available")), (409, Some("sold_out"), None), "none left is sold out: {b}");
+    let st = c.get_json(&path, false).await.1;
+    assert_eq!((st["holds"].as_u64(), st["hold_units"].as_u64()), (Some(2), Some(5)), "{st}");
+    // Closing an order gives its tickets back but not its count.
+    let order = a["order_id"].as_str().unwrap();
+    assert_eq!(c.post_admin(&format!("/v1/orders/{order}/cancel"), None).await.0, 200);
+    let st = c.get_json(&path, false).await.1;
+    assert_eq!((st["pools"]["park"]["available"].as_u64(), st["holds"].as_u64(), st["hold_units"].as_u64()), (Some(4), Some(2), Some(5)), "{st}");
+    // A combo over two pools is one hold.
+    let (s, b) = c.hold(event, "erin", &hold("park+zoo", 3, "e")).await;
+    assert_eq!(s, 201, "{b}");
+    let st = c.get_json(&path, false).await.1;
+    assert_eq!((st["holds"].as_u64(), st["hold_units"].as_u64()), (Some(3), Some(8)), "{st}");
+}

@@ -129,6 +129,10 @@ pub struct Room {
     /// stock answer; `u64::MAX` before the first), for the `wicket_room_stock_*` gauges.
     pub held: AtomicU64,
     pub sold: AtomicU64,
+    /// Holds ever made for the event and their tickets (the core's last stock answer; `None`
+    /// before the first): what settles the promises of [`claims`]. Written after `available`, and
+    /// read before it, so a tick never pairs new holds with an older, larger `available`.
+    pub holds: Mutex<Option<(u64, u64)>>,
     /// Current release rate, admissions/s × 1000 (the controller's last decision).
     rate_milli: AtomicU64,
     /// Measured release rate (serving advance per second, smoothed) × 1000: the ETA's base.
@@ -217,6 +221,7 @@ impl Room {
             available: AtomicU64::new(u64::MAX),
             held: AtomicU64::new(u64::MAX),
             sold: AtomicU64::new(u64::MAX),
+            holds: Mutex::new(None),
             rate_milli: AtomicU64::new(0),
             measured_milli: AtomicU64::new(0),
             active: AtomicU64::new(0),
@@ -494,6 +499,14 @@ impl Room {
         let input = *self.last_input.lock();
         let spec = self.spec();
         let round = |x: f64| (x * 1000.0).round() / 1000.0;
+        let claims = {
+            let b = self.book.lock();
+            json!({
+                "open": b.claims.open(),
+                "promised": b.claims.promised(u64::from(spec.config.max_qty)),
+                "spoken_for": self.spoken_for.load(Ordering::Relaxed),
+            })
+        };
         json!({
             "core": {
                 "p99_target_ms": spec.config.release.p99_target_ms,
@@ -525,6 +538,10 @@ impl Room {
             "sold_out": self.sold_out.load(Ordering::Relaxed),
             "restock_possible": self.restock_possible.load(Ordering::Relaxed),
             "available": match self.available.load(Ordering::Relaxed) { u64::MAX => serde_json::Value::Null, n => n.into() },
+            // Admission is a promise ([`claims`]; the leader's count, zero elsewhere): places let in
+            // and not settled by a hold yet, the tickets promised to them, and whether every ticket
+            // left is promised (the queue says sold out for now).
+            "claims": claims,
             "leader": self.leader.load(Ordering::Relaxed),
             "joins": self.joins.load(Ordering::Relaxed),
             "admissions": self.admissions.load(Ordering::Relaxed),
@@ -872,6 +889,13 @@ fn token_room(token: &str) -> Option<String> {
 /// Unix seconds as RFC 3339.
 fn rfc3339(t: i64) -> Option<String> {
     time::OffsetDateTime::from_unix_timestamp(t).ok()?.format(&time::format_description::well_known::Rfc3339).ok()
+}
+
+/// Whether the tickets left (the core's last stock answer) could reach a place with `ahead` people
+/// ahead of it — one ticket each; false while the stock is not known.
+fn within_reach(room: &Room, ahead: u64) -> bool {
+    let left = room.available.load(Ordering::Relaxed);
+    left != u64::MAX && ahead < left
 }
 
 fn jitter(ms: u64) -> u64 {
@@ -1375,9 +1399,13 @@ impl Rooms {
             s.restock_possible = true;
             let ahead = room.state.ahead(pos, c);
             s.ahead = Some(ahead);
-            s.poll_after_ms = jitter(match ahead {
-                0..100 => 5000,
-                100..1000 => 15_000,
+            // Promised stock frees within seconds (a hold settles its fan's promise): the places
+            // next in line ask again soon. Unpaid holds return over minutes.
+            s.poll_after_ms = jitter(match (spoken_for, ahead) {
+                (true, 0..100) => 1500,
+                (true, n) if n < 1000 || within_reach(room, n) => 5000,
+                (false, 0..100) => 5000,
+                (_, 100..1000) => 15_000,
                 _ => 30_000,
             });
             return Peek::Answer(s);
@@ -1416,9 +1444,11 @@ impl Rooms {
             let eta = (ahead + 1) as f64 / base;
             s.eta_seconds = Some(Eta { low: (eta * 0.8).floor() as u64, high: (eta * 1.3).ceil() as u64 + 1 });
             // About ten polls on the way to the front, never faster than 1/s nor slower than 1/30 s
-            // — 1/5 s for the last thousand places, so a release that speeds up (the ETA was made
-            // at the old rate) reaches them in seconds.
-            let slowest = if ahead < 1000 { 5000 } else { 30_000 };
+            // — 1/5 s for the last thousand places, and for every place the tickets left could
+            // reach, so a release that speeds up (the ETA was made at the old rate; promised
+            // tickets freed at once) reaches them in seconds: well within their promise's window
+            // ([`claims::CLAIM_MS`]), which would otherwise lapse before they come.
+            let slowest = if ahead < 1000 || within_reach(room, ahead) { 5000 } else { 30_000 };
             s.poll_after_ms = jitter(((eta * 100.0) as u64).clamp(1000, slowest));
         } else {
             s.poll_after_ms = jitter(if ahead < 100 { 2000 } else { 10_000 });

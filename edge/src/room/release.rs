@@ -126,11 +126,11 @@ impl Rooms {
             // Admission is a promise ([`super::claims`]): never let in more people than the tickets
             // left, less those promised to the people let in before, can serve — when a few seats
             // come back (an unpaid order timed out), a few people go in, not a second's worth.
-            let (held, sold) = (room.held.load(Ordering::Relaxed), room.sold.load(Ordering::Relaxed));
-            let taken = (held != u64::MAX && sold != u64::MAX).then(|| held + sold);
-            b.claims.note(now_ms, 0, taken);
-            let available = room.available.load(Ordering::Relaxed);
+            let holds = *room.holds.lock();
+            b.claims.note(now_ms, 0, holds);
+            let available = room.available.load(Ordering::Acquire);
             let cap = b.claims.cap(available, u64::from(spec.config.max_qty));
+            tracing::debug!(room = %room.id, whole, cap, available, open = b.claims.open(), holds = ?holds, "release step");
             whole = whole.min(cap).min(available);
             let spoken_for = releasing && leader && cap == 0 && available != u64::MAX && c.waiting() > 0;
             if room.spoken_for.swap(spoken_for, Ordering::Relaxed) != spoken_for {
@@ -228,12 +228,15 @@ impl Rooms {
         }
     }
 
-    /// Asks the core whether each room's event is sold out, and reads its utilisation.
-    pub async fn poll_core(&self, core: SocketAddr) {
+    /// Asks the core for each room's stock (every tick: a hold settles its fan's promise, and
+    /// the next fans go in, within a tick), and with `all` also for the event's schedule and the
+    /// core's utilisation (every other tick).
+    pub async fn poll_core(&self, core: SocketAddr, all: bool) {
         for room in self.all() {
             let event = room.spec().config.event.clone();
             // The event's schedule: the room never admits before it opens.
-            if let Some((200, body)) = http_get(core, &format!("/v1/events/{event}")).await
+            if all
+                && let Some((200, body)) = http_get(core, &format!("/v1/events/{event}")).await
                 && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
             {
                 let t = |k: &str| v.get(k).and_then(|x| x.as_str()).and_then(super::config::parse_time);
@@ -243,9 +246,10 @@ impl Rooms {
                 && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
                 && let Some(stock) = Stock::read(&v)
             {
-                room.available.store(stock.available, Ordering::Relaxed);
+                room.available.store(stock.available, Ordering::Release);
                 room.held.store(stock.held, Ordering::Relaxed);
                 room.sold.store(stock.sold, Ordering::Relaxed);
+                *room.holds.lock() = Some((stock.holds, stock.hold_units));
                 let restock = stock.sold_out && stock.held > 0;
                 let restock_changed = room.restock_possible.swap(restock, Ordering::Relaxed) != restock;
                 let sold_out_changed = room.sold_out.swap(stock.sold_out, Ordering::Relaxed) != stock.sold_out;
@@ -261,6 +265,9 @@ impl Rooms {
                     }
                 }
             }
+        }
+        if !all {
+            return;
         }
         if let Some((200, body)) = http_get(core, "/metrics").await {
             let text = String::from_utf8_lossy(&body);
@@ -292,6 +299,9 @@ pub struct Stock {
     pub held: u64,
     /// Tickets sold, over every pool.
     pub sold: u64,
+    /// Holds ever made for the event and their tickets (0 from a core that does not count them).
+    pub holds: u64,
+    pub hold_units: u64,
 }
 
 impl Stock {
@@ -302,7 +312,8 @@ impl Stock {
         let available = skus.values().filter_map(|s| s.get("available")?.as_u64()).max().unwrap_or(0);
         let pools = v.get("pools").and_then(|p| p.as_object());
         let total = |key: &str| pools.map_or(0, |pools| pools.values().filter_map(|p| p.get(key)?.as_u64()).sum());
-        Some(Stock { sold_out, available, held: total("held"), sold: total("sold") })
+        let count = |key: &str| v.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        Some(Stock { sold_out, available, held: total("held"), sold: total("sold"), holds: count("holds"), hold_units: count("hold_units") })
     }
 }
 
@@ -448,7 +459,8 @@ impl RoomGauges {
     }
 }
 
-/// The background service: ticks rooms every second, polls the core every two.
+/// The background service: ticks rooms every second, reads the core's stock before each tick and
+/// its schedule and metrics every other.
 pub struct ReleaseLoop {
     /// The rooms it ticks.
     pub rooms: Arc<Rooms>,
@@ -469,8 +481,8 @@ impl BackgroundService for ReleaseLoop {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    if let (Some(core), true) = (&core, n % 2 == 0) {
-                        rooms.poll_core(core.addr()).await;
+                    if let Some(core) = &core {
+                        rooms.poll_core(core.addr(), n % 2 == 0).await;
                     }
                     rooms.tick_all(unix_ms()).await;
                     gauges.update(&rooms);
@@ -547,11 +559,12 @@ mod tests {
         use super::Stock;
         let v = serde_json::json!({
             "pools": {"main": {"capacity": 10, "available": 0, "held": 3, "sold": 7}, "combo": {"capacity": 5, "available": 2, "held": 1, "sold": 2}},
-            "skus": {"adult": {"available": 0, "sold_out": true}, "combo": {"available": 0, "sold_out": true}}
+            "skus": {"adult": {"available": 0, "sold_out": true}, "combo": {"available": 0, "sold_out": true}},
+            "holds": 8, "hold_units": 13
         });
-        assert_eq!(Stock::read(&v), Some(Stock { sold_out: true, available: 0, held: 4, sold: 9 }));
+        assert_eq!(Stock::read(&v), Some(Stock { sold_out: true, available: 0, held: 4, sold: 9, holds: 8, hold_units: 13 }));
         let v = serde_json::json!({"pools": {}, "skus": {"a": {"available": 4, "sold_out": false}, "b": {"available": 9, "sold_out": false}}});
-        assert_eq!(Stock::read(&v), Some(Stock { sold_out: false, available: 9, held: 0, sold: 0 }));
+        assert_eq!(Stock::read(&v), Some(Stock { sold_out: false, available: 9, held: 0, sold: 0, holds: 0, hold_units: 0 }), "an older core: no hold counts");
         assert_eq!(Stock::read(&serde_json::json!({"skus": {}})), None);
         assert_eq!(Stock::read(&serde_json::json!({"error": "not_found"})), None);
     }

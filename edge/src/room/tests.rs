@@ -188,8 +188,7 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     }
     // 100 tickets, none taken yet.
     room.available.store(100, Ordering::Relaxed);
-    room.held.store(0, Ordering::Relaxed);
-    room.sold.store(0, Ordering::Relaxed);
+    *room.holds.lock() = Some((0, 0));
     let t0 = unix_ms();
     rooms.tick_room(&room, t0).await.unwrap();
     assert_eq!(room.state.counters().serving, 50);
@@ -197,7 +196,7 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     room.sold_out.store(true, Ordering::Relaxed);
     room.restock_possible.store(true, Ordering::Relaxed);
     room.available.store(0, Ordering::Relaxed);
-    room.held.store(100, Ordering::Relaxed);
+    *room.holds.lock() = Some((50, 100));
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 50);
     let t = QueueTicket { room: "r1".into(), position: 60, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
@@ -209,7 +208,6 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     room.sold_out.store(false, Ordering::Relaxed);
     room.restock_possible.store(false, Ordering::Relaxed);
     room.available.store(3, Ordering::Relaxed);
-    room.held.store(97, Ordering::Relaxed);
     rooms.tick_room(&room, t0 + 2000).await.unwrap();
     assert_eq!(
         room.state.counters().serving,
@@ -230,7 +228,7 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
 /// Admission is a promise (issue #39): the release lets in only as many fans as the tickets left,
 /// less those promised to the fans let in before, can serve; while every ticket left is promised
 /// the fans behind say "sold out for now" (their places kept), and when the promised fans have
-/// held (or their window passed) the next ones are let in.
+/// held (a hold settles its fan's whole promise) or their window passed, the next ones are let in.
 #[tokio::test]
 async fn the_release_counts_the_tickets_already_promised() {
     let rooms = rooms_with("max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n");
@@ -239,8 +237,7 @@ async fn the_release_counts_the_tickets_already_promised() {
         rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
     }
     room.available.store(40, Ordering::Relaxed);
-    room.held.store(0, Ordering::Relaxed);
-    room.sold.store(0, Ordering::Relaxed);
+    *room.holds.lock() = Some((0, 0));
     let t0 = unix_ms();
     // 40 tickets, 4 a fan until measured: 10 fans, not a second's 100.
     rooms.tick_room(&room, t0).await.unwrap();
@@ -248,21 +245,24 @@ async fn the_release_counts_the_tickets_already_promised() {
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 10, "all 40 promised");
     assert!(room.spoken_for.load(Ordering::Relaxed));
+    assert_eq!(room.stats()["claims"], serde_json::json!({"open": 10, "promised": 40, "spoken_for": true}));
     let behind = QueueTicket { room: "r1".into(), position: 11, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
     let s = phase(rooms.status(&room, &behind, "u10").await.unwrap());
     assert_eq!((s.state, s.restock_possible, s.ahead), (Phase::SoldOut, true, Some(0)), "sold out for now, the place kept");
     let front = QueueTicket { position: 10, ..behind.clone() };
     assert_eq!(phase(rooms.status(&room, &front, "u9").await.unwrap()).state, Phase::Admitted, "a fan let in is still admitted");
-    // Eight of the ten held 2 each: 16 taken, 24 left, 40 - 16 = 24 still promised to the ten.
-    room.available.store(24, Ordering::Relaxed);
-    room.held.store(16, Ordering::Relaxed);
+    // Six of the ten held, 1 ticket each: 34 left, 4 places open at 4 = 16 promised, 18 free.
+    room.available.store(34, Ordering::Relaxed);
+    *room.holds.lock() = Some((6, 6));
     rooms.tick_room(&room, t0 + 2000).await.unwrap();
-    assert_eq!(room.state.counters().serving, 10, "still all promised");
-    // Their time passes (the two who did not buy did not come): 24 tickets free again.
-    rooms.tick_room(&room, t0 + 1000 + super::claims::CLAIM_MS).await.unwrap();
-    assert_eq!(room.state.counters().serving, 16, "24 tickets, 4 a fan");
+    assert_eq!(room.state.counters().serving, 15, "four fans of 4 and one offered the last 2");
     assert!(!room.spoken_for.load(Ordering::Relaxed));
     assert_eq!(phase(rooms.status(&room, &behind, "u10").await.unwrap()).state, Phase::Admitted);
+    rooms.tick_room(&room, t0 + 3000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 15, "9 places open: everything promised again");
+    // The window of the first ten passes (four did not come): their promise lapses.
+    rooms.tick_room(&room, t0 + super::claims::CLAIM_MS).await.unwrap();
+    assert_eq!(room.state.counters().serving, 19, "14 unpromised: three fans of 4 and one offered the last 2");
 }
 
 #[tokio::test]
@@ -279,6 +279,15 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
     assert!(f.poll_after_ms > n.poll_after_ms, "{} vs {}", f.poll_after_ms, n.poll_after_ms);
     let eta = f.eta_seconds.unwrap();
     assert!(eta.low < 10_000 && eta.high > 10_000, "{eta:?}");
+    assert!(f.poll_after_ms > 20_000, "far, and the stock not known: {}", f.poll_after_ms);
+    // A place the tickets left could reach asks every 5 s at most (a step that frees promised
+    // tickets reaches its fan within the promise's window); one beyond them may wait 30 s.
+    room.available.store(2_000_000, Ordering::Relaxed);
+    let f = phase(rooms.status(&room, &far, "y").await.unwrap());
+    assert!(f.poll_after_ms <= 6000, "within reach of the stock: {}", f.poll_after_ms);
+    room.available.store(500_000, Ordering::Relaxed);
+    let f = phase(rooms.status(&room, &far, "y").await.unwrap());
+    assert!(f.poll_after_ms > 20_000, "beyond the stock's reach: {}", f.poll_after_ms);
 }
 
 
