@@ -53,6 +53,7 @@ SIZE="$(stat -c %s "$WORK/site/buy/ev-1/index.html")"
 nginx_head() { # dir edge-port: the start of an nginx.conf whose wicket_edge is that edge
   cat <<CONF
 worker_processes 1;
+pcre_jit on;
 daemon off;
 pid $1/nginx.pid;
 error_log $1/error.log warn;
@@ -260,7 +261,7 @@ root = os.environ["ROOT"]
 sys.path.insert(0, os.path.join(root, "bench"))
 import results
 results.update_summary(root, {"nginx_auth_vs_plain": entry})
-per_round = "\n".join(f"| {i // 5 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms | {float(r[3]):.1f} µs |" for i, r in enumerate(rows))
+per_round = "\n".join(f"| {i // 5 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
 section = f"""<!-- begin:nginx-auth -->
 ## nginx auth_request to Wicket vs plain nginx
 
@@ -350,20 +351,23 @@ DISTINCT=(-s "$ROOT/bench/nginx-compat/distinct.lua")
 # Each distinct run follows 2 s of the same load unmeasured: the fans are active, as on a sale's
 # page (the OpenResty path's confirmations last two report intervals, the auth cache one second;
 # both lapse while the other rows run). A round is skipped when the tokens would run out in it.
-round_s=$(( 5 * SECONDS_ + 4 + 10 ))
+round_s=$(( 6 * SECONDS_ + 4 + 10 ))
 for r in $(seq 1 "$ROUNDS"); do
   if [ $(( $(date +%s) - started + round_s )) -gt 290 ]; then
     echo "round $r skipped: the fans' tokens (300 s) would expire in it" >&2
     break
   fi
-  row plain "$NGINX1" "http://127.0.0.1:$PLAIN/buy/ev-1/"
+  # Plain nginx gets the very requests the paths get (the fan's cookies and user id: parsing them
+  # is nginx's work either way).
+  row plain "$NGINX1" "${FAN3[@]}" "http://127.0.0.1:$PLAIN/buy/ev-1/"
   row cached "$NGINX2 $EDGE2_PID" "${FAN2[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
   row openresty "$NGINX3 $EDGE2_PID" "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
+  FANS="$FANS_FILE" row plain_distinct "$NGINX1" "${DISTINCT[@]}" "http://127.0.0.1:$PLAIN/buy/ev-1/"
   SECONDS_=2 run_fans "http://127.0.0.1:$CACHED/buy/ev-1/" >/dev/null
   FANS="$FANS_FILE" row cached_distinct "$NGINX2 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
   SECONDS_=2 run_fans "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
   FANS="$FANS_FILE" row openresty_distinct "$NGINX3 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
-  tail -5 "$RESULTS2" | sed "s/^/round $r: /"
+  tail -6 "$RESULTS2" | sed "s/^/round $r: /"
 done
 # Every request above was a 2xx (wrk_figures fails otherwise): no fan's token ran out mid-run.
 LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -372,21 +376,23 @@ python3 - <<'PY'
 import os, statistics, datetime, sys
 rows = [l.split() for l in open(os.environ["RESULTS2"]) if l.strip()]
 def col(name, i): return [float(r[i]) for r in rows if r[0] == name]
-def ratios(name): return [a / p for a, p in zip(col(name, 1), col("plain", 1))]
+# Each path against plain nginx serving the same requests (one fan's, or the distinct fans' in turn).
+def base(name): return "plain_distinct" if name.endswith("_distinct") else "plain"
+def ratios(name): return [a / p for a, p in zip(col(name, 1), col(base(name), 1))]
 med = {n: statistics.median(ratios(n)) for n in ("cached", "openresty", "cached_distinct", "openresty_distinct")}
-rps = {n: statistics.median(col(n, 1)) for n in ("plain", "cached", "openresty", "cached_distinct", "openresty_distinct")}
+rps = {n: statistics.median(col(n, 1)) for n in ("plain", "cached", "openresty", "plain_distinct", "cached_distinct", "openresty_distinct")}
 p99 = {n: statistics.median(col(n, 2)) for n in rps}
 cpu = {n: statistics.median(col(n, 3)) for n in rps}
-def cpu_ratios(name): return [p / a for a, p in zip(col(name, 3), col("plain", 3))]
+def cpu_ratios(name): return [p / a for a, p in zip(col(name, 3), col(base(name), 3))]
 cmed = {n: statistics.median(cpu_ratios(n)) for n in med}
 conns, secs, fans = (int(os.environ[k]) for k in ("CONNS", "SECONDS_", "FANS"))
 rounds = len(col("plain", 1))
 today = datetime.date.today().isoformat()
 def entry(name, goal):
     return {"ratio": round(med[name], 3), "round_ratios": [round(r, 3) for r in ratios(name)], "goal": goal,
-            "rps": round(rps[name]), "p99_ms": round(p99[name], 3), "plain_rps": round(rps["plain"]),
+            "rps": round(rps[name]), "p99_ms": round(p99[name], 3), "plain_rps": round(rps[base(name)]),
             "cpu_ratio": round(cmed[name], 3), "round_cpu_ratios": [round(r, 3) for r in cpu_ratios(name)],
-            "cpu_us_per_request": cpu[name], "plain_cpu_us_per_request": cpu["plain"],
+            "cpu_us_per_request": cpu[name], "plain_cpu_us_per_request": cpu[base(name)],
             "auth_request_cached_ratio": round(med["cached" if name == "openresty" else "cached_distinct"], 3),
             "fans": 1 if name == "openresty" else fans, "connections": conns, "seconds": secs, "rounds": rounds,
             "page_bytes": int(os.environ["SIZE"]), "date": today}
@@ -394,7 +400,7 @@ root = os.environ["ROOT"]
 sys.path.insert(0, os.path.join(root, "bench"))
 import results
 results.update_summary(root, {"openresty_vs_plain": entry("openresty", 0.9), "openresty_distinct_vs_plain": entry("openresty_distinct", 0.8)})
-per_round = "\n".join(f"| {i // 5 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms |" for i, r in enumerate(rows))
+per_round = "\n".join(f"| {i // 6 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms | {float(r[3]):.1f} µs |" for i, r in enumerate(rows))
 def met(name, goal): return "met" if med[name] >= goal else "not met"
 section = f"""<!-- begin:nginx-openresty -->
 ## OpenResty path (token checked in nginx) vs auth_request vs plain nginx
@@ -406,7 +412,8 @@ Command: `bash bench/nginx-compat/run.sh` (CONNS={conns} SECONDS_={secs} ROUNDS=
 nginx with `wicket-protect.conf` (`auth_request`, the edge's passes cached for 1 s) and through nginx with
 `wicket-lua-protect.conf` (Debian's libnginx-mod-http-lua: lua/wicket.lua checks the admission token, its holder
 and the edge's confirmation of the session in nginx's worker, and reports the sessions it passed to the edge every
-second). One fan: wrk repeats one admitted fan's request. {fans} fans: {fans} fans admitted through the edge, each
+second). One fan: wrk repeats one admitted fan's request. Plain nginx gets the very same requests (the fan's cookies
+and user id), one fan's and the distinct fans' in turn. {fans} fans: {fans} fans admitted through the edge, each
 with its own token, device cookie and user id; wrk's `distinct.lua` sends each request as the next fan's. Each
 nginx has 1 worker; nginx and the edge (1 thread) share CPU {os.environ["SERVER_CPU"]}, `wrk -t1 -c{conns}` runs on
 CPU {os.environ["WRK_CPU"]}. Rounds alternate; each distinct run follows 2 s of the same load, unmeasured (active
@@ -419,9 +426,10 @@ The servers' CPU per request (nginx's processes, and the edge where the path ask
 
 | | requests/s | P99 | × plain nginx | CPU per request | × plain nginx, CPU |
 |---|---|---|---|---|---|
-| nginx alone | {rps["plain"]:.0f} | {p99["plain"]:.2f} ms | 1 | {cpu["plain"]:.1f} µs | 1 |
+| nginx alone, one fan | {rps["plain"]:.0f} | {p99["plain"]:.2f} ms | 1 | {cpu["plain"]:.1f} µs | 1 |
 | auth_request, passes cached 1 s, one fan | {rps["cached"]:.0f} | {p99["cached"]:.2f} ms | {med["cached"]:.2f} | {cpu["cached"]:.1f} µs | {cmed["cached"]:.2f} |
 | OpenResty path, one fan | {rps["openresty"]:.0f} | {p99["openresty"]:.2f} ms | **{med["openresty"]:.2f}** | {cpu["openresty"]:.1f} µs | **{cmed["openresty"]:.2f}** |
+| nginx alone, {fans} fans | {rps["plain_distinct"]:.0f} | {p99["plain_distinct"]:.2f} ms | 1 | {cpu["plain_distinct"]:.1f} µs | 1 |
 | auth_request, passes cached 1 s, {fans} fans | {rps["cached_distinct"]:.0f} | {p99["cached_distinct"]:.2f} ms | {med["cached_distinct"]:.2f} | {cpu["cached_distinct"]:.1f} µs | {cmed["cached_distinct"]:.2f} |
 | OpenResty path, {fans} fans | {rps["openresty_distinct"]:.0f} | {p99["openresty_distinct"]:.2f} ms | **{med["openresty_distinct"]:.2f}** | {cpu["openresty_distinct"]:.1f} µs | **{cmed["openresty_distinct"]:.2f}** |
 

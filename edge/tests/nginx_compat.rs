@@ -422,8 +422,18 @@ async fn lenient_origin() -> (std::net::SocketAddr, std::sync::Arc<parking_lot::
                 let read_as = read_as.split('/').map(|seg| seg.split(';').next().unwrap_or("")).collect::<Vec<_>>().join("/");
                 let cookie = head.lines().find_map(|l| l.strip_prefix("Cookie: ").or_else(|| l.strip_prefix("cookie: "))).unwrap_or("").to_owned();
                 let auth = head.lines().find_map(|l| l.strip_prefix("Authorization: ").or_else(|| l.strip_prefix("authorization: "))).unwrap_or("").to_owned();
+                // Every copy of the identity headers (a client's spoofed one must never arrive).
+                let all = |name: &str| -> Vec<String> {
+                    head.lines()
+                        .filter_map(|l| l.split_once(':'))
+                        .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+                        .map(|(_, v)| v.trim().to_owned())
+                        .collect()
+                };
                 log.lock().push(read_as.clone());
-                let body = serde_json::json!({"raw": raw, "read_as": read_as, "cookie": cookie, "authorization": auth}).to_string();
+                let body = serde_json::json!({"raw": raw, "read_as": read_as, "cookie": cookie, "authorization": auth,
+                    "wicket_user": all("wicket-user"), "wicket_device": all("wicket-device"), "wicket_room": all("wicket-room"),
+                    "wicket_position": all("wicket-position")}).to_string();
                 let revoke = if read_as.ends_with("/done") { "Wicket-Revoke: 1\r\n" } else { "" };
                 let answer = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{revoke}Content-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
                 let _ = s.write_all(answer.as_bytes()).await;
@@ -460,9 +470,33 @@ async fn the_openresty_path_holds_the_same_table_and_asks_the_edge_once_per_sess
     let nginx = compat_lua_nginx(
         &edge,
         &configure,
-        &format!("location /buy/ {{\n   include {{c}}/wicket-lua-protect.conf;\n   proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"),
+        &format!(
+            "location /buy/ {{\n   include {{c}}/wicket-lua-protect.conf;\n   proxy_pass http://{origin};\n  }}\n  \
+             location = /buy/ev-1/hop {{\n   include {{c}}/wicket-lua-protect.conf;\n   try_files /no-such-file /buy/ev-1/seat;\n  }}\n  \
+             location / {{ proxy_pass http://{origin}; }}"
+        ),
     );
     holds_what_the_edge_holds(&nginx, &seen).await;
+
+    // An internal redirect (try_files) of a passed request passes again with what was found, and
+    // one of a refused request never reaches the origin.
+    let url = |p: &str| format!("http://{}{p}", nginx.addr);
+    let mut dave = Client { user: "dave".into(), ..Client::default() };
+    admit(&mut dave, &url).await;
+    for _ in 0..3 {
+        let r = dave.send(&url("/buy/ev-1/hop"), &[("wicket-user", "mallory")]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["read_as"], "/buy/ev-1/seat", "{v}");
+        assert_eq!(v["wicket_user"], serde_json::json!(["dave"]), "{v}");
+        assert_eq!(v["wicket_room"], serde_json::json!(["r1"]), "{v}");
+        assert!(!v["cookie"].as_str().unwrap().contains("wicket_a_"), "{v}");
+    }
+    let before = seen.lock().len();
+    let mut stranger = Client { user: "erin".into(), ..Client::default() };
+    let r = stranger.send(&url("/buy/ev-1/hop"), &[("accept", "application/json")]).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(seen.lock().len(), before, "a refused request reached the origin through try_files");
 
     // A fan admitted afresh: the first protected request asks the edge, the rest pass in nginx.
     let url = |p: &str| format!("http://{}{p}", nginx.addr);
@@ -561,7 +595,18 @@ async fn holds_what_the_edge_holds(nginx: &NginxWith, seen: &std::sync::Arc<park
         let v = r.json();
         assert_eq!(v["authorization"], "Basic c2l0ZTpwYXNz", "the site's own credentials pass");
         assert!(!v["cookie"].as_str().unwrap().contains("wicket_a_"), "{v}");
+        // The verified identity, once each, never the client's copy of it.
+        assert_eq!(v["wicket_user"], serde_json::json!(["alice"]), "{v}");
+        assert_eq!(v["wicket_room"], serde_json::json!(["r1"]), "{v}");
+        let device = fan.jar.get("wicket_d").and_then(|d| d.split('.').next()).unwrap_or_default().to_owned();
+        assert_eq!(v["wicket_device"], serde_json::json!([device]), "{v}");
+        let position = v["wicket_position"].as_array().cloned().unwrap_or_default();
+        assert!(position.len() == 1 && position[0].as_str().unwrap().parse::<u64>().is_ok(), "{v}");
     }
+    // With nothing passed in nginx (no token): the origin is not reached with anyone's identity.
+    let mut stranger = Client { user: "mallory".into(), ..Client::default() };
+    let r = stranger.send(&url("/buy/ev-1/seat"), &[("accept", "application/json"), ("wicket-user", "alice"), ("wicket-room", "r1")]).await;
+    assert_eq!(r.status, 403, "{}", r.text());
 
     // Tokens that must not pass, in the cookie and as a bearer: each gets the edge's refusal.
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;

@@ -11,6 +11,9 @@
 --   init_worker_by_lua_block { require("wicket").start() }
 --   access_by_lua_block      { require("wicket").access() }      -- in each guarded location
 --   header_filter_by_lua_block { require("wicket").header_filter() }
+-- with wicket-lua-protect.conf's `set $wicket_key` (the path, client address, Authorization, user
+-- header and Cookie in one string) and `$wicket_pass` (what the origin is told, split by
+-- wicket-lua-http.conf's maps only when a request is proxied).
 --
 -- A request passes here, in nginx, only when all of these hold; otherwise the edge decides it:
 --   1. the edge's config is fresh (pulled within 3 report intervals);
@@ -39,6 +42,7 @@ local b64 = require "ngx.base64"
 local C = ffi.C
 local ngx = ngx
 local ngx_var = ngx.var
+local ngx_req = ngx.req
 local byte, find, sub, gsub = string.byte, string.find, string.sub, string.gsub
 
 ffi.cdef [[
@@ -69,7 +73,7 @@ local cfg = {
     interval = 1,          -- seconds between reports; a confirmation lasts two
     dict = "wicket_lua",   -- lua_shared_dict holding the confirmations
     verified_max = 50000,  -- tokens remembered as verified per worker
-    decided_max = 20000,   -- requests' credentials remembered as checked per worker
+    decided_max = 20000,   -- requests' credentials remembered as passed per worker (twice that at most)
     seen_max = 50000,      -- sessions a worker reports at most
     idle = 30,             -- seconds a session is still reported after its last request here
     report_bytes = 12288,  -- largest report body: below the edge's max-body-bytes (default 16 KiB)
@@ -78,11 +82,21 @@ local keys = {}            -- kid -> { alg = "HS256", secret = s } | { alg = "Ed
 local device_key           -- HMAC key of the edge's device cookie MAC (from [edge] secret)
 
 -- Pulled from the edge (per worker): protected prefixes, the edge's own prefixes, the user id.
-local state = { protected = {}, edge_only = {}, at = 0 }
+-- `fresh_till`: when the config pulled last goes stale (three intervals after it came); `sig`: the
+-- config as one string (a change empties the fast path).
+local state = { protected = {}, edge_only = {}, at = 0, fresh_till = 0, sig = "" }
 local verified             -- lrucache: token .. " " .. room -> claims
--- lrucache: everything a request's check reads (Cookie, Authorization, user header, client address,
--- room) -> what it found; a fan's next request with the same credentials costs one lookup.
-local decided
+-- The fast path (per worker): nginx's `$wicket_key` — everything a check reads of the request, the
+-- path last (only it can hold a line break, a decoded %0A, so two requests that differ never share
+-- a key) — -> { ckey (the confirmation's key), pass (`$wicket_pass`), till (the token's end) }. A
+-- fan's next request with the same credentials costs one variable read, two table lookups and one
+-- variable set, all in code LuaJIT compiles. Two generations: when the
+-- current one is full it becomes the old one (a hit there moves back), so the fans still at it keep
+-- their place and memory stays under twice `decided_max`. Emptied when the edge's config changes.
+local passed, passed_n, passed_old = {}, 0, {}
+-- The confirmations this worker knows of: "room sub ip user device" -> until when (the shared dict
+-- holds the same, so a session another worker confirmed is found there once; reports renew both).
+local confirmed = {}
 local seen = {}            -- "room sub ip user device" -> when nginx last passed a request of it
 local seen_n = 0
 
@@ -235,6 +249,33 @@ local function local_rule(path)
     return best and best.is_local and best or nil
 end
 
+-- Records that the edge passed session `key` (for two intervals), here and in the shared dict.
+local function confirm(key)
+    local till = ngx.now() + 2 * cfg.interval
+    confirmed[key] = till
+    dict:set("c " .. key, till, 2 * cfg.interval)
+end
+
+-- Until when session `key` is confirmed (this worker's record, else the shared dict's), or nil.
+local function confirmed_till(key, now)
+    local till = confirmed[key]
+    if till == nil or till <= now then
+        till = dict:get("c " .. key)
+        if type(till) ~= "number" or till <= now then
+            confirmed[key] = nil
+            return nil
+        end
+        confirmed[key] = till
+    end
+    return till
+end
+
+-- Drops the confirmation of session `key` here and in the shared dict.
+local function unconfirm(key)
+    confirmed[key] = nil
+    dict:delete("c " .. key)
+end
+
 local function confirmation_key(room, subject, ip, user, device)
     return room .. " " .. subject .. " " .. ip .. " " .. (user or "") .. " " .. device
 end
@@ -262,11 +303,18 @@ local function forward_credentials(cookies, auth, room)
     return table.concat(kept, "; "), (auth and not starts(auth, "Bearer ")) and auth or ""
 end
 
+-- `$wicket_pass`: the origin's Wicket-Room, Wicket-User, Wicket-Device, Wicket-Position, Cookie and
+-- Authorization, one per line (wicket-lua-http.conf's maps split it). None can hold a line break:
+-- nginx refuses one in a request header, and the edge's answer is a header too.
+local function pass_value(user, device, room, position, fwd_cookie, fwd_auth)
+    return room .. "\n" .. user .. "\n" .. device .. "\n" .. position .. "\n" .. fwd_cookie .. "\n" .. fwd_auth
+end
+
 -- The edge decides (wicket-protect.conf's path): its 2xx passes with its identity and cookie, its
 -- 401/403 hands the request to @wicket, anything else is a 500 (as auth_request).
-local function ask_edge(confirm)
+local function ask_edge(session)
     -- A pass that is to confirm a session must be the edge's answer of now, not a cached one.
-    local res = ngx.location.capture(confirm and "/_wicket_auth_fresh" or "/_wicket_auth")
+    local res = ngx.location.capture(session and "/_wicket_auth_fresh" or "/_wicket_auth")
     local status = res.status
     if status == 401 or status == 403 then
         return ngx.exec("@wicket")
@@ -283,18 +331,14 @@ local function ask_edge(confirm)
         if type(v) == "table" then v = v[1] end
         return v or ""
     end
-    ngx_var.wicket_user = one("wicket-user")
-    ngx_var.wicket_device = one("wicket-device")
-    ngx_var.wicket_room = one("wicket-room")
-    ngx_var.wicket_position = one("wicket-position")
+    ngx_var.wicket_pass = pass_value(one("wicket-user"), one("wicket-device"), one("wicket-room"),
+        one("wicket-position"), one("wicket-forward-cookie"), one("wicket-forward-authorization"))
     -- As auth_request_set: the first cookie the edge sets (add_header in wicket-lua-protect.conf).
-    ngx_var.wicket_cookie = one("set-cookie")
-    ngx_var.wicket_forward_cookie = one("wicket-forward-cookie")
-    ngx_var.wicket_forward_authorization = one("wicket-forward-authorization")
+    ngx_var.wicket_lua_cookie = one("set-cookie")
     -- The edge passed this very session for this client: later requests pass here.
-    if confirm and h["set-cookie"] == nil and one("wicket-room") == confirm.room and one("wicket-user") == confirm.sub then
-        dict:set("c " .. confirm.key, true, 2 * cfg.interval)
-        remember_seen(confirm.key)
+    if session and h["set-cookie"] == nil and one("wicket-room") == session.room and one("wicket-user") == session.sub then
+        confirm(session.key)
+        remember_seen(session.key)
     end
 end
 
@@ -323,32 +367,78 @@ local function check(rule, cookies, auth, ip, now)
              fwd_cookie = fwd_cookie, fwd_auth = fwd_auth }
 end
 
---- The access phase of a guarded location.
-function _M.access()
+local function remember_passed(key, p)
+    if passed[key] == nil then
+        if passed_n >= cfg.decided_max then
+            passed_old, passed, passed_n = passed, {}, 0
+        end
+        passed_n = passed_n + 1
+    end
+    passed[key] = p
+end
+
+-- The first request of a fan's credentials on a path, and any the fast path cannot pass: the
+-- rule, the token and holder checked, the confirmation looked up; a pass is remembered for `key`.
+local function access_slow(key)
     local rule = local_rule(ngx_var.uri)
     if not rule then return ask_edge(nil) end
     local cookies, auth, ip = ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr
-    local user_raw = state.user_var and ngx_var[state.user_var]
-    if type(user_raw) == "table" then user_raw = user_raw[1] end
     local now = ngx.time()
-    local dkey = rule.room .. "\n" .. ip .. "\n" .. (cookies or "") .. "\n" .. (auth or "") .. "\n" .. (user_raw or "")
-    local d = decided:get(dkey)
-    if not d then
-        d = check(rule, cookies, auth, ip, now)
-        if not d then return ask_edge(nil) end
-        decided:set(dkey, d, d.exp + cfg.leeway - now)
-    end
-    if d.exp + cfg.leeway <= now then return ask_edge(nil) end
-    if not dict:get("c " .. d.key) then
+    local d = check(rule, cookies, auth, ip, now)
+    if not d then return ask_edge(nil) end
+    if not confirmed_till(d.key, ngx.now()) then
         return ask_edge({ key = d.key, room = rule.room, sub = d.sub })
     end
     remember_seen(d.key)
-    ngx_var.wicket_user = d.sub
-    ngx_var.wicket_device = d.device
-    ngx_var.wicket_room = rule.room
-    ngx_var.wicket_position = d.pos
-    ngx_var.wicket_forward_cookie = d.fwd_cookie
-    ngx_var.wicket_forward_authorization = d.fwd_auth
+    local pass = pass_value(d.sub, d.device, rule.room, d.pos, d.fwd_cookie, d.fwd_auth)
+    ngx_var.wicket_pass = pass
+    -- `key` stands for this request only when it holds the user id the edge reads: nginx's
+    -- `$wicket_user_header` (wicket-lua-http.conf) must be the edge's user-header.
+    if state.user_var then
+        local raw = ngx_var[state.user_var]
+        if type(raw) == "table" then raw = raw[1] end
+        if (raw or "") ~= ngx_var.wicket_user_header then
+            if not state.warned_user_header then
+                state.warned_user_header = true
+                ngx.log(ngx.ERR, "wicket: $wicket_user_header is not the edge's user-header (", state.user_header,
+                    "): set it in wicket-lua-http.conf; until then every request is checked in full")
+            end
+            return
+        end
+    end
+    remember_passed(key, { ckey = d.key, pass = pass, till = d.exp + cfg.leeway })
+end
+
+--- The access phase of a guarded location.
+function _M.access()
+    if ngx_req.is_internal() then
+        -- nginx's internal redirect (an index file, try_files) of a request this check passed a
+        -- moment ago passes again, with what it found: the request the client sent was judged, as
+        -- the edge judges it on the auth_request path (`X-Original-URI: $request_uri`).
+        local pass = ngx_var.wicket_pass
+        if pass ~= nil and pass ~= "" then return end
+    end
+    local key = ngx_var.wicket_key
+    local p = passed[key]
+    if p == nil then
+        p = passed_old[key]
+        if p ~= nil then remember_passed(key, p) end
+    end
+    if p ~= nil then
+        local now = ngx.now()
+        local c = confirmed[p.ckey]
+        if p.till > now and state.fresh_till > now and c ~= nil and c > now then
+            if seen[p.ckey] ~= nil then
+                seen[p.ckey] = now
+            elseif seen_n < cfg.seen_max then
+                seen[p.ckey] = now
+                seen_n = seen_n + 1
+            end
+            ngx_var.wicket_pass = p.pass
+            return
+        end
+    end
+    return access_slow(key)
 end
 
 -- Asks the edge's /wicket/revoke to end the session of the token `head` carried (a timer: the
@@ -375,14 +465,14 @@ local function header_line(name, value)
     return name .. ": " .. value .. "\r\n"
 end
 
---- The header filter of a guarded location: the origin's `Wicket-Revoke: 1` is kept from the
---- client, the admission cookie cleared, this nginx's confirmation of the session dropped at once,
---- and the edge told (every copy of the token then stops passing everywhere within two intervals).
+--- The header filter of a guarded location: on the origin's `Wicket-Revoke: 1` (which
+--- wicket-lua-protect.conf's proxy_hide_header keeps from the client) the admission cookie is
+--- cleared, this worker's confirmation of the session and the shared dict's dropped at once, and the
+--- edge told (every copy of the token then stops passing everywhere within two intervals).
 function _M.header_filter()
-    local revoke = ngx.header["Wicket-Revoke"]
+    local revoke = ngx_var.upstream_http_wicket_revoke
     if revoke == nil then return end
-    ngx.header["Wicket-Revoke"] = nil
-    local room = ngx_var.wicket_room
+    local room = ngx_var.wicket_pass_room
     if revoke ~= "1" or not room or room == "" then return end
     local set = ngx.header["Set-Cookie"]
     local cookies = type(set) == "table" and set or { set }
@@ -390,7 +480,7 @@ function _M.header_filter()
     ngx.header["Set-Cookie"] = cookies
     local rule = local_rule(ngx_var.uri)
     local d = rule and check(rule, ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr, ngx.time())
-    if d then dict:delete("c " .. d.key) end
+    if d then unconfirm(d.key) end
     local head = header_line("X-Original-URI", ngx_var.request_uri)
         .. header_line("X-Original-Method", ngx_var.request_method)
         .. header_line("X-Forwarded-For", ngx_var.proxy_add_x_forwarded_for)
@@ -432,16 +522,26 @@ end
 
 local function apply_config(v)
     if type(v.protected) ~= "table" or type(v.edge_only) ~= "table" then return false end
-    local protected = {}
+    local protected, sig = {}, {}
     for _, r in ipairs(v.protected) do
         protected[#protected + 1] = { path = r.path, room = r.room, event = r.event, is_local = r["local"] == true,
                                       cookie = "wicket_a_" .. r.room }
+        sig[#sig + 1] = table.concat({ tostring(r.path), tostring(r.room), tostring(r.event), tostring(r["local"]) }, "\0")
+    end
+    for _, p in ipairs(v.edge_only) do sig[#sig + 1] = "edge\0" .. tostring(p) end
+    sig[#sig + 1] = "user\0" .. tostring(v.user_header) .. "\0" .. tostring(v.user_cookie)
+    sig = table.concat(sig, "\n")
+    if sig ~= state.sig then
+        -- Another rule, prefix or user source: what was passed is checked again.
+        passed, passed_n, passed_old = {}, 0, {}
+        state.sig = sig
     end
     state.protected, state.edge_only = protected, v.edge_only
     state.user_header = type(v.user_header) == "string" and v.user_header or nil
     state.user_var = state.user_header and "http_" .. gsub(state.user_header, "-", "_") or nil
     state.user_cookie = type(v.user_cookie) == "string" and v.user_cookie or nil
     state.at = ngx.now()
+    state.fresh_till = state.at + 3 * cfg.interval
     return true
 end
 
@@ -477,9 +577,9 @@ local function report_all()
         end
         for j, key in ipairs(lines) do
             if sub(v.ok, j, j) == "1" then
-                dict:set("c " .. key, true, 2 * cfg.interval)
+                confirm(key)
             else
-                dict:delete("c " .. key)
+                unconfirm(key)
                 if seen[key] then
                     seen[key] = nil
                     seen_n = seen_n - 1
@@ -501,7 +601,6 @@ end
 function _M.start()
     assert(device_key, "wicket: configure{} was not called (init_by_lua)")
     verified = assert(lrucache.new(cfg.verified_max))
-    decided = assert(lrucache.new(cfg.decided_max))
     md_ctx = C.EVP_MD_CTX_new()
     dict = assert(ngx.shared[cfg.dict], "wicket: lua_shared_dict " .. cfg.dict .. " is missing (wicket-lua-http.conf)")
     ngx.timer.at(0, sync)
