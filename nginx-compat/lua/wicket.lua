@@ -494,30 +494,51 @@ end
 
 -- The report -------------------------------------------------------------------------------------
 
--- POSTs `body` to the edge's /wicket/sessions; the decoded answer, or nil and why.
-local function report(body)
-    local sock = ngx.socket.tcp()
-    sock:settimeout(2000)
-    local ok, err = sock:connect(cfg.edge_host, cfg.edge_port)
+-- One POST of `body` on `sock` (connected); the answer's status, body and whether the connection
+-- may be reused, or nil and why.
+local function post_sessions(sock, body)
+    local ok, err = sock:send("POST /wicket/sessions HTTP/1.1\r\nHost: wicket\r\nContent-Type: text/plain\r\nContent-Length: "
+        .. #body .. "\r\n\r\n" .. body)
     if not ok then return nil, err end
-    local req = "POST /wicket/sessions HTTP/1.1\r\nHost: wicket\r\nContent-Type: text/plain\r\nContent-Length: "
-        .. #body .. "\r\nConnection: close\r\n\r\n" .. body
-    ok, err = sock:send(req)
-    if not ok then sock:close() return nil, err end
-    local status_line = sock:receive("*l")
-    local status = status_line and tonumber(string.match(status_line, "^HTTP/1%.%d (%d%d%d)"))
-    local length
+    local status_line, rerr = sock:receive("*l")
+    if not status_line then return nil, rerr end
+    local status = tonumber(string.match(status_line, "^HTTP/1%.%d (%d%d%d)"))
+    local length, reusable = nil, find(status_line, "HTTP/1.1", 1, true) == 1
     while true do
         local line = sock:receive("*l")
-        if not line then sock:close() return nil, "cut off" end
+        if not line then return nil, "cut off" end
         if line == "" then break end
-        local n = string.match(string.lower(line), "^content%-length:%s*(%d+)")
+        local lower = string.lower(line)
+        local n = string.match(lower, "^content%-length:%s*(%d+)")
         if n then length = tonumber(n) end
+        if string.match(lower, "^connection:.*close") then reusable = false end
     end
-    local data = length and sock:receive(length)
-    sock:close()
-    if status ~= 200 or not data then return nil, "status " .. tostring(status) end
-    return cjson.decode(data)
+    if not length then return nil, "no length" end
+    local data = sock:receive(length)
+    if not data then return nil, "cut off" end
+    return status, data, reusable
+end
+
+-- POSTs `body` to the edge's /wicket/sessions over a kept-alive connection (a report of many
+-- sessions is many POSTs, each second); the decoded answer, or nil and why. A kept connection the
+-- edge has meanwhile closed is retried once on a new one.
+local function report(body)
+    for _ = 1, 2 do
+        local sock = ngx.socket.tcp()
+        sock:settimeout(2000)
+        local ok, err = sock:connect(cfg.edge_host, cfg.edge_port)
+        if not ok then return nil, err end
+        local reused = (sock:getreusedtimes() or 0) > 0
+        local status, data, reusable = post_sessions(sock, body)
+        if status then
+            if reusable then sock:setkeepalive(60000, 4) else sock:close() end
+            if status ~= 200 then return nil, "status " .. tostring(status) end
+            return cjson.decode(data)
+        end
+        sock:close()
+        if not reused then return nil, data end
+    end
+    return nil, "no answer"
 end
 
 local function apply_config(v)
