@@ -572,7 +572,8 @@ end
 local reporting = false
 local function report_all()
     local batch = {}
-    local since = ngx.now() - cfg.idle
+    local now = ngx.now()
+    local since = now - cfg.idle
     for k, at in pairs(seen) do
         if at < since then
             seen[k] = nil
@@ -580,6 +581,10 @@ local function report_all()
         else
             batch[#batch + 1] = k
         end
+    end
+    -- Lapsed confirmations leave this worker's record (sessions no longer seen are not renewed).
+    for k, till in pairs(confirmed) do
+        if till <= now then confirmed[k] = nil end
     end
     local i = 1
     repeat
