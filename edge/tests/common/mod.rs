@@ -410,7 +410,11 @@ impl TestEdge {
         let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(addr).is_err() || TcpStream::connect(admin).is_err() || https.is_some_and(|a| TcpStream::connect(a).is_err()) {
-            assert!(Instant::now() < deadline, "edge did not start");
+            // An edge that stopped at start says why (a port another process took meanwhile, ...).
+            if thread.is_finished() {
+                panic!("the edge stopped at start: {:?}", thread.join());
+            }
+            assert!(Instant::now() < deadline, "edge did not start within 20 s (listen {addr}, admin {admin})");
             std::thread::sleep(Duration::from_millis(20));
         }
         TestEdge { addr, admin, dir, stop, thread: Some(thread) }
