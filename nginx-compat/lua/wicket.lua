@@ -428,12 +428,7 @@ function _M.access()
         local now = ngx.now()
         local c = confirmed[p.ckey]
         if p.till > now and state.fresh_till > now and c ~= nil and c > now then
-            if seen[p.ckey] ~= nil then
-                seen[p.ckey] = now
-            elseif seen_n < cfg.seen_max then
-                seen[p.ckey] = now
-                seen_n = seen_n + 1
-            end
+            remember_seen(p.ckey)
             ngx_var.wicket_pass = p.pass
             return
         end
