@@ -17,9 +17,10 @@
 --       place)   10 lane_passed STRING   (`wk:{room:<id>}:...`)
 -- ARGV: 1 node id   2 n (>= 0)   3 now (ms)   4 most owed places passed in one call
 --       5 most of n that go to the lane first (>= 0)
--- Returns {serving, lane_serving, places released: the lane places admitted and the places serving
--- passed, less the lane places among them admitted before}, or -1 when this node does not hold the lease
--- (nothing written).
+-- Returns {serving, lane_serving, places released: the lane places admitted, the places serving
+-- passed less the lane places among them admitted before and the owed places (held back, not yet
+-- anyone's turn), and the late proofs taken off n (those places are let in now)}, or -1 when this
+-- node does not hold the lease (nothing written).
 local leader = redis.call('GET', KEYS[1])
 local issued = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local serving = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
@@ -28,8 +29,9 @@ if leader ~= ARGV[1] then
   return -1
 end
 local late = tonumber(redis.call('GET', KEYS[6]) or '0') or 0
+local used = 0
 if late > 0 then
-  local used = math.min(late, n)
+  used = math.min(late, n)
   n = n - used
   redis.call('DECRBY', KEYS[6], used)
 end
@@ -99,6 +101,6 @@ end
 if lane_passed ~= lane_start then
   redis.call('SET', KEYS[10], lane_passed)
 end
-local released = target - serving - lane_skipped
+local released = target - serving - lane_skipped - owed_skipped
 if released < 0 then released = 0 end
-return {target, lane_serving, k + released}
+return {target, lane_serving, used + k + released}

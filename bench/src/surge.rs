@@ -226,6 +226,9 @@ struct User {
     /// The fan's hold got an answer (they tried to buy), and it was "sold out" (admitted, no seat).
     hold_tried: bool,
     hold_sold_out: bool,
+    /// The last answer before the fan saw "admitted": (state, `poll_after_ms`, `ahead`, ms since
+    /// start) — how long the room let it wait before its turn was seen.
+    last_told: Option<(&'static str, u64, Option<u64>, u64)>,
 }
 
 /// Everything a run measured.
@@ -559,6 +562,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 held_ms: None,
                 hold_tried: false,
                 hold_sold_out: false,
+                last_told: None,
             })
         })
         .collect();
@@ -1170,6 +1174,10 @@ fn after_status(sh: &Shared, u: u32, status: u16, headers: &reqwest::header::Hea
     let state = body["state"].as_str().unwrap_or("");
     let mut g = sh.users[u as usize].lock();
     g.polls += 1;
+    if g.admitted_ms.is_none() && state != "admitted" {
+        let told = ["waiting", "paused", "sold_out", "not_open", "closed", "stopped"].into_iter().find(|s| *s == state).unwrap_or("other");
+        g.last_told = Some((told, body["poll_after_ms"].as_u64().unwrap_or(0), body["ahead"].as_u64(), sh.now_ms()));
+    }
     if let Some(p) = body["position"].as_u64() {
         g.position = p;
     }
@@ -1223,13 +1231,17 @@ fn write_users(sh: &Shared, path: &str, orders: &[Value]) -> anyhow::Result<()> 
         *paid.entry(o["user"].as_str().unwrap_or("")).or_default() += o["qty"].as_u64().unwrap_or(0);
     }
     let ms = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
-    let mut out = String::from("user,bot,join_seq,joined_ms,position,admitted_ms,held_ms,outcome,paid_qty,hold_sold_out\n");
+    let mut out = String::from("user,bot,join_seq,joined_ms,position,admitted_ms,held_ms,outcome,paid_qty,hold_sold_out,last_state,last_poll_after_ms,last_ahead,last_at_ms\n");
     for (i, u) in sh.users.iter().enumerate() {
         let g = u.lock();
         let id = format!("u{i}");
         let bought = paid.get(id.as_str()).copied().unwrap_or(0);
+        let (ls, lp, la, lt) = match g.last_told {
+            Some((s, p, a, t)) => (s, p.to_string(), ms(a), t.to_string()),
+            None => ("", String::new(), String::new(), String::new()),
+        };
         out += &format!(
-            "{id},{},{},{},{},{},{},{:?},{bought},{}\n",
+            "{id},{},{},{},{},{},{},{:?},{bought},{},{ls},{lp},{la},{lt}\n",
             u8::from(g.bot),
             g.join_seq,
             ms(g.joined_ms),

@@ -1451,7 +1451,13 @@ impl Rooms {
             let slowest = if ahead < 1000 || within_reach(room, ahead) { 5000 } else { 30_000 };
             s.poll_after_ms = jitter(((eta * 100.0) as u64).clamp(1000, slowest));
         } else {
-            s.poll_after_ms = jitter(if ahead < 100 { 2000 } else { 10_000 });
+            // No rate yet: the sale opened since the room's last tick (its first step comes within
+            // a second), or the release stands at 0. The places the first steps could reach — the
+            // last thousand, and every place the tickets left could reach — ask again in 2 s; told
+            // 10 s, a sale's first fans saw their turn up to 10 s late, their promised tickets
+            // held for them all that while (the bots surge sold its 2,000 tickets in 25 s, not 8).
+            let soon = ahead < 1000 || within_reach(room, ahead);
+            s.poll_after_ms = jitter(if soon { 2000 } else { 10_000 });
         }
         Peek::Answer(s)
     }

@@ -95,8 +95,10 @@ pub struct Advanced {
     pub serving: u64,
     /// `lane_serving` after it.
     pub lane_serving: u64,
-    /// Places it released: the lane places it admitted, and the places `serving` passed other
-    /// than lane places admitted before (an owed place passed counts, as it always has).
+    /// Places it released, each one a fan who may now be admitted ([`super::claims`]): the lane
+    /// places it admitted, the places `serving` passed other than lane places admitted before and
+    /// owed places (held back until their proof comes, most of them never: scripts'), and the
+    /// owed places passed before whose proof came late (`late`, admitted now).
     pub released: u64,
 }
 
@@ -530,6 +532,7 @@ impl RoomState for EmbeddedState {
         let mut target = serving.saturating_add(n).min(end);
         let mut from = serving;
         let mut lane_skipped = 0;
+        let mut owed_skipped = 0;
         // Owed places and lane places admitted already do not count: the release reaches that
         // many more places.
         while target > from {
@@ -538,6 +541,7 @@ impl RoomState for EmbeddedState {
                 book.owed.remove(p);
                 book.passed.insert(*who, (*p, now_ms));
             }
+            owed_skipped += hit.len() as u64;
             let admitted = lane.pass_to(target, lane_serving);
             lane_skipped += admitted;
             let extra = hit.len() as u64 + admitted;
@@ -551,7 +555,8 @@ impl RoomState for EmbeddedState {
         self.serving.store(target, Ordering::SeqCst);
         self.lane_serving.store(lane_serving, Ordering::SeqCst);
         self.lane_passed.store(lane.passed, Ordering::SeqCst);
-        Ok(Advanced { serving: target, lane_serving, released: k + (target - serving).saturating_sub(lane_skipped) })
+        let passed = (target - serving).saturating_sub(lane_skipped + owed_skipped);
+        Ok(Advanced { serving: target, lane_serving, released: late + k + passed })
     }
 
     async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {

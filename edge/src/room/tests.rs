@@ -288,6 +288,15 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
     room.available.store(500_000, Ordering::Relaxed);
     let f = phase(rooms.status(&room, &far, "y").await.unwrap());
     assert!(f.poll_after_ms > 20_000, "beyond the stock's reach: {}", f.poll_after_ms);
+    // No rate yet (the sale opened since the last tick): the places the first steps could reach
+    // ask again in 2 s, not 10 s behind their turn; the others in 10 s.
+    room.set_measured_rate(0.0);
+    room.set_release_rate(0.0);
+    let mid = QueueTicket { position: 400_000, ..far.clone() };
+    for (t, who, low, high) in [(&near, "x", 1600, 2400), (&mid, "z", 1600, 2400), (&far, "y", 8000, 12_000)] {
+        let s = phase(rooms.status(&room, t, who).await.unwrap());
+        assert!((low..=high).contains(&s.poll_after_ms), "{:?} ahead: {}", s.ahead, s.poll_after_ms);
+    }
 }
 
 

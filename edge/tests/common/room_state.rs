@@ -123,14 +123,17 @@ pub async fn owed_places(state: &dyn RoomState, node: &str, t0: u64) {
     assert_eq!(join(d, owed(t0)).await.position, 4);
     assert_eq!(join(e, given(t0)).await.position, 5);
     let t1 = t0 + 2000;
-    assert_eq!(state.advance_at(node, 1, t1).await.unwrap(), 5, "the owed place does not take the release slot");
+    let step = state.advance_lane(node, 1, 0, t1).await.unwrap();
+    assert_eq!(step.serving, 5, "the owed place does not take the release slot");
+    assert_eq!(step.released, 1, "E only: D is nobody's turn until its proof comes (no promise of tickets for it)");
     assert_eq!(state.proof_state(d, 4, t1 + 500, grace).await.unwrap(), ProofState::Passed { ago_ms: 500 });
     // D proves within the grace: in, and the next release lets in one fewer.
     assert_eq!(join(d, given(t1 + 5000)).await, Joined { position: 4, fresh: false, owed: false, lane: 0 });
     assert_eq!(state.proof_state(d, 4, t1 + 5000, grace).await.unwrap(), ProofState::Proven);
     assert_eq!(join(f, given(t1)).await.position, 6);
     assert_eq!(join(g, given(t1)).await.position, 7);
-    assert_eq!(state.advance_at(node, 1, t1 + 6000).await.unwrap(), 5, "the late proof took this slot");
+    let step = state.advance_lane(node, 1, 0, t1 + 6000).await.unwrap();
+    assert_eq!((step.serving, step.released), (5, 1), "the late proof took this slot: D is let in now");
     assert_eq!(state.advance_at(node, 2, t1 + 6000).await.unwrap(), 7);
     // H never proves: held back for the grace, then lost (the release tick's lapse).
     assert_eq!(join(h, owed(t1)).await.position, 8);
