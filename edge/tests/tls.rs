@@ -142,7 +142,17 @@ async fn garbage_and_handshakes_that_never_finish_are_closed_and_others_are_serv
         let line = m.lines().find(|l| l.starts_with("wicket_edge_rejects_total{reason=\"tls_handshake_failed\"} ")).map(str::to_owned);
         (line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).unwrap_or(0), m)
     };
-    let failed_before = failed().await.0;
+    // The start's readiness probe (a bare TCP connect to this port) counts as a failed handshake
+    // whenever the edge gets to it: wait until the count stands still.
+    let mut failed_before = failed().await.0;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let now = failed().await.0;
+        if now == failed_before {
+            break;
+        }
+        failed_before = now;
+    }
     // Plain HTTP on the TLS port: closed, no answer in HTTP.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await.unwrap();

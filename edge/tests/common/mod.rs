@@ -408,13 +408,14 @@ impl TestEdge {
         let thread = std::thread::spawn(move || wicket_edge::run(cfg, Box::new(watch)));
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Generous: CI runs the test binaries side by side on two cores (once, 20 s was not enough).
+        let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(addr).is_err() || TcpStream::connect(admin).is_err() || https.is_some_and(|a| TcpStream::connect(a).is_err()) {
             // An edge that stopped at start says why (a port another process took meanwhile, ...).
             if thread.is_finished() {
                 panic!("the edge stopped at start: {:?}", thread.join());
             }
-            assert!(Instant::now() < deadline, "edge did not start within 20 s (listen {addr}, admin {admin})");
+            assert!(Instant::now() < deadline, "edge did not start within 60 s (listen {addr}, admin {admin})");
             std::thread::sleep(Duration::from_millis(20));
         }
         TestEdge { addr, admin, dir, stop, thread: Some(thread) }
