@@ -36,6 +36,9 @@ pub struct Replayed {
     pos: usize,
     /// Gathering writes (HTTP/2 over TLS).
     gather: Option<Gather>,
+    /// A byte has been read from `inner` (a TLS listener's connection that closes before its
+    /// first byte is a TCP probe, not a failed handshake).
+    read_any: bool,
 }
 
 /// Most bytes gathered before they are written without waiting for a flush: one TLS record.
@@ -104,7 +107,7 @@ struct Gather {
 /// of every stream handled in one poll leave together; `polls` must count every poll of the
 /// task that drives the stream ([`Polls::count`]).
 pub fn gathered(stream: Stream, polls: Arc<Polls>) -> Stream {
-    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Gather { out: Vec::new(), polls: Some(polls), put_off: None }) })
+    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Gather { out: Vec::new(), polls: Some(polls), put_off: None }), read_any: false })
 }
 
 /// An HTTP/1.1 connection (plain, or the plain side of TLS) handed to the proxy, with `bytes` put back in front and its
@@ -123,10 +126,15 @@ pub fn buffered(stream: Stream, bytes: &[u8]) -> Stream {
 /// write buffer under TLS did; unlike that buffer, this one exists only while records are
 /// gathered, and an idle HTTPS connection holds none.
 pub fn under_tls(stream: Stream) -> Replayed {
-    Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Gather { out: Vec::new(), polls: None, put_off: None }) }
+    Replayed { inner: stream, front: Vec::new(), pos: 0, gather: Some(Gather { out: Vec::new(), polls: None, put_off: None }), read_any: false }
 }
 
 impl Replayed {
+    /// Whether any byte has been read from the stream underneath.
+    pub fn has_read(&self) -> bool {
+        self.read_any
+    }
+
     /// Writes out what is gathered; `Ready(Ok)` once nothing is left.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let Some(g) = self.gather.as_mut() else { return Poll::Ready(Ok(())) };
@@ -232,7 +240,7 @@ fn replayed(stream: Stream) -> Box<Replayed> {
         let Ok(r) = stream.into_any().downcast::<Replayed>() else { unreachable!() };
         return r;
     }
-    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: None })
+    Box::new(Replayed { inner: stream, front: Vec::new(), pos: 0, gather: None, read_any: false })
 }
 
 impl AsyncRead for Replayed {
@@ -253,7 +261,10 @@ impl AsyncRead for Replayed {
             // write that cannot finish now is woken, and finished, by the socket).
             let _ = this.poll_drain(cx);
         }
-        Pin::new(&mut this.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        this.read_any |= buf.filled().len() > before;
+        r
     }
 }
 

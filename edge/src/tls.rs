@@ -351,8 +351,9 @@ impl Tls {
     }
 
     /// The handshake of a new connection, within `handshake-timeout-ms`; the reason, as
-    /// `wicket_edge_rejects_total` counts it, when it failed or timed out (logged at DEBUG only:
-    /// scanners and broken clients are everyday events).
+    /// `wicket_edge_rejects_total` counts it, when it failed, timed out or the connection closed
+    /// before its first byte (`tls_no_hello`: health checks and probes), logged at DEBUG only:
+    /// scanners and broken clients are everyday events.
     /// `Ok` says whether the session was resumed.
     pub async fn handshake(&self, stream: Stream) -> Result<(Stream, bool), &'static str> {
         let l4 = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>().map_err(|_| "tls_handshake_failed")?;
@@ -364,6 +365,12 @@ impl Tls {
             Ok(Ok(tls)) => {
                 let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
                 Ok((Box::new(TlsStream(tls)), resumed))
+            }
+            Ok(Err((_, under))) if !under.has_read() => {
+                // Closed before its first byte: a load balancer's TCP health check or a port
+                // probe, not a client that failed a handshake.
+                tracing::debug!("TLS connection closed before a ClientHello");
+                Err("tls_no_hello")
             }
             Ok(Err((e, mut under))) => {
                 tracing::debug!("TLS handshake failed: {e}");
