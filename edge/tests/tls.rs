@@ -137,19 +137,19 @@ async fn garbage_and_handshakes_that_never_finish_are_closed_and_others_are_serv
     let port = free_port();
     let edge = TestEdge::start(&tls_config(port, &[a], "handshake-timeout-ms = 500"));
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let failed = || async {
-        let m = String::from_utf8_lossy(&edge.admin("GET", "/metrics", "").await.body).into_owned();
-        let line = m.lines().find(|l| l.starts_with("wicket_edge_rejects_total{reason=\"tls_handshake_failed\"} ")).map(str::to_owned);
+    // The count of one reject reason, with the metrics text it was read from.
+    let admin = &edge;
+    let rejects = move |reason: &'static str| async move {
+        let m = String::from_utf8_lossy(&admin.admin("GET", "/metrics", "").await.body).into_owned();
+        let prefix = format!("wicket_edge_rejects_total{{reason=\"{reason}\"}} ");
+        let line = m.lines().find(|l| l.starts_with(&prefix)).map(str::to_owned);
         (line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).unwrap_or(0), m)
     };
+    let failed = || rejects("tls_handshake_failed");
+    let no_hello = || async { rejects("tls_no_hello").await.0 };
     // A bare TCP connect closed at once (the start's readiness probe, a load balancer's health
     // check) is no failed handshake: counted apart, as `tls_no_hello`.
     let failed_before = failed().await.0;
-    let no_hello = || async {
-        let m = String::from_utf8_lossy(&edge.admin("GET", "/metrics", "").await.body).into_owned();
-        let line = m.lines().find(|l| l.starts_with("wicket_edge_rejects_total{reason=\"tls_no_hello\"} ")).map(str::to_owned);
-        line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).unwrap_or(0)
-    };
     let probes_before = no_hello().await;
     drop(tokio::net::TcpStream::connect(addr).await.unwrap());
     let deadline = Instant::now() + Duration::from_secs(5);
