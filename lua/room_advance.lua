@@ -19,8 +19,8 @@
 --       5 most of n that go to the lane first (>= 0)
 -- Returns {serving, lane_serving, places released: the lane places admitted, the places serving
 -- passed less the lane places among them admitted before and the owed places (held back, not yet
--- anyone's turn), and the late proofs taken off n (those places are let in now)}, or -1 when this
--- node does not hold the lease (nothing written).
+-- anyone's turn), and the late proofs taken off n (those places are let in now); of them, the
+-- places serving passed}, or -1 when this node does not hold the lease (nothing written).
 local leader = redis.call('GET', KEYS[1])
 local issued = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local serving = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
@@ -103,4 +103,4 @@ if lane_passed ~= lane_start then
 end
 local released = target - serving - lane_skipped - owed_skipped
 if released < 0 then released = 0 end
-return {target, lane_serving, used + k + released}
+return {target, lane_serving, used + k + released, released}

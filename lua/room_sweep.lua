@@ -1,12 +1,15 @@
 #!lua
 -- room_sweep: ends sessions whose time is up (at most `limit` per call), spends their places, and
 -- returns the active count (sessions seen within the idle window) and the exits since the last
--- sweep (revocations included). Idle sessions leave the seen set; a touch brings them back.
+-- sweep (revocations included). Idle sessions leave the seen set; a touch brings them back. For
+-- the release leader it also counts the places picked up (sessions opened, room_open_session.lua)
+-- in each of the ranges asked, and forgets those at or below the bound asked.
 --
 -- KEYS: 1 sessions ZSET identity -> session end (ms)   2 who HASH   3 ended STRING
---       4 seen ZSET identity -> last seen (ms)
--- ARGV: 1 now (ms)   2 limit   3 idle window (ms)
--- Returns {active sessions, ended since the last sweep}
+--       4 seen ZSET identity -> last seen (ms)   5 picked ZSET identity -> place
+-- ARGV: 1 now (ms)   2 limit   3 idle window (ms)   4 forget places up to this one (-1: none)
+--       5.. ranges of places: from, to (from < place <= to)
+-- Returns {active sessions, ended since the last sweep, then the places picked up in each range}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]) or 1000)
 local pos = {}
 for i, who in ipairs(due) do
@@ -24,4 +27,11 @@ if ended > 0 then
   redis.call('DECRBY', KEYS[3], ended)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[3])))
-return {redis.call('ZCARD', KEYS[4]), ended + #due}
+local out = {redis.call('ZCARD', KEYS[4]), ended + #due}
+if tonumber(ARGV[4]) >= 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[4])
+end
+for i = 5, #ARGV - 1, 2 do
+  out[#out + 1] = redis.call('ZCOUNT', KEYS[5], '(' .. ARGV[i], ARGV[i + 1])
+end
+return out

@@ -114,10 +114,11 @@ async fn blocks_per_edge_real_places_only_and_a_rejoin_anywhere_keeps_its_place(
     // sweep on the leader: only it sweeps the shards, and publishes the active count).
     common::room_state::sessions(&*b, unix_ms()).await;
     common::room_state::idle_sessions(&*a, unix_ms() + 1_000_000).await;
-    assert_eq!(b.sweep(unix_ms() + 2_000_000, 10_000).await.unwrap(), (0, 0), "a follower sweeps nothing");
+    let swept = b.sweep(unix_ms() + 2_000_000, 10_000).await.unwrap();
+    assert_eq!((swept.active, swept.exits, swept.picked), (0, 0, None), "a follower sweeps nothing");
     assert!(!b.lead("node-b", 10_000).await.unwrap());
     // An ended session spends the place: a rejoin anywhere queues anew.
-    assert!(a.open_session(1, unix_ms() + 60_000).await.unwrap());
+    assert!(a.open_session(1, unix_ms() + 60_000, 1).await.unwrap());
     assert!(a.session_alive(1, unix_ms()).await.unwrap());
     assert!(b.end_session(1).await.unwrap());
     assert!(!b.session_alive(1, unix_ms()).await.unwrap(), "ended where it was ended, at once");
@@ -530,7 +531,7 @@ async fn a_place_ended_through_one_edge_is_spent_at_the_other() {
     let (p, fresh) = join(&a, 42).await;
     assert!(fresh);
     assert_eq!(join(&b, 42).await, (p, false), "the other edge learns the place");
-    assert!(a.open_session(42, unix_ms() + 60_000).await.unwrap());
+    assert!(a.open_session(42, unix_ms() + 60_000, p).await.unwrap());
     assert!(b.session_alive(42, unix_ms()).await.unwrap(), "believed at b too");
     assert!(a.end_session(42).await.unwrap(), "revoked through a");
     assert!(b.spent(42, p).await.unwrap(), "b: the old ticket is spent");

@@ -19,18 +19,28 @@
 //!   left (the core answers `409 not_enough_left` with `available` to a hold that asks for more)
 //!   rather than to nobody.
 //!
-//! A place that is not settled within [`CLAIM_MS`] lapses (its fan did not come): then the next
-//! fans are let in. While the stock left is all promised, the room says "sold out for now" and the
-//! queue keeps its places ([`super::Room::spoken_for`]). Before the core's first stock answer
-//! nothing caps the release (a sale opening as the edge starts may let in a second's worth
-//! unchecked). A core that does not count holds (older than this edge) settles nothing: every place
-//! is then promised `max-qty` until it lapses.
+//! A place is **picked up** when its fan is admitted (a session opened for it: the room's store
+//! records the session's place, and the leader's sweep counts, each tick, the places picked up in
+//! the range of places each recent step passed). A place not picked up within [`PICKUP_MS`]
+//! lapses (its fan did not come: it stopped polling, or was a script refused at the door); one
+//! picked up but not settled lapses at [`CLAIM_MS`] (its fan did not buy). Then the next fans are
+//! let in. Holds settle picked-up places first (a fan who holds was admitted). While the stock left
+//! is all promised, the room says "sold out for now" and the queue keeps its places
+//! ([`super::Room::spoken_for`]). Before the core's first stock answer nothing caps the release (a
+//! sale opening as the edge starts may let in a second's worth unchecked). A core that does not
+//! count holds (older than this edge) settles nothing: every place is then promised `max-qty`
+//! until it lapses.
 //!
-//! What it costs: a fan who holds more than [`CLAIM_MS`] after its turn settles another fan's
-//! place, so one place too many is let in; if the stock is short then, a fan meets "sold out". On a
-//! failover the new leader starts with no history: for [`CLAIM_MS`] it counts nothing as promised.
+//! What it costs: a fan who is admitted more than [`PICKUP_MS`] after its turn, or holds more than
+//! [`CLAIM_MS`] after it, settles another fan's place when it holds, so one place too many is let
+//! in; if the stock is short then, a fan meets "sold out". A lane place or a late proof is not in
+//! its step's range: its promise stands [`CLAIM_MS`], the cautious way. A store that counts no
+//! pickups lapses nothing before [`CLAIM_MS`]. On a failover the new leader starts with no
+//! history: for [`CLAIM_MS`] it counts nothing as promised.
 
 use std::collections::VecDeque;
+
+use super::state::PickupAsk;
 
 /// How long a released place's promise stands: its fan polls its turn within seconds (every place
 /// the stock could reach polls at least every 5 s), is admitted and holds; a place released longer
@@ -40,25 +50,101 @@ use std::collections::VecDeque;
 /// 1,583 meet "sold out".
 pub const CLAIM_MS: u64 = 15_000;
 
+/// How long a released place's promise stands before its fan is admitted: every place the stock
+/// could reach is told to poll at least every [`super::NEAR_POLL_MS`] (3 s, 3.6 s with its
+/// jitter), an edge other than the leader sees the step at its next tick (1 s), an event stream
+/// hears its turn at once, and the pickup is counted at the leader's next tick (1 s): 5.6 s at
+/// worst. A script refused at the door, a fan who closed the page: their places lapse here, not
+/// at [`CLAIM_MS`] (the bots surge sat 14 s with 18 such places holding its last 32 tickets).
+pub const PICKUP_MS: u64 = 6_000;
+
 /// Holds counted before their mean replaces `max-qty` as a place's promise.
 pub const MEASURED_HOLDS: u64 = 20;
 
 /// What a room's leader remembers of its recent steps (kept in [`super::ReleaseBook`]).
 #[derive(Debug, Default, Clone)]
 pub struct Claims {
-    /// The steps of the last [`CLAIM_MS`]: (when, places released and not settled yet).
-    window: VecDeque<(u64, u64)>,
+    /// The steps of the last [`CLAIM_MS`], oldest first.
+    window: VecDeque<Step>,
     /// The core's `holds` at the last stock answer seen (`None`: none yet).
     last_holds: Option<u64>,
     /// The core's (`holds`, `hold_units`) at the last answer: the measured tickets per hold.
     measured: (u64, u64),
 }
 
+/// What one release step did, as [`Claims::note`] records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Released {
+    /// The places it passed: `from < place <= to` (`serving` before and after).
+    pub from: u64,
+    pub to: u64,
+    /// Its fans who may now be admitted ([`super::state::Advanced::released`]).
+    pub places: u64,
+    /// Of them, the places in the range (the others, lane places and late proofs, are not).
+    pub in_line: u64,
+}
+
+/// One release step in the window.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    /// When it released (ms).
+    at: u64,
+    r: Released,
+    /// Places settled by holds.
+    settled: u64,
+    /// Places in its range picked up, as last counted (`None`: not counted yet).
+    picked: Option<u64>,
+    /// Places that lapsed at [`PICKUP_MS`], never picked up.
+    lapsed: u64,
+    /// Past [`PICKUP_MS`]: `lapsed` is final and pickups are no longer counted.
+    checked: bool,
+}
+
+impl Step {
+    /// Places in its range not picked up (after the check: those that lapsed).
+    fn unpicked(&self) -> u64 {
+        if self.checked {
+            return self.lapsed;
+        }
+        self.picked.map_or(0, |p| self.r.in_line - p.min(self.r.in_line))
+    }
+
+    /// Places neither settled nor lapsed.
+    fn open(&self) -> u64 {
+        self.r.places.saturating_sub(self.settled + self.lapsed)
+    }
+
+    /// Open places whose fan may hold: not the ones never picked up.
+    fn holdable(&self) -> u64 {
+        self.r.places.saturating_sub(self.settled + self.unpicked())
+    }
+}
+
 impl Claims {
-    /// Records a step at `now_ms`: `released` places, and `holds` = the core's (`holds`,
-    /// `hold_units`) now (`None`: not known, or not read again). New holds settle the oldest open
-    /// places; steps older than [`CLAIM_MS`] leave.
-    pub fn note(&mut self, now_ms: u64, released: u64, holds: Option<(u64, u64)>) {
+    /// What the leader's sweep should count: the ranges of the steps whose pickup window runs, and
+    /// the places below them (and below `serving`) no longer needed.
+    pub fn ask(&self, serving: u64) -> PickupAsk {
+        let ranges: Vec<(u64, u64)> = self.window.iter().filter(|s| !s.checked).map(|s| (s.r.from, s.r.to)).collect();
+        let forget_to = ranges.iter().map(|r| r.0).min().unwrap_or(serving).min(serving);
+        PickupAsk { ranges, forget_to: Some(forget_to) }
+    }
+
+    /// Records the sweep's answer to `ask` (`None`: not counted): the places picked up in each
+    /// step's range.
+    pub fn picked(&mut self, ask: &PickupAsk, counts: Option<&[u64]>) {
+        let Some(counts) = counts else { return };
+        for (range, n) in ask.ranges.iter().zip(counts) {
+            if let Some(s) = self.window.iter_mut().find(|s| !s.checked && (s.r.from, s.r.to) == *range) {
+                s.picked = Some(*n);
+            }
+        }
+    }
+
+    /// Records a step at `now_ms` (`None`: this tick released nobody), and `holds` = the core's
+    /// (`holds`, `hold_units`) now (`None`: not known, or not read again). New holds settle the
+    /// oldest places picked up and open, then (holds counted before their pickups) the oldest open
+    /// ones; places not picked up within [`PICKUP_MS`] lapse; steps older than [`CLAIM_MS`] leave.
+    pub fn note(&mut self, now_ms: u64, released: Option<Released>, holds: Option<(u64, u64)>) {
         if let Some((h, units)) = holds {
             // A counter that went down (the event was made again) starts over: nothing settles.
             let mut new = match self.last_holds {
@@ -67,26 +153,33 @@ impl Claims {
             };
             self.last_holds = Some(h);
             self.measured = (h, units);
-            for (_, open) in self.window.iter_mut() {
-                let n = new.min(*open);
-                *open -= n;
-                new -= n;
-                if new == 0 {
-                    break;
+            for holdable in [true, false] {
+                for step in self.window.iter_mut() {
+                    if new == 0 {
+                        break;
+                    }
+                    let n = new.min(if holdable { step.holdable() } else { step.open() });
+                    step.settled += n;
+                    new -= n;
                 }
             }
         }
-        if released > 0 {
-            self.window.push_back((now_ms, released));
+        if let Some(r) = released.filter(|r| r.places > 0) {
+            let r = Released { in_line: r.in_line.min(r.places), ..r };
+            self.window.push_back(Step { at: now_ms, r, settled: 0, picked: None, lapsed: 0, checked: false });
         }
-        while self.window.front().is_some_and(|&(at, open)| open == 0 || at + CLAIM_MS <= now_ms) {
+        for step in self.window.iter_mut().take_while(|s| s.at + PICKUP_MS <= now_ms).filter(|s| !s.checked) {
+            step.lapsed = step.unpicked().min(step.open());
+            step.checked = true;
+        }
+        while self.window.front().is_some_and(|s| s.open() == 0 || s.at + CLAIM_MS <= now_ms) {
             self.window.pop_front();
         }
     }
 
-    /// Places released within the window and not settled by a hold yet.
+    /// Places released within the window, neither settled by a hold nor lapsed.
     pub fn open(&self) -> u64 {
-        self.window.iter().map(|(_, n)| n).sum()
+        self.window.iter().map(Step::open).sum()
     }
 
     /// Tickets promised to `places` open places: the measured mean per hold plus a margin of two
@@ -143,12 +236,95 @@ impl Claims {
 mod tests {
     use super::*;
 
+    /// A step of `n` places, none of them a lane place or a late proof (their range is not
+    /// counted here: these tests ask no pickups).
+    fn rel(n: u64) -> Option<Released> {
+        (n > 0).then_some(Released { from: 0, to: n, places: n, in_line: n })
+    }
+
+    /// A step over places `from < place <= to`, `extra` of them lane places or late proofs.
+    fn over(from: u64, to: u64, extra: u64) -> Option<Released> {
+        Some(Released { from, to, places: to - from + extra, in_line: to - from })
+    }
+
+    /// The leader's sweep: counts the places of `picked` in each range asked.
+    fn sweep(c: &mut Claims, serving: u64, picked: &[u64]) -> PickupAsk {
+        let ask = c.ask(serving);
+        let counts: Vec<u64> = ask.ranges.iter().map(|&(f, t)| picked.iter().filter(|p| **p > f && **p <= t).count() as u64).collect();
+        c.picked(&ask, Some(&counts));
+        ask
+    }
+
+    #[test]
+    fn places_never_picked_up_lapse_early_and_picked_up_ones_stand_their_window() {
+        let mut c = Claims::default();
+        c.note(0, None, Some((0, 0)));
+        c.note(1000, over(0, 10, 0), None);
+        // Four of the ten were admitted, and one of them held already.
+        let ask = sweep(&mut c, 10, &[1, 2, 5, 9]);
+        assert_eq!(ask, PickupAsk { ranges: vec![(0, 10)], forget_to: Some(0) });
+        c.note(2000, over(10, 15, 0), Some((1, 1)));
+        assert_eq!(c.open(), 14);
+        sweep(&mut c, 15, &[1, 2, 5, 9, 11, 12, 13, 14, 15]);
+        c.note(1000 + PICKUP_MS - 1, None, None);
+        assert_eq!(c.open(), 14, "within the pickup window every place stands");
+        c.note(1000 + PICKUP_MS, None, None);
+        assert_eq!(c.open(), 8, "the first step's six never admitted lapse; its three admitted who did not hold stand");
+        assert_eq!(c.ask(15), PickupAsk { ranges: vec![(10, 15)], forget_to: Some(10) }, "its pickups are no longer counted");
+        // Five holds settle the oldest places picked up: the first step's three, two of the second's.
+        c.note(1000 + PICKUP_MS, None, Some((6, 6)));
+        assert_eq!(c.open(), 3);
+        c.note(2000 + PICKUP_MS, None, None);
+        assert_eq!(c.open(), 3, "nothing of the second step lapses: all five were picked up");
+        c.note(2000 + CLAIM_MS, None, None);
+        assert_eq!(c.open(), 0, "the second step's window ended");
+        assert_eq!(c.ask(15), PickupAsk { ranges: vec![], forget_to: Some(15) });
+    }
+
+    /// The no-shows of an early step lapse at its own deadline, whatever later steps' fans do (a
+    /// count of sessions, credited to the oldest places, moved them onto each new step and they
+    /// held the last tickets 8 s after every step).
+    #[test]
+    fn a_later_step_picked_up_does_not_carry_an_earlier_steps_no_shows() {
+        let mut c = Claims::default();
+        c.note(0, None, Some((0, 0)));
+        c.note(0, over(0, 10, 0), None);
+        sweep(&mut c, 10, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        c.note(PICKUP_MS - 3000, over(10, 20, 0), None);
+        sweep(&mut c, 20, &[1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]);
+        // Everyone admitted held.
+        c.note(PICKUP_MS - 2000, None, Some((18, 18)));
+        assert_eq!(c.open(), 2, "the first step's two no-shows");
+        c.note(PICKUP_MS, None, None);
+        assert_eq!(c.open(), 0, "they lapse at the first step's deadline");
+    }
+
+    #[test]
+    fn lane_places_and_late_proofs_stand_the_claim_window_and_unknown_counts_lapse_nothing_early() {
+        let mut c = Claims::default();
+        c.note(0, None, Some((0, 0)));
+        // Five places in line, two more let in outside the range; nobody picked up in the range.
+        c.note(0, over(0, 5, 2), None);
+        sweep(&mut c, 5, &[]);
+        c.note(PICKUP_MS, None, None);
+        assert_eq!(c.open(), 2, "the five lapse; the two outside the range stand");
+        c.note(CLAIM_MS, None, None);
+        assert_eq!(c.open(), 0);
+        // A store that counts nothing: the places stand their whole window.
+        let mut c = Claims::default();
+        c.note(0, over(0, 10, 0), None);
+        let ask = c.ask(10);
+        c.picked(&ask, None);
+        c.note(PICKUP_MS, None, None);
+        assert_eq!(c.open(), 10, "not counted is not 'not picked up'");
+    }
+
     #[test]
     fn each_released_place_is_promised_max_qty_until_holds_are_measured() {
         let mut c = Claims::default();
-        c.note(0, 0, Some((0, 0)));
+        c.note(0, rel(0), Some((0, 0)));
         assert_eq!(c.cap(100, 4), 25, "100 tickets, 4 a fan");
-        c.note(1000, 10, Some((0, 0)));
+        c.note(1000, rel(10), Some((0, 0)));
         assert_eq!(c.promised(4), 40);
         assert_eq!(c.cap(100, 4), 15);
         assert_eq!(c.cap(40, 4), 0, "every ticket promised: nobody more");
@@ -160,15 +336,15 @@ mod tests {
     #[test]
     fn a_hold_settles_a_whole_place_whatever_it_bought() {
         let mut c = Claims::default();
-        c.note(0, 0, Some((0, 0)));
-        c.note(1000, 10, Some((0, 0)));
+        c.note(0, rel(0), Some((0, 0)));
+        c.note(1000, rel(10), Some((0, 0)));
         // Six fans held, one ticket each: six places settled, four open at 4.
-        c.note(2000, 0, Some((6, 6)));
+        c.note(2000, rel(0), Some((6, 6)));
         assert_eq!(c.open(), 4);
         assert_eq!(c.promised(4), 16);
         assert_eq!(c.cap(94, 4), 20, "19 fans of 4 and one for the last 2");
         // The window passes: the four who did not hold lapse.
-        c.note(1000 + CLAIM_MS, 0, Some((6, 6)));
+        c.note(1000 + CLAIM_MS, rel(0), Some((6, 6)));
         assert_eq!(c.open(), 0);
         assert_eq!(c.cap(94, 4), 24, "23 fans of 4 and one for the last 2");
     }
@@ -176,17 +352,17 @@ mod tests {
     #[test]
     fn holds_settle_the_oldest_places_first_and_extra_holds_are_not_carried() {
         let mut c = Claims::default();
-        c.note(0, 0, Some((100, 150)));
-        c.note(1000, 3, None);
-        c.note(2000, 5, None);
-        c.note(3000, 0, Some((104, 156)));
+        c.note(0, rel(0), Some((100, 150)));
+        c.note(1000, rel(3), None);
+        c.note(2000, rel(5), None);
+        c.note(3000, rel(0), Some((104, 156)));
         assert_eq!(c.open(), 4, "3 of the first step and 1 of the second");
-        c.note(2000 + CLAIM_MS - 1, 0, None);
+        c.note(2000 + CLAIM_MS - 1, rel(0), None);
         assert_eq!(c.open(), 4, "the second step's four are still open");
         // Late holds (their places lapsed) settle what is open, and no more.
-        c.note(2000 + CLAIM_MS - 1, 0, Some((120, 180)));
+        c.note(2000 + CLAIM_MS - 1, rel(0), Some((120, 180)));
         assert_eq!(c.open(), 0);
-        c.note(2000 + CLAIM_MS, 2, None);
+        c.note(2000 + CLAIM_MS, rel(2), None);
         assert_eq!(c.open(), 2, "nothing carried to places released later");
     }
 
@@ -194,15 +370,15 @@ mod tests {
     fn the_measured_mean_with_its_margin_replaces_max_qty() {
         let mut c = Claims::default();
         // 100 holds of 150 tickets: a mean of 1.5, max 2 → sd 0.5.
-        c.note(0, 100, Some((100, 150)));
+        c.note(0, rel(100), Some((100, 150)));
         assert_eq!(c.promised(2), 160, "100 × 1.5 + 2 × 0.5 × 10");
         // Every hold took max-qty: no margin needed, the promise is max-qty.
         let mut all = Claims::default();
-        all.note(0, 50, Some((40, 80)));
+        all.note(0, rel(50), Some((40, 80)));
         assert_eq!(all.promised(2), 100);
         // The margin keeps a step's sum under the tickets: 1,000 left, mean 1.5, max 2.
         let mut c = Claims::default();
-        c.note(0, 0, Some((100, 150)));
+        c.note(0, rel(0), Some((100, 150)));
         let n = c.cap(1000, 2);
         assert!(c.promise(n - 1, 2) < 1000 && c.promise(n, 2) > 1000, "n = {n}: the last one offered what is left");
         assert!((640..667).contains(&n), "{n} places for 1,000 tickets at 1.5 ± margin");
@@ -213,14 +389,14 @@ mod tests {
     #[test]
     fn the_last_tickets_below_max_qty_are_released() {
         let mut c = Claims::default();
-        c.note(0, 0, Some((599, 599)));
+        c.note(0, rel(0), Some((599, 599)));
         assert_eq!(c.cap(1, 2), 1);
-        c.note(1000, 1, Some((599, 599)));
+        c.note(1000, rel(1), Some((599, 599)));
         assert_eq!(c.cap(1, 2), 0, "promised to the fan just let in");
-        c.note(1000 + CLAIM_MS, 0, Some((599, 599)));
+        c.note(1000 + CLAIM_MS, rel(0), Some((599, 599)));
         assert_eq!(c.cap(1, 2), 1, "its promise lapsed without a hold: the next fan");
-        c.note(2000 + CLAIM_MS, 1, None);
-        c.note(3000 + CLAIM_MS, 0, Some((600, 600)));
+        c.note(2000 + CLAIM_MS, rel(1), None);
+        c.note(3000 + CLAIM_MS, rel(0), Some((600, 600)));
         assert_eq!(c.open(), 0, "that fan held: settled at once");
     }
 
@@ -228,17 +404,17 @@ mod tests {
     fn without_hold_counts_places_lapse_and_a_reset_counter_settles_nothing() {
         // Before any stock answer nothing is settled; a core without `holds` reads as 0 forever.
         let mut fresh = Claims::default();
-        fresh.note(0, 3, None);
+        fresh.note(0, rel(3), None);
         assert_eq!(fresh.promised(2), 6);
-        fresh.note(1000, 0, Some((0, 0)));
+        fresh.note(1000, rel(0), Some((0, 0)));
         assert_eq!(fresh.open(), 3);
         assert_eq!(fresh.cap(20, 4), 2, "20 tickets left, 3 fans promised 4 each: two more");
-        fresh.note(CLAIM_MS, 0, Some((0, 0)));
+        fresh.note(CLAIM_MS, rel(0), Some((0, 0)));
         assert_eq!(fresh.open(), 0);
         // The event was made again: its counter starts at 0 and settles nothing.
         let mut c = Claims::default();
-        c.note(0, 0, Some((50, 75)));
-        c.note(1000, 5, Some((2, 2)));
+        c.note(0, rel(0), Some((50, 75)));
+        c.note(1000, rel(5), Some((2, 2)));
         assert_eq!(c.open(), 5);
     }
 }

@@ -893,9 +893,20 @@ fn rfc3339(t: i64) -> Option<String> {
 
 /// Whether the tickets left (the core's last stock answer) could reach a place with `ahead` people
 /// ahead of it — one ticket each; false while the stock is not known.
+/// The slowest poll told to a place the tickets could reach (and to the last thousand): its turn
+/// may come at any step, and its promise lapses if its fan is not admitted within
+/// [`claims::PICKUP_MS`]. Told 5 s, the bots surge's last tickets waited 8 s on the places of
+/// scripts that never came back; 3 s lets that window be 6 s. What it costs: the places within
+/// reach of a stock of 20,000 (about 14,000 fans at 1.5 tickets a hold) poll about 4,700 times a
+/// second, not 2,800.
+pub const NEAR_POLL_MS: u64 = 3000;
+
+/// Whether the tickets left, with those in unpaid holds that may come back, could reach a place
+/// `ahead` places from the front.
 fn within_reach(room: &Room, ahead: u64) -> bool {
     let left = room.available.load(Ordering::Relaxed);
-    left != u64::MAX && ahead < left
+    let held = room.held.load(Ordering::Relaxed);
+    left != u64::MAX && ahead < left.saturating_add(if held == u64::MAX { 0 } else { held })
 }
 
 fn jitter(ms: u64) -> u64 {
@@ -1400,11 +1411,16 @@ impl Rooms {
             let ahead = room.state.ahead(pos, c);
             s.ahead = Some(ahead);
             // Promised stock frees within seconds (a hold settles its fan's promise): the places
-            // next in line ask again soon. Unpaid holds return over minutes.
+            // next in line ask again soon. Unpaid holds return over minutes, but when they do the
+            // places they reach are let in at once, and a place whose fan does not come within
+            // [`claims::PICKUP_MS`] lapses: every place the tickets in unpaid holds could reach
+            // asks as often as a place in reach of the stock (told 15 s, the bots surge's restock
+            // let in fans who came 17 s later, their promises lapsed, and 12 of them met "sold
+            // out").
             s.poll_after_ms = jitter(match (spoken_for, ahead) {
                 (true, 0..100) => 1500,
-                (true, n) if n < 1000 || within_reach(room, n) => 5000,
-                (false, 0..100) => 5000,
+                (true, n) if n < 1000 || within_reach(room, n) => NEAR_POLL_MS,
+                (false, n) if n < 100 || within_reach(room, n) => NEAR_POLL_MS,
                 (_, 100..1000) => 15_000,
                 _ => 30_000,
             });
@@ -1444,11 +1460,11 @@ impl Rooms {
             let eta = (ahead + 1) as f64 / base;
             s.eta_seconds = Some(Eta { low: (eta * 0.8).floor() as u64, high: (eta * 1.3).ceil() as u64 + 1 });
             // About ten polls on the way to the front, never faster than 1/s nor slower than 1/30 s
-            // — 1/5 s for the last thousand places, and for every place the tickets left could
-            // reach, so a release that speeds up (the ETA was made at the old rate; promised
-            // tickets freed at once) reaches them in seconds: well within their promise's window
-            // ([`claims::CLAIM_MS`]), which would otherwise lapse before they come.
-            let slowest = if ahead < 1000 || within_reach(room, ahead) { 5000 } else { 30_000 };
+            // — [`NEAR_POLL_MS`] for the last thousand places, and for every place the tickets
+            // could reach, so a release that speeds up (the ETA was made at the old rate; promised
+            // tickets freed at once) reaches them in seconds: within their promise's pickup window
+            // ([`claims::PICKUP_MS`]), which would otherwise lapse before they come.
+            let slowest = if ahead < 1000 || within_reach(room, ahead) { NEAR_POLL_MS } else { 30_000 };
             s.poll_after_ms = jitter(((eta * 100.0) as u64).clamp(1000, slowest));
         } else {
             // No rate yet: the sale opened since the room's last tick (its first step comes within
@@ -1476,7 +1492,7 @@ impl Rooms {
     ) -> Result<Status, RoomError> {
         let Some(keys) = &self.keyring else { return Err(RoomError::Sign("no [tokens] keys".into())) };
         let cfg = &spec.config;
-        if !alive && room.state.open_session(who, now_ms + cfg.session_seconds * 1000).await? {
+        if !alive && room.state.open_session(who, now_ms + cfg.session_seconds * 1000, pos).await? {
             room.active.fetch_add(1, Ordering::Relaxed);
             room.admissions.fetch_add(1, Ordering::Relaxed);
             // The place's turn came in the minute this edge saw `serving` (or the lane) pass it.

@@ -20,7 +20,7 @@ use redis::{Script, Value};
 use tokio::sync::OnceCell;
 use wicket_core::store::redis::Conn;
 
-use super::state::{Advanced, Counters, Joined, Proof, ProofState, RoomState, StateError, Who};
+use super::state::{Advanced, Counters, Joined, Proof, ProofState, RoomState, PickupAsk, StateError, Swept, Who};
 
 /// Most owed places one advance passes (the rest the next tick).
 const MAX_SKIP: u64 = 100_000;
@@ -45,6 +45,7 @@ static END_SESSION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 static PROOF: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_proof.lua")));
 static MODE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_mode.lua")));
 static LAPSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_lapse.lua")));
+static OPEN_SESSION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_open_session.lua")));
 static SWEEP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_sweep.lua")));
 
 /// Bound of one Redis call.
@@ -276,18 +277,19 @@ pub(super) struct SessionKeys {
     seen: String,
     /// Exits not yet counted by a sweep.
     ended: String,
+    /// identity -> place of its session: the places picked up (the leader's sweep counts them).
+    picked: String,
 }
 
 impl SessionKeys {
     /// The keys under `prefix` (`wk:{room:<id>}`: the room's slot, or a shard's).
     pub(super) fn under(prefix: &str) -> Self {
-        SessionKeys { who: format!("{prefix}:who"), sessions: format!("{prefix}:sessions"), seen: format!("{prefix}:seen"), ended: format!("{prefix}:ended") }
+        SessionKeys { who: format!("{prefix}:who"), sessions: format!("{prefix}:sessions"), seen: format!("{prefix}:seen"), ended: format!("{prefix}:ended"), picked: format!("{prefix}:picked") }
     }
 
-    pub(super) async fn open(&self, r: &RedisRooms, who: Who, until_ms: u64) -> Result<bool, StateError> {
-        let mut cmd = redis::cmd("ZADD");
-        cmd.arg(&self.sessions).arg("NX").arg(until_ms).arg(who_hex(who));
-        Ok(int(&r.cmd(cmd).await?) == Some(1))
+    pub(super) async fn open(&self, r: &RedisRooms, who: Who, until_ms: u64, position: u64) -> Result<bool, StateError> {
+        let v = r.run(&OPEN_SESSION, &[&self.sessions, &self.picked], &[until_ms.to_string(), who_hex(who), position.to_string()]).await?;
+        Ok(int(&v) == Some(1))
     }
 
     pub(super) async fn alive(&self, r: &RedisRooms, who: Who, now_ms: u64) -> Result<bool, StateError> {
@@ -332,11 +334,18 @@ impl SessionKeys {
         r.cmd(cmd).await
     }
 
-    pub(super) async fn sweep(&self, r: &RedisRooms, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
-        let args = [now_ms.to_string(), "1000".into(), idle_ms.to_string()];
-        let v = r.run(&SWEEP, &[&self.sessions, &self.who, &self.ended, &self.seen], &args).await?;
-        match ints(&v).as_slice() {
-            [Some(a), Some(e)] => Ok((*a.max(&0) as u64, *e.max(&0) as u64)),
+    pub(super) async fn sweep(&self, r: &RedisRooms, now_ms: u64, idle_ms: u64, ask: &PickupAsk) -> Result<Swept, StateError> {
+        let mut args = vec![now_ms.to_string(), "1000".into(), idle_ms.to_string(), ask.forget_to.map_or("-1".into(), |t| t.to_string())];
+        for (from, to) in &ask.ranges {
+            args.extend([from.to_string(), to.to_string()]);
+        }
+        let v = r.run(&SWEEP, &[&self.sessions, &self.who, &self.ended, &self.seen, &self.picked], &args).await?;
+        let all = ints(&v);
+        let n = |i: &i64| (*i).max(0) as u64;
+        match all.as_slice() {
+            [Some(a), Some(e), rest @ ..] if rest.len() == ask.ranges.len() && rest.iter().all(Option::is_some) => {
+                Ok(Swept { active: n(a), exits: n(e), picked: Some(rest.iter().flatten().map(n).collect()) })
+            }
             _ => Err(StateError(format!("room_sweep answered {v:?}"))),
         }
     }
@@ -522,20 +531,20 @@ impl RoomState for RedisRoom {
             (Some(_), _) => {
                 // Not the leader: nothing moved.
                 let c = self.cache.lock();
-                Ok(Advanced { serving: c.serving, lane_serving: c.lane_serving, released: 0 })
+                Ok(Advanced { serving: c.serving, lane_serving: c.lane_serving, released: 0, in_line: 0 })
             }
-            (None, [Some(s), Some(l), Some(r)]) if *s >= 0 && *l >= 0 && *r >= 0 => {
+            (None, [Some(s), Some(l), Some(r), Some(p)]) if *s >= 0 && *l >= 0 && *r >= 0 && *p >= 0 => {
                 let mut c = self.cache.lock();
                 c.serving = *s as u64;
                 c.lane_serving = *l as u64;
-                Ok(Advanced { serving: *s as u64, lane_serving: *l as u64, released: *r as u64 })
+                Ok(Advanced { serving: *s as u64, lane_serving: *l as u64, released: *r as u64, in_line: (*p).min(*r) as u64 })
             }
             _ => Err(StateError(format!("room_advance answered {v:?}"))),
         }
     }
 
-    async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {
-        self.s.open(&self.redis, who, until_ms).await
+    async fn open_session(&self, who: Who, until_ms: u64, position: u64) -> Result<bool, StateError> {
+        self.s.open(&self.redis, who, until_ms, position).await
     }
 
     async fn session_alive(&self, who: Who, now_ms: u64) -> Result<bool, StateError> {
@@ -554,8 +563,8 @@ impl RoomState for RedisRoom {
         self.s.spent(&self.redis, who, position).await
     }
 
-    async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
-        self.s.sweep(&self.redis, now_ms, idle_ms).await
+    async fn sweep_picked(&self, now_ms: u64, idle_ms: u64, ask: &PickupAsk) -> Result<Swept, StateError> {
+        self.s.sweep(&self.redis, now_ms, idle_ms, ask).await
     }
 
     fn tracked(&self) -> usize {

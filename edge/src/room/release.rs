@@ -19,7 +19,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
 use super::config::QueueMethod;
-use super::state::StateError;
+use super::state::{PickupAsk, StateError};
 use super::{Room, Rooms, unix_ms};
 use crate::controller::{ReleaseMode, TickInput};
 
@@ -54,7 +54,10 @@ impl Rooms {
     pub async fn tick_room(&self, room: &Room, now_ms: u64) -> Result<(), StateError> {
         let spec = room.spec();
         let idle_ms = spec.config.session_idle_seconds * 1000;
-        let (active, exits) = room.state.sweep(now_ms, idle_ms).await?;
+        // The leader's sweep counts the places of its recent steps picked up ([`super::claims`]).
+        let ask = if room.leader.load(Ordering::Relaxed) { room.book.lock().claims.ask(room.state.counters().serving) } else { PickupAsk::default() };
+        let swept = room.state.sweep_picked(now_ms, idle_ms, &ask).await?;
+        let (active, exits) = (swept.active, swept.exits);
         room.forget_touches(now_ms.saturating_sub(idle_ms));
         room.active.store(active, Ordering::Relaxed);
         let leader = room.state.lead(&self.node, LEASE_MS).await?;
@@ -127,7 +130,8 @@ impl Rooms {
             // left, less those promised to the people let in before, can serve — when a few seats
             // come back (an unpaid order timed out), a few people go in, not a second's worth.
             let holds = *room.holds.lock();
-            b.claims.note(now_ms, 0, holds);
+            b.claims.picked(&ask, swept.picked.as_deref());
+            b.claims.note(now_ms, None, holds);
             let available = room.available.load(Ordering::Acquire);
             let cap = b.claims.cap(available, u64::from(spec.config.max_qty));
             tracing::debug!(room = %room.id, whole, cap, available, open = b.claims.open(), holds = ?holds, "release step");
@@ -152,7 +156,8 @@ impl Rooms {
         };
         let step = if leader && whole > 0 { Some(room.state.advance_lane(&self.node, whole, lane, now_ms).await?) } else { None };
         if let Some(a) = step {
-            room.book.lock().claims.note(now_ms, a.released, None);
+            let r = super::claims::Released { from: c.serving, to: a.serving, places: a.released, in_line: a.in_line };
+            room.book.lock().claims.note(now_ms, Some(r), None);
         }
         let serving = step.map_or(c.serving, |a| a.serving);
         if let Some(a) = step {

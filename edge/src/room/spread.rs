@@ -49,7 +49,7 @@ use tokio::sync::oneshot;
 
 use super::config::SpreadConfig;
 use super::redis::{CALL_TIMEOUT, LEAD, RESIGN, RedisRooms, SessionKeys, int, ints, spent_by, text, who_hex};
-use super::state::{Advanced, Counters, DONE, Joined, Proof, ProofState, RoomState, StateError, Who};
+use super::state::{Advanced, Counters, DONE, Joined, Proof, ProofState, RoomState, PickupAsk, StateError, Swept, Who};
 
 static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_block.lua")));
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_spread_edge.lua")));
@@ -1064,7 +1064,7 @@ impl SpreadRoom {
         self.passed.store(placed.saturating_sub(waiting), Ordering::Relaxed);
         *self.shown.lock() = shown;
         *self.cache.lock() = Counters { issued: serving + waiting, serving, ..Counters::default() };
-        Ok(Some(Advanced { serving, lane_serving: 0, released: w.released }))
+        Ok(Some(Advanced { serving, lane_serving: 0, released: w.released, in_line: w.released }))
     }
 
     /// Remembers that `who`'s session runs until `until_ms` ([`ALIVE_FOR`]).
@@ -1198,7 +1198,7 @@ impl RoomState for SpreadRoom {
             None => {
                 // Not the leader: nothing moved.
                 let c = self.counters();
-                Ok(Advanced { serving: c.serving, lane_serving: 0, released: 0 })
+                Ok(Advanced { serving: c.serving, lane_serving: 0, released: 0, in_line: 0 })
             }
         }
     }
@@ -1208,8 +1208,8 @@ impl RoomState for SpreadRoom {
         Ok(false)
     }
 
-    async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {
-        let opened = self.shard(who).open(&self.redis, who, until_ms).await?;
+    async fn open_session(&self, who: Who, until_ms: u64, position: u64) -> Result<bool, StateError> {
+        let opened = self.shard(who).open(&self.redis, who, until_ms, position).await?;
         if opened {
             // Opened here: its end is known (the next check on this edge need not ask).
             self.remember_alive(who, until_ms);
@@ -1271,19 +1271,22 @@ impl RoomState for SpreadRoom {
     /// Only the leader sweeps the shards (one sweep a tick for the room, not one per edge) and
     /// publishes the active count; the other edges answer the count they last read (`refresh`)
     /// and no exits (the leader's controller is the one that moves `serving`).
-    async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
+    async fn sweep_picked(&self, now_ms: u64, idle_ms: u64, ask: &PickupAsk) -> Result<Swept, StateError> {
         if self.leading.lock().is_none() {
-            return Ok((self.active.load(Ordering::Relaxed), 0));
+            return Ok(Swept { active: self.active.load(Ordering::Relaxed), exits: 0, picked: None });
         }
-        let all = futures::future::join_all(self.shards.iter().map(|s| s.s.sweep(&self.redis, now_ms, idle_ms))).await;
-        let mut sum = (0, 0);
+        let all = futures::future::join_all(self.shards.iter().map(|s| s.s.sweep(&self.redis, now_ms, idle_ms, ask))).await;
+        let mut sum = Swept { picked: Some(vec![0; ask.ranges.len()]), ..Swept::default() };
         for r in all {
-            let (a, e) = r?;
-            sum = (sum.0 + a, sum.1 + e);
+            let one = r?;
+            sum.active += one.active;
+            sum.exits += one.exits;
+            // Each shard holds the sessions of its identities: the places picked up add up.
+            sum.picked = sum.picked.zip(one.picked).map(|(a, b)| a.iter().zip(&b).map(|(x, y)| x + y).collect());
         }
-        self.active.store(sum.0, Ordering::Relaxed);
+        self.active.store(sum.active, Ordering::Relaxed);
         let mut cmd = redis::cmd("SET");
-        cmd.arg(&self.main.active).arg(sum.0);
+        cmd.arg(&self.main.active).arg(sum.active);
         self.redis.cmd(cmd).await?;
         Ok(sum)
     }

@@ -100,6 +100,32 @@ pub struct Advanced {
     /// owed places (held back until their proof comes, most of them never: scripts'), and the
     /// owed places passed before whose proof came late (`late`, admitted now).
     pub released: u64,
+    /// Of `released`, the places `serving` passed (not the lane's nor late proofs): those in the
+    /// step's range of places, whose fans' admissions the sweep counts ([`PickupAsk`]).
+    pub in_line: u64,
+}
+
+/// What a sweep of the sessions found ([`RoomState::sweep`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Swept {
+    /// Sessions seen within the idle window (the room's occupancy).
+    pub active: u64,
+    /// Sessions ended since the last sweep (expired, revoked, used up).
+    pub exits: u64,
+    /// The places picked up (their fans admitted: a session opened) in each range of
+    /// [`PickupAsk::ranges`], in order. `None`: not counted here (a spread room's follower
+    /// sweeps nothing).
+    pub picked: Option<Vec<u64>>,
+}
+
+/// What the release leader asks a sweep to count of the places picked up ([`super::claims`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PickupAsk {
+    /// Ranges of places `(from, to]`: a recent step's.
+    pub ranges: Vec<(u64, u64)>,
+    /// Pickups of places up to this one are no longer asked for: forgotten. `None`: keep them
+    /// (a follower: the leader's steps need them).
+    pub forget_to: Option<u64>,
 }
 
 /// Where a place that owed the room's check stands ([`RoomState::proof_state`]).
@@ -174,9 +200,10 @@ pub trait RoomState: Send + Sync {
     /// it is served (`serving` moves from `position - 1` to `position`); any instance may call
     /// it. True when the place is served.
     async fn pass(&self, position: u64) -> Result<bool, StateError>;
-    /// Starts (or extends nothing of) `who`'s session, valid until `until_ms`; false when it was
-    /// already running.
-    async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError>;
+    /// Starts (or extends nothing of) `who`'s session for its place `position`, valid until
+    /// `until_ms`; false when it was already running. A session opened picks its place up
+    /// ([`Swept::picked`]).
+    async fn open_session(&self, who: Who, until_ms: u64, position: u64) -> Result<bool, StateError>;
     /// True while `who`'s session runs.
     async fn session_alive(&self, who: Who, now_ms: u64) -> Result<bool, StateError>;
     /// When `who`'s session ends (ms), if this instance knows it without I/O (a state that
@@ -194,9 +221,13 @@ pub trait RoomState: Send + Sync {
     async fn spent(&self, who: Who, position: u64) -> Result<bool, StateError>;
     /// `who`'s session was seen at `now_ms` (a protected page, a core request).
     async fn touch(&self, who: Who, now_ms: u64) -> Result<(), StateError>;
-    /// Drops expired sessions; (active sessions — those seen within `idle_ms` — and sessions ended
-    /// since the last call).
-    async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError>;
+    /// Drops expired sessions; active sessions (those seen within `idle_ms`) and sessions ended
+    /// since the last call, and the places picked up in the ranges `ask` names.
+    async fn sweep_picked(&self, now_ms: u64, idle_ms: u64, ask: &PickupAsk) -> Result<Swept, StateError>;
+    /// [`RoomState::sweep_picked`], counting no pickups.
+    async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<Swept, StateError> {
+        self.sweep_picked(now_ms, idle_ms, &PickupAsk::default()).await
+    }
     /// How many places lie between `serving` and `position` (the people ahead of a fan).
     /// Consecutive numbers but on the spread layout, whose places are ordered by time.
     fn ahead(&self, position: u64, c: &Counters) -> u64 {
@@ -238,6 +269,8 @@ pub struct EmbeddedState {
     /// who → when the session was last seen, ms.
     seen: DashMap<Who, u64>,
     ended: AtomicU64,
+    /// place → sessions opened for it (picked up), forgotten below the leader's window.
+    picked: Mutex<BTreeMap<u64, u64>>,
     frozen: AtomicBool,
     /// When this (process's) queue began, unix seconds.
     created_s: u64,
@@ -303,6 +336,7 @@ impl EmbeddedState {
             sessions: DashMap::new(),
             seen: DashMap::new(),
             ended: AtomicU64::new(0),
+            picked: Mutex::new(BTreeMap::new()),
             frozen: AtomicBool::new(false),
             created_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             proofs: Mutex::new(ProofBook::default()),
@@ -556,15 +590,18 @@ impl RoomState for EmbeddedState {
         self.lane_serving.store(lane_serving, Ordering::SeqCst);
         self.lane_passed.store(lane.passed, Ordering::SeqCst);
         let passed = (target - serving).saturating_sub(lane_skipped + owed_skipped);
-        Ok(Advanced { serving: target, lane_serving, released: late + k + passed })
+        Ok(Advanced { serving: target, lane_serving, released: late + k + passed, in_line: passed })
     }
 
-    async fn open_session(&self, who: Who, until_ms: u64) -> Result<bool, StateError> {
+    async fn open_session(&self, who: Who, until_ms: u64, position: u64) -> Result<bool, StateError> {
         let mut fresh = false;
         self.sessions.entry(who).or_insert_with(|| {
             fresh = true;
             until_ms
         });
+        if fresh {
+            *self.picked.lock().entry(position).or_default() += 1;
+        }
         Ok(fresh)
     }
 
@@ -595,7 +632,7 @@ impl RoomState for EmbeddedState {
         Ok(self.positions.get(&who).is_some_and(|p| *p != position))
     }
 
-    async fn sweep(&self, now_ms: u64, idle_ms: u64) -> Result<(u64, u64), StateError> {
+    async fn sweep_picked(&self, now_ms: u64, idle_ms: u64, ask: &PickupAsk) -> Result<Swept, StateError> {
         let mut expired = Vec::new();
         self.sessions.retain(|who, until| {
             let keep = *until > now_ms;
@@ -613,7 +650,12 @@ impl RoomState for EmbeddedState {
         let since = now_ms.saturating_sub(idle_ms);
         let active = self.seen.iter().filter(|e| *e.value() >= since).count() as u64;
         let ended = self.ended.swap(0, Ordering::Relaxed) + expired.len() as u64;
-        Ok((active, ended))
+        let mut picked = self.picked.lock();
+        if let Some(to) = ask.forget_to {
+            *picked = picked.split_off(&to.saturating_add(1));
+        }
+        let counts = ask.ranges.iter().map(|&(from, to)| if to > from { picked.range(from + 1..=to).map(|(_, n)| n).sum() } else { 0 }).collect();
+        Ok(Swept { active, exits: ended, picked: Some(counts) })
     }
 
     fn tracked(&self) -> usize {

@@ -152,8 +152,8 @@ async fn sessions_cap_revoke_and_spent_places() {
     // Alice queues again, at the back.
     assert_eq!(rooms.join(&room, "alice", "da").await.unwrap().position, 3);
     // An expired session frees its slot at the next sweep.
-    let (active, ended) = room.state.sweep(unix_ms() + 61_000, 120_000).await.unwrap();
-    assert_eq!((active, ended), (0, 2));
+    let swept = room.state.sweep(unix_ms() + 61_000, 120_000).await.unwrap();
+    assert_eq!((swept.active, swept.exits), (0, 2));
 }
 
 #[tokio::test]
@@ -204,6 +204,16 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
     assert_eq!((s.state, s.restock_possible, s.position, s.ahead), (Phase::SoldOut, true, Some(60), Some(9)));
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["restock_possible"], true);
+    // A place the tickets in unpaid holds could reach asks every 3 s (a restock lets it in at
+    // once, and its promise lapses if its fan does not come within the pickup window); one beyond
+    // them asks less often.
+    let far = QueueTicket { position: 400, ..t.clone() };
+    for (held, low, high) in [(500, 2400, 3600), (300, 12_000, 18_000)] {
+        room.held.store(held, Ordering::Relaxed);
+        let s = phase(rooms.status(&room, &far, "u399").await.unwrap());
+        assert_eq!((s.state, s.ahead), (Phase::SoldOut, Some(349)));
+        assert!((low..=high).contains(&s.poll_after_ms), "{held} held: {}", s.poll_after_ms);
+    }
     // Three unpaid holds timed out: the people those tickets serve go in, not fifty.
     room.sold_out.store(false, Ordering::Relaxed);
     room.restock_possible.store(false, Ordering::Relaxed);
@@ -228,7 +238,8 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
 /// Admission is a promise (issue #39): the release lets in only as many fans as the tickets left,
 /// less those promised to the fans let in before, can serve; while every ticket left is promised
 /// the fans behind say "sold out for now" (their places kept), and when the promised fans have
-/// held (a hold settles its fan's whole promise) or their window passed, the next ones are let in.
+/// held (a hold settles its fan's whole promise) or their window passed (a short one for a fan
+/// never admitted), the next ones are let in.
 #[tokio::test]
 async fn the_release_counts_the_tickets_already_promised() {
     let rooms = rooms_with("max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n");
@@ -260,9 +271,18 @@ async fn the_release_counts_the_tickets_already_promised() {
     assert_eq!(phase(rooms.status(&room, &behind, "u10").await.unwrap()).state, Phase::Admitted);
     rooms.tick_room(&room, t0 + 3000).await.unwrap();
     assert_eq!(room.state.counters().serving, 15, "9 places open: everything promised again");
-    // The window of the first ten passes (four did not come): their promise lapses.
-    rooms.tick_room(&room, t0 + super::claims::CLAIM_MS).await.unwrap();
-    assert_eq!(room.state.counters().serving, 19, "14 unpromised: three fans of 4 and one offered the last 2");
+    // Another fan of the second step polls and is admitted: two of its five places are picked up.
+    let late = QueueTicket { position: 13, ..behind.clone() };
+    assert_eq!(phase(rooms.status(&room, &late, "u12").await.unwrap()).state, Phase::Admitted);
+    // The first step's pickup window passes: its four places left open were never picked up (its
+    // one fan admitted is settled first by the six holds) and lapse. The second step's five stand.
+    rooms.tick_room(&room, t0 + super::claims::PICKUP_MS).await.unwrap();
+    assert_eq!(room.state.counters().serving, 19, "20 promised, 14 unpromised: three fans of 4 and one offered the last 2");
+    assert_eq!(room.stats()["claims"]["open"], 9);
+    // The second step's window passes: its three never admitted lapse, its two admitted stand
+    // (with the third step's four): 6 open, 24 promised.
+    rooms.tick_room(&room, t0 + 2000 + super::claims::PICKUP_MS).await.unwrap();
+    assert_eq!(room.state.counters().serving, 22, "10 unpromised: two fans of 4 and one offered the last 2");
 }
 
 #[tokio::test]
@@ -280,14 +300,19 @@ async fn status_poll_interval_grows_with_distance_and_eta_has_a_band() {
     let eta = f.eta_seconds.unwrap();
     assert!(eta.low < 10_000 && eta.high > 10_000, "{eta:?}");
     assert!(f.poll_after_ms > 20_000, "far, and the stock not known: {}", f.poll_after_ms);
-    // A place the tickets left could reach asks every 5 s at most (a step that frees promised
+    // A place the tickets left could reach asks every 3 s at most (a step that frees promised
     // tickets reaches its fan within the promise's window); one beyond them may wait 30 s.
     room.available.store(2_000_000, Ordering::Relaxed);
     let f = phase(rooms.status(&room, &far, "y").await.unwrap());
-    assert!(f.poll_after_ms <= 6000, "within reach of the stock: {}", f.poll_after_ms);
+    assert!(f.poll_after_ms <= 3600, "within reach of the stock: {}", f.poll_after_ms);
     room.available.store(500_000, Ordering::Relaxed);
     let f = phase(rooms.status(&room, &far, "y").await.unwrap());
     assert!(f.poll_after_ms > 20_000, "beyond the stock's reach: {}", f.poll_after_ms);
+    // Tickets in unpaid holds may come back: the places they could reach ask as often.
+    room.held.store(600_000, Ordering::Relaxed);
+    let f = phase(rooms.status(&room, &far, "y").await.unwrap());
+    assert!(f.poll_after_ms <= 3600, "within reach of the stock and the unpaid holds: {}", f.poll_after_ms);
+    room.held.store(0, Ordering::Relaxed);
     // No rate yet (the sale opened since the last tick): the places the first steps could reach
     // ask again in 2 s, not 10 s behind their turn; the others in 10 s.
     room.set_measured_rate(0.0);

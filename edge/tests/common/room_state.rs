@@ -5,7 +5,7 @@
 //! embedded state (tests/room_state.rs) and on a real Redis (tests/room_redis.rs); a new backend
 //! runs it too.
 
-use wicket_edge::room::state::{Advanced, Joined, Proof, ProofState, RoomState, Who};
+use wicket_edge::room::state::{Advanced, Joined, PickupAsk, Proof, ProofState, RoomState, Who};
 use wicket_edge::room::unix_ms;
 
 /// A join that gave the room's check (or of a room without one): (place, new).
@@ -57,8 +57,8 @@ async fn passing(state: &dyn RoomState) {
 pub async fn sessions(state: &dyn RoomState, t0: u64) {
     let who: Who = 7;
     let (pos, _) = join(state, who).await;
-    assert!(state.open_session(who, t0 + 60_000).await.unwrap(), "a new session");
-    assert!(!state.open_session(who, t0 + 60_000).await.unwrap(), "already running");
+    assert!(state.open_session(who, t0 + 60_000, pos).await.unwrap(), "a new session");
+    assert!(!state.open_session(who, t0 + 60_000, pos).await.unwrap(), "already running");
     assert!(state.session_alive(who, t0).await.unwrap());
     assert!(!state.session_alive(who, t0 + 60_001).await.unwrap(), "expired");
     assert!(!state.spent(who, pos).await.unwrap());
@@ -73,24 +73,34 @@ pub async fn sessions(state: &dyn RoomState, t0: u64) {
 pub async fn idle_sessions(state: &dyn RoomState, t0: u64) {
     let (a, b, c): (Who, Who, Who) = (11, 22, 33);
     let idle = 10_000;
-    for who in [a, b, c] {
-        assert!(state.open_session(who, t0 + 600_000).await.unwrap());
+    // Their places (far from any other test's): a session opened picks its place up.
+    let p = 9_000_000;
+    for (i, who) in [a, b, c].into_iter().enumerate() {
+        assert!(state.open_session(who, t0 + 600_000, p + 1 + i as u64).await.unwrap());
         state.touch(who, t0).await.unwrap();
     }
-    assert_eq!(state.sweep(t0 + 1000, idle).await.unwrap().0, 3, "all three just seen");
+    assert!(!state.open_session(a, t0 + 600_000, p + 1).await.unwrap());
+    let ask = PickupAsk { ranges: vec![(p, p + 2), (p + 2, p + 10), (p + 10, p + 20)], forget_to: None };
+    let swept = state.sweep_picked(t0 + 1000, idle, &ask).await.unwrap();
+    assert_eq!(swept.active, 3, "all three just seen");
+    assert_eq!(swept.picked, Some(vec![2, 1, 0]), "picked up by range (a running session opened again counts once)");
+    // The leader forgets the places below its window.
+    let forget = PickupAsk { ranges: vec![(p, p + 10)], forget_to: Some(p + 1) };
+    assert_eq!(state.sweep_picked(t0 + 1000, idle, &forget).await.unwrap().picked, Some(vec![2]));
+    assert_eq!(state.sweep_picked(t0 + 1000, idle, &ask).await.unwrap().picked, Some(vec![1, 1, 0]));
     // b is seen again later; a and c go idle.
     state.touch(b, t0 + 8000).await.unwrap();
-    assert_eq!(state.sweep(t0 + 12_000, idle).await.unwrap().0, 1, "only b was seen within the window");
+    assert_eq!(state.sweep(t0 + 12_000, idle).await.unwrap().active, 1, "only b was seen within the window");
     // a comes back.
     state.touch(a, t0 + 13_000).await.unwrap();
-    assert_eq!(state.sweep(t0 + 14_000, idle).await.unwrap().0, 2);
+    assert_eq!(state.sweep(t0 + 14_000, idle).await.unwrap().active, 2);
     // An ended session no longer counts, and its session is gone for session_alive.
     assert!(state.end_session(a).await.unwrap());
-    assert_eq!(state.sweep(t0 + 15_000, idle).await.unwrap().0, 1);
+    assert_eq!(state.sweep(t0 + 15_000, idle).await.unwrap().active, 1);
     assert!(state.session_alive(c, t0 + 15_000).await.unwrap(), "idle is not ended: c's token still works");
     // Expired sessions leave too.
-    let (active, _) = state.sweep(t0 + 700_000, idle).await.unwrap();
-    assert_eq!(active, 0);
+    let swept = state.sweep_picked(t0 + 700_000, idle, &ask).await.unwrap();
+    assert_eq!((swept.active, swept.picked), (0, Some(vec![1, 1, 0])), "an expiry picks nothing up nor forgets it");
 }
 
 /// What every [`RoomState`] must do with places whose bot check is owed (on a fresh room): a place is fixed at
@@ -183,24 +193,24 @@ pub async fn lane_places(state: &dyn RoomState, node: &str, t0: u64) {
     assert_eq!((c.issued, c.serving, c.lane_issued, c.lane_serving), (9, 0, 3, 0));
     // Steps of 3, one for the lane: I1 ahead of its turn, then N1 N2.
     let step = |n, part| async move { state.advance_lane(node, n, part, t0 + 10).await.unwrap() };
-    assert_eq!(step(3, 1).await, Advanced { serving: 2, lane_serving: 1, released: 3 });
+    assert_eq!(step(3, 1).await, Advanced { serving: 2, lane_serving: 1, released: 3, in_line: 2 });
     assert_eq!(state.refresh().await.unwrap().waiting(), 6, "N3 N4 I2 N5 I3 N6 (I1 is in)");
     // I2 through the lane; in order N3, then I1's place (admitted: free), then N4.
-    assert_eq!(step(3, 1).await, Advanced { serving: 5, lane_serving: 2, released: 3 });
+    assert_eq!(step(3, 1).await, Advanced { serving: 5, lane_serving: 2, released: 3, in_line: 2 });
     assert_eq!(state.refresh().await.unwrap().waiting(), 3, "N5 I3 N6 (I2 is in)");
     // The lane's part is 2, but only I3 waits in it: the rest goes in order (N5 N6, the lane
     // places passed for free).
-    assert_eq!(step(3, 2).await, Advanced { serving: 9, lane_serving: 3, released: 3 });
+    assert_eq!(step(3, 2).await, Advanced { serving: 9, lane_serving: 3, released: 3, in_line: 2 });
     // Only invitees wait: a step with no lane part reaches them in order (the lane follows).
     assert_eq!(join(i4, lane(t0 + 20)).await, Joined { position: 10, fresh: true, owed: false, lane: 4 });
     assert_eq!(join(i5, lane(t0 + 20)).await, Joined { position: 11, fresh: true, owed: false, lane: 5 });
-    assert_eq!(step(1, 0).await, Advanced { serving: 10, lane_serving: 4, released: 1 });
+    assert_eq!(step(1, 0).await, Advanced { serving: 10, lane_serving: 4, released: 1, in_line: 1 });
     // Nobody outside the lane waits... then N7 joins behind I5: the lane's part takes I5, the rest
     // N7 (I5's place passed for free); never past either end.
     let n7 = 2007;
     assert_eq!(join(n7, plain(t0 + 30)).await.position, 12);
-    assert_eq!(step(5, 1).await, Advanced { serving: 12, lane_serving: 5, released: 2 });
-    assert_eq!(step(5, 5).await, Advanced { serving: 12, lane_serving: 5, released: 0 });
+    assert_eq!(step(5, 1).await, Advanced { serving: 12, lane_serving: 5, released: 2, in_line: 1 });
+    assert_eq!(step(5, 5).await, Advanced { serving: 12, lane_serving: 5, released: 0, in_line: 0 });
     let c = state.refresh().await.unwrap();
     assert_eq!((c.issued, c.serving, c.lane_issued, c.lane_serving), (12, 12, 5, 5));
     // Not the leader: nothing moves.
