@@ -51,12 +51,12 @@ use super::state::PickupAsk;
 pub const CLAIM_MS: u64 = 15_000;
 
 /// How long a released place's promise stands before its fan is admitted: every place the stock
-/// could reach is told to poll at least every [`super::NEAR_POLL_MS`] (3 s, 3.6 s with its
+/// could reach is told to poll at least every [`super::NEAR_POLL_MS`] (5 s, 6 s with its
 /// jitter), an edge other than the leader sees the step at its next tick (1 s), an event stream
-/// hears its turn at once, and the pickup is counted at the leader's next tick (1 s): 5.6 s at
+/// hears its turn at once, and the pickup is counted at the leader's next tick (1 s): 8 s at
 /// worst. A script refused at the door, a fan who closed the page: their places lapse here, not
 /// at [`CLAIM_MS`] (the bots surge sat 14 s with 18 such places holding its last 32 tickets).
-pub const PICKUP_MS: u64 = 6_000;
+pub const PICKUP_MS: u64 = 8_000;
 
 /// Holds counted before their mean replaces `max-qty` as a place's promise.
 pub const MEASURED_HOLDS: u64 = 20;

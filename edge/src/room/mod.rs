@@ -895,11 +895,11 @@ fn rfc3339(t: i64) -> Option<String> {
 /// ahead of it — one ticket each; false while the stock is not known.
 /// The slowest poll told to a place the tickets could reach (and to the last thousand): its turn
 /// may come at any step, and its promise lapses if its fan is not admitted within
-/// [`claims::PICKUP_MS`]. Told 5 s, the bots surge's last tickets waited 8 s on the places of
-/// scripts that never came back; 3 s lets that window be 6 s. What it costs: the places within
-/// reach of a stock of 20,000 (about 14,000 fans at 1.5 tickets a hold) poll about 4,700 times a
-/// second, not 2,800.
-pub const NEAR_POLL_MS: u64 = 3000;
+/// [`claims::PICKUP_MS`]. Tried at 3 s (with a 6-s pickup window): the bots surge was not clearly
+/// faster (14–19 s in three runs, against 15–19 s), and each fan in reach of a big stock (about
+/// 14,000 in StarArena) polls 5/3 as often; one of StarArena's two runs went over its P99 target
+/// on the bench's two cores and sold in 50 s (26 s in the other).
+pub const NEAR_POLL_MS: u64 = 5000;
 
 /// Whether the tickets left, with those in unpaid holds that may come back, could reach a place
 /// `ahead` places from the front.
