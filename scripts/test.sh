@@ -88,7 +88,7 @@ echo "surge capacity-drop --quick: $(grep -E '"(sold|oversold|sellout_seconds|dr
 # The whole sale through crashes: two edges sharing a queue in Redis (AOF), the core on it; the leader edge,
 # the core and Redis are each SIGKILLed mid-sale and restarted (no paid order or place lost, still sells out).
 target/debug/wicket-bench surge crashes --quick --dry-run --check > target/surge-crashes-quick.json
-echo "surge crashes --quick: $(grep -E '"(sold|oversold|double_sold|fifo_tau|paid_lost|holds_lost|places_changed|places_shared)"' target/surge-crashes-quick.json | tr -d ' \n')"
+echo "surge crashes --quick: $(grep -E '"(sold|oversold|double_sold|fifo_tau|fifo_tau_send_order|fifo_pairs_judged|paid_lost|holds_lost|places_changed|places_shared)"' target/surge-crashes-quick.json | tr -d ' \n')"
 # The multi-edge megasale (issue #27): four edges sharing one room on a Redis Cluster of 3 masters with
 # replicas; the leader edge and the room's master SIGKILLed mid-sale: fails on anything oversold or
 # double-sold, a place lost through the kills, τ across edges < 0.99, or a kill after the sale stopped selling.

@@ -303,6 +303,8 @@ async fn main() -> anyhow::Result<()> {
                 "admitted_sold_out_share": r.admitted_sold_out_share, "seat_order": r.seat_order,
                 "oversold": r.oversold, "double_sold": r.double_sold, "over_limit_users": r.over_limit_users,
                 "fifo_tau": if r.fifo_tau.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau) },
+                "fifo_tau_send_order": if r.fifo_tau_send_order.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau_send_order) },
+                "fifo_pairs_judged": r.fifo_pairs_judged,
                 "p99_windows_ok": r.p99_windows_ok, "p99_windows": r.p99_windows,
                 "client_p99_windows_ok": r.client_p99_windows_ok, "client_p99_windows": r.client_p99_windows,
                 "drop_window": r.drop_window, "drop_window_client_p99_ok": r.drop_window_client_p99_ok, "drop_while_selling": r.drop_while_selling,
@@ -351,6 +353,10 @@ async fn main() -> anyhow::Result<()> {
                     }
                     if r.fifo_tau.is_nan() || r.fifo_tau < 0.99 {
                         bad.push(format!("FIFO tau {:.4} < 0.99", r.fifo_tau));
+                    }
+                    // τ leaves out pairs whose joins overlapped: it must still judge most of them.
+                    if r.fifo_pairs_judged < 0.5 {
+                        bad.push(format!("FIFO tau judged only {:.3} of the pairs (joins overlapped)", r.fifo_pairs_judged));
                     }
                     if r.paid_out_seconds.is_none() {
                         bad.push("the sale did not sell out (every ticket paid)".into());

@@ -101,6 +101,51 @@ pub fn kendall_tau(pairs: &mut [(u64, u64)]) -> f64 {
     1.0 - 2.0 * inversions as f64 / total
 }
 
+/// FIFO Kendall τ over the pairs whose order is known. Each fan is (sent, answered, place), the first
+/// two on one event counter: fan i came before fan j when i's join was answered before j's was sent.
+/// Joins in flight at once have no order a server could be held to (either may reach it first), so
+/// those pairs are left out; τ = 1 − 2·discordant / comparable, 1.0 when no pair is comparable.
+/// Also returns the share of all pairs that were comparable (0 when fewer than 2 fans).
+///
+/// O(n log n): fans are taken in sending order; each first adds every fan answered before it was sent
+/// to a Fenwick tree over place ranks, then counts those with a later place than its own.
+pub fn ordered_tau(fans: &[(u64, u64, u64)]) -> (f64, f64) {
+    let n = fans.len();
+    let mut places: Vec<u64> = fans.iter().map(|f| f.2).collect();
+    places.sort_unstable();
+    places.dedup();
+    let rank = |p: u64| places.partition_point(|&q| q < p) + 1;
+    let mut by_sent: Vec<usize> = (0..n).collect();
+    by_sent.sort_unstable_by_key(|&i| fans[i].0);
+    let mut by_answered: Vec<usize> = (0..n).collect();
+    by_answered.sort_unstable_by_key(|&i| fans[i].1);
+    let mut tree = vec![0u64; places.len() + 1];
+    let (mut added, mut next) = (0u64, 0usize);
+    let (mut comparable, mut discordant) = (0u64, 0u64);
+    for &j in &by_sent {
+        while next < n && fans[by_answered[next]].1 < fans[j].0 {
+            let mut r = rank(fans[by_answered[next]].2);
+            while r < tree.len() {
+                tree[r] += 1;
+                r += r & r.wrapping_neg();
+            }
+            added += 1;
+            next += 1;
+        }
+        // Fans before j with a place at or before j's.
+        let (mut r, mut at_or_before) = (rank(fans[j].2), 0u64);
+        while r > 0 {
+            at_or_before += tree[r];
+            r &= r - 1;
+        }
+        comparable += added;
+        discordant += added - at_or_before;
+    }
+    let tau = if comparable == 0 { 1.0 } else { 1.0 - 2.0 * discordant as f64 / comparable as f64 };
+    let all = n as f64 * (n as f64 - 1.0) / 2.0;
+    (tau, if all > 0.0 { comparable as f64 / all } else { 0.0 })
+}
+
 /// Seat order: among pairs of fans who tried to buy where exactly one got tickets, the share in
 /// which that one joined first. `fans` are (join order, got tickets); a pair whose join orders tie
 /// is neither's to win and is left out. 1.0: the seats went strictly in join order; 0.5: a coin
@@ -168,6 +213,49 @@ mod tests {
         // One adjacent swap among 4: 1 inversion of 6 pairs.
         let mut one = vec![(0, 0), (1, 2), (2, 1), (3, 3)];
         assert!((kendall_tau(&mut one) - (1.0 - 2.0 / 6.0)).abs() < 1e-9);
+    }
+
+    /// Pairs in flight together are nobody's order; pairs one after the other are judged, fast and by
+    /// the O(n²) definition alike.
+    #[test]
+    fn ordered_tau_judges_only_pairs_one_after_the_other() {
+        // All four in flight at once: no pair has an order, whatever the places.
+        assert_eq!(ordered_tau(&[(0, 10, 4), (1, 11, 3), (2, 12, 2), (3, 13, 1)]), (1.0, 0.0));
+        // One after the other, places reversed: every pair discordant.
+        assert_eq!(ordered_tau(&[(0, 1, 3), (2, 3, 2), (4, 5, 1)]), (-1.0, 1.0));
+        // a then (b, c) overlapping each other: b and c swap places for free; a judged against both.
+        assert_eq!(ordered_tau(&[(0, 1, 1), (2, 5, 3), (3, 4, 2)]), (1.0, 2.0 / 3.0));
+        // a overlapping b, both before c, c given the first place: 2 of 2 comparable pairs discordant.
+        assert_eq!(ordered_tau(&[(0, 3, 2), (1, 2, 3), (4, 5, 1)]), (-1.0, 2.0 / 3.0));
+        let by_pairs = |f: &[(u64, u64, u64)]| {
+            let (mut c, mut d) = (0u64, 0u64);
+            for a in f {
+                for b in f {
+                    if a.1 < b.0 {
+                        c += 1;
+                        d += u64::from(a.2 > b.2);
+                    }
+                }
+            }
+            if c == 0 { 1.0 } else { 1.0 - 2.0 * d as f64 / c as f64 }
+        };
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..200 {
+            let n = 1 + next(60) as usize;
+            let fans: Vec<(u64, u64, u64)> = (0..n)
+                .map(|_| {
+                    let sent = next(200);
+                    (sent, sent + 1 + next(30), next(40))
+                })
+                .collect();
+            assert!((ordered_tau(&fans).0 - by_pairs(&fans)).abs() < 1e-12, "{fans:?}");
+        }
     }
 
     /// The O(n²) definition, for the fast one to agree with.

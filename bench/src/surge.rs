@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::procs::{Proc, Stack, StackOptions};
-use crate::stats::{Recorder, kendall_tau, seat_order};
+use crate::stats::{Recorder, kendall_tau, ordered_tau, seat_order};
 
 /// One scenario's knobs.
 #[derive(Debug, Clone)]
@@ -196,7 +196,9 @@ struct User {
     cookies: String,
     token: Option<String>,
     order: Option<(String, u64)>,
+    /// When the fan's join was sent and when its answer came, on one counter (`Shared::join_seq`).
     join_seq: u64,
+    join_answered: u64,
     position: u64,
     admitted_ms: Option<u64>,
     outcome: Outcome,
@@ -264,7 +266,14 @@ pub struct SurgeReport {
     pub oversold: u64,
     pub double_sold: u64,
     pub over_limit_users: u64,
+    /// FIFO Kendall τ, place vs join order, over the admitted fans' pairs whose joins did not overlap
+    /// (one answered before the other was sent): see [`ordered_tau`].
     pub fifo_tau: f64,
+    /// The same over every pair, ordered by when each join was sent: overlapping joins count too,
+    /// so the client's own scheduling (a request delayed on a busy machine) shows up as disorder.
+    pub fifo_tau_send_order: f64,
+    /// The share of the admitted fans' pairs `fifo_tau` could judge (their joins did not overlap).
+    pub fifo_pairs_judged: f64,
     /// Fraction of 1-s windows (≥ 5 holds) whose *core* hold P99 is within target, from the core's
     /// own latency histogram (the issue's "core P99 per 1-second window").
     pub p99_windows_ok: f64,
@@ -543,6 +552,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 token: None,
                 order: None,
                 join_seq: 0,
+                join_answered: 0,
                 position: 0,
                 admitted_ms: None,
                 outcome: Outcome::None,
@@ -918,6 +928,7 @@ async fn step(sh: &Shared, u: u32) {
         Phase::Join => {
             let seq = sh.join_seq.fetch_add(1, Ordering::Relaxed);
             let r = sh.stack.join(&sh.http, edge, &user_id, &ip, bot, if bot { "" } else { &cookies }).await;
+            let answered_seq = sh.join_seq.fetch_add(1, Ordering::Relaxed);
             let Ok((status, headers, body)) = r else {
                 if crashes {
                     return retry_later(sh, u, true, jitter);
@@ -935,6 +946,7 @@ async fn step(sh: &Shared, u: u32) {
                 merge_cookies(&mut g.cookies, &headers);
             }
             g.join_seq = seq;
+            g.join_answered = answered_seq;
             g.joined_ms.get_or_insert(sh.now_ms());
             g.position = body["position"].as_u64().unwrap_or(0);
             g.join_edge = edge as u8;
@@ -1347,6 +1359,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
     let double_sold_users = per_user.iter().filter(|(u, q)| **q > 2 || orders_per_user.get(*u).is_some_and(|n| *n > 1)).count() as u64;
     // FIFO fidelity: the order users sent their join vs the order of the positions the edge gave them.
     let mut pairs: Vec<(u64, u64)> = Vec::new();
+    let mut timed: Vec<(u64, u64, u64)> = Vec::new();
     let mut abandoned = 0;
     let (mut admitted_all, mut admitted_bots, mut admitted_sold_out) = (0u64, 0u64, 0u64);
     // Fans who tried to buy: (join order, got tickets), for the seat order.
@@ -1366,15 +1379,13 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         }
         if !g.bot && g.admitted_ms.is_some() && g.position > 0 {
             pairs.push((g.join_seq, g.position));
+            timed.push((g.join_seq, g.join_answered, g.position));
         }
         let _ = i;
     }
-    let fifo_tau = if sh.s.random {
-        // Only arrivals after the open are FIFO; the pre-queue is shuffled on purpose.
-        f64::NAN
-    } else {
-        kendall_tau(&mut pairs)
-    };
+    // Only arrivals after the open are FIFO; the pre-queue is shuffled on purpose.
+    let ((fifo_tau, fifo_pairs_judged), fifo_tau_send_order) =
+        if sh.s.random { ((f64::NAN, 0.0), f64::NAN) } else { (ordered_tau(&timed), kendall_tau(&mut pairs)) };
     let target = sh.s.p99_target_ms as f64;
     let windows = sh.rec.p99_per_second("hold", 5);
     let ok = windows.iter().filter(|w| w.1 <= target).count();
@@ -1428,6 +1439,8 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         double_sold,
         over_limit_users,
         fifo_tau,
+        fifo_tau_send_order,
+        fifo_pairs_judged,
         p99_windows_ok: if core_windows.is_empty() { 1.0 } else {
             core_windows.iter().filter(|w| w.1 >= 0.99).count() as f64 / core_windows.len() as f64
         },
@@ -1685,6 +1698,8 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
             "drop_window": r.drop_window, "drop_window_client_p99_ok": r.drop_window_client_p99_ok, "drop_while_selling": r.drop_while_selling,
             "client_p99_windows_over": r.hold_p99.iter().filter(|w| w.1 > r.p99_target_ms).map(|w| json!([w.0, (w.1 * 10.0).round() / 10.0])).collect::<Vec<_>>(),
             "fifo_tau": if r.fifo_tau.is_nan() { Value::Null } else { json!(r.fifo_tau) },
+            "fifo_tau_send_order": if r.fifo_tau_send_order.is_nan() { Value::Null } else { json!(r.fifo_tau_send_order) },
+            "fifo_pairs_judged": (r.fifo_pairs_judged * 10_000.0).round() / 10_000.0,
             "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "held_through_seconds": r.held_through_seconds, "paid_out_seconds": r.paid_out_seconds, "admitted": r.admitted,
             "admitted_sold_out_share": r.admitted_sold_out_share, "seat_order": r.seat_order,
             "sold": r.sold, "abandoned": r.abandoned, "still_waiting": r.still_waiting, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
@@ -1717,7 +1732,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
          | admitted | {admitted} |\n| tickets sold (paid) | {sold} |\n| abandoned holds | {abandoned} |\n\
          | still queued at the end | {waiting} |\n\
          | time to sell out (tickets held = seats / `available` 0 / every ticket paid) | {held_through} / {sellout} / {paid_out} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
-         | users over their limit | {overlimit} |\n| FIFO Kendall τ | {tau} |\n\
+         | users over their limit | {overlimit} |\n| FIFO Kendall τ (place vs join order; pairs whose joins overlapped left out / every pair by send order) | {tau} / {tau_send} |\n\
          | admitted who met \"sold out\" at their hold (share of the admitted) | {aso:.3} |\n\
          | seat order (pairs of buyers, exactly one with tickets: the earlier joiner's share) | {seat_order} |\n\
          | 1-s windows with the core's hold P99 ≤ target (core histogram) | {ok:.3} of {nw} |\n\
@@ -1751,6 +1766,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
         aso = r.admitted_sold_out_share,
         seat_order = r.seat_order.map_or_else(|| "no such pair".to_string(), |o| format!("{o:.4}")),
         tau = if r.fifo_tau.is_nan() { "n/a (random pre-queue)".to_string() } else { format!("{:.4}", r.fifo_tau) },
+        tau_send = if r.fifo_tau_send_order.is_nan() { "n/a".to_string() } else { format!("{:.4}", r.fifo_tau_send_order) },
         ok = r.p99_windows_ok,
         nw = r.p99_windows,
         cok = r.client_p99_windows_ok,
@@ -1789,6 +1805,8 @@ fn publish_crashes(r: &SurgeReport, c: &CrashFigures, command: &str) -> anyhow::
         ("places_changed", json!(c.places_changed)),
         ("places_shared", json!(c.places_shared)),
         ("fifo_tau", tau),
+        ("fifo_tau_send_order", if r.fifo_tau_send_order.is_nan() { Value::Null } else { json!((r.fifo_tau_send_order * 10_000.0).round() / 10_000.0) }),
+        ("fifo_pairs_judged", json!((r.fifo_pairs_judged * 10_000.0).round() / 10_000.0)),
         ("sellout_seconds", json!(r.sellout_seconds.map(round))),
         ("paid_out_seconds", json!(r.paid_out_seconds.map(round))),
         ("admitted_sold_out_share", json!((r.admitted_sold_out_share * 10_000.0).round() / 10_000.0)),
@@ -1848,7 +1866,7 @@ fn publish_crashes(r: &SurgeReport, c: &CrashFigures, command: &str) -> anyhow::
          | paid at the provider / **paid orders lost** (not PAID in the core at the end) | {paid} / **{lost}** |\n\
          | holds acknowledged / lost | {acked} / {hlost} |\n\
          | fans told another place than their first / places given twice | {changed} / {shared} |\n\
-         | FIFO Kendall τ (join order vs place, admitted fans, whole sale) | {tau} |\n\
+         | FIFO Kendall τ (join order vs place, admitted fans, whole sale; pairs whose joins overlapped left out / every pair by send order) | {tau} / {tau_send} |\n\
          | every kill while the sale was selling | {selling} |\n| other answers counted | {odd} |\n\n\
          Each kill as the fans saw it (a fan's wait: from their first failed try to their next answer; a gap: the pause \
          in acknowledged holds or in admissions that spans the kill; the queue standing still: `serving` not advancing, \
@@ -1875,6 +1893,7 @@ fn publish_crashes(r: &SurgeReport, c: &CrashFigures, command: &str) -> anyhow::
         changed = c.places_changed,
         shared = c.places_shared,
         tau = if r.fifo_tau.is_nan() { "n/a".to_string() } else { format!("{:.4}", r.fifo_tau) },
+        tau_send = if r.fifo_tau_send_order.is_nan() { "n/a".to_string() } else { format!("{:.4}", r.fifo_tau_send_order) },
         selling = c.kills_while_selling,
         odd = if odd.is_empty() { "none".to_string() } else { odd.join(", ") },
     );
