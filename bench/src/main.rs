@@ -304,7 +304,7 @@ async fn main() -> anyhow::Result<()> {
                 "oversold": r.oversold, "double_sold": r.double_sold, "over_limit_users": r.over_limit_users,
                 "fifo_tau": if r.fifo_tau.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau) },
                 "fifo_tau_send_order": if r.fifo_tau_send_order.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau_send_order) },
-                "fifo_pairs_judged": r.fifo_pairs_judged,
+                "fifo_pairs_judged": if r.fifo_tau.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_pairs_judged) },
                 "p99_windows_ok": r.p99_windows_ok, "p99_windows": r.p99_windows,
                 "client_p99_windows_ok": r.client_p99_windows_ok, "client_p99_windows": r.client_p99_windows,
                 "drop_window": r.drop_window, "drop_window_client_p99_ok": r.drop_window_client_p99_ok, "drop_while_selling": r.drop_while_selling,

@@ -258,8 +258,9 @@ pub struct SurgeReport {
     /// (issue #39: admitted should mean a seat). 0 when nobody was admitted.
     pub admitted_sold_out_share: f64,
     /// Among pairs of fans (not bots) who tried to buy where exactly one got tickets (a hold was
-    /// made), the share where that one joined first ([`crate::stats::seat_order`]); `None`
-    /// without such a pair.
+    /// made), the share where that one came first in the queue's order ([`crate::stats::seat_order`]):
+    /// join order, but in a random room (its pre-queue drawn on purpose) admission order, to the
+    /// millisecond; `None` without such a pair.
     pub seat_order: Option<f64>,
     /// When every ticket was sold and paid (nothing held any more): abandoned holds resold.
     pub paid_out_seconds: Option<f64>,
@@ -1375,7 +1376,8 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
             admitted_sold_out += u64::from(g.hold_sold_out);
         }
         if !g.bot && g.hold_tried {
-            buyers.push((g.join_seq, g.held_ms.is_some()));
+            let order = if sh.s.random { g.admitted_ms.unwrap_or(u64::MAX) } else { g.join_seq };
+            buyers.push((order, g.held_ms.is_some()));
         }
         if !g.bot && g.admitted_ms.is_some() && g.position > 0 {
             pairs.push((g.join_seq, g.position));
@@ -1699,7 +1701,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
             "client_p99_windows_over": r.hold_p99.iter().filter(|w| w.1 > r.p99_target_ms).map(|w| json!([w.0, (w.1 * 10.0).round() / 10.0])).collect::<Vec<_>>(),
             "fifo_tau": if r.fifo_tau.is_nan() { Value::Null } else { json!(r.fifo_tau) },
             "fifo_tau_send_order": if r.fifo_tau_send_order.is_nan() { Value::Null } else { json!(r.fifo_tau_send_order) },
-            "fifo_pairs_judged": (r.fifo_pairs_judged * 10_000.0).round() / 10_000.0,
+            "fifo_pairs_judged": if r.fifo_tau.is_nan() { Value::Null } else { json!((r.fifo_pairs_judged * 10_000.0).round() / 10_000.0) },
             "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "held_through_seconds": r.held_through_seconds, "paid_out_seconds": r.paid_out_seconds, "admitted": r.admitted,
             "admitted_sold_out_share": r.admitted_sold_out_share, "seat_order": r.seat_order,
             "sold": r.sold, "abandoned": r.abandoned, "still_waiting": r.still_waiting, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
@@ -1734,7 +1736,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
          | time to sell out (tickets held = seats / `available` 0 / every ticket paid) | {held_through} / {sellout} / {paid_out} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
          | users over their limit | {overlimit} |\n| FIFO Kendall τ (place vs join order; pairs whose joins overlapped left out / every pair by send order) | {tau} / {tau_send} |\n\
          | admitted who met \"sold out\" at their hold (share of the admitted) | {aso:.3} |\n\
-         | seat order (pairs of buyers, exactly one with tickets: the earlier joiner's share) | {seat_order} |\n\
+         | seat order (pairs of buyers, exactly one with tickets: the share of the one first in the queue's order — join order, admission order in a random room) | {seat_order} |\n\
          | 1-s windows with the core's hold P99 ≤ target (core histogram) | {ok:.3} of {nw} |\n\
          | 1-s windows with hold P99 ≤ target at the bench's clients (end to end) | {cok:.3} of {cnw} |\n{drop}| longest stall (no fan admitted while fans wait, not sold out, core within target) | {stall} |\n\
          | bots' share of seats / of population / of the fans admitted | {bs:.3} / {bp:.3} / {ba:.3} |\n\

@@ -104,6 +104,57 @@ async fn two_edges_one_queue_one_serving_counter_and_leader_failover() {
     assert!(lroom.leader.load(Ordering::Relaxed), "resign frees the lease at once");
 }
 
+/// Admission is a promise across a failover (issue #39): the leader keeps its book of promises in
+/// Redis each tick, and the edge that takes its lease over goes on from it — the places the old
+/// leader let in stay promised instead of a second full round let in on the same tickets; places
+/// picked up through either edge count; places never picked up lapse under the new leader as they
+/// would have under the old. A leader that lost its lease cannot overwrite its successor's book.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_keeps_the_promises_of_the_old() {
+    let redis = RedisServer::start();
+    let room = "max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n";
+    let (a, b) = (edge(&redis.url(), room), edge(&redis.url(), room));
+    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
+    let mut tickets = Vec::new();
+    for i in 0..100 {
+        tickets.push(a.join(&ra, &format!("u{i}"), "d").await.unwrap());
+    }
+    // 40 tickets, none held yet (every edge reads the core's stock).
+    for r in [&ra, &rb] {
+        r.available.store(40, Ordering::Relaxed);
+        *r.holds.lock() = Some((0, 0));
+    }
+    let t0 = unix_ms();
+    a.tick_room(&ra, t0).await.unwrap();
+    b.tick_room(&rb, t0).await.unwrap();
+    assert!(ra.leader.load(Ordering::Relaxed) && !rb.leader.load(Ordering::Relaxed));
+    assert_eq!(ra.state.refresh().await.unwrap().serving, 10, "40 tickets, 4 a fan until measured");
+    assert!(rb.state.kept_book().await.unwrap().is_some(), "the leader kept its book");
+    // Two of the ten are admitted through the other edge: picked up.
+    for (i, t) in tickets.iter().enumerate().take(2) {
+        assert_eq!(status(b.status(&rb, t, &format!("u{i}")).await.unwrap()).state, Phase::Admitted);
+    }
+    // The leader dies (no resign); once its lease runs out the other edge leads, from its book.
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 300)).await;
+    b.tick_room(&rb, t0 + 1000).await.unwrap();
+    assert!(rb.leader.load(Ordering::Relaxed), "the follower took over");
+    assert_eq!(rb.state.refresh().await.unwrap().serving, 10, "the old leader's ten still hold all 40 tickets: nobody more");
+    assert_eq!(rb.stats()["claims"], serde_json::json!({"open": 10, "promised": 40, "spoken_for": true}));
+    b.tick_room(&rb, t0 + 2000).await.unwrap();
+    assert_eq!(rb.state.refresh().await.unwrap().serving, 10);
+    // The old leader comes back a follower: its stale book does not overwrite the new one.
+    a.tick_room(&ra, t0 + 2000).await.unwrap();
+    assert!(!ra.leader.load(Ordering::Relaxed));
+    let kept = rb.state.kept_book().await.unwrap();
+    ra.state.keep_book(&a.node, "{}", 15_000).await.unwrap();
+    assert_eq!(rb.state.kept_book().await.unwrap(), kept, "only the lease holder keeps the book");
+    // The first step's pickup window passes under the new leader: its 8 places never picked up
+    // lapse, the 2 admitted stand (8 tickets): 32 unpromised, 8 fans more.
+    b.tick_room(&rb, t0 + wicket_edge::room::claims::PICKUP_MS).await.unwrap();
+    assert_eq!(rb.state.refresh().await.unwrap().serving, 18, "8 lapsed of the old leader's step, 2 picked up still promised");
+    assert_eq!(rb.stats()["claims"]["open"], 10);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_random_room_freezes_the_prequeue_once_and_fifo_order_holds() {
     let redis = RedisServer::start();

@@ -196,6 +196,9 @@ pub struct ReleaseBook {
     pub last_passed: Option<u64>,
     /// The tickets promised to the places this edge released lately ([`claims`]).
     pub claims: claims::Claims,
+    /// The book kept in the room's store was empty at the last keep: nothing to write again until
+    /// something is promised.
+    pub kept_empty: bool,
     /// Time of the last tick that reached its release step, Unix ms (a failed tick keeps the old
     /// one: the next step is capped at [`release::MAX_STEP_MS`]).
     pub last_tick_ms: u64,

@@ -46,6 +46,7 @@ static PROOF: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../.
 static MODE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_mode.lua")));
 static LAPSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_lapse.lua")));
 static OPEN_SESSION: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_open_session.lua")));
+static BOOK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_book.lua")));
 static SWEEP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/room_sweep.lua")));
 
 /// Bound of one Redis call.
@@ -218,6 +219,7 @@ impl RedisRooms {
             shuffle: k("shuffle"),
             s: SessionKeys::under(&format!("wk:{{room:{id}}}")),
             leader: k("leader"),
+            book: k("book"),
             owed: k("owed"),
             passed: k("passed"),
             late: k("late"),
@@ -248,6 +250,8 @@ pub struct RedisRoom {
     /// The identity map and the sessions.
     s: SessionKeys,
     leader: String,
+    /// The leader's book of promises, kept for its successor (lua/room_book.lua).
+    book: String,
     /// identity -> position: places whose bot check is owed, turn not come.
     owed: String,
     /// identity -> when its turn came (ms): owed places past their turn, within the grace.
@@ -384,6 +388,18 @@ pub(super) fn text(v: &Value) -> Option<String> {
     }
 }
 
+/// Keeps the leader's book under `keys` = [leader lease, book] (both layouts).
+pub(super) async fn keep_book(redis: &RedisRooms, keys: [&str; 2], node: &str, book: &str, keep_ms: u64) -> Result<(), StateError> {
+    redis.run(&BOOK, &keys, &[node.to_owned(), book.to_owned(), keep_ms.max(1).to_string()]).await.map(|_| ())
+}
+
+/// The book kept under `key`, if any.
+pub(super) async fn kept_book(redis: &RedisRooms, key: &str) -> Result<Option<String>, StateError> {
+    let mut cmd = redis::cmd("GET");
+    cmd.arg(key);
+    Ok(text(&redis.cmd(cmd).await?).filter(|t| !t.is_empty()))
+}
+
 pub(super) fn ints(v: &Value) -> Vec<Option<i64>> {
     match v {
         Value::Array(items) => items.iter().map(int).collect(),
@@ -494,6 +510,14 @@ impl RoomState for RedisRoom {
 
     async fn resign(&self, node: &str) -> Result<(), StateError> {
         self.redis.run(&RESIGN, &[&self.leader], &[node.to_owned()]).await.map(|_| ())
+    }
+
+    async fn keep_book(&self, node: &str, book: &str, keep_ms: u64) -> Result<(), StateError> {
+        keep_book(&self.redis, [&self.leader, &self.book], node, book, keep_ms).await
+    }
+
+    async fn kept_book(&self) -> Result<Option<String>, StateError> {
+        kept_book(&self.redis, &self.book).await
     }
 
     async fn freeze(&self) -> Result<(), StateError> {

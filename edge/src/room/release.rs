@@ -61,6 +61,21 @@ impl Rooms {
         room.forget_touches(now_ms.saturating_sub(idle_ms));
         room.active.store(active, Ordering::Relaxed);
         let leader = room.state.lead(&self.node, LEASE_MS).await?;
+        if leader && !room.leader.swap(leader, Ordering::Relaxed) {
+            // This edge takes the lease: the places its predecessor let in stay promised
+            // ([`super::claims`]), or a failover lets a second full round in on the same tickets.
+            let kept = room.state.kept_book().await?;
+            let claims = match kept.as_deref().map(serde_json::from_str::<super::claims::Claims>) {
+                Some(Ok(c)) => c,
+                Some(Err(e)) => {
+                    tracing::warn!(room = %room.id, "the last leader's book does not read, starting without it: {e}");
+                    Default::default()
+                }
+                None => Default::default(),
+            };
+            tracing::info!(room = %room.id, open = claims.open(), "release leader: this edge");
+            room.book.lock().claims = claims;
+        }
         room.leader.store(leader, Ordering::Relaxed);
         let mut c = room.state.refresh().await?;
         room.report.marks.lock().note(super::tally::minute_of(now_ms), c.serving, c.lane_serving);
@@ -159,6 +174,9 @@ impl Rooms {
             let r = super::claims::Released { from: c.serving, to: a.serving, places: a.released, in_line: a.in_line };
             room.book.lock().claims.note(now_ms, Some(r), None);
         }
+        if leader {
+            self.keep_book(room).await;
+        }
         let serving = step.map_or(c.serving, |a| a.serving);
         if let Some(a) = step {
             room.report.marks.lock().note(super::tally::minute_of(now_ms), a.serving, a.lane_serving);
@@ -222,6 +240,25 @@ impl Rooms {
             if let Err(e) = self.tick_room(&room, now_ms).await {
                 tracing::warn!(room = %room.id, "release tick: {e}");
             }
+        }
+    }
+
+    /// Keeps `room`'s book of promises for the next leader ([`super::state::RoomState::keep_book`]):
+    /// every tick while something is promised, and once when nothing is any more. A store that
+    /// fails here costs the tick nothing (its step is made): a failover then starts from the book
+    /// kept before.
+    async fn keep_book(&self, room: &Room) {
+        let text = {
+            let mut b = room.book.lock();
+            if b.claims.is_empty() && b.kept_empty {
+                return;
+            }
+            b.kept_empty = b.claims.is_empty();
+            if b.kept_empty { String::new() } else { serde_json::to_string(&b.claims).unwrap_or_default() }
+        };
+        if let Err(e) = room.state.keep_book(&self.node, &text, super::claims::CLAIM_MS).await {
+            room.book.lock().kept_empty = false;
+            tracing::warn!(room = %room.id, "release: the book of promises not kept for the next leader: {e}");
         }
     }
 

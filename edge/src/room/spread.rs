@@ -435,6 +435,8 @@ struct MainKeys {
     edges: String,
     serving: String,
     leader: String,
+    /// The leader's book of promises, kept for its successor (lua/room_book.lua).
+    book: String,
     /// Real places serving passed.
     passed: String,
     /// Places handed out and not passed, as the leader's last step counted.
@@ -563,6 +565,7 @@ impl SpreadRoom {
                 edges: format!("wk:{{{}}}:edges", counter_tag(id)),
                 serving: k("serving"),
                 leader: k("leader"),
+                book: k("book"),
                 passed: k("passed"),
                 waiting: k("waiting"),
                 active: k("active"),
@@ -1185,6 +1188,14 @@ impl RoomState for SpreadRoom {
             let _ = self.record().await;
         }
         self.redis.run(&RESIGN, &[&self.main.leader], &[node.to_owned()]).await.map(|_| ())
+    }
+
+    async fn keep_book(&self, node: &str, book: &str, keep_ms: u64) -> Result<(), StateError> {
+        super::redis::keep_book(&self.redis, [&self.main.leader, &self.main.book], node, book, keep_ms).await
+    }
+
+    async fn kept_book(&self) -> Result<Option<String>, StateError> {
+        super::redis::kept_book(&self.redis, &self.main.book).await
     }
 
     async fn freeze(&self) -> Result<(), StateError> {

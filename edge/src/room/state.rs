@@ -175,6 +175,17 @@ pub trait RoomState: Send + Sync {
     async fn lead(&self, node: &str, lease_ms: u64) -> Result<bool, StateError>;
     /// Gives the lease up (graceful stop) so another edge takes over at once.
     async fn resign(&self, node: &str) -> Result<(), StateError>;
+    /// Leader only: keeps the release leader's book (`book`: the places its recent steps promised
+    /// tickets to, [`super::claims`]) for `keep_ms` where an edge that takes the lease over finds it
+    /// ([`RoomState::kept_book`]); an empty `book` drops it. Written only while `node` holds the
+    /// lease. Embedded: there is no other leader to hand it to.
+    async fn keep_book(&self, _node: &str, _book: &str, _keep_ms: u64) -> Result<(), StateError> {
+        Ok(())
+    }
+    /// The book the last leader kept ([`RoomState::keep_book`]), while it stands.
+    async fn kept_book(&self) -> Result<Option<String>, StateError> {
+        Ok(None)
+    }
     /// Leader only: freezes the pre-queue (random method) at open.
     async fn freeze(&self) -> Result<(), StateError>;
     /// Leader only: at `now_ms`, moves `serving` forward by up to `n` places whose check is given (or not
