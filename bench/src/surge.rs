@@ -199,6 +199,8 @@ struct User {
     /// When the fan's join was sent and when its answer came, on one counter (`Shared::join_seq`).
     join_seq: u64,
     join_answered: u64,
+    /// The first try of a join still unanswered (crashes: tries that failed).
+    join_first_try: Option<u64>,
     position: u64,
     admitted_ms: Option<u64>,
     outcome: Outcome,
@@ -554,6 +556,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 order: None,
                 join_seq: 0,
                 join_answered: 0,
+                join_first_try: None,
                 position: 0,
                 admitted_ms: None,
                 outcome: Outcome::None,
@@ -930,6 +933,9 @@ async fn step(sh: &Shared, u: u32) {
             let seq = sh.join_seq.fetch_add(1, Ordering::Relaxed);
             let r = sh.stack.join(&sh.http, edge, &user_id, &ip, bot, if bot { "" } else { &cookies }).await;
             let answered_seq = sh.join_seq.fetch_add(1, Ordering::Relaxed);
+            // A try that failed may still have given the place (the answer lost in a kill): the
+            // join is timed from its first try.
+            let first_try = *sh.users[u as usize].lock().join_first_try.get_or_insert(seq);
             let Ok((status, headers, body)) = r else {
                 if crashes {
                     return retry_later(sh, u, true, jitter);
@@ -946,10 +952,15 @@ async fn step(sh: &Shared, u: u32) {
             if !bot {
                 merge_cookies(&mut g.cookies, &headers);
             }
-            g.join_seq = seq;
-            g.join_answered = answered_seq;
+            g.join_first_try = None;
+            let position = body["position"].as_u64().unwrap_or(0);
+            // A rejoin that keeps the fan's place keeps the time it was given.
+            if position == 0 || position != g.position || g.join_answered == 0 {
+                g.join_seq = first_try;
+                g.join_answered = answered_seq;
+            }
             g.joined_ms.get_or_insert(sh.now_ms());
-            g.position = body["position"].as_u64().unwrap_or(0);
+            g.position = position;
             g.join_edge = edge as u8;
             note_position(&mut g, &body);
             drop(g);

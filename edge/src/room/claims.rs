@@ -78,7 +78,6 @@ pub const MEASURED_HOLDS: u64 = 20;
 
 /// What a room's leader remembers of its recent steps (kept in [`super::ReleaseBook`]).
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
 pub struct Claims {
     /// The steps of the last [`CLAIM_MS`], oldest first.
     window: VecDeque<Step>,
@@ -86,15 +85,10 @@ pub struct Claims {
     last_holds: Option<u64>,
     /// The core's (`holds`, `hold_units`) at the last answer: the measured tickets per hold.
     measured: (u64, u64),
-    /// A book taken over ([`Claims::take_over`]) whose holds count may be ahead of this edge's
-    /// stock reading: a lower reading waits, it is not a counter that went down.
-    #[serde(skip)]
-    catching_up: bool,
 }
 
 /// What one release step did, as [`Claims::note`] records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
 pub struct Released {
     /// The places it passed: `from < place <= to` (`serving` before and after).
     pub from: u64,
@@ -106,8 +100,7 @@ pub struct Released {
 }
 
 /// One release step in the window.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct Step {
     /// When it released (ms).
     at: u64,
@@ -167,11 +160,8 @@ impl Claims {
     /// oldest places picked up and open, then (holds counted before their pickups) the oldest open
     /// ones; places not picked up within [`PICKUP_MS`] lapse; steps older than [`CLAIM_MS`] leave.
     pub fn note(&mut self, now_ms: u64, released: Option<Released>, holds: Option<(u64, u64)>) {
-        if let Some((h, units)) = holds.filter(|(h, _)| !(self.catching_up && self.last_holds.is_some_and(|b| *h < b))) {
+        if let Some((h, units)) = holds {
             // A counter that went down (the event was made again) starts over: nothing settles.
-            // (Not while a book just taken over is ahead of this edge's stock reading: those
-            // holds were settled by the last leader; this edge waits for its reading to catch up.)
-            self.catching_up = false;
             let mut new = match self.last_holds {
                 Some(before) if h >= before => h - before,
                 _ => 0,
@@ -200,28 +190,6 @@ impl Claims {
         while self.window.front().is_some_and(|s| s.open() == 0 || s.at + CLAIM_MS <= now_ms) {
             self.window.pop_front();
         }
-    }
-
-    /// The newest step's last place (`None`: no step in the window): which of two books is newer.
-    pub fn newest(&self) -> Option<u64> {
-        self.window.back().map(|s| s.r.to)
-    }
-
-    /// Goes on from `kept`, the book the last leader kept, when it is at least as new as this
-    /// one (this edge's own, from a lease it held before, may be newer: it lost the lease only
-    /// for a failed tick). The holds count it settled up to stays the higher of the two, so no
-    /// hold settles twice when this edge's stock reading is older than the last leader's.
-    pub fn take_over(&mut self, kept: Claims) {
-        if kept.newest() < self.newest() {
-            return;
-        }
-        let own = self.last_holds;
-        *self = kept;
-        self.last_holds = match (own, self.last_holds) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        self.catching_up = true;
     }
 
     /// True when no step is in the window (nothing promised).
@@ -297,47 +265,6 @@ mod tests {
     /// A step over places `from < place <= to`, `extra` of them lane places or late proofs.
     fn over(from: u64, to: u64, extra: u64) -> Option<Released> {
         Some(Released { from, to, places: to - from + extra, in_line: to - from })
-    }
-
-    /// A book read back from its JSON goes on as it was; one a newer edge wrote with fields this
-    /// one does not know, or without some, still reads.
-    #[test]
-    fn a_book_reads_back_from_its_json() {
-        let mut c = Claims::default();
-        c.note(0, over(0, 10, 0), Some((4, 6)));
-        let ask = c.ask(10);
-        c.picked(&ask, Some(&[3]));
-        let back: Claims = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
-        assert_eq!((back.open(), back.promised(4), back.newest()), (c.open(), c.promised(4), Some(10)));
-        let odd: Claims = serde_json::from_str(r#"{"window":[{"at":5,"r":{"from":0,"to":3,"places":3},"later":1}],"newer":true}"#).unwrap();
-        assert_eq!((odd.open(), odd.newest()), (3, Some(3)));
-    }
-
-    /// Taking a book over: the newer of the two goes on; a holds count the book is ahead of this
-    /// edge's reading waits for the reading, and no hold settles twice.
-    #[test]
-    fn taking_a_book_over_keeps_the_newer_and_settles_no_hold_twice() {
-        // The last leader: 10 places, then 4 holds settled 4 of them.
-        let mut kept = Claims::default();
-        kept.note(0, over(0, 10, 0), Some((0, 0)));
-        kept.note(1000, None, Some((4, 4)));
-        assert_eq!(kept.open(), 6);
-        // This edge (a follower) last read 2 holds: its reading is behind the book's.
-        let mut mine = Claims::default();
-        mine.note(0, None, Some((0, 0)));
-        mine.note(1000, None, Some((2, 2)));
-        mine.take_over(kept.clone());
-        assert_eq!(mine.open(), 6);
-        mine.note(2000, None, Some((3, 3)));
-        assert_eq!(mine.open(), 6, "a reading behind the book's settles nothing (it is not a counter that went down)");
-        mine.note(3000, None, Some((5, 5)));
-        assert_eq!(mine.open(), 5, "the one hold made since the book's count");
-        // An edge whose own book is newer (it lost the lease for one failed tick) keeps its own.
-        let mut newer = Claims::default();
-        newer.note(0, over(0, 10, 0), Some((0, 0)));
-        newer.note(1000, over(10, 20, 0), None);
-        newer.take_over(kept);
-        assert_eq!((newer.open(), newer.newest()), (20, Some(20)));
     }
 
     /// The leader's sweep: counts the places of `picked` in each range asked.

@@ -389,9 +389,8 @@ pub(super) fn text(v: &Value) -> Option<String> {
 }
 
 /// Keeps the leader's book under `keys` = [leader lease, book] (both layouts).
-pub(super) async fn keep_book(redis: &RedisRooms, keys: [&str; 2], node: &str, book: &str, keep_ms: u64) -> Result<bool, StateError> {
-    let v = redis.run(&BOOK, &keys, &[node.to_owned(), book.to_owned(), keep_ms.max(1).to_string()]).await?;
-    Ok(int(&v) == Some(1))
+pub(super) async fn keep_book(redis: &RedisRooms, keys: [&str; 2], node: &str, book: &str, keep_ms: u64) -> Result<(), StateError> {
+    redis.run(&BOOK, &keys, &[node.to_owned(), book.to_owned(), keep_ms.max(1).to_string()]).await.map(|_| ())
 }
 
 /// The book kept under `key`, if any.
@@ -513,7 +512,7 @@ impl RoomState for RedisRoom {
         self.redis.run(&RESIGN, &[&self.leader], &[node.to_owned()]).await.map(|_| ())
     }
 
-    async fn keep_book(&self, node: &str, book: &str, keep_ms: u64) -> Result<bool, StateError> {
+    async fn keep_book(&self, node: &str, book: &str, keep_ms: u64) -> Result<(), StateError> {
         keep_book(&self.redis, [&self.leader, &self.book], node, book, keep_ms).await
     }
 

@@ -50,18 +50,8 @@ pub fn release_step(rate: f64, dt_ms: u64, carry: f64) -> (u64, f64) {
 }
 
 impl Rooms {
-    /// One tick of one room at `now_ms` (Unix ms). A tick that fails leaves this edge not counting
-    /// itself the leader: it cannot know it still holds the lease, and the tick that takes it
-    /// (again) reads the book the last leader kept.
+    /// One tick of one room at `now_ms` (Unix ms).
     pub async fn tick_room(&self, room: &Room, now_ms: u64) -> Result<(), StateError> {
-        let r = self.tick_room_once(room, now_ms).await;
-        if r.is_err() {
-            room.leader.store(false, Ordering::Relaxed);
-        }
-        r
-    }
-
-    async fn tick_room_once(&self, room: &Room, now_ms: u64) -> Result<(), StateError> {
         let spec = room.spec();
         let idle_ms = spec.config.session_idle_seconds * 1000;
         // The leader's sweep counts the places of its recent steps picked up ([`super::claims`]).
@@ -71,19 +61,20 @@ impl Rooms {
         room.forget_touches(now_ms.saturating_sub(idle_ms));
         room.active.store(active, Ordering::Relaxed);
         let leader = room.state.lead(&self.node, LEASE_MS).await?;
-        if leader && !room.leader.load(Ordering::Relaxed) {
+        if leader && !room.leader.swap(leader, Ordering::Relaxed) {
             // This edge takes the lease: the places its predecessor let in stay promised
             // ([`super::claims`]), or a failover lets a second full round in on the same tickets.
-            // (A read that fails fails the tick before this edge counts as the leader: the next
-            // tick reads again, and nothing is released meanwhile.)
             let kept = room.state.kept_book().await?;
-            let mut b = room.book.lock();
-            match kept.as_deref().map(serde_json::from_str::<super::claims::Claims>) {
-                Some(Ok(c)) => b.claims.take_over(c),
-                Some(Err(e)) => tracing::warn!(room = %room.id, "the last leader's book does not read, going on from this edge's own: {e}"),
-                None => {}
-            }
-            tracing::info!(room = %room.id, open = b.claims.open(), "release leader: this edge");
+            let claims = match kept.as_deref().map(serde_json::from_str::<super::claims::Claims>) {
+                Some(Ok(c)) => c,
+                Some(Err(e)) => {
+                    tracing::warn!(room = %room.id, "the last leader's book does not read, starting without it: {e}");
+                    Default::default()
+                }
+                None => Default::default(),
+            };
+            tracing::info!(room = %room.id, open = claims.open(), "release leader: this edge");
+            room.book.lock().claims = claims;
         }
         room.leader.store(leader, Ordering::Relaxed);
         let mut c = room.state.refresh().await?;
@@ -265,17 +256,9 @@ impl Rooms {
             b.kept_empty = b.claims.is_empty();
             if b.kept_empty { String::new() } else { serde_json::to_string(&b.claims).unwrap_or_default() }
         };
-        match room.state.keep_book(&self.node, &text, super::claims::CLAIM_MS).await {
-            Ok(true) => {}
-            Ok(false) => {
-                // The lease went to another edge since this tick took it: that edge leads now.
-                room.book.lock().kept_empty = false;
-                room.leader.store(false, Ordering::Relaxed);
-            }
-            Err(e) => {
-                room.book.lock().kept_empty = false;
-                tracing::warn!(room = %room.id, "release: the book of promises not kept for the next leader: {e}");
-            }
+        if let Err(e) = room.state.keep_book(&self.node, &text, super::claims::CLAIM_MS).await {
+            room.book.lock().kept_empty = false;
+            tracing::warn!(room = %room.id, "release: the book of promises not kept for the next leader: {e}");
         }
     }
 
