@@ -16,12 +16,15 @@
 #
 #   bash bench/sse-fanout/run.sh            # N=(ulimit -n) - 1000
 #   WICKET_BIN=path/to/wicket N=500 bash bench/sse-fanout/run.sh   # another build (e.g. one from before a change)
+#   NOFILE=101000 bash bench/sse-fanout/run.sh   # 100,000 fans per row (as root; clients over 127.0.0.2-9)
 #
 # Needs: cargo, wrk, curl, openssl, python3. Loopback only (clients spread over 127.0.0.2-9 for ports).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/bench/lib.sh"
+# NOFILE=<n>: raise the open-file limit first (root: the hard limit too; at most fs.nr_open).
+if [ -n "${NOFILE:-}" ]; then ulimit -Hn "$NOFILE" 2>/dev/null || true; ulimit -n "$NOFILE"; fi
 LIMIT="$(ulimit -n)"
 N="${N:-$((LIMIT - 1000))}"
 [ "$LIMIT" != unlimited ] && [ "$N" -gt $((LIMIT - 1000)) ] && N=$((LIMIT - 1000))
@@ -48,6 +51,8 @@ threads = 1
 site-dir = "site"
 keepalive-seconds = 300
 shutdown-grace-seconds = 1
+# The clients come from eight loopback addresses: no cap per address here (the default is 1000).
+max-event-streams-per-ip = 10000000
 [edge.anomaly]
 device-max-users = 0
 [edge.tls]
@@ -72,12 +77,16 @@ protected = ["/buy/ev-1"]
 release = { mode = "fixed", rate = 0.0 }
 CONF
 
+# The same edge with every request through Pingora's proxy (how event streams were served before
+# the HTTP/1.1 door served them itself, issue #40).
+sed 's/^threads = 1$/threads = 1\nfast-path = false/' "$WORK/wicket.toml" > "$WORK/wicket-proxy.toml"
+
 pss_kib() { awk '/^Pss:/ {print $2}' "/proc/$1/smaps_rollup"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TCK="$(getconf CLK_TCK)"
 
 start_edge() {
-  (cd "$WORK" && RUST_LOG=error exec taskset -c "$SERVER_CPUS" "$WICKET" serve --config wicket.toml) &
+  (cd "$WORK" && RUST_LOG=error exec taskset -c "$SERVER_CPUS" "$WICKET" serve --config "${1:-wicket.toml}") &
   EDGE_PID=$!
   PIDS+=("$EDGE_PID")
   for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$EDGE_PORT/" && break; sleep 0.1; done
@@ -85,11 +94,11 @@ start_edge() {
 }
 stop_edge() { kill "$EDGE_PID"; wait "$EDGE_PID" 2>/dev/null || true; }
 
-# row MODE SCHEME → "mode scheme n bytes_per joined_kib open_kib idle_cpu_us fanout_json"
+# row MODE SCHEME [CONFIG] → "mode scheme n bytes_per joined_kib open_kib idle_cpu_us fanout_json"
 row() {
   local mode="$1" scheme="$2" port="$EDGE_PORT" ca=()
   [ "$scheme" = https ] && { port="$EDGE_TLS"; ca=("$WORK/pki/site.pem"); }
-  start_edge
+  start_edge "${3:-wicket.toml}"
   coproc FANS { taskset -c "$LOAD_CPUS" python3 "$ROOT/bench/sse-fanout/sse.py" "$port" "$N" "$ADMIN_PORT" "$TOKEN" "$mode" "${ca[@]}"; }
   local line joined opened before after c0 c1 idle=0 fan="{}"
   read -r line <&"${FANS[0]}"; joined="${line#joined }"
@@ -126,18 +135,19 @@ poll_cpu() {
 
 EV="$(row events http)"; echo "$EV"
 EVT="$(row events https)"; echo "$EVT"
+EVP="$(row events http wicket-proxy.toml)"; echo "$EVP"
 PO="$(row poll http)"; echo "$PO"
 POT="$(row poll https)"; echo "$POT"
 PCPU="$(poll_cpu)"; echo "poll cpu: $PCPU"
 LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-export EV EVT PO POT PCPU LOADAVG ROOT N LIMIT
+export EV EVT EVP PO POT PCPU LOADAVG ROOT N LIMIT
 python3 - <<'PY'
 import json, os, datetime
 def parse(row):
     f = row.split(" ", 7)
     return {"n": int(f[2]), "bytes": int(f[3]), "kib": [int(f[4]), int(f[5])], "idle_us": float(f[6]), "fan": json.loads(f[7])}
-ev, evt, po, pot = (parse(os.environ[k]) for k in ("EV", "EVT", "PO", "POT"))
+ev, evt, evp, po, pot = (parse(os.environ[k]) for k in ("EV", "EVT", "EVP", "PO", "POT"))
 poll_rps, poll_us = os.environ["PCPU"].split()
 today = datetime.date.today().isoformat()
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
@@ -148,10 +158,11 @@ summary.update({
     "sse_streams": ev["n"], "sse_bytes_per_stream": ev["bytes"], "sse_bytes_per_stream_tls": evt["bytes"],
     "sse_fanout_p50_ms": ev["fan"]["p50_ms"], "sse_fanout_p99_ms": ev["fan"]["p99_ms"], "sse_fanout_max_ms": ev["fan"]["max_ms"],
     "sse_fanout_p99_ms_tls": evt["fan"]["p99_ms"], "sse_idle_cpu_us_per_stream_second": ev["idle_us"],
+    "sse_bytes_per_stream_proxy": evp["bytes"], "sse_idle_cpu_us_per_stream_second_proxy": evp["idle_us"],
     "poll_bytes_per_client": po["bytes"], "poll_bytes_per_client_tls": pot["bytes"], "poll_cpu_us_per_poll": float(poll_us),
 })
 summary["sse_fanout"] = {"command": "bash bench/sse-fanout/run.sh", "date": today, "open_file_limit": os.environ["LIMIT"],
-    "load_average": os.environ["LOADAVG"], "events_http": ev, "events_https": evt, "poll_http": po, "poll_https": pot,
+    "load_average": os.environ["LOADAVG"], "events_http": ev, "events_https": evt, "events_http_proxy": evp, "poll_http": po, "poll_https": pot,
     "poll_requests_per_second": float(poll_rps)}
 json.dump(summary, open(path, "w"), indent=2, sort_keys=True)
 open(path, "a").write("\n")
@@ -170,10 +181,11 @@ section = "\n".join([
     "| fans hold | Pss joined → open (KiB) | bytes per fan | state change reaches every stream |", "|---|---|---|---|",
     f"| event stream, HTTP | {ev['kib'][0]:,} → {ev['kib'][1]:,} | {ev['bytes']:,} | {fan(ev)} |",
     f"| event stream, HTTPS | {evt['kib'][0]:,} → {evt['kib'][1]:,} | {evt['bytes']:,} | {fan(evt)} |",
+    f"| event stream, HTTP, through Pingora's proxy (`fast-path = false`: how every stream was served before #40) | {evp['kib'][0]:,} → {evp['kib'][1]:,} | {evp['bytes']:,} | {fan(evp)} |",
     f"| a polled keep-alive connection, HTTP | {po['kib'][0]:,} → {po['kib'][1]:,} | {po['bytes']:,} | at the fan's next poll (`poll_after_ms`, 1–5 s) |",
     f"| a polled keep-alive connection, HTTPS | {pot['kib'][0]:,} → {pot['kib'][1]:,} | {pot['bytes']:,} | at the fan's next poll |", "",
-    f"CPU: {ev['n']:,} open streams with nothing changing cost the edge {ev['idle_us']} µs per stream per second (each looks at its",
-    f"status once a second and writes a frame at its poll interval); a status poll costs {poll_us} µs of edge CPU",
+    f"CPU: {ev['n']:,} open streams with nothing changing cost the edge {ev['idle_us']} µs per stream per second ({evp['idle_us']} µs",
+    f"through the proxy; each looks at its status once a second and writes a frame at its poll interval); a status poll costs {poll_us} µs of edge CPU",
     f"(wrk, 64 connections, {float(poll_rps):,.0f} polls/s). A room-wide change (pause, resume, queue-all, reject-all, sold out,",
     "stock back, a new room spec) wakes every stream of the room at once through the room's pulse (a `watch` channel),",
     "not at each stream's next one-second look.", "",

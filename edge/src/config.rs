@@ -129,6 +129,16 @@ pub struct EdgeConfig {
     pub fast_path: bool,
     /// Idle keep-alive timeout of client connections, seconds. Default 60.
     pub keepalive_seconds: u64,
+    /// Most queue event streams (`GET /queue/<room>/events`) open at once on this edge; another
+    /// is refused (503 `unavailable`) and the queue page polls instead. Default 1000000.
+    pub max_event_streams: usize,
+    /// Most queue event streams open at once from one client address: a flood from one address
+    /// takes no more, and fans beyond it behind one shared address (a carrier's NAT) poll their
+    /// status instead. Default 1000.
+    pub max_event_streams_per_ip: u32,
+    /// Longest a queue event stream stays open, seconds; then it ends and the browser opens a
+    /// new one (a client that never reads holds it no longer). Default 120.
+    pub event_stream_seconds: u64,
     /// A request head must arrive whole within this many milliseconds of its first byte (slow
     /// heads get 408 and are closed). Default 10000.
     pub header_timeout_ms: u64,
@@ -217,6 +227,9 @@ impl Default for EdgeConfig {
             fast_forward: true,
             fast_path: true,
             keepalive_seconds: 60,
+            max_event_streams: 1_000_000,
+            max_event_streams_per_ip: 1000,
+            event_stream_seconds: 120,
             header_timeout_ms: 10_000,
             body_timeout_ms: 10_000,
             body_min_rate: 1024,
@@ -481,6 +494,15 @@ impl WicketConfig {
         }
         if e.keepalive_seconds == 0 || e.keepalive_seconds > 3600 {
             out.push(issue("edge.keepalive-seconds", "must be between 1 and 3600"));
+        }
+        if e.max_event_streams > 10_000_000 {
+            out.push(issue("edge.max-event-streams", "must be at most 10000000 (0 refuses every event stream: fans poll)"));
+        }
+        if e.event_stream_seconds < 2 || e.event_stream_seconds > 3600 {
+            out.push(issue("edge.event-stream-seconds", "must be between 2 and 3600"));
+        }
+        if e.max_event_streams_per_ip > 10_000_000 {
+            out.push(issue("edge.max-event-streams-per-ip", "must be at most 10000000"));
         }
         if e.max_body_bytes == 0 || e.max_body_bytes > 1 << 20 {
             out.push(issue("edge.max-body-bytes", "must be between 1 and 1048576"));

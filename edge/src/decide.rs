@@ -33,6 +33,7 @@ use crate::bot::{BotCheckMode, BotProofKind, CHALLENGE_PATH, CaptchaOutcome, PAS
 use crate::identity::{DEVICE_COOKIE, Device, HeadView, cookie, header, header_bytes};
 use crate::metrics::Route;
 use crate::reject::Reject;
+use crate::room::Room;
 use crate::room::ticket::{QueueTicket, cookie_name};
 use crate::state::{EdgeState, QUEUE_PREFIX};
 use crate::statics::Asset;
@@ -93,6 +94,9 @@ pub enum Decision {
     Static { asset: Arc<Asset>, route: Route, cookies: Vec<String> },
     /// A fast door's answer to a queued visitor's status poll: the JSON body.
     Status { body: Vec<u8> },
+    /// The HTTP/1.1 door serves a queued visitor's event stream itself (on a task holding only
+    /// the stream's state, [`crate::room::events::EventFrames`]).
+    Events(Box<EventStream>),
     /// The waiting room answers ([`crate::room::http::serve`]).
     Room(Visitor),
     /// `/wicket/challenge` (`verify` false) or `/wicket/verify`.
@@ -115,10 +119,23 @@ pub struct Pass {
     pub core_bearer: Option<(String, String)>,
 }
 
+/// A queued visitor's event stream, as the HTTP/1.1 door serves it.
+pub struct EventStream {
+    /// The room.
+    pub room: Arc<Room>,
+    /// The visitor's (valid) ticket.
+    pub ticket: QueueTicket,
+    /// What places are keyed by: the user, else the device.
+    pub sub: String,
+    /// The client address (its share of the streams' budget).
+    pub ip: IpAddr,
+}
+
 /// What a fast door may answer of this request, known before any check runs; `None`: hand over.
 enum FastRoute {
     Static,
     Status(Vec<u8>),
+    Events(Box<EventStream>),
     Origin,
 }
 
@@ -215,10 +232,14 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
         return pass(v, Route::Edge);
     }
     if own {
-        if let Some(FastRoute::Status(body)) = fast {
-            return Decision::Status { body };
-        }
-        return Decision::Room(v);
+        return match fast {
+            Some(FastRoute::Status(body)) => Decision::Status { body },
+            Some(FastRoute::Events(mut stream)) => {
+                stream.ip = v.ip;
+                Decision::Events(stream)
+            }
+            _ => Decision::Room(v),
+        };
     }
     if path == CHALLENGE_PATH || path == VERIFY_PATH {
         return Decision::Bot { verify: path == VERIFY_PATH, visitor: v };
@@ -376,6 +397,13 @@ fn fast_route<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> Option<
     {
         return status_body(st, ask.head, room).map(FastRoute::Status);
     }
+    if let Some(room) = path.strip_prefix(QUEUE_PREFIX).and_then(|r| r.strip_suffix("/events"))
+        && !head_only
+        && ask.door == Door::Http1
+        && !room.contains('/')
+    {
+        return event_stream(st, ask.head, room, ask.peer).map(FastRoute::Events);
+    }
     let forwardable = ask.door == Door::Http1
         && st.fast_forward
         && st.origin.as_ref().is_some_and(|o| !o.tls)
@@ -391,6 +419,14 @@ fn fast_route<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> Option<
 /// not-yet-open room: [`crate::room::Rooms::waiting_status`]); else `None` (the room answers the
 /// long way: no or a bad ticket, the visitor's turn, ...).
 fn status_body<H: HeadView + ?Sized>(st: &EdgeState, head: &H, room_id: &str) -> Option<Vec<u8>> {
+    let (room, ticket, _) = queued_ticket(st, head, room_id)?;
+    let status = st.rooms.waiting_status(&room, &ticket)?;
+    serde_json::to_vec(&status).ok()
+}
+
+/// A queued visitor's valid ticket when the counters answer its status (as for [`status_body`]),
+/// with what its event stream needs; `None`: the room serves the stream the long way.
+fn queued_ticket<'h, H: HeadView + ?Sized>(st: &EdgeState, head: &'h H, room_id: &str) -> Option<(Arc<Room>, QueueTicket, &'h str)> {
     let room = st.rooms.get(room_id)?;
     if !st.rooms.meets(&room, head) {
         return None;
@@ -398,10 +434,22 @@ fn status_body<H: HeadView + ?Sized>(st: &EdgeState, head: &H, room_id: &str) ->
     let user = st.users.user(head);
     let device = cookie(head, DEVICE_COOKIE).and_then(|v| st.devices.verify(v))?;
     let ticket = cookie(head, &cookie_name(&room.id))?;
-    let owner = st.rooms.owner(&room.id, user.unwrap_or(device));
+    let sub = user.unwrap_or(device);
+    let owner = st.rooms.owner(&room.id, sub);
     let ticket = QueueTicket::decode(ticket, &st.rooms.signer, &room.id, device, &owner).filter(|t| room.ticket_valid(t.issued_at, unix_now()))?;
-    let status = st.rooms.waiting_status(&room, &ticket)?;
-    serde_json::to_vec(&status).ok()
+    Some((room, ticket, sub))
+}
+
+/// A queued visitor's event stream when the HTTP/1.1 door can serve it: a valid ticket whose
+/// status the counters answer ([`queued_ticket`]), no bot check owed (the pass is the proxy's to
+/// read); `peer` until the checks resolve the client address.
+fn event_stream<H: HeadView + ?Sized>(st: &EdgeState, head: &H, room_id: &str, peer: IpAddr) -> Option<Box<EventStream>> {
+    let (room, ticket, sub) = queued_ticket(st, head, room_id)?;
+    if ticket.owed {
+        return None;
+    }
+    st.rooms.waiting_status(&room, &ticket)?;
+    Some(Box::new(EventStream { room, ticket, sub: sub.to_owned(), ip: peer }))
 }
 
 /// Fills in user and device ([`EdgeState::identify`]), once.
@@ -729,6 +777,7 @@ mod tests {
             Decision::Refuse(..) => "refuse",
             Decision::Static { .. } => "static",
             Decision::Status { .. } => "status",
+            Decision::Events(_) => "events",
             Decision::Room(_) => "room",
             Decision::Bot { .. } => "bot",
             Decision::Pass(_) => "forward",
@@ -765,13 +814,20 @@ mod tests {
         assert_eq!(kind(&st, &get("/queue/r1/status", "")).await, "status");
         assert_eq!(kind(&st, &get("/queue/r1/status?t=1", "Connection: keep-alive\r\n")).await, "status");
         assert_eq!(kind(&st, &get("/static/queue.js", "")).await, "static");
+        // A queued fan's event stream: the HTTP/1.1 door serves it (HTTP/2's goes to the proxy).
+        assert_eq!(kind(&st, &get("/queue/r1/events", "")).await, "events");
+        assert_eq!(name(&ask(&st, Door::H2, &get("/queue/r1/events", "")).await), "proxy");
         for (head, why) in [
             ("HEAD /queue/r1/status HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "HEAD"),
             ("POST /queue/r1/status HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "POST"),
             ("GET /queue/r1/status HTTP/1.0\r\nHost: x\r\n\r\n".to_string(), "HTTP/1.0"),
             (get("/queue/r1/status", "Connection: close\r\n"), "connection close"),
             (get("/queue/r1/status", "Content-Length: 3\r\n"), "a body"),
-            (get("/queue/r1/events", ""), "another queue endpoint"),
+            (get("/queue/r1/join", ""), "another queue endpoint"),
+            ("GET /queue/r1/events HTTP/1.1\r\nHost: x\r\nX-User-Id: u1\r\n\r\n".to_string(), "a stream without a ticket"),
+            (get("/queue/r1/events", "Connection: close\r\n"), "a stream, connection close"),
+            ("HEAD /queue/r1/events HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "HEAD of a stream"),
+            (get("/queue/r1/x/events", ""), "a nested stream path"),
             (get("/queue/r1/x/status", ""), "a nested path"),
             (get("/queue/r1", ""), "the queue page"),
         ] {

@@ -110,6 +110,8 @@ pub struct Metrics {
     pub passthrough: prometheus::IntCounter,
     /// Finished TLS handshakes on the HTTPS listener: `[full, resumed]`.
     pub tls_handshakes: [prometheus::IntCounter; 2],
+    /// Queue event streams open now ([`crate::room::events::StreamBudget`] keeps it).
+    pub event_streams: prometheus::IntGauge,
     /// `process_resident_memory_bytes`, read at each scrape.
     resident_memory: prometheus::IntGauge,
 }
@@ -172,6 +174,8 @@ impl Metrics {
         )
         .expect("valid metric");
         let tls_handshakes = ["full", "resumed"].map(|k| tls_handshakes_vec.with_label_values(&[k]));
+        let event_streams = prometheus::IntGauge::new("wicket_edge_event_streams", "Queue event streams open now")
+            .expect("valid metric");
         let resident_memory = wicket_core::metrics::resident_memory_gauge();
         for c in [
             Box::new(resident_memory.clone()) as Box<dyn prometheus::core::Collector>,
@@ -185,6 +189,7 @@ impl Metrics {
             Box::new(client_resets.clone()),
             Box::new(passthrough.clone()),
             Box::new(tls_handshakes_vec),
+            Box::new(event_streams.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
@@ -205,6 +210,7 @@ impl Metrics {
             client_resets,
             passthrough,
             tls_handshakes,
+            event_streams,
             resident_memory,
         }
     }

@@ -96,6 +96,8 @@ pub struct EdgeState {
     pub max_body: usize,
     /// Idle keep-alive of client connections, seconds.
     pub keepalive: u64,
+    /// Queue event streams open now, and how many may be (`max-event-streams[-per-ip]`).
+    pub event_streams: Arc<crate::room::events::StreamBudget>,
     /// Client-side deadlines.
     pub timeouts: Timeouts,
     /// Retries of idempotent requests.
@@ -136,6 +138,8 @@ impl EdgeState {
             secure_cookies: self.secure_cookies,
             max_body: self.max_body,
             timeouts: self.timeouts,
+            event_streams: &self.event_streams,
+            rejects: &self.metrics.rejects,
         }
     }
 
@@ -238,6 +242,7 @@ impl EdgeState {
             None => crate::room::state_backend::Backend::Embedded,
         };
         let metrics = Metrics::new();
+        let event_streams = crate::room::events::StreamBudget::new(e.max_event_streams, e.max_event_streams_per_ip, Duration::from_secs(e.event_stream_seconds), metrics.event_streams.clone());
         let geoip = match &e.geoip {
             Some(g) => Some(crate::geoip::GeoIp::new(g, &|p| config.resolve(p), &metrics.registry, &metrics.anomalies).map_err(errs)?),
             None => None,
@@ -264,6 +269,7 @@ impl EdgeState {
             tls,
             max_body: e.max_body_bytes,
             keepalive: e.keepalive_seconds,
+            event_streams,
             timeouts: Timeouts {
                 header: Duration::from_millis(e.header_timeout_ms),
                 body: Duration::from_millis(e.body_timeout_ms),

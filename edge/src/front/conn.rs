@@ -1,13 +1,18 @@
 //! What the doors of one connection share: the listener's settings ([`Front`]), its
-//! `Strict-Transport-Security` answer, and the hand-over of a request to the proxy. It imports no
+//! `Strict-Transport-Security` answer, the hand-over of a request to the proxy, and the wait for
+//! a connection's next bytes without a buffer of its own ([`first_read`]). It imports no
 //! door; each door and the listener ([`super`]) import it.
 
+use std::cell::RefCell;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use pingora::apps::HttpServerApp;
 use pingora::protocols::Stream;
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
+use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::state::EdgeState;
 
@@ -71,4 +76,34 @@ impl<P: Handover> Front<P> {
     pub(crate) fn hsts_line(&self) -> &[u8] {
         self.hsts.as_ref().map_or(b"", |h| &h.line)
     }
+}
+
+/// The first read of a request head, into the worker thread's buffer ([`first_read`]); longer
+/// heads are read on into a buffer of their own (up to [`crate::reject::MAX_REQUEST_HEAD`]).
+pub(crate) const FIRST_READ: usize = 4 * 1024;
+
+thread_local! {
+    /// The worker thread's buffer for first reads (see [`first_read`]).
+    static FIRST_READ_BUF: RefCell<Box<[u8; FIRST_READ]>> = RefCell::new(Box::new([0; FIRST_READ]));
+}
+
+/// Waits for the next request's first bytes and returns them (empty: the client closed).
+///
+/// While it waits the connection holds no buffer: each poll reads into its worker thread's
+/// buffer, which a read that is not ready leaves untouched, and only bytes that arrived are
+/// copied out, into a vector of their own size. An idle keep-alive connection then costs its
+/// socket and a small future, as with nginx (which also frees an idle connection's buffer).
+pub(crate) async fn first_read(stream: &mut Stream) -> std::io::Result<Vec<u8>> {
+    std::future::poll_fn(|cx| {
+        FIRST_READ_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let mut read = ReadBuf::new(&mut buf[..]);
+            match Pin::new(&mut *stream).poll_read(cx, &mut read) {
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(read.filled().to_vec())),
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+    })
+    .await
 }

@@ -302,7 +302,7 @@ fn answer<P>(front: &Front<P>, session: &mut HttpSession, decision: Decision) {
             Ok((h, body, route, Outcome::Rejected))
         }
         // Not given to this door.
-        Decision::HandOver | Decision::Room(_) | Decision::Bot { .. } | Decision::Pass(_) => return,
+        Decision::HandOver | Decision::Room(_) | Decision::Bot { .. } | Decision::Pass(_) | Decision::Events(_) => return,
     };
     let Ok((mut head, body, route, outcome)) = built else { return };
     if let Some(h) = &front.hsts {

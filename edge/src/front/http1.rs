@@ -42,10 +42,11 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::{Front, Handover};
-use crate::decide::{Ask, Decision, Door, decide};
+use crate::decide::{Ask, Decision, Door, EventStream, decide};
 use crate::identity::header_bytes;
 use crate::metrics::{Outcome, Route};
 use crate::reject::MAX_REQUEST_HEAD;
+use crate::room::events::{EventFrames, StreamSlot};
 use crate::statics::none_match;
 
 /// Most request headers accepted (431 above).
@@ -185,6 +186,25 @@ impl<P: Handover> Front<P> {
                 }
                 (route, Outcome::Rejected)
             }
+            Decision::Events(ev) => {
+                let slot = match st.event_streams.take(ev.ip) {
+                    Ok(slot) => slot,
+                    Err(full) => {
+                        st.metrics.rejects.with_label_values(&[full.reason()]).inc();
+                        if write_answer(&mut stream, &[&unavailable(full.message(), keep, self.hsts_line())], b"", timeout).await.is_err() {
+                            return None;
+                        }
+                        st.metrics.request(Route::Edge, Outcome::Rejected);
+                        return self.next_request(stream, buf, len, keep);
+                    }
+                };
+                st.metrics.request(Route::Edge, Outcome::Ok);
+                // The stream goes on in a task of its own, holding only what it needs: this
+                // request's head, its buffers and the decision's future are freed now.
+                let rest = if keep { Some(buf[len.min(buf.len())..].to_vec()) } else { None };
+                tokio::spawn(Arc::clone(self).events(stream, ev, slot, rest, shutdown.clone()));
+                return None;
+            }
             // Not given to this door (it can answer none of them).
             Decision::Room(_) | Decision::Bot { .. } => return self.refuse(stream, 400, "bad_request", "not a decision of this door").await,
         };
@@ -321,6 +341,78 @@ impl<P: Handover> Front<P> {
             _ => None,
         }
     }
+}
+
+impl<P: Handover> Front<P> {
+    /// A queued visitor's event stream ([`crate::room::events`]): the head, then each frame as
+    /// an HTTP/1.1 chunk (one write each), until the frames end, the edge stops, or the client
+    /// goes. While it waits for the next frame the task holds the stream's state, the socket and
+    /// a pending read into the worker thread's buffer (no buffer of its own): a client that
+    /// closes (or half-closes) its side, or sends anything, ends the stream at once. `rest`: the
+    /// bytes after the request's head when the connection may be kept (it is served on once the
+    /// stream has ended), `None` to close it then.
+    async fn events(self: Arc<Self>, mut stream: Stream, ev: Box<EventStream>, slot: StreamSlot, rest: Option<Vec<u8>>, mut shutdown: ShutdownWatch) {
+        let timeout = self.state.timeouts.client_write;
+        let date = pingora::protocols::http::date::get_cached_date();
+        let head: &[&[u8]] = &[EVENTS_HEAD, date.as_bytes(), self.hsts_line(), b"\r\n\r\n"];
+        if write_answer(&mut stream, head, b"", timeout).await.is_err() {
+            return;
+        }
+        let EventStream { room, ticket, sub, .. } = *ev;
+        let mut frames = EventFrames::new(room, ticket, &sub, self.state.event_streams.longest());
+        drop(sub);
+        let mut sent = Vec::new();
+        let ended = loop {
+            let frame = tokio::select! {
+                f = frames.next(&self.state.rooms) => f,
+                got = super::conn::first_read(&mut stream) => break got.ok().filter(|b| !b.is_empty()),
+                _ = shutdown.changed() => None,
+            };
+            let Some(frame) = frame else { break Some(Vec::new()) };
+            sent.clear();
+            sent.extend_from_slice(format!("{:x}\r\n", frame.len()).as_bytes());
+            sent.extend_from_slice(frame.as_bytes());
+            sent.extend_from_slice(b"\r\n");
+            if write_answer(&mut stream, &[&sent], b"", timeout).await.is_err() {
+                return;
+            }
+            sent = Vec::new();
+        };
+        drop((frames, slot));
+        // The client went (or half-closed): nothing more to say.
+        let Some(more) = ended else { return };
+        if write_answer(&mut stream, &[b"0\r\n\r\n"], b"", timeout).await.is_err() || *shutdown.borrow() {
+            return;
+        }
+        // Kept: served on from the bytes the client sent meanwhile (after those of the head).
+        let Some(mut rest) = rest else { return };
+        rest.extend_from_slice(&more);
+        let stream = crate::replay::put_back(stream, &rest);
+        Box::pin(self.serve_on(stream, shutdown)).await;
+    }
+}
+
+/// The head of an event stream's answer, up to its `Date` value.
+const EVENTS_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+    Transfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\nDate: ";
+
+/// A 503 `unavailable` JSON answer with `message` (an event stream over the budget: the page
+/// polls instead); `Connection: close` unless `keep`.
+fn unavailable(message: &str, keep: bool, extra: &[u8]) -> Vec<u8> {
+    let body = serde_json::json!({"error": "unavailable", "message": message}).to_string();
+    let date = pingora::protocols::http::date::get_cached_date();
+    let close = if keep { "" } else { "\r\nConnection: close" };
+    let mut out = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nRetry-After: 5\r\n\
+         Content-Length: {}{close}\r\nDate: ",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(date.as_bytes());
+    out.extend_from_slice(extra);
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(body.as_bytes());
+    out
 }
 
 /// The whole HTTP/1.1 answer to a queued visitor's status poll with its JSON `body`.

@@ -19,23 +19,17 @@ pub mod h2;
 pub mod http1;
 pub mod proxy;
 
-use std::cell::RefCell;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
-use tokio::io::{AsyncRead, ReadBuf};
 
 pub use conn::{Front, Handover, Hsts};
+use conn::first_read;
 
-/// The first read of a request head, into the worker thread's buffer ([`first_read`]); longer
-/// heads are read on into a buffer of their own (up to [`crate::reject::MAX_REQUEST_HEAD`]).
-pub(crate) const FIRST_READ: usize = 4 * 1024;
 
 #[async_trait]
 impl<P: Handover> ServerApp for Front<P> {
@@ -56,7 +50,7 @@ impl<P: Handover> Front<P> {
     /// A connection from its TLS handshake (on the HTTPS listener) to its close: each request
     /// head on a plain TCP connection passes here (see [`Front::next`]).
     pub async fn connection(self: Arc<Self>, stream: Stream, shutdown: ShutdownWatch) {
-        let mut stream = match &self.tls {
+        let stream = match &self.tls {
             // A new HTTPS connection: the handshake first (its state boxed, gone once done).
             Some(tls) => match Box::pin(tls.handshake(stream)).await {
                 Ok((secured, resumed)) => {
@@ -70,6 +64,12 @@ impl<P: Handover> Front<P> {
             },
             None => stream,
         };
+        self.serve_on(stream, shutdown).await;
+    }
+
+    /// Serves a connection's requests one after another until it closes. (Also where an event
+    /// stream's task goes on with its connection once the stream has ended.)
+    pub(crate) async fn serve_on(self: Arc<Self>, mut stream: Stream, shutdown: ShutdownWatch) {
         // Back from the fast path or from the proxy, which hands each connection back after one
         // request (on plain HTTP perhaps wrapped by `replay::buffered`): the next request.
         while let Some(back) = self.next(stream, &shutdown).await {
@@ -106,30 +106,3 @@ impl<P: Handover> Front<P> {
         Box::pin(http1::serve(self, stream, &first, shutdown)).await
     }
 }
-
-thread_local! {
-    /// The worker thread's buffer for first reads (see [`first_read`]).
-    static FIRST_READ_BUF: RefCell<Box<[u8; FIRST_READ]>> = RefCell::new(Box::new([0; FIRST_READ]));
-}
-
-/// Waits for the next request's first bytes and returns them (empty: the client closed).
-///
-/// While it waits the connection holds no buffer: each poll reads into its worker thread's
-/// buffer, which a read that is not ready leaves untouched, and only bytes that arrived are
-/// copied out, into a vector of their own size. An idle keep-alive connection then costs its
-/// socket and a small future, as with nginx (which also frees an idle connection's buffer).
-async fn first_read(stream: &mut Stream) -> std::io::Result<Vec<u8>> {
-    std::future::poll_fn(|cx| {
-        FIRST_READ_BUF.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            let mut read = ReadBuf::new(&mut buf[..]);
-            match Pin::new(&mut *stream).poll_read(cx, &mut read) {
-                Poll::Ready(Ok(())) => Poll::Ready(Ok(read.filled().to_vec())),
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
-        })
-    })
-    .await
-}
-

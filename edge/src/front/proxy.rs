@@ -319,7 +319,7 @@ impl EdgeProxy {
                 Ok(false)
             }
             // Only the fast doors are handed over or answer polls from the counters.
-            Decision::HandOver | Decision::Status { .. } => self.reject(session, ctx, Reject::BadRequest("not a proxy decision")).await,
+            Decision::HandOver | Decision::Status { .. } | Decision::Events(_) => self.reject(session, ctx, Reject::BadRequest("not a proxy decision")).await,
         }
     }
 }

@@ -31,7 +31,7 @@
 //! ```
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header;
@@ -40,6 +40,7 @@ use pingora::proxy::Session;
 use serde_json::json;
 
 use super::config::RoomBotCheck;
+use super::events::EventFrames;
 use super::lent::QueueEdge;
 use super::page::PageView;
 use super::ticket::{QueueTicket, cookie_name};
@@ -47,10 +48,6 @@ use super::{Phase, Room, RoomError, Status, StatusOutcome};
 use crate::bot::{CaptchaOutcome, ProofBody, PASS_COOKIE, PASS_HEADER, unix_now};
 use crate::i18n::{LANG_COOKIE, Lang};
 use crate::identity::{cookie, header as header_str};
-
-
-/// Longest an event stream stays open; the browser reconnects by itself.
-pub const EVENTS_MAX: Duration = Duration::from_secs(120);
 
 /// Who is asking, as the proxy resolved it.
 pub struct QueueRequest {
@@ -506,10 +503,20 @@ async fn status(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest,
     }
 }
 
-async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Room) -> pingora::Result<bool> {
+/// The event stream of a fan the HTTP/1.1 door did not serve itself (HTTP/2, a fan whose turn
+/// has come or whose check is owed, `fast-path = false`, ...): the same frames
+/// ([`EventFrames`]), through Pingora's session.
+async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest, room: &Arc<Room>) -> pingora::Result<bool> {
     let Some(t) = ticket_of(st, session, q, room) else {
         refused(room, "no_ticket");
         return json_answer(session, q, 401, &no_ticket(room)).await;
+    };
+    let _slot = match st.event_streams.take(q.ip) {
+        Ok(slot) => slot,
+        Err(full) => {
+            st.rejects.with_label_values(&[full.reason()]).inc();
+            return json_answer(session, q, 503, &error_json("unavailable", full.message())).await;
+        }
     };
     let mut h = ResponseHeader::build(200, Some(6))?;
     h.insert_header(header::CONTENT_TYPE, "text/event-stream")?;
@@ -520,56 +527,9 @@ async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest,
         h.append_header(k, v)?;
     }
     session.write_response_header(Box::new(h), false).await?;
-    let started = Instant::now();
-    let sub = q.sub().to_owned();
-    // The status is looked at every second (the place moves, the turn comes) and at once when
-    // the room says what every fan sees may have changed (its pulse: an operator's pause, resume
-    // or queue-all, a sale selling out or stock coming back), and a frame is sent when the state
-    // changed or the poll interval passed: a room-wide change reaches every open stream without
-    // waiting for its next second.
-    let mut pulse = Some(room.pulse());
-    let mut last: Option<(Phase, bool, bool)> = None;
-    let mut last_sent = Instant::now();
-    loop {
-        let frame = match st.rooms.status(room, &t, &sub).await {
-            Ok(StatusOutcome::Status(mut s)) => {
-                if s.state == Phase::Admitted {
-                    // The stream cannot set the admission cookie: the page goes through
-                    // /queue/<room>, which sets it and redirects to the target.
-                    s.token = None;
-                    s.redirect = Some(format!("/queue/{}", room.id));
-                }
-                s
-            }
-            Ok(StatusOutcome::Rejoin) | Err(_) => break,
-        };
-        let wait = Duration::from_millis(frame.poll_after_ms.min(5000));
-        let done = matches!(frame.state, Phase::Admitted | Phase::Closed) || (frame.state == Phase::SoldOut && !frame.restock_possible);
-        // A change of state (or of "is anything being released") goes out at once; the place and
-        // the ETA at the poll interval.
-        let key = (frame.state, frame.restock_possible, frame.eta_seconds.is_none());
-        if done || last.as_ref() != Some(&key) || last_sent.elapsed() >= wait {
-            let text = format!("data: {}\n\n", serde_json::to_string(&frame).unwrap_or_default());
-            session.write_response_body(Some(Bytes::from(text)), false).await?;
-            last = Some(key);
-            last_sent = Instant::now();
-        }
-        if done || started.elapsed() + Duration::from_secs(1) > EVENTS_MAX {
-            break;
-        }
-        let gone = tokio::select! {
-            r = async {
-                match pulse.as_mut() {
-                    Some(p) => p.changed().await.is_err(),
-                    None => std::future::pending::<bool>().await,
-                }
-            } => r,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => false,
-        };
-        if gone {
-            // The room was removed: the timer alone, until the status says so.
-            pulse = None;
-        }
+    let mut frames = EventFrames::new(Arc::clone(room), t, q.sub(), st.event_streams.longest());
+    while let Some(frame) = frames.next(st.rooms).await {
+        session.write_response_body(Some(Bytes::from(frame)), false).await?;
     }
     session.write_response_body(Some(Bytes::new()), true).await?;
     Ok(true)

@@ -5,8 +5,8 @@ use bytes::Bytes;
 use pingora::proxy::Session;
 
 /// What the queue's endpoints use of the edge around them, lent by the caller
-/// (`EdgeState::queue_edge`): the rooms, the bot checks, the queue page, the cookie attributes and
-/// the body limits. The room module takes these handles, not the edge's whole state.
+/// (`EdgeState::queue_edge`): the rooms, the bot checks, the queue page, the cookie attributes, the
+/// body limits and the event streams' budget. The room module takes these handles, not the edge's whole state.
 pub struct QueueEdge<'a> {
     /// The rooms.
     pub rooms: &'a super::Rooms,
@@ -20,6 +20,10 @@ pub struct QueueEdge<'a> {
     pub max_body: usize,
     /// The client-side deadlines (the body's).
     pub timeouts: crate::body::Timeouts,
+    /// The edge's budget of open event streams.
+    pub event_streams: &'a std::sync::Arc<super::events::StreamBudget>,
+    /// `wicket_edge_rejects_total` (an event stream refused for the budget).
+    pub rejects: &'a prometheus::IntCounterVec,
 }
 
 impl QueueEdge<'_> {

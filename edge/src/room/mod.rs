@@ -18,6 +18,9 @@
 //! - [`shuffle`]: the random method's O(1) permutation of the pre-queue.
 //! - [`http`]: `/queue/<room>[/join|/status|/events|/challenge]` on the public port, with the
 //!   handles the edge lends it ([`lent`]: `QueueEdge`), never the edge's whole state.
+//! - [`events`]: an open event stream's state between frames ([`events::EventFrames`], served by
+//!   the HTTP/1.1 door for queued fans and by [`http`] for the rest) and the edge's budget of open
+//!   streams ([`events::StreamBudget`]).
 //! - [`page`]: the queue page rendered on the server for each visit (`[edge.queue-page]` template,
 //!   the fan's language, the room's branding and real figures).
 //! - [`admin`]: `/admin/rooms...` and `/admin/stream` on the admin port.
@@ -49,6 +52,7 @@
 pub mod admin;
 pub mod claims;
 pub mod config;
+pub mod events;
 pub mod http;
 pub mod invite;
 pub mod invite_admin;

@@ -1,0 +1,261 @@
+//! A fan's event stream (`GET /queue/<room>/events`) between its frames: what it needs and
+//! nothing more — the room, the fan's ticket and identity, the room's pulse and when it last
+//! spoke — so that a door can hold a million of them ([`EventFrames`]). The HTTP/1.1 door
+//! ([`crate::front::http1`]) serves a queued fan's stream on a small task of its own; the proxy
+//! ([`super::http`]) serves the others. Both draw the same frames from here.
+//!
+//! Every open stream holds a slot of the edge's [`StreamBudget`]: at most `max-event-streams`
+//! in all and `max-event-streams-per-ip` from one client address; over either, the stream is
+//! refused (503, `unavailable`) and the queue page polls instead. A stream lasts at most
+//! `event-stream-seconds` (the browser then opens another).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+
+use super::ticket::QueueTicket;
+use super::{Phase, Room, Rooms, StatusOutcome};
+
+/// How often a stream looks at its status when nothing wakes it (the place moves, the turn
+/// comes); a room-wide change (its pulse) wakes it at once.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// An open stream's state between frames.
+pub struct EventFrames {
+    room: Arc<Room>,
+    ticket: QueueTicket,
+    /// What places, sessions and tokens are keyed by: the user, else the device.
+    sub: Box<str>,
+    /// The room's pulse; `None` once the room is gone (the timer alone, until the status says so).
+    pulse: Option<tokio::sync::watch::Receiver<u64>>,
+    /// What the last frame said: (state, restock possible, no ETA).
+    last: Option<(Phase, bool, bool)>,
+    last_sent: Instant,
+    /// When the stream ends at the latest (`event-stream-seconds` after it opened).
+    until: Instant,
+    /// The status was looked at once (the next look waits first).
+    looked: bool,
+    ended: bool,
+}
+
+impl EventFrames {
+    /// A stream for the fan holding `ticket` (as `sub`) in `room`, open for at most `max`
+    /// ([`StreamBudget::longest`]).
+    pub fn new(room: Arc<Room>, ticket: QueueTicket, sub: &str, max: Duration) -> Self {
+        let pulse = Some(room.pulse());
+        let now = Instant::now();
+        EventFrames { room, ticket, sub: sub.into(), pulse, last: None, last_sent: now, until: now + max, looked: false, ended: false }
+    }
+
+    /// The next frame to send (`data: <status JSON>\n\n`), after waiting as long as the stream
+    /// has nothing new to say; `None`: the stream ends (admitted, closed, sold out for good, the
+    /// place lost, the room's state unreadable, or the stream's time is up).
+    ///
+    /// The status is looked at every second and at once when the room says that what every fan
+    /// sees may have changed (its pulse: an operator's pause, resume or queue-all, a sale selling
+    /// out or stock coming back). A frame goes out when the state changed (or "is anything being
+    /// released"), else at the poll interval (the place and the ETA).
+    ///
+    /// Cancel-safe between frames: dropped while it waits, nothing is lost.
+    pub async fn next(&mut self, rooms: &Rooms) -> Option<String> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            if self.looked {
+                self.wait().await;
+            }
+            self.looked = true;
+            // Boxed: the look (which may read the room's store) is allocated while it runs, so a
+            // stream that waits holds only the wait's state.
+            let frame = match Box::pin(rooms.status(&self.room, &self.ticket, &self.sub)).await {
+                Ok(StatusOutcome::Status(mut s)) => {
+                    if s.state == Phase::Admitted {
+                        // The stream cannot set the admission cookie: the page goes through
+                        // /queue/<room>, which sets it and redirects to the target.
+                        s.token = None;
+                        s.redirect = Some(format!("/queue/{}", self.room.id));
+                    }
+                    s
+                }
+                Ok(StatusOutcome::Rejoin) | Err(_) => {
+                    self.ended = true;
+                    return None;
+                }
+            };
+            let wait = Duration::from_millis(frame.poll_after_ms.min(5000));
+            let done = matches!(frame.state, Phase::Admitted | Phase::Closed) || (frame.state == Phase::SoldOut && !frame.restock_possible);
+            let key = (frame.state, frame.restock_possible, frame.eta_seconds.is_none());
+            let send = done || self.last.as_ref() != Some(&key) || self.last_sent.elapsed() >= wait;
+            self.ended = done || Instant::now() + LOOK_EVERY > self.until;
+            if send {
+                self.last = Some(key);
+                self.last_sent = Instant::now();
+                return Some(format!("data: {}\n\n", serde_json::to_string(&frame).unwrap_or_default()));
+            }
+        }
+    }
+
+    /// Until the next look: a second, or the room's pulse.
+    async fn wait(&mut self) {
+        let gone = tokio::select! {
+            r = async {
+                match self.pulse.as_mut() {
+                    Some(p) => p.changed().await.is_err(),
+                    None => std::future::pending::<bool>().await,
+                }
+            } => r,
+            _ = tokio::time::sleep(LOOK_EVERY) => false,
+        };
+        if gone {
+            // The room was removed: the timer alone, until the status says so.
+            self.pulse = None;
+        }
+    }
+}
+
+/// How many event streams may be open: in all, and from one client address.
+pub struct StreamBudget {
+    max: usize,
+    longest: Duration,
+    max_per_ip: u32,
+    open: AtomicUsize,
+    per_ip: DashMap<IpAddr, u32>,
+    /// `wicket_edge_event_streams`.
+    gauge: prometheus::IntGauge,
+}
+
+/// Why a stream was refused a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// `max-event-streams` are open.
+    Edge,
+    /// `max-event-streams-per-ip` are open from this address.
+    Address,
+}
+
+impl Full {
+    /// The refusal's message (with the JSON error `unavailable`).
+    pub fn message(self) -> &'static str {
+        match self {
+            Full::Edge => "too many open event streams on this edge: poll the status instead",
+            Full::Address => "too many open event streams from this address: poll the status instead",
+        }
+    }
+
+    /// The refusal's label in `wicket_edge_rejects_total`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Full::Edge => "event_streams_full",
+            Full::Address => "event_streams_per_ip",
+        }
+    }
+}
+
+/// One open stream's slot; given back when dropped.
+pub struct StreamSlot {
+    budget: Arc<StreamBudget>,
+    ip: IpAddr,
+}
+
+impl StreamBudget {
+    /// A budget of `max` streams, `max_per_ip` from one address, each open for at most
+    /// `longest`; `gauge` shows the streams open.
+    pub fn new(max: usize, max_per_ip: u32, longest: Duration, gauge: prometheus::IntGauge) -> Arc<Self> {
+        Arc::new(StreamBudget { max, longest, max_per_ip, open: AtomicUsize::new(0), per_ip: DashMap::new(), gauge })
+    }
+
+    /// Longest a stream stays open (`event-stream-seconds`).
+    pub fn longest(&self) -> Duration {
+        self.longest
+    }
+
+    /// Streams open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Client addresses with a stream open now.
+    pub fn addresses(&self) -> usize {
+        self.per_ip.len()
+    }
+
+    /// A slot for a stream from `ip`, unless the edge or the address is full.
+    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Result<StreamSlot, Full> {
+        if self.open.fetch_add(1, Ordering::Relaxed) >= self.max {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+            return Err(Full::Edge);
+        }
+        let mut n = self.per_ip.entry(ip).or_insert(0);
+        if *n >= self.max_per_ip {
+            drop(n);
+            self.open.fetch_sub(1, Ordering::Relaxed);
+            return Err(Full::Address);
+        }
+        *n += 1;
+        self.gauge.inc();
+        Ok(StreamSlot { budget: Arc::clone(self), ip })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.budget.per_ip.remove_if_mut(&self.ip, |_, n| {
+            *n -= 1;
+            *n == 0
+        });
+        self.budget.open.fetch_sub(1, Ordering::Relaxed);
+        self.budget.gauge.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gauge() -> prometheus::IntGauge {
+        prometheus::IntGauge::new("open", "open").unwrap()
+    }
+
+    #[test]
+    fn the_budget_counts_streams_in_all_and_per_address_and_gives_slots_back() {
+        let b = StreamBudget::new(3, 2, Duration::from_secs(9), gauge());
+        let (a, c) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let a1 = b.take(a).unwrap();
+        let a2 = b.take(a).unwrap();
+        assert_eq!(b.take(a).err(), Some(Full::Address));
+        let c1 = b.take(c).unwrap();
+        assert_eq!(b.take(c).err(), Some(Full::Edge));
+        assert_eq!((b.open(), b.addresses()), (3, 2));
+        drop(a1);
+        let c2 = b.take(c).unwrap();
+        assert_eq!(b.take(a).err(), Some(Full::Edge));
+        drop((a2, c1, c2));
+        assert_eq!((b.open(), b.addresses(), b.gauge.get()), (0, 0, 0), "every slot given back, no address left behind");
+    }
+
+    #[test]
+    fn slots_taken_and_given_back_from_many_threads_balance() {
+        let b = StreamBudget::new(1_000_000, 1_000_000, Duration::from_secs(9), gauge());
+        std::thread::scope(|s| {
+            for t in 0..8u8 {
+                let b = &b;
+                s.spawn(move || {
+                    for i in 0..5_000u32 {
+                        let ip = IpAddr::from([10, t, (i % 7) as u8, 1]);
+                        let slot = b.take(ip).unwrap();
+                        if i % 3 == 0 {
+                            // A second stream from the address, given back at once.
+                            assert!(b.take(ip).is_ok());
+                        }
+                        drop(slot);
+                    }
+                });
+            }
+        });
+        assert_eq!((b.open(), b.addresses()), (0, 0));
+    }
+}
