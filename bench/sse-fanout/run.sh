@@ -164,7 +164,7 @@ summary.update({
 summary["sse_fanout"] = {"command": "bash bench/sse-fanout/run.sh", "date": today, "open_file_limit": os.environ["LIMIT"],
     "load_average": os.environ["LOADAVG"], "events_http": ev, "events_https": evt, "events_http_proxy": evp, "poll_http": po, "poll_https": pot,
     "poll_requests_per_second": float(poll_rps)}
-json.dump(summary, open(path, "w"), indent=2, sort_keys=True)
+json.dump(summary, open(path, "w"), indent=2, sort_keys=True, ensure_ascii=False)
 open(path, "a").write("\n")
 def fan(r):
     f = r["fan"]
