@@ -44,10 +44,10 @@ pub const IDENTITY_HEADERS: [&str; 4] = ["wicket-user", "wicket-device", "wicket
 /// Which door asks, and so what it can carry out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Door {
-    /// The HTTP/1.1 front: files, queued visitors' status polls, refusals, and plain `GET`/`HEAD`
+    /// The HTTP/1.1 front: files, queued visitors' status polls and event streams, refusals, and plain `GET`/`HEAD`
     /// of a plain-HTTP origin (the forwarded fast path).
     Http1,
-    /// The HTTP/2 fast path: files, status polls, refusals.
+    /// The HTTP/2 fast path: files, status polls, queued visitors' event streams, refusals.
     H2,
     /// Pingora's proxy: everything.
     Proxy,
@@ -94,8 +94,8 @@ pub enum Decision {
     Static { asset: Arc<Asset>, route: Route, cookies: Vec<String> },
     /// A fast door's answer to a queued visitor's status poll: the JSON body.
     Status { body: Vec<u8> },
-    /// The HTTP/1.1 door serves a queued visitor's event stream itself (on a task holding only
-    /// the stream's state, [`crate::room::events::EventFrames`]).
+    /// A fast door serves a queued visitor's event stream itself (on a task holding only the
+    /// stream's state, [`crate::room::events::EventFrames`]).
     Events(Box<EventStream>),
     /// The waiting room answers ([`crate::room::http::serve`]).
     Room(Visitor),
@@ -119,7 +119,7 @@ pub struct Pass {
     pub core_bearer: Option<(String, String)>,
 }
 
-/// A queued visitor's event stream, as the HTTP/1.1 door serves it.
+/// A queued visitor's event stream, as a fast door serves it.
 pub struct EventStream {
     /// The room.
     pub room: Arc<Room>,
@@ -399,7 +399,6 @@ fn fast_route<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -> Option<
     }
     if let Some(room) = path.strip_prefix(QUEUE_PREFIX).and_then(|r| r.strip_suffix("/events"))
         && !head_only
-        && ask.door == Door::Http1
         && !room.contains('/')
     {
         return event_stream(st, ask.head, room, ask.peer).map(FastRoute::Events);
@@ -440,7 +439,7 @@ fn queued_ticket<'h, H: HeadView + ?Sized>(st: &EdgeState, head: &'h H, room_id:
     Some((room, ticket, sub))
 }
 
-/// A queued visitor's event stream when the HTTP/1.1 door can serve it: a valid ticket whose
+/// A queued visitor's event stream when a fast door can serve it: a valid ticket whose
 /// status the counters answer ([`queued_ticket`]), no bot check owed (the pass is the proxy's to
 /// read); `peer` until the checks resolve the client address.
 fn event_stream<H: HeadView + ?Sized>(st: &EdgeState, head: &H, room_id: &str, peer: IpAddr) -> Option<Box<EventStream>> {
@@ -814,9 +813,9 @@ mod tests {
         assert_eq!(kind(&st, &get("/queue/r1/status", "")).await, "status");
         assert_eq!(kind(&st, &get("/queue/r1/status?t=1", "Connection: keep-alive\r\n")).await, "status");
         assert_eq!(kind(&st, &get("/static/queue.js", "")).await, "static");
-        // A queued fan's event stream: the HTTP/1.1 door serves it (HTTP/2's goes to the proxy).
+        // A queued fan's event stream: the fast doors serve it.
         assert_eq!(kind(&st, &get("/queue/r1/events", "")).await, "events");
-        assert_eq!(name(&ask(&st, Door::H2, &get("/queue/r1/events", "")).await), "proxy");
+        assert_eq!(name(&ask(&st, Door::H2, &get("/queue/r1/events", "")).await), "events");
         for (head, why) in [
             ("HEAD /queue/r1/status HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "HEAD"),
             ("POST /queue/r1/status HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "POST"),

@@ -99,7 +99,19 @@ async fn until_metric(edge: &TestEdge, line_start: &str, want: f64, within: Dura
 /// hangs up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_streams_takes_no_more_than_its_budget() {
-    let (_origin, edge) = edge_with("max-event-streams = 6\nmax-event-streams-per-ip = 4").await;
+    flood("").await;
+}
+
+/// The same through Pingora's proxy (`fast-path = false`), which serves the streams the fast
+/// doors do not: the same budget, the same refusals (the proxy notices a fan that hung up only
+/// when a write fails, a frame or two later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_streams_through_the_proxy_takes_no_more_than_its_budget() {
+    flood("fast-path = false").await;
+}
+
+async fn flood(extra: &str) {
+    let (_origin, edge) = edge_with(&format!("max-event-streams = 6\nmax-event-streams-per-ip = 4\n{extra}")).await;
     let mut heads = Vec::new();
     for i in 0..12 {
         heads.push(fan(&edge, &format!("fan{i}")).await);
@@ -119,6 +131,7 @@ async fn a_flood_of_streams_takes_no_more_than_its_budget() {
         assert!(text.starts_with("HTTP/1.1 503 "), "{why}: {text}");
         let body: serde_json::Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
         assert_eq!(body["error"], "unavailable", "{why}: {text}");
+        assert!(text.to_ascii_lowercase().contains("\r\nretry-after: 5\r\n"), "{text}");
         assert!(body["message"].as_str().unwrap().contains(why), "{text}");
     };
     let mut s = connect_from(&edge, [127, 0, 0, 1]).await;
@@ -144,9 +157,10 @@ async fn a_flood_of_streams_takes_no_more_than_its_budget() {
     assert_eq!(metric(&edge, "wicket_edge_event_streams ").await, 6.0);
     assert_eq!(metric(&edge, "wicket_edge_rejects_total{reason=\"event_streams_per_ip\"}").await, 2.0);
     assert_eq!(metric(&edge, "wicket_edge_rejects_total{reason=\"event_streams_full\"}").await, 1.0);
-    // The fans hang up: every slot comes back at once (not at the next frame).
+    // The fans hang up: every slot comes back at once at a fast door (not at the next frame).
     drop(open);
-    until_metric(&edge, "wicket_edge_event_streams ", 0.0, Duration::from_secs(2)).await;
+    let within = if extra.is_empty() { 2 } else { 15 };
+    until_metric(&edge, "wicket_edge_event_streams ", 0.0, Duration::from_secs(within)).await;
     let mut s = connect_from(&edge, [127, 0, 0, 3]).await;
     s.write_all(heads[9].as_bytes()).await.unwrap();
     read_until(&mut s, b"\"state\":\"waiting\"").await;

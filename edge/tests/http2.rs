@@ -421,3 +421,57 @@ async fn a_fan_closing_event_streams_and_now_and_then_a_page_keeps_the_connectio
     let (page, _) = get(&send, "/", &[]).await;
     assert_eq!(page.status, 200);
 }
+
+/// Queue event streams over HTTP/2 (issue #40): served by the HTTP/2 door on a task of their own,
+/// within the same budget as HTTP/1.1's (past `max-event-streams-per-ip`, 503 `unavailable`); a
+/// stream the client resets gives its slot back at once, and so do those of a connection the
+/// client closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_event_streams_keep_to_the_budget_and_give_their_slots_back_when_reset() {
+    let site = Site::start("max-event-streams-per-ip = 3").await;
+    let open_streams = || async {
+        let m = site.edge.admin("GET", "/metrics", "").await.text();
+        m.lines().find_map(|l| l.strip_prefix("wicket_edge_event_streams ")).and_then(|v| v.parse::<u64>().ok()).unwrap()
+    };
+    let until_open = |want: u64| async move {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let n = open_streams().await;
+            if n == want {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{n} event streams open, not {want}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (send, conn) = site.connect().await;
+    let mut streams = Vec::new();
+    for i in 0..3 {
+        let user = format!("fan{i}");
+        let (joined, _) = get(&send, "/queue/r1", &[("x-user-id", &user), ("accept", "application/json")]).await;
+        let cookie = cookies_set(&joined);
+        let mut events = open(&send, "/queue/r1/events", &[("x-user-id", &user), ("cookie", &cookie)]).await;
+        let first = tokio::time::timeout(Duration::from_secs(5), events.data()).await.expect("a first frame").unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&first).starts_with("data: {"), "{first:?}");
+        streams.push(events);
+    }
+    until_open(3).await;
+    // A fourth from the same address: refused, the page polls.
+    let (joined, _) = get(&send, "/queue/r1", &[("x-user-id", "fan3"), ("accept", "application/json")]).await;
+    let cookie = cookies_set(&joined);
+    let (head, body) = ask(&send, "GET", "/queue/r1/events", &[("x-user-id", "fan3"), ("cookie", &cookie)]).await.unwrap();
+    assert_eq!(head.status, 503, "{}", String::from_utf8_lossy(&body));
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"], "unavailable", "{v}");
+    assert_eq!(head.headers.get("retry-after").map(|v| v.to_str().unwrap()), Some("5"));
+    // One reset by the client: its slot comes back at once; then the fourth fan gets one.
+    drop(streams.pop());
+    until_open(2).await;
+    let mut events = open(&send, "/queue/r1/events", &[("x-user-id", "fan3"), ("cookie", &cookie)]).await;
+    tokio::time::timeout(Duration::from_secs(5), events.data()).await.expect("a first frame").unwrap().unwrap();
+    until_open(3).await;
+    // The client closes the connection: every slot comes back.
+    drop((send, streams, events));
+    conn.abort();
+    until_open(0).await;
+}

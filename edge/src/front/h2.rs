@@ -9,7 +9,8 @@
 //! [`serve`] runs the same accept loop with Pingora's own pieces (its handshake, its stream
 //! acceptance with the malformed-stream checks, its session type), and asks the decision step
 //! about each stream as the HTTP/2 door ([`crate::decide`]): a file from memory, a queued
-//! visitor's status poll, or a refusal is answered right there, its head and body queued together
+//! visitor's status poll, or a refusal is answered right there (a queued visitor's event stream
+//! goes on in a small task of its own: [`events`]), its head and body queued together
 //! on the connection (the body is reference-counted, sent as the peer's window allows), so the
 //! answers of every stream that arrived in one read leave in one write. A decision that has to
 //! wait (a limit's pacing, room state in Redis) finishes on a task of its own; everything the door
@@ -41,7 +42,8 @@ use pingora::server::ShutdownWatch;
 use tokio::sync::Notify;
 
 use crate::cancel::Upstreams;
-use crate::decide::{Ask, Decision, Door, decide};
+use crate::decide::{Ask, Decision, Door, EventStream, decide};
+use crate::room::events::EventFrames;
 use super::conn::{Front, Handover};
 use crate::path::simple_fields;
 use crate::metrics::{Outcome, Route};
@@ -225,6 +227,7 @@ fn on_stream<P: Handover>(front: &Arc<Front<P>>, session: HttpSession, peer: Opt
     };
     let Some(peer) = peer.filter(|_| simple(&session)) else { return to_proxy(session, active.start()) };
     let door = Arc::clone(front);
+    let (for_events, stop) = (Arc::clone(active), shutdown.clone());
     let mut task = Box::pin(async move {
         let mut session = session;
         let decision = {
@@ -234,6 +237,10 @@ fn on_stream<P: Handover>(front: &Arc<Front<P>>, session: HttpSession, peer: Opt
         };
         match decision {
             Decision::HandOver => Some(session),
+            Decision::Events(ev) => {
+                events(&door, session, *ev, for_events.start(), stop);
+                None
+            }
             decision => {
                 answer(&door, &mut session, decision);
                 None
@@ -257,6 +264,79 @@ fn on_stream<P: Handover>(front: &Arc<Front<P>>, session: HttpSession, peer: Opt
             });
         }
     }
+}
+
+/// A queued visitor's event stream ([`crate::room::events`]): its slot of the edge's budget
+/// (else 503 `unavailable`), the head, then a task of its own holding only the stream's state and
+/// the HTTP/2 stream's sending half (the request's session is dropped), each frame a DATA frame,
+/// until the frames end (END_STREAM), the edge stops, or the client resets the stream or closes
+/// the connection. It counts as a stream in flight, so the connection is not closed as idle.
+fn events<P: Handover>(front: &Arc<Front<P>>, mut session: HttpSession, ev: EventStream, in_flight: InFlight, mut shutdown: ShutdownWatch) {
+    let st = &front.state;
+    let hsts = |h: &mut pingora::http::ResponseHeader| {
+        if let Some(v) = &front.hsts {
+            let _ = h.insert_header(header::STRICT_TRANSPORT_SECURITY, v.value.clone());
+        }
+    };
+    let slot = match st.event_streams.take(ev.ip) {
+        Ok(slot) => slot,
+        Err(full) => {
+            st.metrics.rejects.with_label_values(&[full.reason()]).inc();
+            let body = serde_json::json!({"error": "unavailable", "message": full.message()}).to_string();
+            let Ok(mut h) = pingora::http::ResponseHeader::build_no_case(503, Some(5)).and_then(|mut h| {
+                h.insert_header(header::CONTENT_TYPE, "application/json")?;
+                h.insert_header(header::CACHE_CONTROL, "no-store")?;
+                h.insert_header(header::RETRY_AFTER, "5")?;
+                h.insert_header(header::CONTENT_LENGTH, body.len())?;
+                Ok(h)
+            }) else {
+                return;
+            };
+            hsts(&mut h);
+            if session.write_response_header(Box::new(h), false).is_ok()
+                && let Some(mut writer) = session.take_response_body_writer()
+                && writer.send_data(bytes::Bytes::from(body), true).is_ok()
+            {
+                st.metrics.request(Route::Edge, Outcome::Rejected);
+            }
+            return;
+        }
+    };
+    let Ok(mut h) = pingora::http::ResponseHeader::build_no_case(200, Some(3)).and_then(|mut h| {
+        h.insert_header(header::CONTENT_TYPE, "text/event-stream")?;
+        h.insert_header(header::CACHE_CONTROL, "no-store")?;
+        Ok(h)
+    }) else {
+        return;
+    };
+    hsts(&mut h);
+    if session.write_response_header(Box::new(h), false).is_err() {
+        return;
+    }
+    let Some(mut writer) = session.take_response_body_writer() else { return };
+    drop(session);
+    st.metrics.request(Route::Edge, Outcome::Ok);
+    let front = Arc::clone(front);
+    tokio::spawn(async move {
+        let _held = (in_flight, slot);
+        let EventStream { room, ticket, sub, .. } = ev;
+        let mut frames = EventFrames::new(room, ticket, &sub, front.state.event_streams.longest());
+        drop(sub);
+        loop {
+            let frame = tokio::select! {
+                f = frames.next(&front.state.rooms) => f,
+                _ = std::future::poll_fn(|cx| writer.poll_reset(cx)) => return,
+                _ = shutdown.changed() => None,
+            };
+            let Some(frame) = frame else {
+                let _ = writer.send_data(bytes::Bytes::new(), true);
+                return;
+            };
+            if writer.send_data(bytes::Bytes::from(frame), false).is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// Whether this door can take the stream without the proxy's rewriting or refusing: a canonical

@@ -1,8 +1,8 @@
 //! A fan's event stream (`GET /queue/<room>/events`) between its frames: what it needs and
 //! nothing more — the room, the fan's ticket and identity, the room's pulse and when it last
-//! spoke — so that a door can hold a million of them ([`EventFrames`]). The HTTP/1.1 door
-//! ([`crate::front::http1`]) serves a queued fan's stream on a small task of its own; the proxy
-//! ([`super::http`]) serves the others. Both draw the same frames from here.
+//! spoke — so that a door can hold a million of them ([`EventFrames`]). The fast doors (HTTP/1.1
+//! and HTTP/2) serve a queued fan's stream on a small task of their own; the proxy
+//! ([`super::http`]) serves the others. All draw the same frames from here.
 //!
 //! Every open stream holds a slot of the edge's [`StreamBudget`]: at most `max-event-streams`
 //! in all and `max-event-streams-per-ip` from one client address; over either, the stream is

@@ -515,7 +515,10 @@ async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest,
         Ok(slot) => slot,
         Err(full) => {
             st.rejects.with_label_values(&[full.reason()]).inc();
-            return json_answer(session, q, 503, &error_json("unavailable", full.message())).await;
+            let mut extra = cookie_headers(q);
+            extra.push((header::RETRY_AFTER, "5".to_owned()));
+            let body = Bytes::from(error_json("unavailable", full.message()).to_string());
+            return answer(session, 503, "application/json", body, &extra).await;
         }
     };
     let mut h = ResponseHeader::build(200, Some(6))?;
