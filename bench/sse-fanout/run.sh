@@ -18,7 +18,7 @@
 #   WICKET_BIN=path/to/wicket N=500 bash bench/sse-fanout/run.sh   # another build (e.g. one from before a change)
 #   NOFILE=101000 bash bench/sse-fanout/run.sh   # 100,000 fans per row (as root; clients over 127.0.0.2-9)
 #
-# Needs: cargo, wrk, curl, openssl, python3. Loopback only (clients spread over 127.0.0.2-9 for ports).
+# Needs: cargo, wrk, h2load, curl, openssl, python3. Loopback only (clients spread over 127.0.0.2-9 for ports).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -29,7 +29,7 @@ LIMIT="$(ulimit -n)"
 N="${N:-$((LIMIT - 1000))}"
 [ "$LIMIT" != unlimited ] && [ "$N" -gt $((LIMIT - 1000)) ] && N=$((LIMIT - 1000))
 export PATH="$PATH:/usr/sbin"
-for bin in wrk curl openssl python3; do command -v "$bin" >/dev/null || { echo "missing $bin" >&2; exit 1; }; done
+for bin in wrk h2load curl openssl python3; do command -v "$bin" >/dev/null || { echo "missing $bin" >&2; exit 1; }; done
 cd "$ROOT"
 release_edge
 WICKET="${WICKET_BIN:-$WICKET}"
@@ -118,6 +118,31 @@ row() {
   echo "$mode $scheme $opened $(( (after - before) * 1024 / opened )) $before $after $idle $fan"
 }
 
+# An event stream over HTTP/2 (TLS; h2load: one connection per stream, one fan's cookies) →
+# "n bytes_per half_kib all_kib": the edge's Pss with N/2 streams held, then with N, and what the second
+# half added per stream (as bench/idle-conns does: the first burst of connections also makes the
+# allocator give back memory it held from start-up, which would flatter a figure taken from zero). The
+# edge's own count of open streams (`wicket_edge_event_streams`) says when each half is in.
+h2_row() {
+  start_edge "${1:-wicket.toml}"
+  local jar="$WORK/jar-h2" cookie half="$((N / 2))" mid all loads=()
+  curl -sk -c "$jar" -H 'accept: application/json' "https://localhost:$EDGE_TLS/queue/r1" >/dev/null
+  cookie="Cookie: $(awk '$6 ~ /^wicket_/ {printf "%s=%s; ", $6, $7}' "$jar")"
+  open_streams() { curl -s -H "authorization: Bearer $TOKEN" "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^wicket_edge_event_streams /{print $2}'; }
+  hold() {
+    taskset -c "$LOAD_CPUS" h2load -n "$half" -c "$half" -m 1 -H "$cookie" "https://localhost:$EDGE_TLS/queue/r1/events" >/dev/null 2>&1 &
+    loads+=($!)
+    for _ in $(seq 1 240); do [ "$(open_streams)" -ge "$1" ] 2>/dev/null && break; sleep 0.5; done
+    sleep 2
+  }
+  hold "$half"; mid="$(pss_kib "$EDGE_PID")"
+  hold "$((2 * half))"; all="$(pss_kib "$EDGE_PID")"
+  local n; n="$(open_streams)"
+  kill "${loads[@]}" 2>/dev/null || true; wait "${loads[@]}" 2>/dev/null || true
+  stop_edge
+  echo "$n $(( (all - mid) * 1024 / (n - half) )) $mid $all"
+}
+
 # CPU per status poll: wrk on one fan's status, the edge's CPU time over the requests served.
 poll_cpu() {
   start_edge
@@ -136,12 +161,14 @@ poll_cpu() {
 EV="$(row events http)"; echo "$EV"
 EVT="$(row events https)"; echo "$EVT"
 EVP="$(row events http wicket-proxy.toml)"; echo "$EVP"
+EH2="$(h2_row)"; echo "h2: $EH2"
+EH2P="$(h2_row wicket-proxy.toml)"; echo "h2 proxy: $EH2P"
 PO="$(row poll http)"; echo "$PO"
 POT="$(row poll https)"; echo "$POT"
 PCPU="$(poll_cpu)"; echo "poll cpu: $PCPU"
 LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-export EV EVT EVP PO POT PCPU LOADAVG ROOT N LIMIT
+export EV EVT EVP EH2 EH2P PO POT PCPU LOADAVG ROOT N LIMIT
 python3 - <<'PY'
 import json, os, datetime
 def parse(row):
@@ -149,6 +176,8 @@ def parse(row):
     return {"n": int(f[2]), "bytes": int(f[3]), "kib": [int(f[4]), int(f[5])], "idle_us": float(f[6]), "fan": json.loads(f[7])}
 ev, evt, evp, po, pot = (parse(os.environ[k]) for k in ("EV", "EVT", "EVP", "PO", "POT"))
 poll_rps, poll_us = os.environ["PCPU"].split()
+h2n, h2b, h2k0, h2k1 = (int(x) for x in os.environ["EH2"].split())
+h2pn, h2pb, h2pk0, h2pk1 = (int(x) for x in os.environ["EH2P"].split())
 today = datetime.date.today().isoformat()
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
 root = os.environ["ROOT"]
@@ -158,11 +187,11 @@ summary.update({
     "sse_streams": ev["n"], "sse_bytes_per_stream": ev["bytes"], "sse_bytes_per_stream_tls": evt["bytes"],
     "sse_fanout_p50_ms": ev["fan"]["p50_ms"], "sse_fanout_p99_ms": ev["fan"]["p99_ms"], "sse_fanout_max_ms": ev["fan"]["max_ms"],
     "sse_fanout_p99_ms_tls": evt["fan"]["p99_ms"], "sse_idle_cpu_us_per_stream_second": ev["idle_us"],
-    "sse_bytes_per_stream_proxy": evp["bytes"], "sse_idle_cpu_us_per_stream_second_proxy": evp["idle_us"],
+    "sse_bytes_per_stream_proxy": evp["bytes"], "sse_bytes_per_stream_h2": h2b, "sse_bytes_per_stream_h2_proxy": h2pb, "sse_idle_cpu_us_per_stream_second_proxy": evp["idle_us"],
     "poll_bytes_per_client": po["bytes"], "poll_bytes_per_client_tls": pot["bytes"], "poll_cpu_us_per_poll": float(poll_us),
 })
 summary["sse_fanout"] = {"command": "bash bench/sse-fanout/run.sh", "date": today, "open_file_limit": os.environ["LIMIT"],
-    "load_average": os.environ["LOADAVG"], "events_http": ev, "events_https": evt, "events_http_proxy": evp, "poll_http": po, "poll_https": pot,
+    "load_average": os.environ["LOADAVG"], "events_http": ev, "events_https": evt, "events_http_proxy": evp, "events_h2": {"n": h2n, "bytes": h2b, "kib": [h2k0, h2k1]}, "events_h2_proxy": {"n": h2pn, "bytes": h2pb, "kib": [h2pk0, h2pk1]}, "poll_http": po, "poll_https": pot,
     "poll_requests_per_second": float(poll_rps)}
 json.dump(summary, open(path, "w"), indent=2, sort_keys=True, ensure_ascii=False)
 open(path, "a").write("\n")
@@ -182,6 +211,8 @@ section = "\n".join([
     f"| event stream, HTTP | {ev['kib'][0]:,} → {ev['kib'][1]:,} | {ev['bytes']:,} | {fan(ev)} |",
     f"| event stream, HTTPS | {evt['kib'][0]:,} → {evt['kib'][1]:,} | {evt['bytes']:,} | {fan(evt)} |",
     f"| event stream, HTTP, through Pingora's proxy (`fast-path = false`: how every stream was served before #40) | {evp['kib'][0]:,} → {evp['kib'][1]:,} | {evp['bytes']:,} | {fan(evp)} |",
+    f"| event stream, HTTP/2 over TLS (h2load, one connection per stream; N/2 → N streams, the second half's bytes) | {h2k0:,} → {h2k1:,} | {h2b:,} | (not timed) |",
+    f"| the same through Pingora's proxy (`fast-path = false`) | {h2pk0:,} → {h2pk1:,} | {h2pb:,} | (not timed) |",
     f"| a polled keep-alive connection, HTTP | {po['kib'][0]:,} → {po['kib'][1]:,} | {po['bytes']:,} | at the fan's next poll (`poll_after_ms`, 1–5 s) |",
     f"| a polled keep-alive connection, HTTPS | {pot['kib'][0]:,} → {pot['kib'][1]:,} | {pot['bytes']:,} | at the fan's next poll |", "",
     f"CPU: {ev['n']:,} open streams with nothing changing cost the edge {ev['idle_us']} µs per stream per second ({evp['idle_us']} µs",

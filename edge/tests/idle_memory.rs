@@ -126,3 +126,64 @@ async fn an_idle_https_connection_holds_its_tls_state_and_no_buffer() {
         }
     }
 }
+
+/// Queued fans holding the room's event stream open (issue #40): each stream is a small task of
+/// the HTTP/1.1 door holding the stream's state (the room, the ticket, the identity, the room's
+/// pulse) and a pending read into the worker thread's buffer — no proxy session, no buffer of its
+/// own. Through Pingora's proxy a stream held about 32 KB (`bench/sse-fanout/run.sh` measures the
+/// whole process, both ways); here the heap both ends hold per open stream is bounded by the
+/// issue's goal for the whole process, 4 KiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_event_stream_holds_its_state_and_no_buffer() {
+    use tokio::io::AsyncReadExt;
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "keepalive-seconds = 60\norigin = \"{}\"\nuser-header = \"x-user-id\"\n[edge.anomaly]\ndevice-max-users = 0\n{}\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+        origin.url(),
+        hs_tokens()
+    ));
+    const WARM: usize = 20;
+    const N: usize = 300;
+    // Every fan joins first: their places are the room's, not the streams'.
+    let mut heads = Vec::new();
+    for i in 0..WARM + N {
+        let user = format!("fan{i}");
+        let r = get(&edge.url("/queue/r1"), &[("accept", "application/json"), ("x-user-id", &user)]).await;
+        assert_eq!(r.status, 200);
+        let cookies: Vec<String> = r.cookies().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        heads.push(format!("GET /queue/r1/events HTTP/1.1\r\nHost: x\r\nX-User-Id: {user}\r\nCookie: {}\r\n\r\n", cookies.join("; ")));
+    }
+    async fn open(addr: std::net::SocketAddr, head: &str) -> TcpStream {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(head.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        while !got.windows(6).any(|w| w == b"data: ") {
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.expect("a first frame").unwrap();
+            assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{}", String::from_utf8_lossy(&got));
+        s
+    }
+    // Warm: the edge's per-thread state and lazily built parts.
+    let mut warm = Vec::new();
+    for head in &heads[..WARM] {
+        warm.push(open(edge.addr, head).await);
+    }
+    drop(warm);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _profiler = dhat::Profiler::builder().testing().build();
+    let before = dhat::HeapStats::get().curr_bytes;
+    let mut streams = Vec::with_capacity(N);
+    for head in &heads[WARM..] {
+        streams.push(open(edge.addr, head).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let each = dhat::HeapStats::get().curr_bytes.saturating_sub(before) / N;
+    eprintln!("{N} open event streams: heap {each} bytes each (both ends)");
+    assert!(each <= 4 * 1024, "{each} bytes of heap per open event stream");
+    drop(streams);
+}
