@@ -111,6 +111,14 @@ row() {
     idle="$(python3 -c "print(round(($c1 - $c0) / $TCK * 1e6 / 10 / $opened, 2))")"
     echo pause >&"${FANS[1]}"
     read -r fan <&"${FANS[0]}"
+  elif [ "$scheme" = http ]; then
+    # The N fans poll at the rate the room tells them, for POLL_SECONDS: the edge's CPU per fan
+    # per second, and the pollers' figures (polls answered, latency, how late each went out).
+    c0="$(cpu_ticks "$EDGE_PID")"
+    echo "run ${POLL_SECONDS:-20}" >&"${FANS[1]}"
+    read -r fan <&"${FANS[0]}"
+    c1="$(cpu_ticks "$EDGE_PID")"
+    idle="$(python3 -c "print(round(($c1 - $c0) / $TCK * 1e6 / ${POLL_SECONDS:-20} / $opened, 2))")"
   fi
   echo >&"${FANS[1]}"
   wait "$FANS_PID" 2>/dev/null || true
@@ -188,6 +196,9 @@ summary.update({
     "sse_fanout_p50_ms": ev["fan"]["p50_ms"], "sse_fanout_p99_ms": ev["fan"]["p99_ms"], "sse_fanout_max_ms": ev["fan"]["max_ms"],
     "sse_fanout_p99_ms_tls": evt["fan"]["p99_ms"], "sse_idle_cpu_us_per_stream_second": ev["idle_us"],
     "sse_bytes_per_stream_proxy": evp["bytes"], "sse_bytes_per_stream_h2": h2b, "sse_bytes_per_stream_h2_proxy": h2pb, "sse_idle_cpu_us_per_stream_second_proxy": evp["idle_us"],
+    "pollers": po["fan"].get("pollers"), "pollers_answered_per_second": po["fan"].get("polls_per_second"),
+    "pollers_told_rate_per_second": po["fan"].get("told_rate_per_second"), "pollers_latency_p99_ms": po["fan"].get("latency_p99_ms"),
+    "pollers_cpu_us_per_poller_second": po["idle_us"],
     "poll_bytes_per_client": po["bytes"], "poll_bytes_per_client_tls": pot["bytes"], "poll_cpu_us_per_poll": float(poll_us),
 })
 summary["sse_fanout"] = {"command": "bash bench/sse-fanout/run.sh", "date": today, "open_file_limit": os.environ["LIMIT"],
@@ -215,6 +226,13 @@ section = "\n".join([
     f"| the same through Pingora's proxy (`fast-path = false`) | {h2pk0:,} → {h2pk1:,} | {h2pb:,} | (not timed) |",
     f"| a polled keep-alive connection, HTTP | {po['kib'][0]:,} → {po['kib'][1]:,} | {po['bytes']:,} | at the fan's next poll (`poll_after_ms`, 1–5 s) |",
     f"| a polled keep-alive connection, HTTPS | {pot['kib'][0]:,} → {pot['kib'][1]:,} | {pot['bytes']:,} | at the fan's next poll |", "",
+    (f"Pollers at their told rate: the {po['fan']['pollers']:,} fans of the HTTP poll row each poll their status again "
+     f"`poll_after_ms` after its answer, for {po['fan']['seconds']:.0f} s: {po['fan']['polls_per_second']:,} polls/s answered once all were polling "
+     f"against the {po['fan']['told_rate_per_second']:,}/s their told intervals (mean {po['fan']['told_interval_mean_s']} s) ask for, "
+     f"{po['fan']['errors']} errors; a poll's answer in P50 {po['fan']['latency_p50_ms']} ms, P99 {po['fan']['latency_p99_ms']} ms, "
+     f"max {po['fan']['latency_max_ms']} ms; the client sent each within P99 {po['fan']['send_lag_p99_ms']} ms of its due time; "
+     f"the edge spent {po['idle_us']} µs of CPU per poller per second."),
+    "",
     f"CPU: {ev['n']:,} open streams with nothing changing cost the edge {ev['idle_us']} µs per stream per second ({evp['idle_us']} µs",
     f"through the proxy; each looks at its status once a second and writes a frame at its poll interval); a status poll costs {poll_us} µs of edge CPU",
     f"(wrk, 64 connections, {float(poll_rps):,.0f} polls/s). A room-wide change (pause, resume, queue-all, reject-all, sold out,",

@@ -64,6 +64,7 @@ print("joined", len(cookies), flush=True)
 sys.stdin.readline()
 
 conns = []
+first_told = []
 for i, jar in enumerate(cookies):
     s = connect(i)
     if mode == "events":
@@ -76,6 +77,7 @@ for i, jar in enumerate(cookies):
         s.sendall(f"GET /queue/r1/status HTTP/1.1\r\nHost: localhost\r\nCookie: {jar}\r\n\r\n".encode())
         head, body = answer(s)
         assert " 200 " in head.split("\r\n")[0], head
+        first_told.append(json.loads(body)["poll_after_ms"] / 1000.0)
     conns.append(s)
 print("open", len(conns), flush=True)
 
@@ -139,4 +141,91 @@ if cmd == "pause" and mode == "events":
     print(json.dumps({"streams": len(conns), "reached": len(lat), "closed": closed,
                       "p50_ms": q(0.50), "p99_ms": q(0.99), "max_ms": round(lat[-1] * 1000, 1) if lat else None,
                       "timing": "kernel receive time"}), flush=True)
+    sys.stdin.readline()
+elif cmd.startswith("run ") and mode == "poll":
+    # Pollers at the rate the room tells them: each connection polls its status again
+    # `poll_after_ms` (from its last answer) after that answer arrived, for SECONDS. Figures: the
+    # polls answered, what the told intervals asked for, each poll's time from its request to its
+    # whole answer (P50 / P99 / max), and how late each poll went out against its due time (the
+    # client's own lag: were the fans really served at their told rate).
+    seconds = float(cmd.split()[1])
+    import heapq
+    sel = selectors.DefaultSelector()
+    reqs = [f"GET /queue/r1/status HTTP/1.1\r\nHost: localhost\r\nCookie: {jar}\r\n\r\n".encode() for jar in cookies]
+    bufs = [b""] * len(conns)
+    sent_at = [None] * len(conns)
+    due = []
+    start = time.monotonic()
+    end = start + seconds
+    rng = __import__("random").Random(7)
+    # The first polls spread over each fan's told interval, as fans who joined at different times
+    # would be; the rate is counted after the longest first interval (the steady state).
+    for i in range(len(conns)):
+        conns[i].setblocking(False)
+        sel.register(conns[i], selectors.EVENT_READ, i)
+        heapq.heappush(due, (start + rng.random() * first_told[i], i))
+    steady = start + max(first_told)
+    steady_answered = 0
+    lat, lag, told, answered, errors = [], [], [], 0, 0
+    def parse(i):
+        global answered, errors, steady_answered
+        buf = bufs[i]
+        if b"\r\n\r\n" not in buf:
+            return False
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        length = next((int(l.split(b":", 1)[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), 0)
+        if len(rest) < length:
+            return False
+        bufs[i] = rest[length:]
+        now = time.monotonic()
+        if not head.startswith(b"HTTP/1.1 200"):
+            errors += 1
+            after = 5.0
+        else:
+            try:
+                after = json.loads(rest[:length])["poll_after_ms"] / 1000.0
+            except Exception:
+                errors += 1
+                after = 5.0
+        if now >= steady:
+            steady_answered += 1
+        lat.append(now - sent_at[i])
+        told.append(after)
+        sent_at[i] = None
+        answered += 1
+        if now + after < end:
+            heapq.heappush(due, (now + after, i))
+        return True
+    while time.monotonic() < end:
+        now = time.monotonic()
+        while due and due[0][0] <= now:
+            at, i = heapq.heappop(due)
+            lag.append(now - at)
+            sent_at[i] = time.monotonic()
+            try:
+                conns[i].sendall(reqs[i])
+            except (BlockingIOError, OSError):
+                errors += 1
+        timeout = max(0.0, min(0.05, (due[0][0] - time.monotonic()) if due else 0.05))
+        for key, _ in sel.select(timeout=timeout):
+            i, s = key.data, key.fileobj
+            try:
+                data = s.recv(65536)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                continue
+            if not data:
+                sel.unregister(s); errors += 1
+                continue
+            bufs[i] += data
+            while sent_at[i] is not None and parse(i):
+                pass
+    lat.sort(); lag.sort()
+    q = lambda xs, p: round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 1) if xs else None
+    mean_told = sum(told) / len(told) if told else None
+    print(json.dumps({"pollers": len(conns), "seconds": seconds, "answered": answered, "errors": errors,
+                      "polls_per_second": round(steady_answered / (end - steady), 1) if end > steady else None,
+                      "told_interval_mean_s": round(mean_told, 3) if mean_told else None,
+                      "told_rate_per_second": round(len(conns) / mean_told, 1) if mean_told else None,
+                      "latency_p50_ms": q(lat, 0.50), "latency_p99_ms": q(lat, 0.99), "latency_max_ms": q(lat, 1.0),
+                      "send_lag_p50_ms": q(lag, 0.50), "send_lag_p99_ms": q(lag, 0.99)}), flush=True)
     sys.stdin.readline()
