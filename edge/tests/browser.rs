@@ -1258,3 +1258,31 @@ async fn chromium_a_room_made_through_the_admin_api_is_styled_runs_its_script_an
         .collect();
     assert!(errors.is_empty(), "no script error, no failed load: {errors:?}");
 }
+
+/// The queue page follows the room's event stream for as long as the fan waits: the edge ends
+/// each stream after `event-stream-seconds` (2 s here: each ends after about a second, the stream's
+/// last look) and the browser opens the next one itself; the page stays live, it does not fall
+/// back to polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_queue_page_stays_on_the_event_stream_across_its_ends() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "event-stream-seconds = 2\norigin = \"{}\"\n[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\n\
+         alg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\n\
+         protected = [\"/buy/ev-1\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n",
+        origin.url()
+    ));
+    // The browser waits about 3 s before it reopens a stream: ends at about 1, 5, 9 and 13 s.
+    let doms = chromium_doms(&edge.url("/queue/r1?lang=en"), "en-US", true, &[1500, 14500]).await;
+    let conn = |dom: &str| {
+        let at = dom.find("id=\"conn\"").unwrap_or_else(|| panic!("{dom}"));
+        let end = dom[at..].find("</p>").unwrap() + at;
+        dom[at..end].rsplit('>').next().unwrap().to_owned()
+    };
+    assert_eq!(conn(&doms[0]), "live", "{}", doms[0]);
+    assert_eq!(conn(&doms[1]), "live", "after four or more ends of the stream: {}", doms[1]);
+    // The edge served the page and one stream after another (6 here: the page and five streams).
+    let m = edge.admin("GET", "/metrics", "").await.text();
+    let served = m.lines().find_map(|l| l.strip_prefix("wicket_edge_requests_total{outcome=\"ok\",route=\"edge\"} ")).and_then(|v| v.parse::<u64>().ok());
+    assert!(served.is_some_and(|n| n >= 4), "{served:?}: the browser did not reopen the stream");
+}
