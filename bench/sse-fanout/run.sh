@@ -80,6 +80,9 @@ CONF
 # The same edge with every request through Pingora's proxy (how event streams were served before
 # the HTTP/1.1 door served them itself, issue #40).
 sed 's/^threads = 1$/threads = 1\nfast-path = false/' "$WORK/wicket.toml" > "$WORK/wicket-proxy.toml"
+# A room that releases, slowly (every place's turn hours away): its streams look at their status at
+# the poll interval, not every second.
+sed 's/rate = 0.0 }/rate = 0.001 }/' "$WORK/wicket.toml" > "$WORK/wicket-far.toml"
 
 pss_kib() { awk '/^Pss:/ {print $2}' "/proc/$1/smaps_rollup"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -169,6 +172,7 @@ poll_cpu() {
 EV="$(row events http)"; echo "$EV"
 EVT="$(row events https)"; echo "$EVT"
 EVP="$(row events http wicket-proxy.toml)"; echo "$EVP"
+EVF="$(row events http wicket-far.toml)"; echo "$EVF"
 EH2="$(h2_row)"; echo "h2: $EH2"
 EH2P="$(h2_row wicket-proxy.toml)"; echo "h2 proxy: $EH2P"
 PO="$(row poll http)"; echo "$PO"
@@ -176,13 +180,13 @@ POT="$(row poll https)"; echo "$POT"
 PCPU="$(poll_cpu)"; echo "poll cpu: $PCPU"
 LOADAVG="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-export EV EVT EVP EH2 EH2P PO POT PCPU LOADAVG ROOT N LIMIT
+export EV EVT EVP EVF EH2 EH2P PO POT PCPU LOADAVG ROOT N LIMIT
 python3 - <<'PY'
 import json, os, datetime
 def parse(row):
     f = row.split(" ", 7)
     return {"n": int(f[2]), "bytes": int(f[3]), "kib": [int(f[4]), int(f[5])], "idle_us": float(f[6]), "fan": json.loads(f[7])}
-ev, evt, evp, po, pot = (parse(os.environ[k]) for k in ("EV", "EVT", "EVP", "PO", "POT"))
+ev, evt, evp, evf, po, pot = (parse(os.environ[k]) for k in ("EV", "EVT", "EVP", "EVF", "PO", "POT"))
 poll_rps, poll_us = os.environ["PCPU"].split()
 h2n, h2b, h2k0, h2k1 = (int(x) for x in os.environ["EH2"].split())
 h2pn, h2pb, h2pk0, h2pk1 = (int(x) for x in os.environ["EH2P"].split())
@@ -196,13 +200,14 @@ summary.update({
     "sse_fanout_p50_ms": ev["fan"]["p50_ms"], "sse_fanout_p99_ms": ev["fan"]["p99_ms"], "sse_fanout_max_ms": ev["fan"]["max_ms"],
     "sse_fanout_p99_ms_tls": evt["fan"]["p99_ms"], "sse_idle_cpu_us_per_stream_second": ev["idle_us"],
     "sse_bytes_per_stream_proxy": evp["bytes"], "sse_bytes_per_stream_h2": h2b, "sse_bytes_per_stream_h2_proxy": h2pb, "sse_idle_cpu_us_per_stream_second_proxy": evp["idle_us"],
+    "sse_idle_cpu_us_per_stream_second_far": evf["idle_us"],
     "pollers": po["fan"].get("pollers"), "pollers_answered_per_second": po["fan"].get("polls_per_second"),
     "pollers_told_rate_per_second": po["fan"].get("told_rate_per_second"), "pollers_latency_p99_ms": po["fan"].get("latency_p99_ms"),
     "pollers_cpu_us_per_poller_second": po["idle_us"],
     "poll_bytes_per_client": po["bytes"], "poll_bytes_per_client_tls": pot["bytes"], "poll_cpu_us_per_poll": float(poll_us),
 })
 summary["sse_fanout"] = {"command": "bash bench/sse-fanout/run.sh", "date": today, "open_file_limit": os.environ["LIMIT"],
-    "load_average": os.environ["LOADAVG"], "events_http": ev, "events_https": evt, "events_http_proxy": evp, "events_h2": {"n": h2n, "bytes": h2b, "kib": [h2k0, h2k1]}, "events_h2_proxy": {"n": h2pn, "bytes": h2pb, "kib": [h2pk0, h2pk1]}, "poll_http": po, "poll_https": pot,
+    "load_average": os.environ["LOADAVG"], "events_http": ev, "events_https": evt, "events_http_proxy": evp, "events_http_far": evf, "events_h2": {"n": h2n, "bytes": h2b, "kib": [h2k0, h2k1]}, "events_h2_proxy": {"n": h2pn, "bytes": h2pb, "kib": [h2pk0, h2pk1]}, "poll_http": po, "poll_https": pot,
     "poll_requests_per_second": float(poll_rps)}
 json.dump(summary, open(path, "w"), indent=2, sort_keys=True, ensure_ascii=False)
 open(path, "a").write("\n")
@@ -234,7 +239,9 @@ section = "\n".join([
      f"the edge spent {po['idle_us']} µs of CPU per poller per second."),
     "",
     f"CPU: {ev['n']:,} open streams with nothing changing cost the edge {ev['idle_us']} µs per stream per second ({evp['idle_us']} µs",
-    f"through the proxy; each looks at its status once a second and writes a frame at its poll interval); a status poll costs {poll_us} µs of edge CPU",
+    f"through the proxy; each looks at its status once a second and writes a frame at its poll interval); in a room releasing",
+    f"0.001/s, where every place is far from the front and looks at its poll interval (≤ 5 s), {evf['idle_us']} µs (fan-out there: {fan(evf)});",
+    f"a status poll costs {poll_us} µs of edge CPU",
     f"(wrk, 64 connections, {float(poll_rps):,.0f} polls/s). A room-wide change (pause, resume, queue-all, reject-all, sold out,",
     "stock back, a new room spec) wakes every stream of the room at once through the room's pulse (a `watch` channel),",
     "not at each stream's next one-second look.", "",

@@ -23,6 +23,13 @@ use super::{Phase, Room, Rooms, StatusOutcome};
 /// comes); a room-wide change (its pulse) wakes it at once.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// A waiting place whose turn is at least this far off by its ETA's low end looks at its status
+/// at the interval the room tells a polling fan there (at most 5 s) instead of every second: its
+/// turn cannot come before the release has let in everyone ahead, and a room-wide change still
+/// wakes it at once. Most places of a big sale are that far back; the last ones before the front
+/// keep looking every second.
+const FAR_SECONDS: u64 = 10;
+
 /// An open stream's state between frames.
 pub struct EventFrames {
     room: Arc<Room>,
@@ -38,6 +45,8 @@ pub struct EventFrames {
     until: Instant,
     /// The status was looked at once (the next look waits first).
     looked: bool,
+    /// How long the next look waits, unless the room's pulse comes first.
+    look_after: Duration,
     ended: bool,
 }
 
@@ -47,15 +56,15 @@ impl EventFrames {
     pub fn new(room: Arc<Room>, ticket: QueueTicket, sub: &str, max: Duration) -> Self {
         let pulse = Some(room.pulse());
         let now = Instant::now();
-        EventFrames { room, ticket, sub: sub.into(), pulse, last: None, last_sent: now, until: now + max, looked: false, ended: false }
+        EventFrames { room, ticket, sub: sub.into(), pulse, last: None, last_sent: now, until: now + max, looked: false, look_after: LOOK_EVERY, ended: false }
     }
 
     /// The next frame to send (`data: <status JSON>\n\n`), after waiting as long as the stream
     /// has nothing new to say; `None`: the stream ends (admitted, closed, sold out for good, the
     /// place lost, the room's state unreadable, or the stream's time is up).
     ///
-    /// The status is looked at every second and at once when the room says that what every fan
-    /// sees may have changed (its pulse: an operator's pause, resume or queue-all, a sale selling
+    /// The status is looked at every second (a place far from the front: at its poll interval,
+    /// [`FAR_SECONDS`]) and at once when the room says that what every fan sees may have changed (its pulse: an operator's pause, resume or queue-all, a sale selling
     /// out or stock coming back). A frame goes out when the state changed (or "is anything being
     /// released"), else at the poll interval (the place and the ETA).
     ///
@@ -87,10 +96,14 @@ impl EventFrames {
                 }
             };
             let wait = Duration::from_millis(frame.poll_after_ms.min(5000));
+            self.look_after = match (frame.state, &frame.eta_seconds) {
+                (Phase::Waiting, Some(eta)) if eta.low >= FAR_SECONDS => wait.max(LOOK_EVERY),
+                _ => LOOK_EVERY,
+            };
             let done = matches!(frame.state, Phase::Admitted | Phase::Closed) || (frame.state == Phase::SoldOut && !frame.restock_possible);
             let key = (frame.state, frame.restock_possible, frame.eta_seconds.is_none());
             let send = done || self.last.as_ref() != Some(&key) || self.last_sent.elapsed() >= wait;
-            self.ended = done || Instant::now() + LOOK_EVERY > self.until;
+            self.ended = done || Instant::now() + self.look_after > self.until;
             if send {
                 self.last = Some(key);
                 self.last_sent = Instant::now();
@@ -99,7 +112,8 @@ impl EventFrames {
         }
     }
 
-    /// Until the next look: a second, or the room's pulse.
+    /// Until the next look: a second (or, far from the front, the poll interval), or the room's
+    /// pulse.
     async fn wait(&mut self) {
         let gone = tokio::select! {
             r = async {
@@ -108,7 +122,7 @@ impl EventFrames {
                     None => std::future::pending::<bool>().await,
                 }
             } => r,
-            _ = tokio::time::sleep(LOOK_EVERY) => false,
+            _ = tokio::time::sleep(self.look_after) => false,
         };
         if gone {
             // The room was removed: the timer alone, until the status says so.
