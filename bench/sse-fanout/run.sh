@@ -53,6 +53,8 @@ keepalive-seconds = 300
 shutdown-grace-seconds = 1
 # The clients come from eight loopback addresses: no cap per address here (the default is 1000).
 max-event-streams-per-ip = 10000000
+# Streams held for as long as the rows measure them (the default ends each after 120 s).
+event-stream-seconds = 600
 [edge.anomaly]
 device-max-users = 0
 [edge.tls]
@@ -240,7 +242,7 @@ section = "\n".join([
     "",
     f"CPU: {ev['n']:,} open streams with nothing changing cost the edge {ev['idle_us']} µs per stream per second ({evp['idle_us']} µs",
     f"through the proxy; each looks at its status once a second and writes a frame at its poll interval); in a room releasing",
-    f"0.001/s, where every place is far from the front and looks at its poll interval (≤ 5 s), {evf['idle_us']} µs (fan-out there: {fan(evf)});",
+    f"0.001/s, where every place is far from the front (looks at its poll interval, ≤ 5 s; a frame at most every 15 s), {evf['idle_us']} µs (fan-out there: {fan(evf)});",
     f"a status poll costs {poll_us} µs of edge CPU",
     f"(wrk, 64 connections, {float(poll_rps):,.0f} polls/s). A room-wide change (pause, resume, queue-all, reject-all, sold out,",
     "stock back, a new room spec) wakes every stream of the room at once through the room's pulse (a `watch` channel),",

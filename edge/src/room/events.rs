@@ -24,11 +24,20 @@ use super::{Phase, Room, Rooms, StatusOutcome};
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// A waiting place whose turn is at least this far off by its ETA's low end looks at its status
-/// at the interval the room tells a polling fan there (at most 5 s) instead of every second: its
+/// at the interval the room tells a polling fan there (at most [`FAR_LOOK`]) instead of every
+/// second, and is sent a frame at most every [`FAR_FRAME_MS`]: its
 /// turn cannot come before the release has let in everyone ahead, and a room-wide change still
 /// wakes it at once. Most places of a big sale are that far back; the last ones before the front
 /// keep looking every second.
 const FAR_SECONDS: u64 = 10;
+
+/// How often such a far place looks at most.
+const FAR_LOOK: Duration = Duration::from_secs(5);
+
+/// A far place gets a frame at its poll interval up to this (others: up to 5 s). The frame, not
+/// the look, is most of an open stream's CPU (its JSON and its write); a fan hours from the front
+/// sees its place move every 15 s.
+const FAR_FRAME_MS: u64 = 15_000;
 
 /// An open stream's state between frames.
 pub struct EventFrames {
@@ -66,7 +75,8 @@ impl EventFrames {
     /// The status is looked at every second (a place far from the front: at its poll interval,
     /// [`FAR_SECONDS`]) and at once when the room says that what every fan sees may have changed (its pulse: an operator's pause, resume or queue-all, a sale selling
     /// out or stock coming back). A frame goes out when the state changed (or "is anything being
-    /// released"), else at the poll interval (the place and the ETA).
+    /// released"), else at the poll interval (the place and the ETA; at most 5 s, 15 s far from the
+    /// front).
     ///
     /// Cancel-safe between frames: dropped while it waits, nothing is lost.
     pub async fn next(&mut self, rooms: &Rooms) -> Option<String> {
@@ -95,11 +105,9 @@ impl EventFrames {
                     return None;
                 }
             };
-            let wait = Duration::from_millis(frame.poll_after_ms.min(5000));
-            self.look_after = match (frame.state, &frame.eta_seconds) {
-                (Phase::Waiting, Some(eta)) if eta.low >= FAR_SECONDS => wait.max(LOOK_EVERY),
-                _ => LOOK_EVERY,
-            };
+            let far = matches!((frame.state, &frame.eta_seconds), (Phase::Waiting, Some(eta)) if eta.low >= FAR_SECONDS);
+            let wait = Duration::from_millis(frame.poll_after_ms.min(if far { FAR_FRAME_MS } else { 5000 }));
+            self.look_after = if far { wait.clamp(LOOK_EVERY, FAR_LOOK) } else { LOOK_EVERY };
             let done = matches!(frame.state, Phase::Admitted | Phase::Closed) || (frame.state == Phase::SoldOut && !frame.restock_possible);
             let key = (frame.state, frame.restock_possible, frame.eta_seconds.is_none());
             let send = done || self.last.as_ref() != Some(&key) || self.last_sent.elapsed() >= wait;
