@@ -227,7 +227,6 @@ fn on_stream<P: Handover>(front: &Arc<Front<P>>, session: HttpSession, peer: Opt
     };
     let Some(peer) = peer.filter(|_| simple(&session)) else { return to_proxy(session, active.start()) };
     let door = Arc::clone(front);
-    let (for_events, stop) = (Arc::clone(active), shutdown.clone());
     let mut task = Box::pin(async move {
         let mut session = session;
         let decision = {
@@ -236,11 +235,9 @@ fn on_stream<P: Handover>(front: &Arc<Front<P>>, session: HttpSession, peer: Opt
             decide(&door.state, &Ask { door: Door::H2, method: req.method.as_str(), path, head: req, peer }).await
         };
         match decision {
-            Decision::HandOver => Some(session),
-            Decision::Events(ev) => {
-                events(&door, session, *ev, for_events.start(), stop);
-                None
-            }
+            Decision::HandOver => Some((session, None)),
+            // Started by the caller, which holds the connection's count of streams in flight.
+            Decision::Events(ev) => Some((session, Some(ev))),
             decision => {
                 answer(&door, &mut session, decision);
                 None
@@ -249,7 +246,8 @@ fn on_stream<P: Handover>(front: &Arc<Front<P>>, session: HttpSession, peer: Opt
     });
     match task.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
         std::task::Poll::Ready(None) => {}
-        std::task::Poll::Ready(Some(session)) => to_proxy(session, active.start()),
+        std::task::Poll::Ready(Some((session, None))) => to_proxy(session, active.start()),
+        std::task::Poll::Ready(Some((session, Some(ev)))) => events(front, session, *ev, active.start(), shutdown.clone()),
         std::task::Poll::Pending => {
             // Polled again at once by the runtime, which then holds the waker.
             let in_flight = active.start();
@@ -257,9 +255,10 @@ fn on_stream<P: Handover>(front: &Arc<Front<P>>, session: HttpSession, peer: Opt
             let upstreams = Arc::clone(upstreams);
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
-                let _in_flight = in_flight;
-                if let Some(session) = task.await {
-                    hand_on(&upstreams, &front.proxy, session, &shutdown).await;
+                match task.await {
+                    Some((session, None)) => hand_on(&upstreams, &front.proxy, session, &shutdown).await,
+                    Some((session, Some(ev))) => events(&front, session, *ev, in_flight, shutdown),
+                    None => {}
                 }
             });
         }
@@ -282,7 +281,7 @@ fn events<P: Handover>(front: &Arc<Front<P>>, mut session: HttpSession, ev: Even
         Ok(slot) => slot,
         Err(full) => {
             st.metrics.rejects.with_label_values(&[full.reason()]).inc();
-            let body = serde_json::json!({"error": "unavailable", "message": full.message()}).to_string();
+            let body = full.body();
             let Ok(mut h) = pingora::http::ResponseHeader::build_no_case(503, Some(5)).and_then(|mut h| {
                 h.insert_header(header::CONTENT_TYPE, "application/json")?;
                 h.insert_header(header::CACHE_CONTROL, "no-store")?;

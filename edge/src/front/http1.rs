@@ -46,7 +46,7 @@ use crate::decide::{Ask, Decision, Door, EventStream, decide};
 use crate::identity::header_bytes;
 use crate::metrics::{Outcome, Route};
 use crate::reject::MAX_REQUEST_HEAD;
-use crate::room::events::{EventFrames, StreamSlot};
+use crate::room::events::{EventFrames, Full, StreamSlot};
 use crate::statics::none_match;
 
 /// Most request headers accepted (431 above).
@@ -191,7 +191,7 @@ impl<P: Handover> Front<P> {
                     Ok(slot) => slot,
                     Err(full) => {
                         st.metrics.rejects.with_label_values(&[full.reason()]).inc();
-                        if write_answer(&mut stream, &[&unavailable(full.message(), keep, self.hsts_line())], b"", timeout).await.is_err() {
+                        if write_answer(&mut stream, &[&unavailable(full, keep, self.hsts_line())], b"", timeout).await.is_err() {
                             return None;
                         }
                         st.metrics.request(Route::Edge, Outcome::Rejected);
@@ -396,10 +396,9 @@ impl<P: Handover> Front<P> {
 const EVENTS_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
     Transfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\nDate: ";
 
-/// A 503 `unavailable` JSON answer with `message` (an event stream over the budget: the page
-/// polls instead); `Connection: close` unless `keep`.
-fn unavailable(message: &str, keep: bool, extra: &[u8]) -> Vec<u8> {
-    let body = serde_json::json!({"error": "unavailable", "message": message}).to_string();
+/// The 503 `unavailable` answer to an event stream over the budget (the page polls instead); `Connection: close` unless `keep`.
+fn unavailable(full: Full, keep: bool, extra: &[u8]) -> Vec<u8> {
+    let body = full.body();
     let date = pingora::protocols::http::date::get_cached_date();
     let close = if keep { "" } else { "\r\nConnection: close" };
     let mut out = format!(

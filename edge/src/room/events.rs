@@ -12,9 +12,10 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dashmap::DashMap;
+use tokio::time::Instant;
 
 use super::ticket::QueueTicket;
 use super::{Phase, Room, Rooms, StatusOutcome};
@@ -166,6 +167,11 @@ impl Full {
             Full::Edge => "too many open event streams on this edge: poll the status instead",
             Full::Address => "too many open event streams from this address: poll the status instead",
         }
+    }
+
+    /// The refusal's JSON body (with 503 and `Retry-After: 5`, the same at every door).
+    pub fn body(self) -> String {
+        serde_json::json!({"error": "unavailable", "message": self.message()}).to_string()
     }
 
     /// The refusal's label in `wicket_edge_rejects_total`.

@@ -517,7 +517,7 @@ async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest,
             st.rejects.with_label_values(&[full.reason()]).inc();
             let mut extra = cookie_headers(q);
             extra.push((header::RETRY_AFTER, "5".to_owned()));
-            let body = Bytes::from(error_json("unavailable", full.message()).to_string());
+            let body = Bytes::from(full.body());
             return answer(session, 503, "application/json", body, &extra).await;
         }
     };
