@@ -248,6 +248,40 @@ mod tests {
         prometheus::IntGauge::new("open", "open").unwrap()
     }
 
+    /// Frames on the runtime's paused clock: a place far from the front (2,000 ahead at 1/s) is
+    /// sent one at its poll interval, capped at 15 s (told 30 s there, jittered ±20%); the place
+    /// at the front's door (nobody ahead) gets one about every second.
+    #[tokio::test(start_paused = true)]
+    async fn a_far_place_is_sent_fewer_frames_than_one_near_the_front() {
+        let rooms = crate::room::tests::rooms_with("release = { mode = \"fixed\", rate = 0.0 }");
+        let room = rooms.get("r1").unwrap();
+        let mut tickets = Vec::new();
+        for i in 0..2001 {
+            let dev = format!("dev-{i}");
+            tickets.push((dev.clone(), rooms.join(&room, &dev, &dev).await.unwrap()));
+        }
+        room.set_measured_rate(1.0);
+        room.set_release_rate(1.0);
+        let gaps = |(dev, t): &(String, QueueTicket)| {
+            let (rooms, room, dev, t) = (&rooms, Arc::clone(&room), dev.clone(), t.clone());
+            async move {
+                let mut frames = EventFrames::new(room, t, &dev, Duration::from_secs(600));
+                frames.next(rooms).await.expect("a first frame");
+                let mut gaps = Vec::new();
+                for _ in 0..4 {
+                    let at = tokio::time::Instant::now();
+                    frames.next(rooms).await.expect("a frame");
+                    gaps.push(at.elapsed());
+                }
+                gaps
+            }
+        };
+        let far = gaps(&tickets[2000]).await;
+        assert!(far.iter().all(|g| *g >= Duration::from_secs(14) && *g <= Duration::from_secs(16)), "{far:?}");
+        let near = gaps(&tickets[0]).await;
+        assert!(near.iter().all(|g| *g <= Duration::from_secs(2)), "{near:?}");
+    }
+
     #[test]
     fn the_budget_counts_streams_in_all_and_per_address_and_gives_slots_back() {
         let b = StreamBudget::new(3, 2, Duration::from_secs(9), gauge());
