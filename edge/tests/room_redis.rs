@@ -146,13 +146,86 @@ async fn a_new_leader_keeps_the_promises_of_the_old() {
     a.tick_room(&ra, t0 + 2000).await.unwrap();
     assert!(!ra.leader.load(Ordering::Relaxed));
     let kept = rb.state.kept_book().await.unwrap();
-    ra.state.keep_book(&a.node, "{}", 15_000).await.unwrap();
+    assert!(!ra.state.keep_book(&a.node, "{}", 15_000).await.unwrap(), "refused: not the lease holder");
     assert_eq!(rb.state.kept_book().await.unwrap(), kept, "only the lease holder keeps the book");
     // The first step's pickup window passes under the new leader: its 8 places never picked up
     // lapse, the 2 admitted stand (8 tickets): 32 unpromised, 8 fans more.
     b.tick_room(&rb, t0 + wicket_edge::room::claims::PICKUP_MS).await.unwrap();
     assert_eq!(rb.state.refresh().await.unwrap().serving, 18, "8 lapsed of the old leader's step, 2 picked up still promised");
     assert_eq!(rb.stats()["claims"]["open"], 10);
+}
+
+/// The takeover's corners (issue #39, review of the book's takeover): an edge whose ticks stopped
+/// for longer than the lease while another led takes its lease back from the other's book, not
+/// its own stale one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_back_from_silence_goes_on_from_its_successors_book() {
+    let redis = RedisServer::start();
+    let room = "max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n";
+    let (a, b) = (edge(&redis.url(), room), edge(&redis.url(), room));
+    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
+    for i in 0..100 {
+        a.join(&ra, &format!("u{i}"), "d").await.unwrap();
+    }
+    for r in [&ra, &rb] {
+        r.available.store(40, Ordering::Relaxed);
+        *r.holds.lock() = Some((0, 0));
+    }
+    let t0 = unix_ms();
+    a.tick_room(&ra, t0).await.unwrap();
+    b.tick_room(&rb, t0).await.unwrap();
+    assert!(ra.leader.load(Ordering::Relaxed));
+    assert_eq!(ra.state.refresh().await.unwrap().serving, 10, "40 tickets, 4 a fan");
+    // The leader's ticks stop (its store unreachable from it, say); the other edge takes over from
+    // its book. Eight of the ten hold: two stay promised, and six more fans go in on the 32 left.
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 300)).await;
+    rb.available.store(32, Ordering::Relaxed);
+    *rb.holds.lock() = Some((8, 8));
+    b.tick_room(&rb, t0 + 1000).await.unwrap();
+    assert!(rb.leader.load(Ordering::Relaxed));
+    assert_eq!(rb.state.refresh().await.unwrap().serving, 16, "2 open + 6 new fans, 4 each: all 32 promised");
+    // The successor stops as well; the first edge's ticks come back. It still believes it leads
+    // (none of its ticks failed where it could see it), but its lease lapsed: it takes it back
+    // from the successor's book. Its own says 10 let in and none held: 8 holds would settle 8 and
+    // let 6 more in, on the 32 tickets the successor's 8 open places are promised.
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 300)).await;
+    ra.available.store(32, Ordering::Relaxed);
+    *ra.holds.lock() = Some((8, 8));
+    assert!(ra.leader.load(Ordering::Relaxed), "it thinks it still leads");
+    a.tick_room(&ra, t0 + 5000).await.unwrap();
+    assert!(ra.leader.load(Ordering::Relaxed));
+    assert_eq!(ra.state.refresh().await.unwrap().serving, 16, "every ticket is promised: nobody more");
+    assert_eq!(ra.stats()["claims"], serde_json::json!({"open": 8, "promised": 32, "spoken_for": true}));
+}
+
+/// A leader that let places in and died before keeping its book: the edge that takes over
+/// promises them (the book says where `serving` stood at its last step).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn places_let_in_after_the_last_book_kept_stay_promised() {
+    let redis = RedisServer::start();
+    let room = "max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 10.0 }\n";
+    let (a, b) = (edge(&redis.url(), room), edge(&redis.url(), room));
+    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
+    for i in 0..100 {
+        a.join(&ra, &format!("u{i}"), "d").await.unwrap();
+    }
+    for r in [&ra, &rb] {
+        r.available.store(80, Ordering::Relaxed);
+        *r.holds.lock() = Some((0, 0));
+    }
+    let t0 = unix_ms();
+    a.tick_room(&ra, t0).await.unwrap();
+    b.tick_room(&rb, t0).await.unwrap();
+    assert_eq!(ra.state.refresh().await.unwrap().serving, 10, "10 a second");
+    // Its next step is made, and it dies before keeping the book.
+    let step = ra.state.advance_lane(&a.node, 5, 0, t0 + 1000).await.unwrap();
+    assert_eq!(step.serving, 15);
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 300)).await;
+    b.tick_room(&rb, t0 + 2000).await.unwrap();
+    assert!(rb.leader.load(Ordering::Relaxed));
+    // 15 promised 60 of the 80: five more, not ten (the book's ten alone leave 40).
+    assert_eq!(rb.state.refresh().await.unwrap().serving, 20);
+    assert_eq!(rb.stats()["claims"]["open"], 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -86,10 +86,10 @@ async fn blocks_per_edge_real_places_only_and_a_rejoin_anywhere_keeps_its_place(
     assert!(!b.lead("node-b", 10_000).await.unwrap(), "one leader");
     // The leader's book of promises is kept in the room's slot for the next leader (lua/room_book.lua);
     // only the lease holder writes it, and an empty one is dropped.
-    a.keep_book("node-a", "{\"steps\":1}", 10_000).await.unwrap();
-    b.keep_book("node-b", "{\"steps\":2}", 10_000).await.unwrap();
+    assert!(a.keep_book("node-a", "{\"steps\":1}", 10_000).await.unwrap());
+    assert!(!b.keep_book("node-b", "{\"steps\":2}", 10_000).await.unwrap(), "not the lease holder: refused");
     assert_eq!(b.kept_book().await.unwrap().as_deref(), Some("{\"steps\":1}"));
-    a.keep_book("node-a", "", 10_000).await.unwrap();
+    assert!(a.keep_book("node-a", "", 10_000).await.unwrap());
     assert_eq!(b.kept_book().await.unwrap(), None, "an empty book is dropped");
     let s = a.advance_lane("node-a", 100, 0, unix_ms()).await.unwrap();
     assert_eq!((s.serving, s.released), (0, 0), "the blocks are in use and recorded nothing yet");

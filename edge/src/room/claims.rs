@@ -41,8 +41,16 @@
 //! ([`super::state::RoomState::keep_book`], only while it holds the lease), and an edge that takes
 //! the lease over goes on from it ([`super::state::RoomState::kept_book`]) — the places its
 //! predecessor let in stay promised, instead of a second full round let in on the same tickets.
-//! What a failover still costs: the steps of the last tick before the old leader died, if it died
-//! between its step and keeping the book (one tick's places, unpromised).
+//! The book records where `serving` stood at its last step: places let in past it (the leader
+//! died between its step and keeping the book) are promised at the takeover as one step
+//! ([`Claims::unkept`]), the cautious way. An edge whose ticks failed for longer than the lease
+//! takes its lease back as a takeover too, from the newer of its own book and the store's
+//! ([`Claims::newer`]); a keep refused (the lease went elsewhere) makes it a follower at once. A
+//! new leader's first stock readings may lag the book's count of holds: a lower count settles
+//! nothing and is not taken for a counter that started over until [`HOLDS_RESET_MS`] (else the
+//! same holds would settle twice). What a failover still costs: a new leader whose clock runs
+//! ahead of its predecessor's lapses the book's places early by the difference (the leases rely
+//! on synchronised clocks as well).
 
 use std::collections::VecDeque;
 
@@ -76,8 +84,17 @@ pub const MARGIN_SD: f64 = 2.0;
 /// Holds counted before their mean replaces `max-qty` as a place's promise.
 pub const MEASURED_HOLDS: u64 = 20;
 
-/// What a room's leader remembers of its recent steps (kept in [`super::ReleaseBook`]).
+/// How long the core's count of holds may read lower than the book's before it is taken for a
+/// counter that started over (the event made again): an edge that takes the lease over reads the
+/// core on its own clock, and its first readings can lag the ones its predecessor kept in the
+/// book by a poll. Taken at once, a lagging reading would settle the same holds twice when the
+/// count catches up — and let as many fans too many in.
+pub const HOLDS_RESET_MS: u64 = 5_000;
+
+/// What a room's leader remembers of its recent steps (kept in [`super::ReleaseBook`]). Every field
+/// has a default, so a book kept by an edge of another version still reads (a rolling upgrade).
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Claims {
     /// The steps of the last [`CLAIM_MS`], oldest first.
     window: VecDeque<Step>,
@@ -85,10 +102,18 @@ pub struct Claims {
     last_holds: Option<u64>,
     /// The core's (`holds`, `hold_units`) at the last answer: the measured tickets per hold.
     measured: (u64, u64),
+    /// Since when the core's `holds` reads lower than `last_holds` (ms), see [`HOLDS_RESET_MS`].
+    lower_since: Option<u64>,
+    /// `serving` after the last step this book recorded, and the room's places passed then
+    /// ([`super::state::RoomState::passed`]): an edge that takes the lease over finds the steps
+    /// made after it (its predecessor died between a step and keeping the book) by them.
+    to: u64,
+    passed: u64,
 }
 
 /// What one release step did, as [`Claims::note`] records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Released {
     /// The places it passed: `from < place <= to` (`serving` before and after).
     pub from: u64,
@@ -100,7 +125,8 @@ pub struct Released {
 }
 
 /// One release step in the window.
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 struct Step {
     /// When it released (ms).
     at: u64,
@@ -161,11 +187,18 @@ impl Claims {
     /// ones; places not picked up within [`PICKUP_MS`] lapse; steps older than [`CLAIM_MS`] leave.
     pub fn note(&mut self, now_ms: u64, released: Option<Released>, holds: Option<(u64, u64)>) {
         if let Some((h, units)) = holds {
-            // A counter that went down (the event was made again) starts over: nothing settles.
-            let mut new = match self.last_holds {
-                Some(before) if h >= before => h - before,
-                _ => 0,
-            };
+            // A lower reading lags (a new leader's first readings): it is let pass. One lower for
+            // [`HOLDS_RESET_MS`] is a counter that started over (the event was made again):
+            // nothing settles, and it counts from there.
+            let before = self.last_holds;
+            if before.is_some_and(|b| h < b) {
+                let since = *self.lower_since.get_or_insert(now_ms);
+                if now_ms < since + HOLDS_RESET_MS {
+                    return self.step(now_ms, released);
+                }
+            }
+            self.lower_since = None;
+            let mut new = before.filter(|b| h >= *b).map_or(0, |b| h - b);
             self.last_holds = Some(h);
             self.measured = (h, units);
             for holdable in [true, false] {
@@ -179,9 +212,14 @@ impl Claims {
                 }
             }
         }
+        self.step(now_ms, released);
+    }
+
+    /// [`Claims::note`] after the holds: records the step, lapses and drops.
+    fn step(&mut self, now_ms: u64, released: Option<Released>) {
         if let Some(r) = released.filter(|r| r.places > 0) {
             let r = Released { in_line: r.in_line.min(r.places), ..r };
-            self.window.push_back(Step { at: now_ms, r, settled: 0, picked: None, lapsed: 0, checked: false });
+            self.window.push_back(Step { at: now_ms, r, ..Step::default() });
         }
         for step in self.window.iter_mut().take_while(|s| s.at + PICKUP_MS <= now_ms).filter(|s| !s.checked) {
             step.lapsed = step.unpicked().min(step.open());
@@ -190,6 +228,39 @@ impl Claims {
         while self.window.front().is_some_and(|s| s.open() == 0 || s.at + CLAIM_MS <= now_ms) {
             self.window.pop_front();
         }
+    }
+
+    /// Records where the room stands after the leader's tick: `serving` and the places passed
+    /// ([`super::state::RoomState::passed`]).
+    pub fn served(&mut self, serving: u64, passed: u64) {
+        self.to = self.to.max(serving);
+        self.passed = self.passed.max(passed);
+    }
+
+    /// The book an edge that takes the lease goes on from: the one kept in the store, or this
+    /// edge's own (`own`: it led until its ticks failed for longer than the lease) when that went
+    /// further — its last steps were not kept; the store's book is then its own, older. With
+    /// neither, nothing is promised.
+    pub fn newer(kept: Option<Claims>, own: Option<Claims>) -> Claims {
+        match (kept, own) {
+            (Some(k), Some(o)) if o.to > k.to => o,
+            (Some(k), _) => k,
+            (None, o) => o.unwrap_or_default(),
+        }
+    }
+
+    /// At a takeover at `now_ms`, with the room at `serving` and `passed` places passed: the places
+    /// released after this book's last step (the leader died between a step and keeping its book,
+    /// or the store ran a step whose answer it never got) are promised as one step now, the
+    /// cautious way — their fans may be polling their turn. Nothing when the book recorded no step.
+    pub fn unkept(&mut self, now_ms: u64, serving: u64, passed: u64) -> u64 {
+        if self.to == 0 || serving <= self.to || passed <= self.passed {
+            return 0;
+        }
+        let places = passed - self.passed;
+        self.note(now_ms, Some(Released { from: self.to, to: serving, places, in_line: places }), None);
+        self.served(serving, passed);
+        places
     }
 
     /// True when no step is in the window (nothing promised).
@@ -420,6 +491,77 @@ mod tests {
         assert_eq!(c.open(), 0, "that fan held: settled at once");
     }
 
+    /// A book kept by an edge of another version reads (a rolling upgrade): fields it lacks take
+    /// their defaults, fields it has that this version does not know are passed over.
+    #[test]
+    fn a_book_of_another_version_reads() {
+        let old = r#"{"window":[{"at":1000,"r":{"from":0,"to":10,"places":10,"in_line":10},"settled":2,"picked":null,"lapsed":0,"checked":false}],"last_holds":2,"measured":[2,2]}"#;
+        let c: Claims = serde_json::from_str(old).unwrap();
+        assert_eq!((c.open(), c.to, c.lower_since), (8, 0, None));
+        let newer = r#"{"window":[{"at":1000,"r":{"from":0,"to":10,"places":10},"settled":2,"shown":3}],"to":10,"passed":10,"claims_v":3}"#;
+        let c: Claims = serde_json::from_str(newer).unwrap();
+        assert_eq!((c.open(), c.to, c.window[0].r.in_line), (8, 10, 0));
+        assert_eq!(serde_json::from_str::<Claims>("{}").unwrap().open(), 0);
+    }
+
+    /// A new leader's first readings of the core's holds can lag the count its predecessor kept in
+    /// the book: a lower reading settles nothing and the next higher one settles only the holds
+    /// after the book's (taking the lower one at once settled the same two holds twice: two fans
+    /// too many let in). A count lower for [`HOLDS_RESET_MS`] started over.
+    #[test]
+    fn a_lagging_reading_of_holds_does_not_settle_the_same_holds_twice() {
+        let mut c = Claims::default();
+        c.note(0, None, Some((10, 10)));
+        c.note(0, rel(10), None);
+        let mut taken: Claims = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        taken.note(1000, None, Some((8, 8)));
+        assert_eq!(taken.open(), 10, "a lagging reading settles nothing");
+        taken.note(2000, None, Some((12, 12)));
+        assert_eq!(taken.open(), 8, "two holds after the book's settle two places, not four");
+        // A counter that stays lower started over: from there it counts.
+        taken.note(3000, None, Some((1, 1)));
+        taken.note(3000 + HOLDS_RESET_MS - 1, None, Some((1, 1)));
+        assert_eq!((taken.open(), taken.last_holds), (8, Some(12)), "still taken for a lag");
+        taken.note(3000 + HOLDS_RESET_MS, None, Some((1, 1)));
+        assert_eq!((taken.open(), taken.last_holds), (8, Some(1)), "started over: nothing settled");
+        taken.note(3000 + HOLDS_RESET_MS, None, Some((4, 4)));
+        assert_eq!(taken.open(), 5);
+        // A lower reading between higher ones is forgotten.
+        taken.note(9000, None, Some((3, 3)));
+        taken.note(9500, None, Some((5, 5)));
+        taken.note(9000 + HOLDS_RESET_MS, None, Some((4, 4)));
+        assert_eq!((taken.open(), taken.last_holds), (4, Some(5)), "the lag timer starts again");
+    }
+
+    /// The book an edge taking the lease goes on from, and the places let in after its last step.
+    #[test]
+    fn a_takeover_goes_on_from_the_newer_book_and_promises_steps_never_kept() {
+        let book = |to: u64, places: u64| {
+            let mut c = Claims::default();
+            c.note(0, over(to - places, to, 0), Some((0, 0)));
+            c.served(to, to);
+            c
+        };
+        assert_eq!(Claims::newer(Some(book(16, 6)), Some(book(10, 10))).to, 16, "a successor's newer book");
+        assert_eq!(Claims::newer(Some(book(10, 10)), Some(book(14, 4))).to, 14, "this edge's own steps, never kept");
+        assert_eq!(Claims::newer(Some(book(10, 3)), Some(book(10, 10))).open(), 3, "as far: the store's (later settles)");
+        assert_eq!(Claims::newer(None, Some(book(10, 10))).open(), 10);
+        assert_eq!(Claims::newer(None, None).open(), 0);
+        // The old leader let 5 more in and died before keeping its book: promised at the takeover.
+        let mut c = book(10, 10);
+        assert_eq!(c.unkept(1000, 15, 15), 5);
+        assert_eq!((c.open(), c.to), (15, 15));
+        assert_eq!(c.ask(15).ranges, vec![(0, 10), (10, 15)], "their pickups are counted");
+        assert_eq!(c.unkept(2000, 15, 15), 0, "once");
+        // A spread room: places passed, not numbers.
+        let mut c = book(10, 10);
+        assert_eq!(c.unkept(1000, 5_000_000, 13), 3);
+        // A book that recorded no step (older edge, or nothing released) promises nothing more.
+        let mut c = Claims::default();
+        assert_eq!(c.unkept(1000, 15, 15), 0);
+        assert_eq!(c.open(), 0);
+    }
+
     #[test]
     fn without_hold_counts_places_lapse_and_a_reset_counter_settles_nothing() {
         // Before any stock answer nothing is settled; a core without `holds` reads as 0 forever.
@@ -436,5 +578,8 @@ mod tests {
         c.note(0, rel(0), Some((50, 75)));
         c.note(1000, rel(5), Some((2, 2)));
         assert_eq!(c.open(), 5);
+        c.note(1000 + HOLDS_RESET_MS, rel(0), Some((2, 2)));
+        c.note(2000 + HOLDS_RESET_MS, rel(0), Some((3, 3)));
+        assert_eq!(c.open(), 4, "counted from where it started over");
     }
 }

@@ -206,6 +206,9 @@ pub struct ReleaseBook {
     /// Time of the last tick that reached its release step, Unix ms (a failed tick keeps the old
     /// one: the next step is capped at [`release::MAX_STEP_MS`]).
     pub last_tick_ms: u64,
+    /// Time of this edge's last renewal of the leader lease, Unix ms: renewals that stopped for
+    /// longer than the lease make the next one a takeover ([`Rooms::tick_room`]).
+    pub led_at_ms: u64,
 }
 
 impl Room {

@@ -388,9 +388,11 @@ pub(super) fn text(v: &Value) -> Option<String> {
     }
 }
 
-/// Keeps the leader's book under `keys` = [leader lease, book] (both layouts).
-pub(super) async fn keep_book(redis: &RedisRooms, keys: [&str; 2], node: &str, book: &str, keep_ms: u64) -> Result<(), StateError> {
-    redis.run(&BOOK, &keys, &[node.to_owned(), book.to_owned(), keep_ms.max(1).to_string()]).await.map(|_| ())
+/// Keeps the leader's book under `keys` = [leader lease, book] (both layouts); false when `node`
+/// does not hold the lease.
+pub(super) async fn keep_book(redis: &RedisRooms, keys: [&str; 2], node: &str, book: &str, keep_ms: u64) -> Result<bool, StateError> {
+    let v = redis.run(&BOOK, &keys, &[node.to_owned(), book.to_owned(), keep_ms.max(1).to_string()]).await?;
+    Ok(int(&v) == Some(1))
 }
 
 /// The book kept under `key`, if any.
@@ -512,7 +514,7 @@ impl RoomState for RedisRoom {
         self.redis.run(&RESIGN, &[&self.leader], &[node.to_owned()]).await.map(|_| ())
     }
 
-    async fn keep_book(&self, node: &str, book: &str, keep_ms: u64) -> Result<(), StateError> {
+    async fn keep_book(&self, node: &str, book: &str, keep_ms: u64) -> Result<bool, StateError> {
         keep_book(&self.redis, [&self.leader, &self.book], node, book, keep_ms).await
     }
 

@@ -61,23 +61,39 @@ impl Rooms {
         room.forget_touches(now_ms.saturating_sub(idle_ms));
         room.active.store(active, Ordering::Relaxed);
         let leader = room.state.lead(&self.node, LEASE_MS).await?;
-        if leader && !room.leader.swap(leader, Ordering::Relaxed) {
-            // This edge takes the lease: the places its predecessor let in stay promised
-            // ([`super::claims`]), or a failover lets a second full round in on the same tickets.
-            let kept = room.state.kept_book().await?;
-            let claims = match kept.as_deref().map(serde_json::from_str::<super::claims::Claims>) {
-                Some(Ok(c)) => c,
+        // This edge takes the lease when it did not hold it, or when its renewals stopped for
+        // longer than the lease (its ticks failed: another edge may have led meanwhile). The
+        // places its predecessor let in stay promised ([`super::claims`]), or a failover lets a
+        // second full round in on the same tickets. Until the book is read the edge is not the
+        // leader it thinks it is: a read that fails is tried again at the next tick.
+        let was = room.leader.load(Ordering::Relaxed);
+        let renewed = was && now_ms.saturating_sub(room.book.lock().led_at_ms) <= LEASE_MS;
+        let taking = leader && !renewed;
+        if taking {
+            let kept = match room.state.kept_book().await?.as_deref().map(serde_json::from_str::<super::claims::Claims>) {
+                Some(Ok(c)) => Some(c),
                 Some(Err(e)) => {
                     tracing::warn!(room = %room.id, "the last leader's book does not read, starting without it: {e}");
-                    Default::default()
+                    None
                 }
-                None => Default::default(),
+                None => None,
             };
-            tracing::info!(room = %room.id, open = claims.open(), "release leader: this edge");
-            room.book.lock().claims = claims;
+            let mut b = room.book.lock();
+            let own = was.then(|| std::mem::take(&mut b.claims));
+            b.claims = super::claims::Claims::newer(kept, own);
+            tracing::info!(room = %room.id, open = b.claims.open(), "release leader: this edge");
+        }
+        if leader {
+            room.book.lock().led_at_ms = now_ms;
         }
         room.leader.store(leader, Ordering::Relaxed);
         let mut c = room.state.refresh().await?;
+        if taking {
+            let unkept = room.book.lock().claims.unkept(now_ms, c.serving, room.state.passed(&c));
+            if unkept > 0 {
+                tracing::info!(room = %room.id, unkept, "release leader: places let in after the last book kept are promised");
+            }
+        }
         room.report.marks.lock().note(super::tally::minute_of(now_ms), c.serving, c.lane_serving);
         let now_s = (now_ms / 1000) as i64;
         let (opens_at, closes_at) = room.window(&spec);
@@ -174,10 +190,13 @@ impl Rooms {
             let r = super::claims::Released { from: c.serving, to: a.serving, places: a.released, in_line: a.in_line };
             room.book.lock().claims.note(now_ms, Some(r), None);
         }
+        let serving = step.map_or(c.serving, |a| a.serving);
+        // People, not numbers: a spread room's places are not consecutive.
+        let passed = room.state.passed(&super::state::Counters { serving, ..c });
         if leader {
+            room.book.lock().claims.served(serving, passed);
             self.keep_book(room).await;
         }
-        let serving = step.map_or(c.serving, |a| a.serving);
         if let Some(a) = step {
             room.report.marks.lock().note(super::tally::minute_of(now_ms), a.serving, a.lane_serving);
         }
@@ -186,8 +205,6 @@ impl Rooms {
             room.state.lapse(now_ms, spec.config.proof_grace_seconds * 1000).await?;
         }
         {
-            // People, not numbers: a spread room's places are not consecutive.
-            let passed = room.state.passed(&super::state::Counters { serving, ..c });
             let mut b = room.book.lock();
             if let Some(prev) = b.last_passed {
                 let inst = passed.saturating_sub(prev) as f64 * 1000.0 / dt_ms as f64;
@@ -256,9 +273,19 @@ impl Rooms {
             b.kept_empty = b.claims.is_empty();
             if b.kept_empty { String::new() } else { serde_json::to_string(&b.claims).unwrap_or_default() }
         };
-        if let Err(e) = room.state.keep_book(&self.node, &text, super::claims::CLAIM_MS).await {
-            room.book.lock().kept_empty = false;
-            tracing::warn!(room = %room.id, "release: the book of promises not kept for the next leader: {e}");
+        match room.state.keep_book(&self.node, &text, super::claims::CLAIM_MS).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // The lease went to another edge since this tick renewed it: that edge's book
+                // stands; this one reads it if it takes the lease back.
+                room.book.lock().kept_empty = false;
+                room.leader.store(false, Ordering::Relaxed);
+                tracing::warn!(room = %room.id, "release: the lease was lost before the book was kept");
+            }
+            Err(e) => {
+                room.book.lock().kept_empty = false;
+                tracing::warn!(room = %room.id, "release: the book of promises not kept for the next leader: {e}");
+            }
         }
     }
 

@@ -1190,7 +1190,7 @@ impl RoomState for SpreadRoom {
         self.redis.run(&RESIGN, &[&self.main.leader], &[node.to_owned()]).await.map(|_| ())
     }
 
-    async fn keep_book(&self, node: &str, book: &str, keep_ms: u64) -> Result<(), StateError> {
+    async fn keep_book(&self, node: &str, book: &str, keep_ms: u64) -> Result<bool, StateError> {
         super::redis::keep_book(&self.redis, [&self.main.leader, &self.main.book], node, book, keep_ms).await
     }
 

@@ -178,9 +178,10 @@ pub trait RoomState: Send + Sync {
     /// Leader only: keeps the release leader's book (`book`: the places its recent steps promised
     /// tickets to, [`super::claims`]) for `keep_ms` where an edge that takes the lease over finds it
     /// ([`RoomState::kept_book`]); an empty `book` drops it. Written only while `node` holds the
-    /// lease. Embedded: there is no other leader to hand it to.
-    async fn keep_book(&self, _node: &str, _book: &str, _keep_ms: u64) -> Result<(), StateError> {
-        Ok(())
+    /// lease: false when it does not (it lost the lease since its last renewal). Embedded: there
+    /// is no other leader to hand it to.
+    async fn keep_book(&self, _node: &str, _book: &str, _keep_ms: u64) -> Result<bool, StateError> {
+        Ok(true)
     }
     /// The book the last leader kept ([`RoomState::keep_book`]), while it stands.
     async fn kept_book(&self) -> Result<Option<String>, StateError> {
