@@ -21,8 +21,10 @@
 //!
 //! A place is **picked up** when its fan is admitted (a session opened for it: the room's store
 //! records the session's place, and the leader's sweep counts, each tick, the places picked up in
-//! the range of places each recent step passed). A place not picked up within [`PICKUP_MS`]
-//! lapses (its fan did not come: it stopped polling, or was a script refused at the door); one
+//! the range of places each recent step passed). A place not picked up within its step's pickup
+//! window lapses (its fan did not come: it stopped polling, or was a script refused at the door):
+//! the longest poll the room's answers may have told the step's places ([`Told::pickup_ms`]), at
+//! most [`PICKUP_MS`]; one
 //! picked up but not settled lapses at [`CLAIM_MS`] (its fan did not buy). Then the next fans are
 //! let in. Holds settle picked-up places first (a fan who holds was admitted). While the stock left
 //! is all promised, the room says "sold out for now" and the queue keeps its places
@@ -31,7 +33,7 @@
 //! count holds (older than this edge) settles nothing: every place is then promised `max-qty`
 //! until it lapses.
 //!
-//! What it costs: a fan who is admitted more than [`PICKUP_MS`] after its turn, or holds more than
+//! What it costs: a fan who is admitted later than its step's pickup window, or holds more than
 //! [`CLAIM_MS`] after it, settles another fan's place when it holds, so one place too many is let
 //! in; if the stock is short then, a fan meets "sold out". A lane place or a late proof is not in
 //! its step's range: its promise stands [`CLAIM_MS`], the cautious way. A store that counts no
@@ -122,6 +124,15 @@ pub struct Released {
     pub places: u64,
     /// Of them, the places in the range (the others, lane places and late proofs, are not).
     pub in_line: u64,
+    /// Its pickup window ([`Told::pickup_ms`]; 0: [`PICKUP_MS`]).
+    pub pickup_ms: u64,
+}
+
+impl Released {
+    /// How long its places stand before their fans are admitted.
+    fn pickup(&self) -> u64 {
+        if self.pickup_ms == 0 { PICKUP_MS } else { self.pickup_ms.min(PICKUP_MS) }
+    }
 }
 
 /// One release step in the window.
@@ -221,7 +232,7 @@ impl Claims {
             let r = Released { in_line: r.in_line.min(r.places), ..r };
             self.window.push_back(Step { at: now_ms, r, ..Step::default() });
         }
-        for step in self.window.iter_mut().take_while(|s| s.at + PICKUP_MS <= now_ms).filter(|s| !s.checked) {
+        for step in self.window.iter_mut().filter(|s| !s.checked && s.at + s.r.pickup() <= now_ms) {
             step.lapsed = step.unpicked().min(step.open());
             step.checked = true;
         }
@@ -258,7 +269,7 @@ impl Claims {
             return 0;
         }
         let places = passed - self.passed;
-        self.note(now_ms, Some(Released { from: self.to, to: serving, places, in_line: places }), None);
+        self.note(now_ms, Some(Released { from: self.to, to: serving, places, in_line: places, pickup_ms: 0 }), None);
         self.served(serving, passed);
         places
     }
@@ -323,6 +334,106 @@ impl Claims {
     }
 }
 
+/// How far back [`Told`] looks: a place told more than 10 s (× [`super::JITTER_MAX`]) before it
+/// is not bounded by it (such places were far from the front: beyond the stock's reach, or more
+/// than a thousand places back, a step [`TOLD_MS`] later reaches them only when stock returns).
+pub const TOLD_MS: u64 = 12_000;
+
+/// A step's pickup window beyond its fans' slowest poll: a follower edge sees the step at its next
+/// tick (1 s), the fan's poll and the session it opens (0.5 s), and the leader counts pickups at
+/// its next tick (1 s).
+pub const PICKUP_SLACK_MS: u64 = 2_500;
+
+/// How soon after a room's birth its first tick records what it tells (the release loop's first
+/// tick comes within a second of the edge's start; its state's birth is in whole seconds).
+const BORN_SLACK_MS: u64 = 2_000;
+
+/// What the room told its waiting places lately (recorded every tick on every edge: the leader's
+/// successor has its own): a step's pickup window is its slowest fan's last poll interval, not
+/// the [`PICKUP_MS`] of a place told [`super::NEAR_POLL_MS`]. A sale's first steps pass places
+/// told to ask every second or two (before the open, and at it), so a script that got a place and
+/// never comes holds its tickets about 4 s, not 8 (the bots surge: 19 such places from the first
+/// step held its last tickets until 11–13 s).
+#[derive(Debug, Default)]
+pub struct Told {
+    ticks: VecDeque<ToldTick>,
+}
+
+/// One tick's telling: from `at` until the next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ToldTick {
+    pub at: u64,
+    /// `serving` as the tick found it (a follower's answers may lag it by a tick: the entry before
+    /// covers that).
+    pub serving: u64,
+    pub telling: Telling,
+}
+
+/// What the room told a waiting place (the status answer, [`super::Rooms::status`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Telling {
+    /// Before the open, at `opens_at_ms` (Unix ms).
+    NotOpen { opens_at_ms: u64 },
+    /// Places move at `per_s` (the rate their ETA is made at).
+    Moving { per_s: f64 },
+    /// No rate yet (the sale opened since the last tick).
+    NoRate,
+    /// Every ticket left promised: "sold out for now" ([`super::Room::spoken_for`]).
+    SpokenFor,
+    /// Anything else (paused, spoken for, sold out, a room not numbered in line): not bounded.
+    Unbounded,
+}
+
+impl Told {
+    /// Records the telling from `tick.at` on, and forgets what no window can need (a clock that
+    /// went back forgets everything).
+    pub fn record(&mut self, tick: ToldTick) {
+        if self.ticks.back().is_some_and(|t| t.at >= tick.at) {
+            self.ticks.clear();
+        }
+        self.ticks.push_back(tick);
+        while self.ticks.get(1).is_some_and(|t| t.at + TOLD_MS <= tick.at) {
+            self.ticks.pop_front();
+        }
+    }
+
+    /// The pickup window of a step at `now_ms` whose farthest place is `to`: the longest interval
+    /// the room may have told that place at a poll whose next one comes after the step, stretched
+    /// by the jitter, plus [`PICKUP_SLACK_MS`]; [`PICKUP_MS`] at most, and whenever what was told
+    /// is not known for the last [`TOLD_MS`] — unless it is known since `born_ms`, when the room's
+    /// first place was given (an embedded room: its places are this process's; 0: not known).
+    pub fn pickup_ms(&self, to: u64, now_ms: u64, born_ms: u64) -> u64 {
+        let Some(first) = self.ticks.front() else { return PICKUP_MS };
+        let since_birth = born_ms > 0 && first.at <= born_ms + BORN_SLACK_MS;
+        if first.at + TOLD_MS > now_ms && !since_birth {
+            return PICKUP_MS;
+        }
+        let mut slowest = 0u64;
+        for (i, t) in self.ticks.iter().enumerate() {
+            let end = self.ticks.get(i + 1).map_or(now_ms, |n| n.at);
+            let ahead = to.saturating_sub(t.serving + 1);
+            // Near: the last thousand (within the stock's reach is not known here: the slower).
+            let near = ahead < 1000;
+            let told = match t.telling {
+                // Polls after the open and before the tick that sees it are told as with no rate.
+                Telling::NotOpen { opens_at_ms } if end > opens_at_ms => {
+                    super::not_open_poll_ms(opens_at_ms.saturating_sub(t.at) / 1000).max(super::no_rate_poll_ms(near))
+                }
+                Telling::NotOpen { opens_at_ms } => super::not_open_poll_ms(opens_at_ms.saturating_sub(t.at) / 1000),
+                Telling::Moving { per_s } if per_s > 0.0 => super::eta_poll_ms((ahead + 1) as f64 / per_s, near),
+                Telling::Moving { .. } | Telling::NoRate => super::no_rate_poll_ms(near),
+                Telling::SpokenFor if near => super::spoken_for_poll_ms(ahead),
+                Telling::SpokenFor | Telling::Unbounded => return PICKUP_MS,
+            };
+            let stretched = (told as f64 * super::JITTER_MAX) as u64;
+            if end + stretched > now_ms {
+                slowest = slowest.max(stretched);
+            }
+        }
+        (slowest + PICKUP_SLACK_MS).min(PICKUP_MS)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,12 +441,12 @@ mod tests {
     /// A step of `n` places, none of them a lane place or a late proof (their range is not
     /// counted here: these tests ask no pickups).
     fn rel(n: u64) -> Option<Released> {
-        (n > 0).then_some(Released { from: 0, to: n, places: n, in_line: n })
+        (n > 0).then_some(Released { from: 0, to: n, places: n, in_line: n, pickup_ms: 0 })
     }
 
     /// A step over places `from < place <= to`, `extra` of them lane places or late proofs.
     fn over(from: u64, to: u64, extra: u64) -> Option<Released> {
-        Some(Released { from, to, places: to - from + extra, in_line: to - from })
+        Some(Released { from, to, places: to - from + extra, in_line: to - from, pickup_ms: 0 })
     }
 
     /// The leader's sweep: counts the places of `picked` in each range asked.
@@ -560,6 +671,91 @@ mod tests {
         let mut c = Claims::default();
         assert_eq!(c.unkept(1000, 15, 15), 0);
         assert_eq!(c.open(), 0);
+    }
+
+    /// A step's pickup window is its slowest place's last poll interval (× 1.2 jitter) plus the
+    /// slack, at most [`PICKUP_MS`]; unknown tellings give [`PICKUP_MS`].
+    #[test]
+    fn a_steps_pickup_window_follows_what_its_places_were_told() {
+        let tick = |at: u64, serving: u64, telling: Telling| ToldTick { at, serving, telling };
+        let moving = |per_s| Telling::Moving { per_s };
+        let mut t = Told::default();
+        assert_eq!(t.pickup_ms(10, 0, 0), PICKUP_MS, "nothing known");
+        for k in 0..5 {
+            t.record(tick(100_000 + k * 1000, 0, moving(100.0)));
+        }
+        assert_eq!(t.pickup_ms(50, 104_500, 0), PICKUP_MS, "5 s known of a shared room: not enough");
+        assert_eq!(t.pickup_ms(50, 104_500, 99_000), 1200 + PICKUP_SLACK_MS, "known since the room's birth");
+        assert_eq!(t.pickup_ms(50, 104_500, 90_000), PICKUP_MS, "born long before what is known");
+        for k in 5..=13 {
+            t.record(tick(100_000 + k * 1000, 0, moving(100.0)));
+        }
+        // At 100/s a place is told a tenth of its ETA, at least 1 s: 50 ahead every second, 2,000
+        // ahead every 2 s, 10,000 ahead every 10 s.
+        assert_eq!(t.pickup_ms(50, 113_000, 0), 1200 + PICKUP_SLACK_MS);
+        assert_eq!(t.pickup_ms(2000, 113_000, 0), 2400 + PICKUP_SLACK_MS);
+        assert_eq!(t.pickup_ms(10_000, 113_000, 0), PICKUP_MS);
+        // The rate fell to 10/s a tick ago: 400 ahead were told 4 s since.
+        t.record(tick(114_000, 0, moving(10.0)));
+        assert_eq!(t.pickup_ms(400, 114_000, 0), 4800 + PICKUP_SLACK_MS);
+        // ... and came back: that telling (4.8 s at most) cannot reach a step 5 s after it ended.
+        for k in 15..=19 {
+            t.record(tick(100_000 + k * 1000, 0, moving(100.0)));
+        }
+        assert_eq!(t.pickup_ms(400, 119_000, 0), 4800 + PICKUP_SLACK_MS, "4 s after it ended: it may");
+        t.record(tick(120_000, 0, moving(100.0)));
+        assert_eq!(t.pickup_ms(400, 120_000, 0), 1200 + PICKUP_SLACK_MS, "5 s after: it cannot");
+        // Every ticket promised: the next hundred ask every 1.5 s, the others every 5 s.
+        t.record(tick(121_000, 0, Telling::SpokenFor));
+        assert_eq!(t.pickup_ms(50, 121_000, 0), 1800 + PICKUP_SLACK_MS);
+        assert_eq!(t.pickup_ms(500, 121_000, 0), PICKUP_MS);
+        // Paused (told 4 s), sold out, a spread room: not bounded while it could reach the step.
+        t.record(tick(122_000, 0, Telling::Unbounded));
+        assert_eq!(t.pickup_ms(50, 122_000, 0), PICKUP_MS);
+        // A clock that went back forgets what it knew.
+        t.record(tick(50_000, 0, moving(100.0)));
+        assert_eq!(t.pickup_ms(50, 50_000, 0), PICKUP_MS);
+    }
+
+    /// A sale's first step: places told before the open (a quarter of the time left, 1 s near it)
+    /// and, between the open and the tick that sees it, as with no rate (2 s).
+    #[test]
+    fn the_first_steps_of_a_sale_wait_for_the_polls_of_the_open() {
+        let mut t = Told::default();
+        let open = 120_000;
+        for at in (100_000..open).step_by(1000) {
+            t.record(ToldTick { at, serving: 0, telling: Telling::NotOpen { opens_at_ms: open + 500 } });
+        }
+        t.record(ToldTick { at: open + 1000, serving: 0, telling: Telling::Moving { per_s: 100.0 } });
+        // The tick at open − 1 s (told 1 s) spans the open: 2 s.
+        assert_eq!(t.pickup_ms(100, open + 1000, 0), 2400 + PICKUP_SLACK_MS);
+        for k in 2..=4 {
+            t.record(ToldTick { at: open + k * 1000, serving: 100 * (k - 1), telling: Telling::Moving { per_s: 100.0 } });
+        }
+        assert_eq!(t.pickup_ms(400, open + 4000, 0), 1200 + PICKUP_SLACK_MS, "the open's 2-s polls are behind");
+        // Ten minutes before an open places are told 30 s: a step then is not bounded.
+        let mut far = Told::default();
+        for at in (0..20_000).step_by(1000) {
+            far.record(ToldTick { at, serving: 0, telling: Telling::NotOpen { opens_at_ms: 600_000 } });
+        }
+        assert_eq!(far.pickup_ms(10, 20_000, 0), PICKUP_MS);
+    }
+
+    /// Each step lapses its never-picked-up places at its own window.
+    #[test]
+    fn places_lapse_at_their_steps_own_pickup_window() {
+        let mut c = Claims::default();
+        c.note(0, None, Some((0, 0)));
+        c.note(0, Some(Released { from: 0, to: 10, places: 10, in_line: 10, pickup_ms: 0 }), None);
+        c.note(1000, Some(Released { from: 10, to: 20, places: 10, in_line: 10, pickup_ms: 3700 }), None);
+        sweep(&mut c, 20, &[1, 11]);
+        c.note(4699, None, None);
+        assert_eq!(c.open(), 20);
+        c.note(4700, None, None);
+        assert_eq!(c.open(), 11, "the second step's 9 no-shows lapse at 3.7 s, before the first's");
+        c.note(PICKUP_MS, None, None);
+        assert_eq!(c.open(), 2);
+        assert_eq!(c.ask(20).ranges, Vec::<(u64, u64)>::new());
     }
 
     #[test]

@@ -209,6 +209,9 @@ pub struct ReleaseBook {
     /// Time of this edge's last renewal of the leader lease, Unix ms: renewals that stopped for
     /// longer than the lease make the next one a takeover ([`Rooms::tick_room`]).
     pub led_at_ms: u64,
+    /// What the room told its waiting places lately, one entry a tick: bounds each step's pickup
+    /// window ([`claims::Told`]).
+    pub told: claims::Told,
 }
 
 impl Room {
@@ -919,8 +922,36 @@ fn within_reach(room: &Room, ahead: u64) -> bool {
     left != u64::MAX && ahead < left.saturating_add(if held == u64::MAX { 0 } else { held })
 }
 
+/// The poll interval told to a place before the open, `until_open_s` seconds away (before jitter).
+pub(crate) fn not_open_poll_ms(until_open_s: u64) -> u64 {
+    (until_open_s * 1000 / 4).clamp(1000, 30_000)
+}
+
+/// The poll interval told to a waiting place `eta` seconds from its turn (before jitter): about
+/// ten polls on the way, never faster than 1/s, nor slower than [`NEAR_POLL_MS`] when `near` (the
+/// last thousand places, and every place the tickets could reach) or 30 s.
+pub(crate) fn eta_poll_ms(eta: f64, near: bool) -> u64 {
+    ((eta * 100.0) as u64).clamp(1000, if near { NEAR_POLL_MS } else { 30_000 })
+}
+
+/// The poll interval told to a waiting place while the room has no release rate (before jitter):
+/// 2 s to the places the first steps could reach (`soon`), 10 s to the others.
+pub(crate) fn no_rate_poll_ms(soon: bool) -> u64 {
+    if soon { 2000 } else { 10_000 }
+}
+
+/// The poll interval told to a place `ahead` places from the front while every ticket left is
+/// promised and it is in the stock's reach or the last thousand (before jitter): promises settle
+/// within seconds, so the next hundred ask every 1.5 s.
+pub(crate) fn spoken_for_poll_ms(ahead: u64) -> u64 {
+    if ahead < 100 { 1500 } else { NEAR_POLL_MS }
+}
+
+/// The most [`jitter`] stretches a poll interval by.
+pub(crate) const JITTER_MAX: f64 = 1.2;
+
 fn jitter(ms: u64) -> u64 {
-    let f: f64 = 0.8 + 0.4 * rand::random::<f64>();
+    let f: f64 = 0.8 + (JITTER_MAX - 0.8) * rand::random::<f64>();
     (ms as f64 * f) as u64
 }
 
@@ -1403,7 +1434,7 @@ impl Rooms {
             }
             s.opens_at = opens_at.and_then(rfc3339);
             let until_open = opens_at.map_or(0, |o| (o - now_s).max(0) as u64);
-            s.poll_after_ms = jitter((until_open * 1000 / 4).clamp(1000, 30_000));
+            s.poll_after_ms = jitter(not_open_poll_ms(until_open));
             return Peek::Answer(s);
         }
         if spec.config.method == QueueMethod::Random && c.prequeue.is_none() {
@@ -1428,8 +1459,7 @@ impl Rooms {
             // let in fans who came 17 s later, their promises lapsed, and 12 of them met "sold
             // out").
             s.poll_after_ms = jitter(match (spoken_for, ahead) {
-                (true, 0..100) => 1500,
-                (true, n) if n < 1000 || within_reach(room, n) => NEAR_POLL_MS,
+                (true, n) if n < 1000 || within_reach(room, n) => spoken_for_poll_ms(n),
                 (false, n) if n < 100 || within_reach(room, n) => NEAR_POLL_MS,
                 (_, 100..1000) => 15_000,
                 _ => 30_000,
@@ -1474,16 +1504,14 @@ impl Rooms {
             // could reach, so a release that speeds up (the ETA was made at the old rate; promised
             // tickets freed at once) reaches them in seconds: within their promise's pickup window
             // ([`claims::PICKUP_MS`]), which would otherwise lapse before they come.
-            let slowest = if ahead < 1000 || within_reach(room, ahead) { NEAR_POLL_MS } else { 30_000 };
-            s.poll_after_ms = jitter(((eta * 100.0) as u64).clamp(1000, slowest));
+            s.poll_after_ms = jitter(eta_poll_ms(eta, ahead < 1000 || within_reach(room, ahead)));
         } else {
             // No rate yet: the sale opened since the room's last tick (its first step comes within
             // a second), or the release stands at 0. The places the first steps could reach — the
             // last thousand, and every place the tickets left could reach — ask again in 2 s; told
             // 10 s, a sale's first fans saw their turn up to 10 s late, their promised tickets
             // held for them all that while (the bots surge sold its 2,000 tickets in 25 s, not 8).
-            let soon = ahead < 1000 || within_reach(room, ahead);
-            s.poll_after_ms = jitter(if soon { 2000 } else { 10_000 });
+            s.poll_after_ms = jitter(no_rate_poll_ms(ahead < 1000 || within_reach(room, ahead)));
         }
         Peek::Answer(s)
     }

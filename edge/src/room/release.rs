@@ -171,6 +171,23 @@ impl Rooms {
             if room.spoken_for.swap(spoken_for, Ordering::Relaxed) != spoken_for {
                 room.changed();
             }
+            // What the status answers tell the waiting places until the next tick (the order of
+            // [`Rooms::status`]): a step's pickup window is bounded by it.
+            use super::claims::Telling;
+            let telling = if closed || room.rejecting() || (sold_out && !spoken_for) || !room.state.numbered_in_line() {
+                Telling::Unbounded
+            } else if !open {
+                Telling::NotOpen { opens_at_ms: opens_at.map_or(0, |o| o.max(0) as u64 * 1000) }
+            } else if room.spoken_for.load(Ordering::Relaxed) {
+                Telling::SpokenFor
+            } else if room.is_paused() || room.is_queue_all() {
+                Telling::Unbounded
+            } else {
+                let measured = room.measured_rate();
+                let per_s = if measured > 0.0 { measured } else { room.release_rate() };
+                if per_s > 0.0 { Telling::Moving { per_s } } else { Telling::NoRate }
+            };
+            b.told.record(super::claims::ToldTick { at: now_ms, serving: c.serving, telling });
             b.last_tick_ms = now_ms;
         }
         // The invite lane's part of this step (`[rooms.invite] share`), its fraction carried.
@@ -187,8 +204,10 @@ impl Rooms {
         };
         let step = if leader && whole > 0 { Some(room.state.advance_lane(&self.node, whole, lane, now_ms).await?) } else { None };
         if let Some(a) = step {
-            let r = super::claims::Released { from: c.serving, to: a.serving, places: a.released, in_line: a.in_line };
-            room.book.lock().claims.note(now_ms, Some(r), None);
+            let mut b = room.book.lock();
+            let pickup_ms = b.told.pickup_ms(a.serving, now_ms, room.state.epoch_s() * 1000);
+            let r = super::claims::Released { from: c.serving, to: a.serving, places: a.released, in_line: a.in_line, pickup_ms };
+            b.claims.note(now_ms, Some(r), None);
         }
         let serving = step.map_or(c.serving, |a| a.serving);
         // People, not numbers: a spread room's places are not consecutive.

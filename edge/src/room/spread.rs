@@ -1312,6 +1312,10 @@ impl RoomState for SpreadRoom {
         self.shown.lock().ahead(&self.num, c.serving, position, c.waiting())
     }
 
+    fn numbered_in_line(&self) -> bool {
+        false
+    }
+
     fn passed(&self, _c: &Counters) -> u64 {
         self.passed.load(Ordering::Relaxed)
     }

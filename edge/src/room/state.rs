@@ -256,6 +256,11 @@ pub trait RoomState: Send + Sync {
     fn passed(&self, c: &Counters) -> u64 {
         c.serving
     }
+    /// True when places are numbered in line: `p - serving - 1` people are ahead of place `p`
+    /// (false in a spread room, whose places are numbered by second and edge).
+    fn numbered_in_line(&self) -> bool {
+        true
+    }
     /// Remembered identities (for stats).
     fn tracked(&self) -> usize;
     /// Unix seconds before which this state issued no place: tickets older than it are for a
