@@ -504,6 +504,7 @@ async fn every_door_gives_the_same_answer_to_the_same_request() {
     let forged = mint_token("vip", "vip", "alice", 120, "wicket", "hs-1", "not-the-secret-0123456789abcdef0123");
     let json = ("accept", "application/json".to_string());
     let html = ("accept", "text/html".to_string());
+    let sse = ("accept", "text/event-stream".to_string());
     let user = |u: &str| ("x-user-id", u.to_string());
     // (what, method, path, headers, an edge file (nginx's location serves the origin's instead),
     // the status every door must give)
@@ -540,6 +541,12 @@ async fn every_door_gives_the_same_answer_to_the_same_request() {
         ("a test-mode room's queue, not a tester", "GET", "/queue/trial", vec![json.clone()], false, 404),
         ("the core's admin route", "POST", "/v1/events/ev-1/reconcile", vec![json.clone()], false, 404),
         ("a status poll without a ticket", "GET", "/queue/r1/status", vec![json.clone()], false, 401),
+        // Event streams (issue #40): served by the fast doors on a task of their own; every refusal
+        // the same as the proxy's.
+        ("an event stream without a ticket", "GET", "/queue/r1/events", vec![sse.clone()], false, 401),
+        ("an event stream, a forged ticket", "GET", "/queue/r1/events", vec![sse.clone(), ("cookie", "wicket_q_r1=1.2.forged".into())], false, 401),
+        ("an event stream, a room nobody runs", "GET", "/queue/nope/events", vec![sse.clone()], false, 200),
+        ("an event stream, another spelling", "GET", "/queue//r1/events", vec![sse.clone()], false, 401),
         ("a room nobody runs", "GET", "/queue/nope/status", vec![json.clone()], false, 200),
         ("another spelling of a protected path", "GET", "/buy//ev-1", vec![json.clone()], false, 403),
         ("an escaped spelling of a protected path", "GET", "/buy/%65v-1", vec![json.clone()], false, 403),
