@@ -200,6 +200,11 @@ async fn streams_never_read_end_at_their_deadline() {
         let got = closed_within(&mut s, Duration::from_secs(4)).await.expect("closed at the keep-alive timeout");
         let text = String::from_utf8_lossy(&got);
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n") && text.contains("data: ") && text.ends_with("\r\n0\r\n\r\n"), "{text}");
+        // The first frame tells the browser to reconnect a second after the stream ends (its
+        // default is about 3 s: a turn that comes meanwhile would be late for its pickup window).
+        assert_eq!(text.matches("\nretry: 1000\n\n").count(), 1, "{text}");
+        let first = text.split("data: ").nth(1).unwrap();
+        assert!(first.split_once("\n\n").unwrap().0.ends_with("\nretry: 1000"), "{text}");
     }
 }
 

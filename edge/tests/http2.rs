@@ -452,7 +452,7 @@ async fn h2_event_streams_keep_to_the_budget_and_give_their_slots_back_when_rese
         let cookie = cookies_set(&joined);
         let mut events = open(&send, "/queue/r1/events", &[("x-user-id", &user), ("cookie", &cookie)]).await;
         let first = tokio::time::timeout(Duration::from_secs(5), events.data()).await.expect("a first frame").unwrap().unwrap();
-        assert!(String::from_utf8_lossy(&first).starts_with("data: {"), "{first:?}");
+        assert!(String::from_utf8_lossy(&first).starts_with("data: {") && String::from_utf8_lossy(&first).ends_with("}\nretry: 1000\n\n"), "{first:?}");
         streams.push(events);
     }
     until_open(3).await;

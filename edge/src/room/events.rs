@@ -40,6 +40,10 @@ const FAR_LOOK: Duration = Duration::from_secs(5);
 /// sees its place move every 15 s.
 const FAR_FRAME_MS: u64 = 15_000;
 
+/// The `retry` field of a stream's first frame: the browser's `EventSource` reconnects a second
+/// after the stream ends (at `event-stream-seconds`, or a connection lost), not its default 3 s.
+const RECONNECT: &str = "retry: 1000\n";
+
 /// An open stream's state between frames.
 pub struct EventFrames {
     room: Arc<Room>,
@@ -114,9 +118,13 @@ impl EventFrames {
             let send = done || self.last.as_ref() != Some(&key) || self.last_sent.elapsed() >= wait;
             self.ended = done || Instant::now() + self.look_after > self.until;
             if send {
+                // The first frame tells the browser to come back within a second when the stream
+                // ends (its default is about 3 s): a fan whose turn comes while it reconnects
+                // is admitted within its place's pickup window ([`super::told::Told`]).
+                let retry = if self.last.is_none() { RECONNECT } else { "" };
                 self.last = Some(key);
                 self.last_sent = Instant::now();
-                return Some(format!("data: {}\n\n", serde_json::to_string(&frame).unwrap_or_default()));
+                return Some(format!("data: {}\n{retry}\n", serde_json::to_string(&frame).unwrap_or_default()));
             }
         }
     }

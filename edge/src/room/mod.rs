@@ -32,6 +32,8 @@
 //!   `/admin/rooms/<room>/invites...`.
 //! - [`claims`]: admission is a promise — the tickets promised to the fans let in, counted before
 //!   the release lets in more.
+//! - [`told`]: the poll intervals a status answer tells a waiting place, and the record of them
+//!   that bounds a release step's pickup window.
 //! - [`release`]: the background service ticking every room once a second (controller, batches,
 //!   sold-out and core metrics polls, leader lease).
 //! - [`tally`]: the post-sale report's per-minute counts (atomics, flushed by the release loop)
@@ -69,6 +71,7 @@ pub mod state;
 pub mod tester;
 pub mod tally;
 pub mod ticket;
+pub mod told;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -79,6 +82,7 @@ use arc_swap::ArcSwap;
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 use serde_json::json;
+use told::{JITTER_MAX, NEAR_POLL_MS, eta_poll_ms, no_rate_poll_ms, not_open_poll_ms, spoken_for_poll_ms};
 use wicket_core::token::Keyring;
 
 use crate::admission::{ProtectedRule, ProtectionTable, TokensConfig};
@@ -210,8 +214,11 @@ pub struct ReleaseBook {
     /// longer than the lease make the next one a takeover ([`Rooms::tick_room`]).
     pub led_at_ms: u64,
     /// What the room told its waiting places lately, one entry a tick: bounds each step's pickup
-    /// window ([`claims::Told`]).
-    pub told: claims::Told,
+    /// window ([`told::Told`]).
+    pub told: told::Told,
+    /// The places past the book's last step are to be promised at the next read of `serving`
+    /// ([`claims::Claims::unkept`]): this edge took the lease, or a step's answer never came.
+    pub unkept_due: bool,
 }
 
 impl Room {
@@ -904,15 +911,6 @@ fn rfc3339(t: i64) -> Option<String> {
     time::OffsetDateTime::from_unix_timestamp(t).ok()?.format(&time::format_description::well_known::Rfc3339).ok()
 }
 
-/// Whether the tickets left (the core's last stock answer) could reach a place with `ahead` people
-/// ahead of it — one ticket each; false while the stock is not known.
-/// The slowest poll told to a place the tickets could reach (and to the last thousand): its turn
-/// may come at any step, and its promise lapses if its fan is not admitted within
-/// [`claims::PICKUP_MS`]. Tried at 3 s (with a 6-s pickup window): the bots surge was not clearly
-/// faster (14–19 s in three runs, against 15–19 s), and each fan in reach of a big stock (about
-/// 14,000 in StarArena) polls 5/3 as often; one of StarArena's two runs went over its P99 target
-/// on the bench's two cores and sold in 50 s (26 s in the other).
-pub const NEAR_POLL_MS: u64 = 5000;
 
 /// Whether the tickets left, with those in unpaid holds that may come back, could reach a place
 /// `ahead` places from the front.
@@ -922,33 +920,6 @@ fn within_reach(room: &Room, ahead: u64) -> bool {
     left != u64::MAX && ahead < left.saturating_add(if held == u64::MAX { 0 } else { held })
 }
 
-/// The poll interval told to a place before the open, `until_open_s` seconds away (before jitter).
-pub(crate) fn not_open_poll_ms(until_open_s: u64) -> u64 {
-    (until_open_s * 1000 / 4).clamp(1000, 30_000)
-}
-
-/// The poll interval told to a waiting place `eta` seconds from its turn (before jitter): about
-/// ten polls on the way, never faster than 1/s, nor slower than [`NEAR_POLL_MS`] when `near` (the
-/// last thousand places, and every place the tickets could reach) or 30 s.
-pub(crate) fn eta_poll_ms(eta: f64, near: bool) -> u64 {
-    ((eta * 100.0) as u64).clamp(1000, if near { NEAR_POLL_MS } else { 30_000 })
-}
-
-/// The poll interval told to a waiting place while the room has no release rate (before jitter):
-/// 2 s to the places the first steps could reach (`soon`), 10 s to the others.
-pub(crate) fn no_rate_poll_ms(soon: bool) -> u64 {
-    if soon { 2000 } else { 10_000 }
-}
-
-/// The poll interval told to a place `ahead` places from the front while every ticket left is
-/// promised and it is in the stock's reach or the last thousand (before jitter): promises settle
-/// within seconds, so the next hundred ask every 1.5 s.
-pub(crate) fn spoken_for_poll_ms(ahead: u64) -> u64 {
-    if ahead < 100 { 1500 } else { NEAR_POLL_MS }
-}
-
-/// The most [`jitter`] stretches a poll interval by.
-pub(crate) const JITTER_MAX: f64 = 1.2;
 
 fn jitter(ms: u64) -> u64 {
     let f: f64 = 0.8 + (JITTER_MAX - 0.8) * rand::random::<f64>();

@@ -149,6 +149,12 @@ fn parse_template(src: &str) -> Result<Vec<Piece>, Vec<String>> {
     if problems.is_empty() { Ok(pieces) } else { Err(problems) }
 }
 
+/// How often the page without JavaScript refreshes for a status that asks for a poll after
+/// `poll_after_ms` (2-30 s).
+fn noscript_refresh_s(poll_after_ms: u64) -> u64 {
+    (poll_after_ms / 1000).clamp(super::told::NOSCRIPT_MIN_REFRESH_S, 30)
+}
+
 /// `#rgb` or `#rrggbb`.
 fn is_colour(s: &str) -> bool {
     s.strip_prefix('#').is_some_and(|h| (h.len() == 3 || h.len() == 6) && h.chars().all(|c| c.is_ascii_hexdigit()))
@@ -335,11 +341,11 @@ impl QueuePage {
     }
 
     fn head(&self, v: &PageView<'_>, w: &PageWords<'_>, brand: &str) -> String {
-        // Without JavaScript the page refreshes itself at the status's pace (5-30 s), and just
+        // Without JavaScript the page refreshes itself at the status's pace (2-30 s), and just
         // after opening; not when nothing more can happen, nor when a bot check needs a script.
         let refresh = v.status.and_then(|s| {
             let done = matches!(s.state, Phase::Closed) || (s.state == Phase::SoldOut && !s.restock_possible);
-            let mut secs = (s.poll_after_ms / 1000).clamp(5, 30);
+            let mut secs = noscript_refresh_s(s.poll_after_ms);
             if let Some(o) = v.opens_in {
                 secs = secs.min(o + 1).max(1);
             }
@@ -515,7 +521,7 @@ fn queue(v: &PageView<'_>, w: &PageWords<'_>, utc_offset: Option<i32>) -> String
     if let Some(s) = s
         && !(matches!(s.state, Phase::Closed) || (s.state == Phase::SoldOut && !s.restock_possible))
     {
-        let secs = (s.poll_after_ms / 1000).clamp(5, 30);
+        let secs = noscript_refresh_s(s.poll_after_ms);
         out.push_str(&format!(
             "<noscript><p class=\"noscript\">{}</p></noscript>\n",
             html_escape(&w.fill_count("noscript_note", secs, &[("s", &secs.to_string())]))
@@ -609,6 +615,12 @@ mod tests {
         assert!(!html.contains("1,305") && !html.contains("Your place"), "{html}");
         assert!(html.contains("<noscript><meta http-equiv=\"refresh\" content=\"8\"></noscript>"), "{html}");
         assert!(html.contains("refreshes every 8 seconds"), "{html}");
+        // Near the front (told a poll a second) it refreshes every 2 s: the release's promise of the
+        // place lapses a few seconds after its turn if its fan is not admitted (told::Told).
+        let near = Status { poll_after_ms: 1100, ..s.clone() };
+        let html = page.render(&view(Some(&near), Lang::En));
+        assert!(html.contains("<noscript><meta http-equiv=\"refresh\" content=\"2\"></noscript>"), "{html}");
+        assert!(html.contains("refreshes every 2 seconds"), "{html}");
         assert!(html.contains("<title>You are in line · Waiting room</title>"), "{html}");
         let zh = page.render(&view(Some(&s), Lang::ZhCn));
         assert!(zh.contains("<dd id=\"ahead\">1,259 人</dd>") && zh.contains("约 4–7 分钟") && zh.contains("当前约每 5 秒放行 1 人"), "{zh}");

@@ -81,6 +81,7 @@ impl Rooms {
             let mut b = room.book.lock();
             let own = was.then(|| std::mem::take(&mut b.claims));
             b.claims = super::claims::Claims::newer(kept, own);
+            b.unkept_due = true;
             tracing::info!(room = %room.id, open = b.claims.open(), "release leader: this edge");
         }
         if leader {
@@ -88,10 +89,15 @@ impl Rooms {
         }
         room.leader.store(leader, Ordering::Relaxed);
         let mut c = room.state.refresh().await?;
-        if taking {
-            let unkept = room.book.lock().claims.unkept(now_ms, c.serving, room.state.passed(&c));
-            if unkept > 0 {
-                tracing::info!(room = %room.id, unkept, "release leader: places let in after the last book kept are promised");
+        // After a takeover, or a step whose answer never came (the store may have run it): the
+        // places let in past the book's last step are promised, once `serving` is read.
+        if leader {
+            let mut b = room.book.lock();
+            if std::mem::take(&mut b.unkept_due) {
+                let unkept = b.claims.unkept(now_ms, c.serving, room.state.passed(&c));
+                if unkept > 0 {
+                    tracing::info!(room = %room.id, unkept, "release leader: places let in after the last book kept are promised");
+                }
             }
         }
         room.report.marks.lock().note(super::tally::minute_of(now_ms), c.serving, c.lane_serving);
@@ -173,8 +179,9 @@ impl Rooms {
             }
             // What the status answers tell the waiting places until the next tick (the order of
             // [`Rooms::status`]): a step's pickup window is bounded by it.
-            use super::claims::Telling;
-            let telling = if closed || room.rejecting() || (sold_out && !spoken_for) || !room.state.numbered_in_line() {
+            use super::told::Telling;
+            let capped = spec.config.total_active_max.is_some();
+            let telling = if closed || room.rejecting() || (sold_out && !spoken_for) || capped || !room.state.numbered_in_line() {
                 Telling::Unbounded
             } else if !open {
                 Telling::NotOpen { opens_at_ms: opens_at.map_or(0, |o| o.max(0) as u64 * 1000) }
@@ -187,7 +194,7 @@ impl Rooms {
                 let per_s = if measured > 0.0 { measured } else { room.release_rate() };
                 if per_s > 0.0 { Telling::Moving { per_s } } else { Telling::NoRate }
             };
-            b.told.record(super::claims::ToldTick { at: now_ms, serving: c.serving, telling });
+            b.told.record(super::told::ToldTick { at: now_ms, serving: c.serving, telling });
             b.last_tick_ms = now_ms;
         }
         // The invite lane's part of this step (`[rooms.invite] share`), its fraction carried.
@@ -202,7 +209,14 @@ impl Rooms {
             }
             _ => 0,
         };
-        let step = if leader && whole > 0 { Some(room.state.advance_lane(&self.node, whole, lane, now_ms).await?) } else { None };
+        let step = if leader && whole > 0 {
+            room.book.lock().unkept_due = true;
+            let a = room.state.advance_lane(&self.node, whole, lane, now_ms).await?;
+            room.book.lock().unkept_due = false;
+            Some(a)
+        } else {
+            None
+        };
         if let Some(a) = step {
             let mut b = room.book.lock();
             let pickup_ms = b.told.pickup_ms(a.serving, now_ms, room.state.epoch_s() * 1000);
@@ -290,7 +304,8 @@ impl Rooms {
                 return;
             }
             b.kept_empty = b.claims.is_empty();
-            if b.kept_empty { String::new() } else { serde_json::to_string(&b.claims).unwrap_or_default() }
+            // An empty book still says where `serving` stood (for [`super::claims::Claims::unkept`]).
+            serde_json::to_string(&b.claims).unwrap_or_default()
         };
         match room.state.keep_book(&self.node, &text, super::claims::CLAIM_MS).await {
             Ok(true) => {}

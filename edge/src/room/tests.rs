@@ -276,19 +276,19 @@ async fn the_release_counts_the_tickets_already_promised() {
     assert_eq!(phase(rooms.status(&room, &late, "u12").await.unwrap()).state, Phase::Admitted);
     // The first step's pickup window passes: its four places left open were never picked up (its
     // one fan admitted is settled first by the six holds) and lapse. The second step's five stand.
-    // Each step's window is what its places were told (`claims::Told`): the first step's were
-    // told to ask every second (1.2 s with the jitter, and 2.5 s of slack: 3.7 s).
-    rooms.tick_room(&room, t0 + 3300).await.unwrap();
+    // Each step's window is what its places were told (`told::Told`): the first step's were
+    // told to ask every second (2 s for the page without JavaScript, and 2.5 s of slack: 4.5 s).
+    rooms.tick_room(&room, t0 + 4000).await.unwrap();
     assert_eq!(room.state.counters().serving, 15, "within the first step's window");
-    rooms.tick_room(&room, t0 + 3700).await.unwrap();
+    rooms.tick_room(&room, t0 + 4500).await.unwrap();
     assert_eq!(room.state.counters().serving, 19, "20 promised, 14 unpromised: three fans of 4 and one offered the last 2");
     assert_eq!(room.stats()["claims"]["open"], 9);
-    // The second step's window passes (its places were told 1.5 s, "sold out for now": 4.3 s):
+    // The second step's window passes (its places were told 1.5 s, "sold out for now": 4.5 s):
     // its three never admitted lapse, its two admitted stand (with the third step's four): 6
     // open, 24 promised.
-    rooms.tick_room(&room, t0 + 2000 + 3800).await.unwrap();
+    rooms.tick_room(&room, t0 + 2000 + 4000).await.unwrap();
     assert_eq!(room.state.counters().serving, 19, "within the second step's window");
-    rooms.tick_room(&room, t0 + 2000 + 4300).await.unwrap();
+    rooms.tick_room(&room, t0 + 2000 + 4500).await.unwrap();
     assert_eq!(room.state.counters().serving, 22, "10 unpromised: two fans of 4 and one offered the last 2");
 }
 
