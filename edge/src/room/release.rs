@@ -180,7 +180,9 @@ impl Rooms {
             // What the status answers tell the waiting places until the next tick (the order of
             // [`Rooms::status`]): a step's pickup window is bounded by it.
             use super::told::Telling;
-            let capped = spec.config.total_active_max.is_some();
+            // At the cap on sessions, the places at the front are told 2 s each while they wait
+            // for a session to end.
+            let capped = spec.config.total_active_max.is_some_and(|cap| active >= cap);
             let telling = if closed || room.rejecting() || (sold_out && !spoken_for) || capped || !room.state.numbered_in_line() {
                 Telling::Unbounded
             } else if !open {

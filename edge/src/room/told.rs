@@ -94,7 +94,7 @@ pub enum Telling {
     NoRate,
     /// Every ticket left promised: "sold out for now" ([`super::Room::spoken_for`]).
     SpokenFor,
-    /// Anything else (paused, sold out, a room with a cap on its sessions, a room not numbered in
+    /// Anything else (paused, sold out, a room at its cap on sessions, a room not numbered in
     /// line): not bounded.
     Unbounded,
 }
