@@ -386,10 +386,18 @@ pub struct MegaFigures {
     pub joins_per_second: f64,
     /// Users with more than one live (held or paid) order, or more tickets than the limit.
     pub double_sold: u64,
+    /// τ over the admitted fans of every edge, by the order the bench sent the joins, and per edge.
     pub tau_across_edges: f64,
     pub tau_per_edge: Vec<Option<f64>>,
-    /// τ over every fan given a place (admitted or not): the order the queue would admit them in.
+    /// The same fans' τ judged over the pairs whose joins did not overlap (what `--check` holds).
+    pub tau_across_edges_judged: f64,
+    /// τ over every fan given a place (admitted or not): the order the queue would admit them in,
+    /// judged over the pairs whose joins did not overlap (one answered before the other was sent:
+    /// [`crate::stats::ordered_tau`]), the share of pairs it judged, and τ by the order the bench sent
+    /// the joins (every pair, overlapping ones too: reported, not held).
     pub tau_all_placed: f64,
+    pub tau_all_placed_pairs_judged: f64,
+    pub tau_all_placed_send_order: f64,
     pub kills: Vec<Value>,
     pub kills_while_selling: bool,
     pub places_marked: u64,
@@ -416,8 +424,8 @@ pub fn figures(
     edges: usize,
     (joins, join_seconds): (u64, f64),
     double_sold: u64,
-    tau: (f64, Vec<Option<f64>>),
-    tau_all_placed: f64,
+    (tau, tau_across_edges_judged): ((f64, Vec<Option<f64>>), f64),
+    (tau_all_placed, tau_all_placed_pairs_judged, tau_all_placed_send_order): (f64, f64, f64),
 ) -> MegaFigures {
     let paid_out_ms = sale.paid_out_seconds.map(|t| (t * 1000.0) as u64);
     let nodes = mega.nodes.lock().clone();
@@ -471,7 +479,10 @@ pub fn figures(
         double_sold,
         tau_across_edges: tau.0,
         tau_per_edge: tau.1,
+        tau_across_edges_judged,
         tau_all_placed,
+        tau_all_placed_pairs_judged,
+        tau_all_placed_send_order,
         kills_while_selling: kills.len() == 2 && kills.iter().all(|k| k.sold < k.capacity && paid_out_ms.is_none_or(|p| p > k.at_ms)),
         kills: kill_rows,
         places_marked: marked,
@@ -503,18 +514,19 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
     // The single layout numbers every join on one counter; the spread layout by arrival time bucket
     // (`block-ms`) and edge: fans who joined at two edges less than a bucket apart may be out of
     // order. Both are held to τ ≥ 0.99 over the admitted fans, and the spread layout over every fan
-    // given a place too. (A quick run's thousand-odd admitted fans joined within a second or two,
-    // a thousand joins in flight on debug edges: the order they reach the edges in is the bench's
-    // more than the room's — τ within one edge is ~0.996 there. Its admitted τ is reported, not held;
-    // over every fan given a place it measured 0.9900–0.9916 in six quick runs of 2026-12-02 with and
-    // without the room's clock, at the bound on a loaded box: a quick run holds it to 0.985 (an edge
-    // numbering seconds off the others falls far below it). The full run holds 0.99.)
-    let placed_min = if quick { 0.985 } else { 0.99 };
-    if m.layout == "spread" && (m.tau_all_placed.is_nan() || m.tau_all_placed < placed_min) {
-        bad.push(format!("τ over every fan given a place {:.4} < {placed_min}", m.tau_all_placed));
+    // given a place too, each judged only over pairs of joins that did not overlap (one answered
+    // before the other was sent): a thousand joins in flight at once reach the edges in an order
+    // the bench's scheduler picks, and by the order the bench *sent* them a quick spread run's τ
+    // read 0.9848–0.9918 on a loaded box (a CI failure of 2026-12-04) while the judged τ read 1.0.
+    // The send-order figures are reported beside them.
+    if m.layout == "spread" && (m.tau_all_placed.is_nan() || m.tau_all_placed < 0.99) {
+        bad.push(format!("τ over every fan given a place {:.4} < 0.99 (judged over {:.1}% of pairs)", m.tau_all_placed, m.tau_all_placed_pairs_judged * 100.0));
     }
-    if (m.layout != "spread" || !quick) && (m.tau_across_edges.is_nan() || m.tau_across_edges < 0.99) {
-        bad.push(format!("τ across edges {:.4} < 0.99", m.tau_across_edges));
+    if !(m.tau_all_placed_pairs_judged >= 0.5) {
+        bad.push(format!("τ judged only {:.1}% of the placed fans' pairs (under half: the joins overlapped)", m.tau_all_placed_pairs_judged * 100.0));
+    }
+    if m.tau_across_edges_judged.is_nan() || m.tau_across_edges_judged < 0.99 {
+        bad.push(format!("τ across edges {:.4} < 0.99", m.tau_across_edges_judged));
     }
     if m.places_lost > 0 {
         bad.push(format!("{} of {} fans lost their place through the kills", m.places_lost, m.places_checked));
@@ -577,8 +589,9 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
             "core_store": m.core_store, "fans": r.fans, "seats": r.seats, "seconds": round(r.seconds, 1),
             "sold": r.sold, "oversold": r.oversold, "double_sold": m.double_sold + r.seats_double_sold, "admitted": r.admitted,
             "still_waiting": r.still_waiting, "sellout_seconds": r.sellout_seconds.map(|s| round(s, 1)), "paid_out_seconds": r.paid_out_seconds.map(|s| round(s, 1)),
-            "tau_across_edges": nan(m.tau_across_edges, 4), "tau_per_edge": m.tau_per_edge.iter().map(|t| t.map(|t| round(t, 4))).collect::<Vec<_>>(),
-            "tau_all_placed": nan(m.tau_all_placed, 4),
+            "tau_across_edges": nan(m.tau_across_edges, 4), "tau_across_edges_judged": nan(m.tau_across_edges_judged, 4), "tau_per_edge": m.tau_per_edge.iter().map(|t| t.map(|t| round(t, 4))).collect::<Vec<_>>(),
+            "tau_all_placed": nan(m.tau_all_placed, 4), "tau_all_placed_pairs_judged": nan(m.tau_all_placed_pairs_judged, 4),
+            "tau_all_placed_send_order": nan(m.tau_all_placed_send_order, 4),
             "places_marked": m.places_marked, "places_checked": m.places_checked, "places_lost": m.places_lost, "places_unchecked": m.places_unchecked,
             "joins": m.joins, "joins_per_second": round(m.joins_per_second, 0),
             "ops_per_join_busiest": round(m.ops_per_join_busiest, 4), "ops_per_join_all": round(m.ops_per_join_all, 4),
@@ -647,8 +660,8 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
          | **double-sold** (users with more than one live order or over the limit; seats given twice) | **{double}** |\n\
          | time to sell out (first / every ticket paid) | {sellout} / {paid_out} |\n\
          | still queued when the run ended (it ends once every ticket is paid and no fan finished for 10 s; they learn it at their next poll) | {waiting} |\n\
-         | **τ across edges** (Kendall, place vs join order, admitted fans of all edges) | **{tau}** ({per_edge}) |\n\
-         | τ over every fan given a place (the order the queue would admit them in) | {tau_all} |\n\
+         | **τ across edges** (Kendall, place vs join order, admitted fans of all edges, judged over joins that did not overlap); by the order the bench sent the joins (per edge) | **{tau_judged}**; {tau} ({per_edge}) |\n\
+         | τ over every fan given a place (the order the queue would admit them in), judged over the pairs whose joins did not overlap (share of pairs judged); by the order the bench sent the joins | {tau_all} ({judged}); {tau_all_sent} |\n\
          | **places kept after the kills**: fans waiting with a place / judged / **lost** / not heard from again | {marked} / {checked} / **{lost}** / {unchecked} |\n\
          | both kills while the sale was selling | {selling} |\n\
          | **Redis operations per join on the busiest node** (shard {busiest}) | **{opj:.4}** |\n\
@@ -689,7 +702,10 @@ pub fn publish(m: &MegaFigures, command: &str) -> anyhow::Result<()> {
         waiting = r.still_waiting,
         tau = if m.tau_across_edges.is_nan() { "n/a".into() } else { format!("{:.4}", m.tau_across_edges) },
         per_edge = per_edge.join(", "),
+        tau_judged = if m.tau_across_edges_judged.is_nan() { "n/a".into() } else { format!("{:.4}", m.tau_across_edges_judged) },
         tau_all = if m.tau_all_placed.is_nan() { "n/a".into() } else { format!("{:.4}", m.tau_all_placed) },
+        judged = if m.tau_all_placed.is_nan() { "n/a".into() } else { format!("{:.1}%", m.tau_all_placed_pairs_judged * 100.0) },
+        tau_all_sent = if m.tau_all_placed_send_order.is_nan() { "n/a".into() } else { format!("{:.4}", m.tau_all_placed_send_order) },
         marked = m.places_marked,
         checked = m.places_checked,
         lost = m.places_lost,

@@ -1483,13 +1483,15 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         crashes: if sh.s.crashes { Some(crash_figures(sh, &stock, samples, paid_out).await?) } else { None },
         users_with_several_orders,
         megasale: sh.mega.as_ref().map(|m| {
-            let (mut fans, mut placed) = (Vec::new(), Vec::new());
+            let (mut fans, mut fans_timed, mut placed, mut placed_timed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for u in &sh.users {
                 let g = u.lock();
                 if !g.bot && g.position > 0 {
                     placed.push((usize::from(g.join_edge), g.join_seq, g.position));
+                    placed_timed.push((g.join_seq, g.join_answered, g.position));
                     if g.admitted_ms.is_some() {
                         fans.push((usize::from(g.join_edge), g.join_seq, g.position));
+                        fans_timed.push((g.join_seq, g.join_answered, g.position));
                     }
                 }
             }
@@ -1515,8 +1517,11 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
                 sh.stack.edges.len(),
                 (sh.joins_placed.load(Ordering::Relaxed), join_seconds),
                 double_sold_users,
-                crate::megasale::tau_across_edges(&fans, sh.stack.edges.len()),
-                crate::megasale::tau_across_edges(&placed, 0).0,
+                (crate::megasale::tau_across_edges(&fans, sh.stack.edges.len()), ordered_tau(&fans_timed).0),
+                {
+                    let (judged, share) = ordered_tau(&placed_timed);
+                    (judged, share, crate::megasale::tau_across_edges(&placed, 0).0)
+                },
             )
         }),
     })
