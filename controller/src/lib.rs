@@ -615,7 +615,9 @@ pub fn fair_shares(rooms: &[RoomDemand]) -> Vec<Option<f64>> {
 }
 
 /// Light load: the budget doubles once this share of it is in use (as much as any growth asks:
-/// doubling sooner overshoots a big sale's cold start, where the first seconds look light too)...
+/// doubling sooner overshoots a big sale's cold start, where the first seconds look light too;
+/// what makes a quiet sale quick is how fast the occupancy fills each doubling, see
+/// `ReleaseController::light_rate`)...
 const LIGHT_FILL: f64 = 0.95;
 /// ...up to this multiple of the occupancy (doubling per interval, as slow start does).
 const LIGHT_LEAD: f64 = 2.0;
@@ -654,7 +656,8 @@ pub enum Reason {
     /// Too few requests in the window and some of them slow or failing: the budget is held.
     ThinMetrics,
     /// Light load: few requests, all fast and none failing, and the budget in use: the budget
-    /// doubles each tick (at most twice the occupancy), as slow start would — past any ssthresh:
+    /// doubles each tick (at most twice the occupancy), as slow start would, and until it is in use
+    /// the release keeps the rate that fills the doubling in one horizon — past any ssthresh:
     /// light load is itself the measurement that the core has room, and growing past the level
     /// where pressure once appeared forgets that level.
     LightLoad,
@@ -818,6 +821,14 @@ pub struct ReleaseController {
     last_pressure_ms: u64,
     /// Rate of the previous tick, for the slew limiter.
     prev_rate: f64,
+    /// The rate that fills the last light-load doubling in one horizon: held while light load leaves
+    /// the budget unfilled (see [`Reason::LightLoad`]); 0 once any other rule decides. Steering by
+    /// `(L − occ) / horizon` alone slows as the occupancy nears the budget: 95% of a doubling took
+    /// `horizon × ln 10` (4.6 s), a cautious sale of 300 at an idle core 22.5 s in the simulator and
+    /// 27–34 s on an edge (issue 39); filled linearly, 11–14 s and 13–21 s. The doubling itself is
+    /// unchanged (at 95%, at most twice the occupancy), so the surge scenarios are as before:
+    /// doubling at 90% instead cost the surge beside buyers 0.842 of the oracle.
+    light_rate: f64,
     /// Occupancy of the last ticks (ms, occ), a ring: what the core feels now was released one actuation
     /// delay ago.
     history: [(u64, f64); HISTORY],
@@ -850,6 +861,7 @@ impl ReleaseController {
             cut_settled: false,
             last_pressure_ms: 0,
             prev_rate,
+            light_rate: 0.0,
             history: [(0, 0.0); HISTORY],
             history_len: 0,
             history_next: 0,
@@ -1148,6 +1160,7 @@ impl ReleaseController {
         } else {
             0
         };
+        let mut light_unfilled = false;
         let reason = if undone {
             Reason::ErrorsCleared
         } else if over {
@@ -1213,6 +1226,7 @@ impl ReleaseController {
             } else if in_cooldown {
                 Reason::CoolDown
             } else if occ < LIGHT_FILL * self.budget {
+                light_unfilled = true;
                 Reason::BudgetUnfilled
             } else {
                 // At any ssthresh: the few requests, all fast, are the measurement that the core has
@@ -1332,7 +1346,14 @@ impl ReleaseController {
 
         let cfg = &self.config;
         let horizon_s = cfg.horizon_ms.max(1) as f64 / 1000.0;
-        let raw = (self.budget - occ) / horizon_s + exits;
+        let mut raw = (self.budget - occ) / horizon_s + exits;
+        if reason == Reason::LightLoad {
+            self.light_rate = raw;
+        } else if light_unfilled && occ < self.budget {
+            raw = raw.max(self.light_rate);
+        } else {
+            self.light_rate = 0.0;
+        }
         let b = cfg.bounds;
         let mut rate = raw.clamp(b.min_rate, b.max_rate.max(b.min_rate));
         if reason == Reason::CoolDown && over {
@@ -1782,6 +1803,35 @@ mod tests {
         none.p99_ms = None;
         none.utilisation = None;
         assert_eq!(c.tick(&none).reason, Reason::ThinMetrics);
+    }
+
+    /// Issue 39: after a light-load doubling the release keeps the rate that fills the doubling in
+    /// one horizon until the budget is in use, instead of `(L − occ) / horizon`, which slows as the
+    /// occupancy nears the budget: 95% of a doubling took `horizon × ln 10` (4.6 s), and a cautious
+    /// sale of 300 needed about 25 s. Any other rule drops the kept rate.
+    #[test]
+    fn light_load_fills_each_doubling_in_one_horizon() {
+        let cfg = ControllerConfig::for_room(100.0, 2.0, Bounds { min_rate: 1.0, max_rate: 500.0, total_active_max: None });
+        let mut c = ReleaseController::new(cfg);
+        let light = |now_ms: u64, occupancy: f64| TickInput { samples: 6, p99_ms: Some(3.5), utilisation: Some(0.0), exits_per_s: 0.0, ..calm(now_ms, occupancy) };
+        let d = c.tick(&light(0, 20.0));
+        assert_eq!((d.reason, d.budget, d.rate), (Reason::LightLoad, 40.0, 10.0));
+        // Half-way: the doubling's rate, not (40 − 30) / 2 = 5.
+        let d = c.tick(&light(1000, 30.0));
+        assert_eq!((d.reason, d.rate), (Reason::BudgetUnfilled, 10.0));
+        let d = c.tick(&light(2000, 37.0));
+        assert_eq!((d.reason, d.rate), (Reason::BudgetUnfilled, 10.0));
+        // In use: the next doubling, and its own rate.
+        let d = c.tick(&light(3000, 39.0));
+        assert_eq!((d.reason, d.budget, d.rate), (Reason::LightLoad, 78.0, 19.5));
+        // Slow ones among the few: held, and the kept rate is gone; the release is the budget's gap.
+        let mut slow = light(4000, 50.0);
+        slow.p99_ms = Some(70.0);
+        slow.utilisation = None;
+        let d = c.tick(&slow);
+        assert_eq!((d.reason, d.rate), (Reason::ThinMetrics, 14.0));
+        let d = c.tick(&light(5000, 60.0));
+        assert_eq!((d.reason, d.rate), (Reason::BudgetUnfilled, 9.0), "not the old doubling's rate");
     }
 
     /// Issue 26: a cautious room (start 2/s, min 1/s) at an idle core. One slow second (the edge
