@@ -113,6 +113,10 @@ pub struct Room {
     pub controller: Mutex<ReleaseController>,
     /// The core says the linked event is sold out.
     pub sold_out: AtomicBool,
+    /// When the room last began telling its waiting places what no pickup window bounds (sold
+    /// out, paused, queue-all, reject-all), Unix ms (0: never): set as it happens, between ticks, so
+    /// a spell shorter than a tick still reaches [`told::Told`] ([`Room::note_unbounded`]).
+    unbounded_at_ms: AtomicU64,
     /// The operator's mode and the release settings ([`mode`]): the controller runs what they say
     /// ([`mode::Operator::controller_mode`]).
     operator: Mutex<mode::Operator>,
@@ -232,6 +236,7 @@ impl Room {
             state,
             controller: Mutex::new(controller),
             sold_out: AtomicBool::new(false),
+            unbounded_at_ms: AtomicU64::new(0),
             operator: Mutex::new(operator),
             hold: AtomicU8::new(mode::Mode::Open.code()),
             core_opens_at: AtomicI64::new(i64::MIN),
@@ -287,6 +292,18 @@ impl Room {
     }
 
     /// Tells the room's event streams that what a queued fan sees may have changed.
+    /// The room begins telling its waiting places what no pickup window bounds (sold out, a
+    /// mode other than open), at `now_ms`: the next tick records it ([`told::Told`]) even if the
+    /// spell is over by then.
+    pub fn note_unbounded(&self, now_ms: u64) {
+        self.unbounded_at_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// When the room last began an unbounded telling ([`Room::note_unbounded`]; 0: never).
+    pub fn unbounded_at_ms(&self) -> u64 {
+        self.unbounded_at_ms.load(Ordering::Relaxed)
+    }
+
     pub fn changed(&self) {
         self.pulse.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -339,6 +356,9 @@ impl Room {
             c.set_mode(now_ms, next.controller_mode());
         }
         *op = next;
+        if next.mode != mode::Mode::Open {
+            self.note_unbounded(now_ms);
+        }
         self.hold.store(next.mode.code(), Ordering::Relaxed);
         self.override_stamp.store(stamp, Ordering::Relaxed);
         self.changed();

@@ -196,6 +196,12 @@ impl Rooms {
                 let per_s = if measured > 0.0 { measured } else { room.release_rate() };
                 if per_s > 0.0 { Telling::Moving { per_s } } else { Telling::NoRate }
             };
+            // A spell told since the last tick that this tick no longer sees (sold out for a moment,
+            // a pause lifted): from when it began.
+            let spell = room.unbounded_at_ms();
+            if spell > b.last_tick_ms && spell < now_ms {
+                b.told.record(super::told::ToldTick { at: spell, serving: c.serving, telling: Telling::Unbounded });
+            }
             b.told.record(super::told::ToldTick { at: now_ms, serving: c.serving, telling });
             b.last_tick_ms = now_ms;
         }
@@ -357,6 +363,9 @@ impl Rooms {
                 *room.holds.lock() = Some((stock.holds, stock.hold_units));
                 let restock = stock.sold_out && stock.held > 0;
                 let restock_changed = room.restock_possible.swap(restock, Ordering::Relaxed) != restock;
+                if stock.sold_out {
+                    room.note_unbounded(unix_ms());
+                }
                 let sold_out_changed = room.sold_out.swap(stock.sold_out, Ordering::Relaxed) != stock.sold_out;
                 if restock_changed || sold_out_changed {
                     room.changed();

@@ -95,7 +95,8 @@ pub enum Telling {
     /// Every ticket left promised: "sold out for now" ([`super::Room::spoken_for`]).
     SpokenFor,
     /// Anything else (paused, sold out, a room at its cap on sessions, a room not numbered in
-    /// line): not bounded.
+    /// line): not bounded. A sold-out or operator spell begun and over between two ticks is
+    /// recorded from when it began ([`super::Room::note_unbounded`]).
     Unbounded,
 }
 
