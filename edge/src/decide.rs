@@ -34,6 +34,7 @@ use crate::identity::{DEVICE_COOKIE, Device, HeadView, cookie, header, header_by
 use crate::metrics::Route;
 use crate::reject::Reject;
 use crate::room::Room;
+use crate::room::events::StreamSlot;
 use crate::room::ticket::{QueueTicket, cookie_name};
 use crate::state::{EdgeState, QUEUE_PREFIX};
 use crate::statics::Asset;
@@ -129,6 +130,8 @@ pub struct EventStream {
     pub sub: String,
     /// The client address (its share of the streams' budget).
     pub ip: IpAddr,
+    /// Its slot of the edge's budget of streams, taken by the decision step (`None` until then).
+    pub slot: Option<StreamSlot>,
 }
 
 /// What a fast door may answer of this request, known before any check runs; `None`: hand over.
@@ -235,8 +238,16 @@ async fn decide_checks<H: HeadView + ?Sized>(st: &EdgeState, ask: &Ask<'_, H>) -
         return match fast {
             Some(FastRoute::Status(body)) => Decision::Status { body },
             Some(FastRoute::Events(mut stream)) => {
-                stream.ip = v.ip;
-                Decision::Events(stream)
+                // Past the budget (the edge's, or this address's share): refused here, so every
+                // door answers it as it answers any refusal.
+                match st.event_streams.take(v.ip) {
+                    Ok(slot) => {
+                        stream.ip = v.ip;
+                        stream.slot = Some(slot);
+                        Decision::Events(stream)
+                    }
+                    Err(full) => refuse(st, full.reject(), v),
+                }
             }
             _ => Decision::Room(v),
         };
@@ -448,7 +459,7 @@ fn event_stream<H: HeadView + ?Sized>(st: &EdgeState, head: &H, room_id: &str, p
         return None;
     }
     st.rooms.waiting_status(&room, &ticket)?;
-    Some(Box::new(EventStream { room, ticket, sub: sub.to_owned(), ip: peer }))
+    Some(Box::new(EventStream { room, ticket, sub: sub.to_owned(), ip: peer, slot: None }))
 }
 
 /// Fills in user and device ([`EdgeState::identify`]), once.

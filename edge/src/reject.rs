@@ -65,6 +65,12 @@ pub enum Reject {
     /// The waiting room's shared state could not be read (Redis down): retry shortly. Never
     /// "not admitted" for an admitted fan because a store blinked.
     RoomStateUnavailable,
+    /// An event stream past the edge's budget (`max-event-streams`, or `max-event-streams-per-ip`
+    /// when `per_ip`): the page polls the status instead, after `Retry-After`.
+    EventStreamsFull {
+        /// The client's address has its share open (else the edge is full).
+        per_ip: bool,
+    },
 }
 
 impl Reject {
@@ -74,7 +80,7 @@ impl Reject {
             Reject::RateLimited { .. } => 429,
             Reject::Blocked | Reject::BotCheckRequired | Reject::BotCheckFailed(_) | Reject::NotAdmitted { .. } => 403,
             Reject::RoomClosed { .. } => 403,
-            Reject::BotCheckUnavailable | Reject::RoomStateUnavailable => 503,
+            Reject::BotCheckUnavailable | Reject::RoomStateUnavailable | Reject::EventStreamsFull { .. } => 503,
             Reject::BadRequest(_) => 400,
             Reject::PayloadTooLarge => 413,
             Reject::RequestTimeout => 408,
@@ -100,7 +106,8 @@ impl Reject {
             | Reject::BadGateway
             | Reject::GatewayTimeout
             | Reject::NoUpstream
-            | Reject::RoomStateUnavailable => "unavailable",
+            | Reject::RoomStateUnavailable
+            | Reject::EventStreamsFull { .. } => "unavailable",
         }
     }
 
@@ -123,6 +130,8 @@ impl Reject {
             Reject::GatewayTimeout => "gateway_timeout",
             Reject::NoUpstream => "no_upstream",
             Reject::RoomStateUnavailable => "room_state_unavailable",
+            Reject::EventStreamsFull { per_ip: false } => "event_streams_full",
+            Reject::EventStreamsFull { per_ip: true } => "event_streams_per_ip",
         }
     }
 
@@ -147,6 +156,8 @@ impl Reject {
             Reject::GatewayTimeout => "the upstream timed out".into(),
             Reject::NoUpstream => "no upstream for this path".into(),
             Reject::RoomStateUnavailable => "the waiting room cannot check your admission right now; retry in a few seconds".into(),
+            Reject::EventStreamsFull { per_ip: false } => "too many open event streams on this edge: poll the status instead".into(),
+            Reject::EventStreamsFull { per_ip: true } => "too many open event streams from this address: poll the status instead".into(),
         }
     }
 
@@ -186,13 +197,21 @@ impl Reject {
         let _ = h.insert_header(http::header::CONTENT_TYPE, ct);
         let _ = h.insert_header(http::header::CONTENT_LENGTH, body.len());
         let _ = h.insert_header(http::header::CACHE_CONTROL, "no-store");
-        if let Reject::RateLimited { retry_after } = self {
-            let _ = h.insert_header(http::header::RETRY_AFTER, retry_secs(*retry_after));
-        }
-        if let Reject::RoomStateUnavailable = self {
-            let _ = h.insert_header(http::header::RETRY_AFTER, "2");
+        if let Some(s) = self.retry_after() {
+            let _ = h.insert_header(http::header::RETRY_AFTER, s);
         }
         (h, body)
+    }
+
+    /// Its `Retry-After` (seconds), when it has one.
+    pub fn retry_after(&self) -> Option<String> {
+        match self {
+            Reject::RateLimited { retry_after } => Some(retry_secs(*retry_after).to_string()),
+            Reject::RoomStateUnavailable => Some("2".into()),
+            // The queue page polls the status then (a stream slot frees when a fan leaves).
+            Reject::EventStreamsFull { .. } => Some("5".into()),
+            _ => None,
+        }
     }
 
     /// The answer to nginx's `auth_request` subrequest (`/wicket/auth`): 401 with
@@ -231,6 +250,7 @@ impl Reject {
             Reject::NotAdmitted { .. }
             | Reject::BotCheckUnavailable
             | Reject::RoomStateUnavailable
+            | Reject::EventStreamsFull { .. }
             | Reject::BadGateway
             | Reject::GatewayTimeout
             | Reject::NoUpstream => ("err_unavailable_title", "err_unavailable_text"),
@@ -374,6 +394,24 @@ mod tests {
         assert_eq!(retry_secs(Duration::from_millis(1)), 1);
         assert_eq!(retry_secs(Duration::from_millis(1500)), 2);
         assert_eq!(retry_secs(Duration::from_secs(3)), 3);
+    }
+
+    /// An event stream past the budget: 503 `unavailable` with `Retry-After: 5` (the page polls
+    /// then), its own label for each budget; the same answer at every door, since the decision
+    /// step makes it.
+    #[test]
+    fn a_stream_past_the_budget_is_503_with_retry_after() {
+        for (per_ip, label, who) in [(false, "event_streams_full", "on this edge"), (true, "event_streams_per_ip", "from this address")] {
+            let r = Reject::EventStreamsFull { per_ip };
+            let (h, body) = r.render(None);
+            assert_eq!((h.status.as_u16(), r.reason()), (503, label));
+            assert_eq!(h.headers.get(http::header::RETRY_AFTER).unwrap(), "5");
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["error"], "unavailable");
+            assert_eq!(v["message"], format!("too many open event streams {who}: poll the status instead"));
+        }
+        assert_eq!(Reject::RateLimited { retry_after: Duration::from_millis(1500) }.retry_after().as_deref(), Some("2"));
+        assert_eq!(Reject::NotFound.retry_after(), None);
     }
 
     #[test]

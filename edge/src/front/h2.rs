@@ -265,8 +265,8 @@ fn on_stream<P: Handover>(front: &Arc<Front<P>>, session: HttpSession, peer: Opt
     }
 }
 
-/// A queued visitor's event stream ([`crate::room::events`]): its slot of the edge's budget
-/// (else 503 `unavailable`), the head, then a task of its own holding only the stream's state and
+/// A queued visitor's event stream ([`crate::room::events`]), its slot of the edge's budget taken
+/// by the decision step: the head, then a task of its own holding only the stream's state and
 /// the HTTP/2 stream's sending half (the request's session is dropped), each frame a DATA frame,
 /// until the frames end (END_STREAM), the edge stops, or the client resets the stream or closes
 /// the connection. It counts as a stream in flight, so the connection is not closed as idle.
@@ -275,30 +275,6 @@ fn events<P: Handover>(front: &Arc<Front<P>>, mut session: HttpSession, ev: Even
     let hsts = |h: &mut pingora::http::ResponseHeader| {
         if let Some(v) = &front.hsts {
             let _ = h.insert_header(header::STRICT_TRANSPORT_SECURITY, v.value.clone());
-        }
-    };
-    let slot = match st.event_streams.take(ev.ip) {
-        Ok(slot) => slot,
-        Err(full) => {
-            st.metrics.rejects.with_label_values(&[full.reason()]).inc();
-            let body = full.body();
-            let Ok(mut h) = pingora::http::ResponseHeader::build_no_case(503, Some(5)).and_then(|mut h| {
-                h.insert_header(header::CONTENT_TYPE, "application/json")?;
-                h.insert_header(header::CACHE_CONTROL, "no-store")?;
-                h.insert_header(header::RETRY_AFTER, "5")?;
-                h.insert_header(header::CONTENT_LENGTH, body.len())?;
-                Ok(h)
-            }) else {
-                return;
-            };
-            hsts(&mut h);
-            if session.write_response_header(Box::new(h), false).is_ok()
-                && let Some(mut writer) = session.take_response_body_writer()
-                && writer.send_data(bytes::Bytes::from(body), true).is_ok()
-            {
-                st.metrics.request(Route::Edge, Outcome::Rejected);
-            }
-            return;
         }
     };
     let Ok(mut h) = pingora::http::ResponseHeader::build_no_case(200, Some(3)).and_then(|mut h| {
@@ -317,8 +293,9 @@ fn events<P: Handover>(front: &Arc<Front<P>>, mut session: HttpSession, ev: Even
     st.metrics.request(Route::Edge, Outcome::Ok);
     let front = Arc::clone(front);
     tokio::spawn(async move {
+        // The stream's slot of the budget (taken by the decision step) is held until it ends.
+        let EventStream { room, ticket, sub, slot, .. } = ev;
         let _held = (in_flight, slot);
-        let EventStream { room, ticket, sub, .. } = ev;
         let mut frames = EventFrames::new(room, ticket, &sub, front.state.event_streams.longest());
         drop(sub);
         loop {

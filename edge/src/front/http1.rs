@@ -46,7 +46,7 @@ use crate::decide::{Ask, Decision, Door, EventStream, decide};
 use crate::identity::header_bytes;
 use crate::metrics::{Outcome, Route};
 use crate::reject::MAX_REQUEST_HEAD;
-use crate::room::events::{EventFrames, Full, StreamSlot};
+use crate::room::events::EventFrames;
 use crate::statics::none_match;
 
 /// Most request headers accepted (431 above).
@@ -187,22 +187,12 @@ impl<P: Handover> Front<P> {
                 (route, Outcome::Rejected)
             }
             Decision::Events(ev) => {
-                let slot = match st.event_streams.take(ev.ip) {
-                    Ok(slot) => slot,
-                    Err(full) => {
-                        st.metrics.rejects.with_label_values(&[full.reason()]).inc();
-                        if write_answer(&mut stream, &[&unavailable(full, keep, self.hsts_line())], b"", timeout).await.is_err() {
-                            return None;
-                        }
-                        st.metrics.request(Route::Edge, Outcome::Rejected);
-                        return self.next_request(stream, buf, len, keep);
-                    }
-                };
+                // (Its slot of the budget taken by the decision step, which refuses past it.)
                 st.metrics.request(Route::Edge, Outcome::Ok);
                 // The stream goes on in a task of its own, holding only what it needs: this
                 // request's head, its buffers and the decision's future are freed now.
                 let rest = if keep { Some(buf[len.min(buf.len())..].to_vec()) } else { None };
-                tokio::spawn(Arc::clone(self).events(stream, ev, slot, rest, shutdown.clone()));
+                tokio::spawn(Arc::clone(self).events(stream, ev, rest, shutdown.clone()));
                 return None;
             }
             // Not given to this door (it can answer none of them).
@@ -351,14 +341,15 @@ impl<P: Handover> Front<P> {
     /// closes (or half-closes) its side, or sends anything, ends the stream at once. `rest`: the
     /// bytes after the request's head when the connection may be kept (it is served on once the
     /// stream has ended), `None` to close it then.
-    async fn events(self: Arc<Self>, mut stream: Stream, ev: Box<EventStream>, slot: StreamSlot, rest: Option<Vec<u8>>, mut shutdown: ShutdownWatch) {
+    async fn events(self: Arc<Self>, mut stream: Stream, ev: Box<EventStream>, rest: Option<Vec<u8>>, mut shutdown: ShutdownWatch) {
         let timeout = self.state.timeouts.client_write;
         let date = pingora::protocols::http::date::get_cached_date();
         let head: &[&[u8]] = &[EVENTS_HEAD, date.as_bytes(), self.hsts_line(), b"\r\n\r\n"];
         if write_answer(&mut stream, head, b"", timeout).await.is_err() {
             return;
         }
-        let EventStream { room, ticket, sub, .. } = *ev;
+        // The slot is held until the stream ends.
+        let EventStream { room, ticket, sub, slot, .. } = *ev;
         let mut frames = EventFrames::new(room, ticket, &sub, self.state.event_streams.longest());
         drop(sub);
         let mut sent = Vec::new();
@@ -396,23 +387,6 @@ impl<P: Handover> Front<P> {
 const EVENTS_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
     Transfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\nDate: ";
 
-/// The 503 `unavailable` answer to an event stream over the budget (the page polls instead); `Connection: close` unless `keep`.
-fn unavailable(full: Full, keep: bool, extra: &[u8]) -> Vec<u8> {
-    let body = full.body();
-    let date = pingora::protocols::http::date::get_cached_date();
-    let close = if keep { "" } else { "\r\nConnection: close" };
-    let mut out = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nRetry-After: 5\r\n\
-         Content-Length: {}{close}\r\nDate: ",
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(date.as_bytes());
-    out.extend_from_slice(extra);
-    out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(body.as_bytes());
-    out
-}
 
 /// The whole HTTP/1.1 answer to a queued visitor's status poll with its JSON `body`.
 fn status_answer(body: &[u8], extra: &[u8]) -> Vec<u8> {

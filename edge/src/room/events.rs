@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use super::ticket::QueueTicket;
 use super::{Phase, Room, Rooms, StatusOutcome};
+use crate::reject::Reject;
 
 /// How often a stream looks at its status when nothing wakes it (the place moves, the turn
 /// comes); a room-wide change (its pulse) wakes it at once.
@@ -169,25 +170,10 @@ pub enum Full {
 }
 
 impl Full {
-    /// The refusal's message (with the JSON error `unavailable`).
-    pub fn message(self) -> &'static str {
-        match self {
-            Full::Edge => "too many open event streams on this edge: poll the status instead",
-            Full::Address => "too many open event streams from this address: poll the status instead",
-        }
-    }
-
-    /// The refusal's JSON body (with 503 and `Retry-After: 5`, the same at every door).
-    pub fn body(self) -> String {
-        serde_json::json!({"error": "unavailable", "message": self.message()}).to_string()
-    }
-
-    /// The refusal's label in `wicket_edge_rejects_total`.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Full::Edge => "event_streams_full",
-            Full::Address => "event_streams_per_ip",
-        }
+    /// The refusal every door answers with ([`Reject::EventStreamsFull`]: 503 `unavailable`,
+    /// `Retry-After: 5`), decided by the decision step ([`crate::decide`]).
+    pub fn reject(self) -> Reject {
+        Reject::EventStreamsFull { per_ip: self == Full::Address }
     }
 }
 

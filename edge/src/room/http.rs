@@ -514,11 +514,13 @@ async fn events(st: &QueueEdge<'_>, session: &mut Session, q: &mut QueueRequest,
     let _slot = match st.event_streams.take(q.ip) {
         Ok(slot) => slot,
         Err(full) => {
-            st.rejects.with_label_values(&[full.reason()]).inc();
+            // The decision step's refusal (the fast doors get it from there).
+            let r = full.reject();
+            st.rejects.with_label_values(&[r.reason()]).inc();
             let mut extra = cookie_headers(q);
-            extra.push((header::RETRY_AFTER, "5".to_owned()));
-            let body = Bytes::from(full.body());
-            return answer(session, 503, "application/json", body, &extra).await;
+            extra.extend(r.retry_after().map(|s| (header::RETRY_AFTER, s)));
+            let (_, body) = r.render(None);
+            return answer(session, r.status(), "application/json", body, &extra).await;
         }
     };
     let mut h = ResponseHeader::build(200, Some(6))?;
