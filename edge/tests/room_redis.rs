@@ -228,6 +228,29 @@ async fn places_let_in_after_the_last_book_kept_stay_promised() {
     assert_eq!(rb.stats()["claims"]["open"], 20);
 }
 
+/// A quiet room's leader writes its empty book again every few seconds (it says where `serving`
+/// stood, for the next leader's [`Claims::unkept`]): a book written once lapsed after 15 s, and a
+/// leader that died after its first step of the next rush lost that step's promises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_rooms_book_is_kept_alive() {
+    let redis = RedisServer::start();
+    let a = edge(&redis.url(), "release = { mode = \"fixed\", rate = 10.0 }\n");
+    let ra = a.get("r1").unwrap();
+    let t0 = unix_ms();
+    a.tick_room(&ra, t0).await.unwrap();
+    assert!(ra.leader.load(Ordering::Relaxed));
+    assert!(ra.state.kept_book().await.unwrap().is_some(), "the empty book is kept");
+    // The key lapses (dropped here as its 15 s would).
+    assert!(ra.state.keep_book(&a.node, "", 1).await.unwrap());
+    for k in 1..5 {
+        a.tick_room(&ra, t0 + k * 1000).await.unwrap();
+        assert!(ra.state.kept_book().await.unwrap().is_none(), "not written every tick ({k} s)");
+    }
+    a.tick_room(&ra, t0 + wicket_edge::room::release::EMPTY_BOOK_EVERY_MS).await.unwrap();
+    let kept = ra.state.kept_book().await.unwrap().expect("written again");
+    assert!(kept.contains("\"to\":0"), "{kept}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_random_room_freezes_the_prequeue_once_and_fifo_order_holds() {
     let redis = RedisServer::start();

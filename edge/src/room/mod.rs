@@ -208,9 +208,11 @@ pub struct ReleaseBook {
     pub last_passed: Option<u64>,
     /// The tickets promised to the places this edge released lately ([`claims`]).
     pub claims: claims::Claims,
-    /// The book kept in the room's store was empty at the last keep: nothing to write again until
-    /// something is promised.
+    /// The book kept in the room's store was empty at the last keep, at `kept_at_ms` (this edge's
+    /// Unix ms): written again only every [`release::EMPTY_BOOK_EVERY_MS`] until something is
+    /// promised, so a quiet room's book (where `serving` stood) never lapses.
     pub kept_empty: bool,
+    pub kept_at_ms: u64,
     /// Time of the last tick that reached its release step, Unix ms (a failed tick keeps the old
     /// one: the next step is capped at [`release::MAX_STEP_MS`]).
     pub last_tick_ms: u64,

@@ -25,6 +25,12 @@ use crate::controller::{ReleaseMode, TickInput};
 
 /// How often every room ticks.
 pub const TICK: Duration = Duration::from_secs(1);
+
+/// How often a leader writes its book again while nothing is promised: well within the book's
+/// life in the store ([`super::claims::CLAIM_MS`]), so a new leader always finds where `serving`
+/// stood and promises the places let in after it ([`super::claims::Claims::unkept`]) — a quiet
+/// room's one write every few seconds instead of a book that lapsed.
+pub const EMPTY_BOOK_EVERY_MS: u64 = 5_000;
 /// Leader lease: a leader that stops renewing is replaced after this long.
 pub const LEASE_MS: u64 = 3000;
 /// Core utilisation older than this is not used.
@@ -236,7 +242,7 @@ impl Rooms {
         let passed = room.state.passed(&super::state::Counters { serving, ..c });
         if leader {
             room.book.lock().claims.served(serving, passed);
-            self.keep_book(room).await;
+            self.keep_book(room, now_ms).await;
         }
         if let Some(a) = step {
             room.report.marks.lock().note(super::tally::minute_of(now_ms), a.serving, a.lane_serving);
@@ -305,13 +311,14 @@ impl Rooms {
     /// every tick while something is promised, and once when nothing is any more. A store that
     /// fails here costs the tick nothing (its step is made): a failover then starts from the book
     /// kept before.
-    async fn keep_book(&self, room: &Room) {
+    async fn keep_book(&self, room: &Room, now_ms: u64) {
         let text = {
             let mut b = room.book.lock();
-            if b.claims.is_empty() && b.kept_empty {
+            if b.claims.is_empty() && b.kept_empty && now_ms.saturating_sub(b.kept_at_ms) < EMPTY_BOOK_EVERY_MS {
                 return;
             }
             b.kept_empty = b.claims.is_empty();
+            b.kept_at_ms = now_ms;
             // An empty book still says where `serving` stood (for [`super::claims::Claims::unkept`]).
             serde_json::to_string(&b.claims).unwrap_or_default()
         };
