@@ -96,9 +96,9 @@ echo "surge crashes --quick: $(grep -E '"(sold|oversold|double_sold|fifo_tau|fif
 # the pairs of joins that did not overlap (a thousand joins in flight on debug edges reach them in an order the
 # bench's scheduler picks); τ by the order the bench sent the joins is printed beside it.
 target/debug/wicket-bench surge megasale --quick --layout single --dry-run --check > target/surge-megasale-quick.json
-echo "surge megasale --quick: $(grep -E '"(sold|oversold|double_sold|tau_across_edges|tau_across_edges_judged|places_checked|places_lost|joins_per_second|ops_per_join_busiest)"' target/surge-megasale-quick.json | tr -d ' \n')"
+echo "surge megasale --quick: $(grep -E '"(sold|oversold|double_sold|tau_across_edges|tau_across_edges_judged|tau_across_edges_pairs_judged|places_checked|places_lost|joins_per_second|ops_per_join_busiest)"' target/surge-megasale-quick.json | tr -d ' \n')"
 target/debug/wicket-bench surge megasale --quick --layout spread --dry-run --check > target/surge-megasale-spread-quick.json
-echo "surge megasale --quick --layout spread: $(grep -E '"(sold|oversold|double_sold|tau_across_edges|tau_across_edges_judged|tau_all_placed|tau_all_placed_pairs_judged|tau_all_placed_send_order|places_checked|places_lost|joins_per_second|ops_per_join_busiest)"' target/surge-megasale-spread-quick.json | tr -d ' \n')"
+echo "surge megasale --quick --layout spread: $(grep -E '"(sold|oversold|double_sold|tau_across_edges|tau_across_edges_judged|tau_across_edges_pairs_judged|tau_all_placed|tau_all_placed_pairs_judged|tau_all_placed_send_order|places_checked|places_lost|joins_per_second|ops_per_join_busiest)"' target/surge-megasale-spread-quick.json | tr -d ' \n')"
 # Two sales on one edge (a separate core process), one after another and at once, each with a cautious
 # start at an idle core: fails unless every fan of each sale is admitted within 30 s (100 fans a sale here;
 # bench/RESULTS.md has the 300-fan figures of a release build).

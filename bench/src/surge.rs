@@ -1517,7 +1517,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
                 sh.stack.edges.len(),
                 (sh.joins_placed.load(Ordering::Relaxed), join_seconds),
                 double_sold_users,
-                (crate::megasale::tau_across_edges(&fans, sh.stack.edges.len()), ordered_tau(&fans_timed).0),
+                (crate::megasale::tau_across_edges(&fans, sh.stack.edges.len()), ordered_tau(&fans_timed)),
                 {
                     let (judged, share) = ordered_tau(&placed_timed);
                     (judged, share, crate::megasale::tau_across_edges(&placed, 0).0)

@@ -821,14 +821,17 @@ pub struct ReleaseController {
     last_pressure_ms: u64,
     /// Rate of the previous tick, for the slew limiter.
     prev_rate: f64,
-    /// The rate that fills the last light-load doubling in one horizon: held while light load leaves
-    /// the budget unfilled (see [`Reason::LightLoad`]); 0 once any other rule decides. Steering by
+    /// The rate that fills the last light-load doubling in one horizon, and the budget it was
+    /// computed for: held while light load leaves that budget unfilled (see [`Reason::LightLoad`]),
+    /// never more than a second's gap to it; dropped once any other rule decides or the budget
+    /// changes (an override's reseed, a lower cap). Steering by
     /// `(L − occ) / horizon` alone slows as the occupancy nears the budget: 95% of a doubling took
     /// `horizon × ln 10` (4.6 s), a cautious sale of 300 at an idle core 22.5 s in the simulator and
     /// 27–34 s on an edge (issue 39); filled linearly, 11–14 s and 13–21 s. The doubling itself is
     /// unchanged (at 95%, at most twice the occupancy), so the surge scenarios are as before:
     /// doubling at 90% instead cost the surge beside buyers 0.842 of the oracle.
     light_rate: f64,
+    light_for: f64,
     /// Occupancy of the last ticks (ms, occ), a ring: what the core feels now was released one actuation
     /// delay ago.
     history: [(u64, f64); HISTORY],
@@ -862,6 +865,7 @@ impl ReleaseController {
             last_pressure_ms: 0,
             prev_rate,
             light_rate: 0.0,
+            light_for: 0.0,
             history: [(0, 0.0); HISTORY],
             history_len: 0,
             history_next: 0,
@@ -1040,6 +1044,7 @@ impl ReleaseController {
             }
         };
         if let Some((rate, reason)) = forced {
+            self.light_rate = 0.0;
             let (rate, reason) = self.apply_cap(rate, reason, occ);
             if self.mode != ReleaseMode::Auto {
                 self.reseed = true;
@@ -1348,9 +1353,10 @@ impl ReleaseController {
         let horizon_s = cfg.horizon_ms.max(1) as f64 / 1000.0;
         let mut raw = (self.budget - occ) / horizon_s + exits;
         if reason == Reason::LightLoad {
-            self.light_rate = raw;
-        } else if light_unfilled && occ < self.budget {
-            raw = raw.max(self.light_rate);
+            (self.light_rate, self.light_for) = (raw, self.budget);
+        } else if light_unfilled && occ < self.budget && self.budget == self.light_for {
+            // At most a second's gap: the occupancy the metrics show lags the release.
+            raw = raw.max(self.light_rate.min(self.budget - occ + exits));
         } else {
             self.light_rate = 0.0;
         }
@@ -1819,19 +1825,62 @@ mod tests {
         // Half-way: the doubling's rate, not (40 − 30) / 2 = 5.
         let d = c.tick(&light(1000, 30.0));
         assert_eq!((d.reason, d.rate), (Reason::BudgetUnfilled, 10.0));
+        // Near the budget, a second's gap at most (40 − 37).
         let d = c.tick(&light(2000, 37.0));
-        assert_eq!((d.reason, d.rate), (Reason::BudgetUnfilled, 10.0));
-        // In use: the next doubling, and its own rate.
+        assert_eq!((d.reason, d.rate), (Reason::BudgetUnfilled, 3.0));
+        // In use: the next doubling, and its own rate (19.5/s, its first tick up from 3/s by the
+        // slew limit).
         let d = c.tick(&light(3000, 39.0));
-        assert_eq!((d.reason, d.budget, d.rate), (Reason::LightLoad, 78.0, 19.5));
+        assert_eq!((d.reason, d.budget, d.rate), (Reason::LightLoad, 78.0, 13.0));
+        let d = c.tick(&light(4000, 45.0));
+        assert_eq!((d.reason, d.rate), (Reason::BudgetUnfilled, 19.5));
         // Slow ones among the few: held, and the kept rate is gone; the release is the budget's gap.
-        let mut slow = light(4000, 50.0);
+        let mut slow = light(4500, 50.0);
         slow.p99_ms = Some(70.0);
         slow.utilisation = None;
         let d = c.tick(&slow);
         assert_eq!((d.reason, d.rate), (Reason::ThinMetrics, 14.0));
         let d = c.tick(&light(5000, 60.0));
         assert_eq!((d.reason, d.rate), (Reason::BudgetUnfilled, 9.0), "not the old doubling's rate");
+        // Never more than a second's gap to the budget.
+        let d = c.tick(&light(6000, 78.0));
+        assert_eq!((d.reason, d.budget), (Reason::LightLoad, 156.0));
+        let d = c.tick(&light(7000, 140.0));
+        assert_eq!((d.reason, d.rate), (Reason::BudgetUnfilled, 16.0), "the gap, not the doubling's 39/s");
+    }
+
+    /// The kept light-load rate never outlives its budget: after an operator's override (the
+    /// budget reseeded from the occupancy) or a lower cap, the release is the new budget's gap, not
+    /// the old doubling's rate (a room paused at a budget of thousands released hundreds a second
+    /// on resuming with 5 sessions out).
+    #[test]
+    fn the_light_load_rate_does_not_outlive_its_budget() {
+        let cfg = ControllerConfig::for_room(100.0, 2.0, Bounds { min_rate: 1.0, max_rate: 5000.0, total_active_max: None });
+        let light = |now_ms: u64, occupancy: f64| TickInput { samples: 6, p99_ms: Some(3.5), utilisation: Some(0.0), exits_per_s: 0.0, ..calm(now_ms, occupancy) };
+        let grown = || {
+            let mut c = ReleaseController::new(cfg.clone());
+            let mut occ = 20.0;
+            for s in 0..8 {
+                let d = c.tick(&light(s * 1000, occ));
+                assert_eq!(d.reason, Reason::LightLoad);
+                occ = d.budget;
+            }
+            c
+        };
+        for (what, ops) in [("fixed", ReleaseMode::Fixed(300.0)), ("paused", ReleaseMode::Paused), ("queue-all", ReleaseMode::QueueAll)] {
+            let mut c = grown();
+            c.set_mode(8000, ops);
+            c.tick(&light(8000, 5.0));
+            c.set_mode(9000, ReleaseMode::Auto);
+            let d = c.tick(&light(9000, 5.0));
+            assert!(d.rate <= 10.0, "{what}: back to auto at 5 sessions, budget {}: {d:?}", d.budget);
+            let d = c.tick(&light(10_000, 6.0));
+            assert!(d.rate <= 20.0, "{what}: {d:?}");
+        }
+        let mut c = grown();
+        c.set_bounds(8000, Bounds { total_active_max: Some(60.0), ..cfg.bounds });
+        let d = c.tick(&light(8000, 40.0));
+        assert!(d.rate <= 20.0, "a cap of 60 at 40 sessions: {d:?}");
     }
 
     /// Issue 26: a cautious room (start 2/s, min 1/s) at an idle core. One slow second (the edge

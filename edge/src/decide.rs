@@ -148,7 +148,11 @@ pub fn decide<'a, H: HeadView + ?Sized>(st: &'a EdgeState, ask: &'a Ask<'a, H>) 
     // (A map of the checks' future, not an async fn around it: a request's future grows by two
     // references, not by a second copy of the arguments and a state.)
     futures::FutureExt::map(decide_checks(st, ask), move |d| {
-        if let Decision::Refuse(r, ..) = &d {
+        // (Not the budget of event streams: the edge's capacity, not the room's answer; its
+        // metric counts it, and the proxy's stream path does not count it in the report either.)
+        if let Decision::Refuse(r, ..) = &d
+            && !matches!(r, Reject::EventStreamsFull { .. })
+        {
             st.rooms.count_refusal(ask.path, r.reason());
         }
         d

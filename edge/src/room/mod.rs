@@ -293,7 +293,6 @@ impl Room {
         self.changed();
     }
 
-    /// Tells the room's event streams that what a queued fan sees may have changed.
     /// The room begins telling its waiting places what no pickup window bounds (sold out, a
     /// mode other than open), at `now_ms`: the next tick records it ([`told::Told`]) even if the
     /// spell is over by then.
@@ -306,6 +305,7 @@ impl Room {
         self.unbounded_at_ms.load(Ordering::Relaxed)
     }
 
+    /// Tells the room's event streams that what a queued fan sees may have changed.
     pub fn changed(&self) {
         self.pulse.send_modify(|n| *n = n.wrapping_add(1));
     }

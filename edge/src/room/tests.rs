@@ -292,12 +292,12 @@ async fn the_release_counts_the_tickets_already_promised() {
     assert_eq!(room.state.counters().serving, 22, "10 unpromised: two fans of 4 and one offered the last 2");
 }
 
-/// A sold-out spell between two ticks (the stock task saw the last ticket held, then one came
-/// back) told the waiting places to ask again in seconds, unbounded by any window: the next step's
-/// places keep the longest window, though no tick saw the spell (as the last test, whose second
-/// step's window is 4.5 s without it).
+/// A spell between two ticks that told the waiting places what no window bounds (an operator's
+/// pause lifted within the second: paused places are told 4 s; the stock task's sold out, should
+/// a tick fail after it) reaches the told record: the next step's places keep the longest window,
+/// though no tick saw the spell (as the last test, whose second step's window is 4.5 s without it).
 #[tokio::test]
-async fn a_sold_out_spell_between_ticks_gives_the_next_step_the_longest_window() {
+async fn a_spell_between_ticks_gives_the_next_step_the_longest_window() {
     let rooms = rooms_with("max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n");
     let room = rooms.get("r1").unwrap();
     for i in 0..200 {
@@ -309,9 +309,10 @@ async fn a_sold_out_spell_between_ticks_gives_the_next_step_the_longest_window()
     rooms.tick_room(&room, t0).await.unwrap();
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 10, "all 40 promised");
-    // Sold out for a moment at 1.5 s (what the stock task notes), over by the next tick.
-    room.note_unbounded(t0 + 1500);
-    assert_eq!(room.unbounded_at_ms(), t0 + 1500);
+    // Paused at 1.5 s, resumed at 1.6 s: no tick saw it.
+    room.operate(t0 + 1500, Action::Pause).unwrap();
+    room.operate(t0 + 1600, Action::Resume).unwrap();
+    assert_eq!(room.unbounded_at_ms(), t0 + 1500, "the pause stamped, not the resume");
     room.available.store(34, Ordering::Relaxed);
     *room.holds.lock() = Some((6, 6));
     rooms.tick_room(&room, t0 + 2000).await.unwrap();
@@ -326,10 +327,8 @@ async fn a_sold_out_spell_between_ticks_gives_the_next_step_the_longest_window()
     assert_eq!(room.state.counters().serving, 19);
     rooms.tick_room(&room, t0 + 2000 + claims::PICKUP_MS).await.unwrap();
     assert!(room.state.counters().serving > 19, "{:?}", room.state.counters());
-    // A pause lifted between two ticks is such a spell too (paused places are told 4 s); an
-    // operator's resume is not.
-    room.operate(t0 + 20_000, Action::Pause).unwrap();
-    room.operate(t0 + 20_100, Action::Resume).unwrap();
+    // The stock task's sold out stamps the same way.
+    room.note_unbounded(t0 + 20_000);
     assert_eq!(room.unbounded_at_ms(), t0 + 20_000);
 }
 
