@@ -827,7 +827,7 @@ pub struct ReleaseController {
     /// changes (an override's reseed, a lower cap). Steering by
     /// `(L − occ) / horizon` alone slows as the occupancy nears the budget: 95% of a doubling took
     /// `horizon × ln 10` (4.6 s), a cautious sale of 300 at an idle core 22.5 s in the simulator and
-    /// 27–34 s on an edge (issue 39); filled linearly, 11–14 s and 13–21 s. The doubling itself is
+    /// 27–34 s on an edge (issue 39); filled linearly, 13–15 s and 14–18 s. The doubling itself is
     /// unchanged (at 95%, at most twice the occupancy), so the surge scenarios are as before:
     /// doubling at 90% instead cost the surge beside buyers 0.842 of the oracle.
     light_rate: f64,
