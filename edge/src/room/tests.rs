@@ -179,17 +179,26 @@ async fn the_tick_releases_at_the_fixed_rate_and_batches_and_stops_when_sold_out
     assert_eq!(phase(rooms.status(&room, &t, "u89").await.unwrap()).state, Phase::SoldOut);
 }
 
-#[tokio::test]
-async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_many() {
-    let rooms = rooms_with("max-qty = 2\nrelease = { mode = \"fixed\", rate = 50.0 }\n");
+/// A room of `toml` with `fans` queued (`u0`, `u1`, ...) and `tickets` left, none held yet, and
+/// the time its first tick is to run at.
+async fn selling(toml: &str, fans: usize, tickets: u64) -> (Rooms, Arc<Room>, u64) {
+    let rooms = rooms_with(toml);
     let room = rooms.get("r1").unwrap();
-    for i in 0..100 {
+    for i in 0..fans {
         rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
     }
-    // 100 tickets, none taken yet.
-    room.available.store(100, Ordering::Relaxed);
+    room.available.store(tickets, Ordering::Relaxed);
     *room.holds.lock() = Some((0, 0));
-    let t0 = unix_ms();
+    (rooms, room, unix_ms())
+}
+
+/// Up to 4 tickets a fan, 100 a second released: the promises' tests.
+const PROMISING: &str = "max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n";
+
+#[tokio::test]
+async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_many() {
+    // 100 fans queued, 100 tickets, none taken yet.
+    let (rooms, room, t0) = selling("max-qty = 2\nrelease = { mode = \"fixed\", rate = 50.0 }\n", 100, 100).await;
     rooms.tick_room(&room, t0).await.unwrap();
     assert_eq!(room.state.counters().serving, 50);
     // Everything is held, some of it unpaid: sold out for now. Nobody is released, places are kept.
@@ -242,14 +251,7 @@ async fn sold_out_for_now_keeps_places_and_stock_coming_back_lets_in_only_that_m
 /// never admitted), the next ones are let in.
 #[tokio::test]
 async fn the_release_counts_the_tickets_already_promised() {
-    let rooms = rooms_with("max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n");
-    let room = rooms.get("r1").unwrap();
-    for i in 0..200 {
-        rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
-    }
-    room.available.store(40, Ordering::Relaxed);
-    *room.holds.lock() = Some((0, 0));
-    let t0 = unix_ms();
+    let (rooms, room, t0) = selling(PROMISING, 200, 40).await;
     // 40 tickets, 4 a fan until measured: 10 fans, not a second's 100.
     rooms.tick_room(&room, t0).await.unwrap();
     assert_eq!(room.state.counters().serving, 10);
@@ -298,14 +300,7 @@ async fn the_release_counts_the_tickets_already_promised() {
 /// though no tick saw the spell (as the last test, whose second step's window is 4.5 s without it).
 #[tokio::test]
 async fn a_spell_between_ticks_gives_the_next_step_the_longest_window() {
-    let rooms = rooms_with("max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n");
-    let room = rooms.get("r1").unwrap();
-    for i in 0..200 {
-        rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
-    }
-    room.available.store(40, Ordering::Relaxed);
-    *room.holds.lock() = Some((0, 0));
-    let t0 = unix_ms();
+    let (rooms, room, t0) = selling(PROMISING, 200, 40).await;
     rooms.tick_room(&room, t0).await.unwrap();
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 10, "all 40 promised");
