@@ -233,6 +233,25 @@ pub fn put_back(stream: Stream, bytes: &[u8]) -> Stream {
     r
 }
 
+/// The plain TCP connection under `stream` (Pingora's own), when nothing waits in front of its
+/// socket to be read nor behind it to be written: what an idle connection parks
+/// ([`crate::front`]). Anything else is given back as it came.
+pub fn plain_tcp(stream: Stream) -> Result<Box<pingora::protocols::l4::stream::Stream>, Stream> {
+    if stream.as_any().is::<Replayed>() {
+        let Ok(r) = stream.into_any().downcast::<Replayed>() else { unreachable!() };
+        let idle = r.pos >= r.front.len() && r.gather.as_ref().is_none_or(|g| g.out.is_empty() && g.put_off.is_none());
+        if !idle || !r.inner.as_any().is::<pingora::protocols::l4::stream::Stream>() {
+            return Err(r);
+        }
+        return plain_tcp(r.inner);
+    }
+    if !stream.as_any().is::<pingora::protocols::l4::stream::Stream>() {
+        return Err(stream);
+    }
+    let Ok(l4) = stream.into_any().downcast::<pingora::protocols::l4::stream::Stream>() else { unreachable!() };
+    Ok(l4)
+}
+
 /// `stream` as this wrapper: itself when it is one already, else wrapped (nothing put back, writes
 /// passed through).
 fn replayed(stream: Stream) -> Box<Replayed> {

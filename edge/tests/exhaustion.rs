@@ -254,3 +254,65 @@ async fn keep_alive_clients_that_wait_are_answered_when_they_speak_again() {
     assert!(after >= Duration::from_millis(2900) && after < Duration::from_millis(4500), "closed {after:?} after its request");
     page_ok(edge.addr).await;
 }
+
+/// A keep-alive connection idle for a second is parked (`front::conn::Parked`: its socket alone,
+/// nothing of Pingora's) and made again when its client speaks: the client keeps its address (the
+/// origin sees it in `X-Forwarded-For`, whichever path forwards), a connection the proxy served
+/// parks and is served again, a client that half-closes while parked is let go at once, and a
+/// stop closes parked connections at once, not at the end of its grace nor of `keepalive-seconds`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_connection_keeps_its_client_and_ends_on_time() {
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!("origin = \"{}\"\nkeepalive-seconds = 30\nshutdown-grace-seconds = 10", origin.url()));
+    let parked = || tokio::time::sleep(Duration::from_millis(1400));
+    async fn from(addr: std::net::SocketAddr, ip: [u8; 4]) -> TcpStream {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(std::net::SocketAddr::from((ip, 0))).unwrap();
+        s.connect(addr).await.unwrap()
+    }
+    async fn ask(s: &mut TcpStream, request: &[u8]) -> RawResp {
+        s.write_all(request).await.unwrap();
+        read_answer(s).await.expect("an answer")
+    }
+    let forwarded_for = |r: &RawResp| serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["headers"]["x-forwarded-for"].clone();
+    const FORWARD: &[u8] = b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n";
+    const PROXIED: &[u8] = b"POST /page HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+    const PAGE: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    let mut by_forward = from(edge.addr, [127, 0, 0, 2]).await;
+    let mut by_proxy = from(edge.addr, [127, 0, 0, 3]).await;
+    let mut half_closing = from(edge.addr, [127, 0, 0, 4]).await;
+    let mut at_stop = from(edge.addr, [127, 0, 0, 5]).await;
+    for (s, request, ip) in [(&mut by_forward, FORWARD, "127.0.0.2"), (&mut by_proxy, PROXIED, "127.0.0.3")] {
+        let r = ask(s, request).await;
+        assert_eq!((r.status, forwarded_for(&r)), (200, serde_json::json!(ip)), "{}", r.head);
+    }
+    for s in [&mut half_closing, &mut at_stop] {
+        assert_eq!(ask(s, PAGE).await.status, 200);
+    }
+    parked().await;
+    // Parked, then served again with the same address, by either path, twice.
+    for _ in 0..2 {
+        for (s, ip) in [(&mut by_forward, "127.0.0.2"), (&mut by_proxy, "127.0.0.3")] {
+            for request in [FORWARD, PROXIED] {
+                let r = ask(s, request).await;
+                assert_eq!((r.status, forwarded_for(&r)), (200, serde_json::json!(ip)), "{}", r.head);
+            }
+            let r = ask(s, PAGE).await;
+            assert_eq!((r.status, r.body.as_slice()), (200, detail_page().as_bytes()));
+        }
+        parked().await;
+    }
+    // A half-close while parked: the edge closes its side at once.
+    half_closing.shutdown().await.unwrap();
+    let (got, closed) = until_closed(&mut half_closing, Duration::from_secs(2)).await;
+    assert!(closed.is_some() && got.is_empty(), "a half-closed parked connection was kept: {got:?}");
+    // A stop: every parked connection is closed at once (the grace is 10 s, keep-alive 30 s).
+    let stop = Instant::now();
+    edge.begin_stop();
+    for s in [&mut at_stop, &mut by_forward, &mut by_proxy] {
+        let (_, closed) = until_closed(s, Duration::from_secs(5)).await;
+        let after = closed.expect("a parked connection outlived the stop") - stop;
+        assert!(after < Duration::from_secs(2), "closed {after:?} after the stop began");
+    }
+}
