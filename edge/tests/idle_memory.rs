@@ -61,7 +61,6 @@ async fn an_idle_keep_alive_connection_holds_no_buffer() {
         eprintln!("{what}: {N} idle keep-alive clients: {holding} bytes each (both ends) within the first second, {parked} parked");
         assert!(holding <= 3 * 1024, "{holding} bytes per idle keep-alive connection after {what}");
         assert!(parked <= 1536, "{parked} bytes per parked keep-alive connection after {what}");
-        assert!(parked + 512 <= holding, "parking freed {} bytes of {holding} after {what}", holding - parked);
         // They are served when they speak again, parked or not, and park again.
         for round in 0..2 {
             for s in conns.iter_mut().take(20) {

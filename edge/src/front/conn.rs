@@ -148,16 +148,18 @@ impl Parked {
     }
 
     /// The connection as the listener hands a new one over: Pingora's stream with the peer's
-    /// address in its socket digest (asked of the socket again: not kept while parked).
-    pub(crate) fn resume(self) -> Stream {
+    /// address in its socket digest (asked of the socket again: not kept while parked). `None`
+    /// when the socket no longer knows its peer (the client reset it, perhaps right after sending
+    /// a request): such a connection is closed, never served without its client's address.
+    pub(crate) fn resume(self) -> Option<Stream> {
         use pingora::protocols::GetSocketDigest;
         use std::os::fd::AsRawFd;
-        let peer = self.tcp.peer_addr().ok();
+        let peer = self.tcp.peer_addr().ok()?;
         let mut l4 = pingora::protocols::l4::stream::Stream::from(self.tcp);
         let digest = pingora::protocols::SocketDigest::from_raw_fd(l4.as_raw_fd());
-        let _ = digest.peer_addr.set(peer.map(Into::into));
+        let _ = digest.peer_addr.set(Some(peer.into()));
         l4.set_socket_digest(digest);
-        Box::new(l4)
+        Some(Box::new(l4))
     }
 }
 
@@ -166,11 +168,27 @@ impl Parked {
 /// that refuses it), and idle connections are then not parked. `pidfd_getfd` on this process's own
 /// pidfd is `dup` with an owned result, which safe Rust can ask for: Pingora's stream lends only
 /// the descriptor's number.
+///
+/// A refusal by the system (`EPERM`, `EACCES`, `ENOSYS`: systemd's `@system-service` filter without
+/// `pidfd_getfd`, a container runtime's default seccomp profile without `CAP_SYS_PTRACE`) is logged
+/// once and not asked again; a passing failure (no descriptor left: `EMFILE`) leaves that one
+/// connection unparked.
 fn own_descriptor(fd: std::os::fd::RawFd) -> Option<std::os::fd::OwnedFd> {
+    use rustix::io::Errno;
     use rustix::process::{PidfdFlags, PidfdGetfdFlags, getpid, pidfd_getfd, pidfd_open};
+    use std::sync::atomic::{AtomicBool, Ordering};
     static SELF: std::sync::OnceLock<Option<std::os::fd::OwnedFd>> = std::sync::OnceLock::new();
-    let me = SELF.get_or_init(|| pidfd_open(getpid(), PidfdFlags::empty()).ok()).as_ref()?;
-    pidfd_getfd(me, fd, PidfdGetfdFlags::empty()).ok()
+    static REFUSED: AtomicBool = AtomicBool::new(false);
+    if REFUSED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let refused = |e: Errno| {
+        if matches!(e, Errno::PERM | Errno::ACCESS | Errno::NOSYS) && !REFUSED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "idle keep-alive connections are not parked: this system refuses pidfd_open/pidfd_getfd (allow them to the edge: docs/src/deploy.md)");
+        }
+    };
+    let me = SELF.get_or_init(|| pidfd_open(getpid(), PidfdFlags::empty()).map_err(refused).ok()).as_ref()?;
+    pidfd_getfd(me, fd, PidfdGetfdFlags::empty()).map_err(refused).ok()
 }
 
 /// What a connection waiting for its next request holds.
@@ -214,7 +232,8 @@ pub(crate) async fn next_request_bytes(stream: Stream, idle: Duration, stop: &mu
                     Poll::Ready(Ok(())) => {
                         // The client spoke (or closed): its connection as it came, read at once.
                         let Waiting::Parked(parked) = std::mem::replace(&mut conn, Waiting::Done) else { unreachable!() };
-                        conn = Waiting::Holding(parked.resume());
+                        let Some(stream) = parked.resume() else { return Poll::Ready(None) };
+                        conn = Waiting::Holding(stream);
                         timer.as_mut().reset((Instant::now() + PARK_AFTER).min(deadline));
                         continue;
                     }
