@@ -112,6 +112,8 @@ pub struct Metrics {
     pub tls_handshakes: [prometheus::IntCounter; 2],
     /// Queue event streams open now ([`crate::room::events::StreamBudget`] keeps it).
     pub event_streams: prometheus::IntGauge,
+    /// Idle plain keep-alive connections parked now ([`crate::front`]: their socket alone).
+    pub parked: prometheus::IntGauge,
     /// `process_resident_memory_bytes`, read at each scrape.
     resident_memory: prometheus::IntGauge,
 }
@@ -176,6 +178,11 @@ impl Metrics {
         let tls_handshakes = ["full", "resumed"].map(|k| tls_handshakes_vec.with_label_values(&[k]));
         let event_streams = prometheus::IntGauge::new("wicket_edge_event_streams", "Queue event streams open now")
             .expect("valid metric");
+        let parked = prometheus::IntGauge::new(
+            "wicket_edge_parked_connections",
+            "Idle plain keep-alive connections parked now (their socket alone, after a second without a byte)",
+        )
+        .expect("valid metric");
         let resident_memory = wicket_core::metrics::resident_memory_gauge();
         for c in [
             Box::new(resident_memory.clone()) as Box<dyn prometheus::core::Collector>,
@@ -190,6 +197,7 @@ impl Metrics {
             Box::new(passthrough.clone()),
             Box::new(tls_handshakes_vec),
             Box::new(event_streams.clone()),
+            Box::new(parked.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
@@ -211,6 +219,7 @@ impl Metrics {
             passthrough,
             tls_handshakes,
             event_streams,
+            parked,
             resident_memory,
         }
     }

@@ -256,7 +256,7 @@ async fn keep_alive_clients_that_wait_are_answered_when_they_speak_again() {
 }
 
 /// A keep-alive connection idle for a second is parked (`front::conn::Parked`: its socket alone,
-/// nothing of Pingora's) and made again when its client speaks: the client keeps its address (the
+/// nothing of Pingora's; `wicket_edge_parked_connections` counts them) and made again when its client speaks: the client keeps its address (the
 /// origin sees it in `X-Forwarded-For`, whichever path forwards), a connection the proxy served
 /// parks and is served again, a client that half-closes while parked is let go at once, and a
 /// stop closes parked connections at once, not at the end of its grace nor of `keepalive-seconds`.
@@ -290,7 +290,10 @@ async fn a_parked_connection_keeps_its_client_and_ends_on_time() {
     for s in [&mut half_closing, &mut at_stop] {
         assert_eq!(ask(s, PAGE).await.status, 200);
     }
+    let parked_now = || async { edge.admin("GET", "/metrics", "").await.text().lines().find_map(|l| l.strip_prefix("wicket_edge_parked_connections ")).map(str::to_owned) };
+    assert_eq!(parked_now().await.as_deref(), Some("0"));
     parked().await;
+    assert_eq!(parked_now().await.as_deref(), Some("4"), "every idle connection parked after a second");
     // Parked, then served again with the same address, by either path, twice.
     for _ in 0..2 {
         for (s, ip) in [(&mut by_forward, "127.0.0.2"), (&mut by_proxy, "127.0.0.3")] {
@@ -307,6 +310,7 @@ async fn a_parked_connection_keeps_its_client_and_ends_on_time() {
     half_closing.shutdown().await.unwrap();
     let (got, closed) = until_closed(&mut half_closing, Duration::from_secs(2)).await;
     assert!(closed.is_some() && got.is_empty(), "a half-closed parked connection was kept: {got:?}");
+    assert_eq!(parked_now().await.as_deref(), Some("3"));
     // A stop: every parked connection is closed at once (the grace is 10 s, keep-alive 30 s).
     let stop = Instant::now();
     edge.begin_stop();

@@ -124,15 +124,25 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 /// runtime's registration (a slab entry) and the connection's task; Pingora's stream object
 /// (boxed), its socket digest and its wrapper are freed while the client is idle and made again
 /// when it speaks ([`Parked::resume`]), as an accepted connection's are.
-pub(crate) struct Parked {
+pub(crate) struct Parked<'a> {
     tcp: tokio::net::TcpStream,
+    _counted: Counted<'a>,
 }
 
-impl Parked {
+/// One of `wicket_edge_parked_connections` while it lives.
+struct Counted<'a>(&'a prometheus::IntGauge);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl<'a> Parked<'a> {
     /// `stream` parked, or given back when it is not a plain TCP connection with nothing left to
     /// read before its socket nor to write (TLS, a replayed or gathering wrapper that holds
     /// bytes), or when the runtime refuses the new descriptor.
-    pub(crate) fn park(stream: Stream) -> Result<Parked, Stream> {
+    pub(crate) fn park(stream: Stream, count: &'a prometheus::IntGauge) -> Result<Parked<'a>, Stream> {
         use std::os::fd::AsRawFd;
         let l4 = crate::replay::plain_tcp(stream)?;
         let Some(fd) = own_descriptor(l4.as_raw_fd()) else { return Err(l4) };
@@ -144,7 +154,8 @@ impl Parked {
         };
         // Closes `l4`'s descriptor and ends its registration; the socket stays open under `tcp`'s.
         drop(l4);
-        Ok(Parked { tcp })
+        count.inc();
+        Ok(Parked { tcp, _counted: Counted(count) })
     }
 
     /// The connection as the listener hands a new one over: Pingora's stream with the peer's
@@ -192,20 +203,20 @@ fn own_descriptor(fd: std::os::fd::RawFd) -> Option<std::os::fd::OwnedFd> {
 }
 
 /// What a connection waiting for its next request holds.
-enum Waiting {
+enum Waiting<'a> {
     /// The connection as it came, for the first [`PARK_AFTER`] (or for good: not one to park).
     Holding(Stream),
-    Parked(Parked),
+    Parked(Parked<'a>),
     /// Given back (or gone).
     Done,
 }
 
 /// Waits for a keep-alive connection's next request, at most `idle` and not past a change of
 /// `stop` (the start of a stop): its first bytes, with the connection. After [`PARK_AFTER`]
-/// without a byte the connection waits parked ([`Parked`]); a client that speaks then gets its
+/// without a byte the connection waits parked ([`Parked`], counted in `parked`); a client that speaks then gets its
 /// connection made again. One timer and one watch for both phases (the wait is every idle
 /// connection's whole state: a few hundred bytes).
-pub(crate) async fn next_request_bytes(stream: Stream, idle: Duration, stop: &mut ShutdownWatch) -> Option<(Stream, Vec<u8>)> {
+pub(crate) async fn next_request_bytes(stream: Stream, idle: Duration, stop: &mut ShutdownWatch, parked: &prometheus::IntGauge) -> Option<(Stream, Vec<u8>)> {
     use std::future::Future;
     use tokio::time::Instant;
     let deadline = Instant::now() + idle;
@@ -250,7 +261,7 @@ pub(crate) async fn next_request_bytes(stream: Stream, idle: Duration, stop: &mu
             }
             timer.as_mut().reset(deadline);
             conn = match std::mem::replace(&mut conn, Waiting::Done) {
-                Waiting::Holding(stream) => match Parked::park(stream) {
+                Waiting::Holding(stream) => match Parked::park(stream, parked) {
                     Ok(parked) => Waiting::Parked(parked),
                     // Not one to park: it waits as it is, to the end.
                     Err(stream) => {

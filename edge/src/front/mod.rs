@@ -95,7 +95,7 @@ impl<P: Handover> Front<P> {
             } else {
                 // Wait for a request at most the keep-alive timeout, and not past the start of a stop.
                 let idle = Duration::from_secs(self.state.keepalive);
-                let Some((waited, first)) = next_request_bytes(stream, idle, &mut shutdown).await else { return };
+                let Some((waited, first)) = next_request_bytes(stream, idle, &mut shutdown, &self.state.metrics.parked).await else { return };
                 Box::pin(http1::serve(&self, waited, &first, &shutdown)).await
             };
             match back {
