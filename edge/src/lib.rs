@@ -31,7 +31,8 @@
 //!   `tls::tickets`: session tickets every edge can open (keys derived from shared files per 6-hour period).
 //! - [`front`]: the public listeners and their doors, side by side (none imports another;
 //!   tests/structure.rs): the listener's TLS handshake and dispatch (`front`), what a
-//!   connection's doors share (`front::conn`: settings, HSTS, the hand-over), the HTTP/1.1 door
+//!   connection's doors share (`front::conn`: settings, HSTS, the hand-over, the wait for a
+//!   connection's next request and the parking of an idle one), the HTTP/1.1 door
 //!   [`front::http1`] (the head read and checked; files, status polls, refusals written on the
 //!   connection) with its forwarded path to a plain-HTTP origin [`front::forward`], the HTTP/2
 //!   door [`front::h2`] (Pingora's connection, the same answers per stream, the rest handed on
