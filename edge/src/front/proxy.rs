@@ -430,7 +430,12 @@ impl ProxyHttp for EdgeProxy {
         if let Err(e) = crate::path::check_head(proto, "/", req.headers.iter().map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()))) {
             return self.reject(session, ctx, Reject::BadRequest(e.message())).await;
         }
-        let peer = session.client_addr().and_then(|a| a.as_inet()).map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
+        // Every connection the listeners hand over knows its peer (a parked one that lost it is
+        // closed, `front::conn::Parked::resume`): a request without one is refused, never taken
+        // for this host's own (which a trusted-proxy rule could believe).
+        let Some(peer) = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip()) else {
+            return self.reject(session, ctx, Reject::BadRequest("the client's address is unknown")).await;
+        };
         ctx.v.ip = st.client_ip.resolve(peer, session.req_header());
         let path = session.req_header().uri.path();
         if path == REVOKE_PATH || path == AUTH_PATH || path == SESSIONS_PATH {
