@@ -18,6 +18,9 @@
 //!   one more while any ticket is unpromised — the last tickets go to a fan who is offered what is
 //!   left (the core answers `409 not_enough_left` with `available` to a hold that asks for more)
 //!   rather than to nobody.
+//!   What the cap held back of a tick's step goes in between ticks as holds settle places: the
+//!   leader reads the stock every [`super::release::BETWEEN`] meanwhile
+//!   ([`super::Rooms::step_between`]).
 //!
 //! A place is **picked up** when its fan is admitted (a session opened for it: the room's store
 //! records the session's place, and the leader's sweep counts, each tick, the places picked up in
@@ -310,6 +313,19 @@ impl Claims {
         self.promise(self.open(), max_qty)
     }
 
+    /// [`Claims::cap`] as if the core's `holds` were noted at `now_ms`, without noting them: a
+    /// step between ticks ([`super::Rooms::step_between`]) counts the holds made since the last
+    /// tick but leaves them to the next tick's [`Claims::note`], after the sweep has counted the
+    /// pickups. Settled on pickup counts a tick old, holds of fans admitted since would settle
+    /// places never picked up (a script's) instead of their own, and those fans' places would
+    /// stand [`CLAIM_MS`] instead of the scripts' lapsing at their pickup window (the bots surge:
+    /// its last 28 tickets held for 13 s by 18 places whose fans had all bought).
+    pub fn cap_after(&self, now_ms: u64, holds: Option<(u64, u64)>, available: u64, max_qty: u64) -> u64 {
+        let mut c = self.clone();
+        c.note(now_ms, None, holds);
+        c.cap(available, max_qty)
+    }
+
     /// Most places a step may release with `available` tickets left (`u64::MAX`: not known, no
     /// cap): as many as the tickets no one is promised serve, and one more while any ticket is
     /// unpromised (offered what is left).
@@ -357,6 +373,41 @@ mod tests {
         let counts: Vec<u64> = ask.ranges.iter().map(|&(f, t)| picked.iter().filter(|p| **p > f && **p <= t).count() as u64).collect();
         c.picked(&ask, Some(&counts));
         ask
+    }
+
+    #[test]
+    fn holds_between_ticks_free_places_and_wait_for_the_next_count_of_pickups() {
+        // A step of four at 0 s whose fans never come (scripts refused at the door), one of six at
+        // 1 s; the tick's sweep at 1 s saw nobody admitted yet.
+        let steps = || {
+            let mut c = Claims::default();
+            c.note(0, None, Some((0, 0)));
+            c.note(0, over(0, 4, 0), None);
+            c.note(1000, over(4, 10, 0), None);
+            sweep(&mut c, 10, &[]);
+            c
+        };
+        let mut c = steps();
+        // Between ticks the six of the second step are admitted and hold: the cap counts their
+        // holds (4 places open at 2: 8 of 20, six fans more), the book does not settle them yet.
+        assert_eq!(c.cap_after(1500, Some((6, 6)), 20, 2), 6);
+        assert_eq!(c.open(), 10, "nothing noted");
+        // The next tick counts them admitted, then notes the holds: they settle their own places,
+        // and the first step's four lapse at its pickup window.
+        sweep(&mut c, 10, &[5, 6, 7, 8, 9, 10]);
+        c.note(2000, None, Some((6, 6)));
+        assert_eq!(c.open(), 4);
+        c.note(PICKUP_MS, None, None);
+        assert_eq!(c.open(), 0, "the four never admitted lapsed");
+        // Noted on the old count, the holds would have settled the oldest places — the scripts'
+        // four and two of the fans' — and four fans who bought would stand the claim window.
+        let mut eager = steps();
+        eager.note(1500, None, Some((6, 6)));
+        sweep(&mut eager, 10, &[5, 6, 7, 8, 9, 10]);
+        eager.note(1000 + PICKUP_MS, None, None);
+        assert_eq!(eager.open(), 4);
+        eager.note(1000 + CLAIM_MS, None, None);
+        assert_eq!(eager.open(), 0);
     }
 
     #[test]

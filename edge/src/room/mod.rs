@@ -35,7 +35,8 @@
 //! - [`told`]: the poll intervals a status answer tells a waiting place, and the record of them
 //!   that bounds a release step's pickup window.
 //! - [`release`]: the background service ticking every room once a second (controller, batches,
-//!   sold-out and core metrics polls, leader lease).
+//!   sold-out and core metrics polls, leader lease), and stepping between ticks the rooms whose
+//!   step the promises held back.
 //! - [`tally`]: the post-sale report's per-minute counts (atomics, flushed by the release loop)
 //!   and where they are kept (in this process, or in Redis with the room's state).
 //! - [`report`]: the post-sale report served (`GET /admin/rooms/<room>/report`), and the hooks
@@ -225,6 +226,10 @@ pub struct ReleaseBook {
     /// The places past the book's last step are to be promised at the next read of `serving`
     /// ([`claims::Claims::unkept`]): this edge took the lease, or a step's answer never came.
     pub unkept_due: bool,
+    /// Admissions the last tick's step was allowed (its rate, batches and session cap) that the
+    /// tickets already promised held back: let in between ticks as holds settle the promises
+    /// ([`Rooms::step_between`]); the next tick starts over.
+    pub held_back: u64,
 }
 
 impl Room {

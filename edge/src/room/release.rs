@@ -26,6 +26,11 @@ use crate::controller::{ReleaseMode, TickInput};
 /// How often every room ticks.
 pub const TICK: Duration = Duration::from_secs(1);
 
+/// How often a room whose last step the promises held back reads its stock again and lets in
+/// what the holds made since free ([`Rooms::step_between`]): the bots surge's last 600 tickets
+/// sold in rounds a tick apart each.
+pub const BETWEEN: Duration = Duration::from_millis(250);
+
 /// How often a leader writes its book again while nothing is promised: well within the book's
 /// life in the store ([`super::claims::CLAIM_MS`]), so a new leader always finds where `serving`
 /// stood and promises the places let in after it ([`super::claims::Claims::unkept`]) — a quiet
@@ -178,7 +183,12 @@ impl Rooms {
             let available = room.available.load(Ordering::Acquire);
             let cap = b.claims.cap(available, u64::from(spec.config.max_qty));
             tracing::debug!(room = %room.id, whole, cap, available, open = b.claims.open(), holds = ?holds, "release step");
+            tracing::trace!(room = %room.id, book = ?b.claims, "promises");
+            let allowed = whole;
             whole = whole.min(cap).min(available);
+            // What the promises held back goes in between ticks as holds settle them
+            // ([`Rooms::step_between`]), never more than this step's rate allowed.
+            b.held_back = if releasing && leader { allowed - whole } else { 0 };
             let spoken_for = releasing && leader && cap == 0 && available != u64::MAX && c.waiting() > 0;
             if room.spoken_for.swap(spoken_for, Ordering::Relaxed) != spoken_for {
                 room.changed();
@@ -198,45 +208,14 @@ impl Rooms {
             } else if room.is_paused() || room.is_queue_all() {
                 Telling::Unbounded
             } else {
-                let measured = room.measured_rate();
-                let per_s = if measured > 0.0 { measured } else { room.release_rate() };
-                if per_s > 0.0 { Telling::Moving { per_s } } else { Telling::NoRate }
+                moving(room)
             };
             // A spell told since the last tick that this tick no longer sees (sold out for a moment,
             // a pause lifted): from when it began.
-            let spell = room.unbounded_at_ms();
-            if spell > b.last_tick_ms && spell < now_ms {
-                b.told.record(super::told::ToldTick { at: spell, serving: c.serving, telling: Telling::Unbounded });
-            }
-            b.told.record(super::told::ToldTick { at: now_ms, serving: c.serving, telling });
+            b.told.record_after(room.unbounded_at_ms(), super::told::ToldTick { at: now_ms, serving: c.serving, telling });
             b.last_tick_ms = now_ms;
         }
-        // The invite lane's part of this step (`[rooms.invite] share`), its fraction carried.
-        let lane = match spec.lane_share {
-            Some(share) if whole > 0 => {
-                let mut b = room.book.lock();
-                let part = whole as f64 * share + b.lane_carry;
-                // (1e-9: 10 × 0.3 is 3.0000000000000004, 100 × 0.29 is 28.999999999999996.)
-                let k = ((part + 1e-9).floor() as u64).min(whole);
-                b.lane_carry = (part - k as f64).clamp(0.0, 1.0);
-                k
-            }
-            _ => 0,
-        };
-        let step = if leader && whole > 0 {
-            room.book.lock().unkept_due = true;
-            let a = room.state.advance_lane(&self.node, whole, lane, now_ms).await?;
-            room.book.lock().unkept_due = false;
-            Some(a)
-        } else {
-            None
-        };
-        if let Some(a) = step {
-            let mut b = room.book.lock();
-            let pickup_ms = b.told.pickup_ms(a.serving, now_ms, room.state.epoch_s() * 1000);
-            let r = super::claims::Released { from: c.serving, to: a.serving, places: a.released, in_line: a.in_line, pickup_ms };
-            b.claims.note(now_ms, Some(r), None);
-        }
+        let step = if leader && whole > 0 { Some(self.advance(room, &spec, c.serving, whole, now_ms).await?) } else { None };
         let serving = step.map_or(c.serving, |a| a.serving);
         // People, not numbers: a spread room's places are not consecutive.
         let passed = room.state.passed(&super::state::Counters { serving, ..c });
@@ -268,6 +247,90 @@ impl Rooms {
         let gauges = leader.then(|| room.report_gauges());
         let in_play = c.issued > serving || active > 0;
         room.report.flush(now_ms, gauges.as_deref(), in_play).await
+    }
+
+    /// The leader's step of `whole` admissions from `serving` at `now_ms`: the invite lane's part
+    /// (`[rooms.invite] share`, its fraction carried), the store's advance, and its places
+    /// promised in the book ([`super::claims`]) with their pickup window.
+    async fn advance(&self, room: &Room, spec: &super::config::RoomSpec, serving: u64, whole: u64, now_ms: u64) -> Result<super::state::Advanced, StateError> {
+        let lane = match spec.lane_share {
+            Some(share) => {
+                let mut b = room.book.lock();
+                let part = whole as f64 * share + b.lane_carry;
+                // (1e-9: 10 × 0.3 is 3.0000000000000004, 100 × 0.29 is 28.999999999999996.)
+                let k = ((part + 1e-9).floor() as u64).min(whole);
+                b.lane_carry = (part - k as f64).clamp(0.0, 1.0);
+                k
+            }
+            None => 0,
+        };
+        room.book.lock().unkept_due = true;
+        let a = room.state.advance_lane(&self.node, whole, lane, now_ms).await?;
+        let mut b = room.book.lock();
+        b.unkept_due = false;
+        let pickup_ms = b.told.pickup_ms(a.serving, now_ms, room.state.epoch_s() * 1000);
+        let r = super::claims::Released { from: serving, to: a.serving, places: a.released, in_line: a.in_line, pickup_ms };
+        tracing::trace!(room = %room.id, ?r, "released");
+        b.claims.note(now_ms, Some(r), None);
+        Ok(a)
+    }
+
+    /// A release step between two ticks (issue #39), run every [`BETWEEN`] while the last tick's
+    /// step was held back by the tickets already promised ([`super::ReleaseBook::held_back`]): the
+    /// stock read again, the holds made since settle their places, and as many of the held-back
+    /// admissions go in as the tickets no one is promised now serve. The last tickets of a sale
+    /// sell in rounds (let in, admitted, held, settled); a round that waits for the next tick
+    /// costs up to a second each. Never more than the tick's rate allowed; nothing while the room
+    /// is paused, queues all, turns everyone away, is closed or sold out, or this edge does not
+    /// lead. Returns the admissions let in.
+    pub async fn step_between(&self, room: &Room, now_ms: u64) -> Result<u64, StateError> {
+        let spec = room.spec();
+        let (_, closes_at) = room.window(&spec);
+        let stopped = room.is_paused() || room.is_queue_all() || room.rejecting() || room.sold_out.load(Ordering::Relaxed);
+        if !room.leader.load(Ordering::Relaxed) || stopped || closes_at.is_some_and(|t| (now_ms / 1000) as i64 >= t) {
+            room.book.lock().held_back = 0;
+            return Ok(0);
+        }
+        // The holds made since the tick free their places here, and are noted at the next tick
+        // ([`super::claims::Claims::cap_after`]).
+        let holds = *room.holds.lock();
+        let max_qty = u64::from(spec.config.max_qty);
+        let (whole, available) = {
+            let b = room.book.lock();
+            if b.held_back == 0 {
+                return Ok(0);
+            }
+            let available = room.available.load(Ordering::Acquire);
+            let cap = b.claims.cap_after(now_ms, holds, available, max_qty);
+            (b.held_back.min(cap).min(available), available)
+        };
+        let c = room.state.counters();
+        if whole > 0 {
+            let a = self.advance(room, &spec, c.serving, whole, now_ms).await?;
+            tracing::debug!(room = %room.id, whole, available, held_back = room.book.lock().held_back - whole, "release step between ticks");
+            let passed = room.state.passed(&super::state::Counters { serving: a.serving, ..c });
+            {
+                let mut b = room.book.lock();
+                b.held_back -= whole;
+                b.claims.served(a.serving, passed);
+            }
+            self.keep_book(room, now_ms).await;
+            room.report.marks.lock().note(super::tally::minute_of(now_ms), a.serving, a.lane_serving);
+            room.report.tally.count(now_ms, super::tally::Count::Released, a.released);
+        }
+        // Every ticket left promised again, or some free: what the places behind are told turns
+        // with it, and the told record keeps the slower of the two for the next steps' windows.
+        let mut b = room.book.lock();
+        let cap = b.claims.cap_after(now_ms, holds, available, max_qty);
+        let spoken_for = cap == 0 && room.state.counters().waiting() > 0;
+        if room.spoken_for.swap(spoken_for, Ordering::Relaxed) != spoken_for {
+            let serving = room.state.counters().serving;
+            let telling = if spoken_for { super::told::Telling::SpokenFor } else { moving(room) };
+            b.told.record_after(room.unbounded_at_ms(), super::told::ToldTick { at: now_ms, serving, telling });
+            drop(b);
+            room.changed();
+        }
+        Ok(whole)
     }
 
     /// `room`'s fair share of the core, which every room of this edge shares (one core, one latency
@@ -303,6 +366,20 @@ impl Rooms {
         for room in self.all() {
             if let Err(e) = self.tick_room(&room, now_ms).await {
                 tracing::warn!(room = %room.id, "release tick: {e}");
+            }
+        }
+    }
+
+    /// The steps between ticks ([`Rooms::step_between`]) of every room this edge leads whose last
+    /// step the promises held back, each after a fresh read of its stock from `core`.
+    pub async fn step_all_between(&self, core: SocketAddr, now_ms: u64) {
+        for room in self.all() {
+            if room.book.lock().held_back == 0 || !room.leader.load(Ordering::Relaxed) {
+                continue;
+            }
+            self.poll_stock(core, &room).await;
+            if let Err(e) = self.step_between(&room, now_ms).await {
+                tracing::warn!(room = %room.id, "release step between ticks: {e}");
             }
         }
     }
@@ -360,32 +437,7 @@ impl Rooms {
                 let t = |k: &str| v.get(k).and_then(|x| x.as_str()).and_then(super::config::parse_time);
                 room.set_core_window(t("opens_at"), t("closes_at"));
             }
-            if let Some((200, body)) = http_get(core, &format!("/v1/events/{event}/stock")).await
-                && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
-                && let Some(stock) = Stock::read(&v)
-            {
-                room.available.store(stock.available, Ordering::Release);
-                room.held.store(stock.held, Ordering::Relaxed);
-                room.sold.store(stock.sold, Ordering::Relaxed);
-                *room.holds.lock() = Some((stock.holds, stock.hold_units));
-                let restock = stock.sold_out && stock.held > 0;
-                let restock_changed = room.restock_possible.swap(restock, Ordering::Relaxed) != restock;
-                if stock.sold_out {
-                    room.note_unbounded(unix_ms());
-                }
-                let sold_out_changed = room.sold_out.swap(stock.sold_out, Ordering::Relaxed) != stock.sold_out;
-                if restock_changed || sold_out_changed {
-                    room.changed();
-                }
-                if sold_out_changed {
-                    tracing::info!(room = %room.id, sold_out = stock.sold_out, held = stock.held, "core stock");
-                    if stock.sold_out
-                        && let Err(e) = room.report.store.sold_out(unix_ms()).await
-                    {
-                        tracing::warn!(room = %room.id, "report: sold-out time not kept: {e}");
-                    }
-                }
-            }
+            self.poll_stock(core, &room).await;
         }
         if !all {
             return;
@@ -407,6 +459,46 @@ impl Rooms {
             }
         }
     }
+
+    /// Asks the core for `room`'s stock: what is left, held and sold, and the holds made (a hold
+    /// settles its fan's promise, [`super::claims`]).
+    async fn poll_stock(&self, core: SocketAddr, room: &Room) {
+        let event = room.spec().config.event.clone();
+        if let Some((200, body)) = http_get(core, &format!("/v1/events/{event}/stock")).await
+            && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
+            && let Some(stock) = Stock::read(&v)
+        {
+            room.available.store(stock.available, Ordering::Release);
+            room.held.store(stock.held, Ordering::Relaxed);
+            room.sold.store(stock.sold, Ordering::Relaxed);
+            *room.holds.lock() = Some((stock.holds, stock.hold_units));
+            let restock = stock.sold_out && stock.held > 0;
+            let restock_changed = room.restock_possible.swap(restock, Ordering::Relaxed) != restock;
+            if stock.sold_out {
+                room.note_unbounded(unix_ms());
+            }
+            let sold_out_changed = room.sold_out.swap(stock.sold_out, Ordering::Relaxed) != stock.sold_out;
+            if restock_changed || sold_out_changed {
+                room.changed();
+            }
+            if sold_out_changed {
+                tracing::info!(room = %room.id, sold_out = stock.sold_out, held = stock.held, "core stock");
+                if stock.sold_out
+                    && let Err(e) = room.report.store.sold_out(unix_ms()).await
+                {
+                    tracing::warn!(room = %room.id, "report: sold-out time not kept: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// What a moving queue's places are told: their turn at the measured release rate (the set one
+/// before any is measured).
+fn moving(room: &Room) -> super::told::Telling {
+    let measured = room.measured_rate();
+    let per_s = if measured > 0.0 { measured } else { room.release_rate() };
+    if per_s > 0.0 { super::told::Telling::Moving { per_s } } else { super::told::Telling::NoRate }
 }
 
 /// What the release needs from the core's stock answer (docs/src/api.md `GET /v1/events/{event}/stock`).
@@ -581,7 +673,8 @@ impl RoomGauges {
 }
 
 /// The background service: ticks rooms every second, reads the core's stock before each tick and
-/// its schedule and metrics every other.
+/// its schedule and metrics every other; between ticks, steps the rooms whose last step the
+/// promises held back ([`BETWEEN`]).
 pub struct ReleaseLoop {
     /// The rooms it ticks.
     pub rooms: Arc<Rooms>,
@@ -597,6 +690,8 @@ impl BackgroundService for ReleaseLoop {
         let (rooms, core) = (self.rooms.clone(), self.core.clone());
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut between = tokio::time::interval(BETWEEN);
+        between.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let gauges = RoomGauges::register(&self.registry);
         let mut n = 0u64;
         loop {
@@ -608,6 +703,11 @@ impl BackgroundService for ReleaseLoop {
                     rooms.tick_all(unix_ms()).await;
                     gauges.update(&rooms);
                     n += 1;
+                }
+                _ = between.tick(), if core.is_some() => {
+                    if let Some(core) = &core {
+                        rooms.step_all_between(core.addr(), unix_ms()).await;
+                    }
                 }
                 _ = shutdown.changed() => {
                     rooms.resign_all().await;

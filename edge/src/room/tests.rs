@@ -294,6 +294,77 @@ async fn the_release_counts_the_tickets_already_promised() {
     assert_eq!(room.state.counters().serving, 22, "10 unpromised: two fans of 4 and one offered the last 2");
 }
 
+/// The steps between ticks (issue #39): what the promises held back at a tick goes in as the
+/// holds made since settle them, a quarter of a second later rather than at the next tick —
+/// never more than the tick's step allowed, never while the room is paused or sold out or this
+/// edge does not lead; the next tick starts over.
+#[tokio::test]
+async fn the_promises_held_back_go_in_between_ticks_as_holds_settle_them() {
+    // 40 tickets, 4 a fan: the tick's 100 held back to 10, 90 held back.
+    let (rooms, room, t0) = selling(PROMISING, 200, 40).await;
+    rooms.tick_room(&room, t0).await.unwrap();
+    assert_eq!(room.state.counters().serving, 10);
+    assert_eq!(room.book.lock().held_back, 90);
+    assert_eq!(rooms.step_between(&room, t0 + 250).await.unwrap(), 0, "no hold yet");
+    assert!(room.spoken_for.load(Ordering::Relaxed));
+    // Six of the ten held, 1 ticket each (as at the tick of the test before): the same five go in
+    // at once, and everything is promised again.
+    room.available.store(34, Ordering::Relaxed);
+    *room.holds.lock() = Some((6, 6));
+    assert_eq!(rooms.step_between(&room, t0 + 500).await.unwrap(), 5);
+    assert_eq!(room.state.counters().serving, 15, "four fans of 4 and one offered the last 2");
+    assert_eq!(room.book.lock().held_back, 85);
+    assert!(room.spoken_for.load(Ordering::Relaxed), "9 places open: every ticket promised again");
+    let behind = QueueTicket { room: "r1".into(), position: 16, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
+    let s = phase(rooms.status(&room, &behind, "u15").await.unwrap());
+    assert_eq!((s.state, s.ahead), (Phase::SoldOut, Some(0)));
+    assert!(s.poll_after_ms <= 1200, "the next fan asks within a second: {}", s.poll_after_ms);
+    let front = QueueTicket { position: 15, ..behind.clone() };
+    assert_eq!(phase(rooms.status(&room, &front, "u14").await.unwrap()).state, Phase::Admitted);
+    // Paused: holds settle nothing into the queue until the operator resumes; sold out likewise.
+    room.operate(t0 + 600, Action::Pause).unwrap();
+    room.available.store(26, Ordering::Relaxed);
+    *room.holds.lock() = Some((10, 14));
+    assert_eq!(rooms.step_between(&room, t0 + 750).await.unwrap(), 0, "paused");
+    assert_eq!(room.book.lock().held_back, 0, "a stop forgets what was held back");
+    room.operate(t0 + 800, Action::Resume).unwrap();
+    assert_eq!(rooms.step_between(&room, t0 + 1000).await.unwrap(), 0, "the next tick starts over");
+    assert_eq!(room.state.counters().serving, 15);
+    rooms.tick_room(&room, t0 + 1000).await.unwrap();
+    let serving = room.state.counters().serving;
+    assert!(serving > 15, "the tick lets in what the holds freed: {serving}");
+    room.sold_out.store(true, Ordering::Relaxed);
+    room.available.store(0, Ordering::Relaxed);
+    *room.holds.lock() = Some((20, 40));
+    assert_eq!(rooms.step_between(&room, t0 + 1250).await.unwrap(), 0, "sold out");
+    assert_eq!(room.state.counters().serving, serving);
+
+    // The rate bounds it: 12 a second, the tick's 12 held back to 10, two go in between ticks
+    // however many the holds free, and the places behind are not told "sold out for now".
+    let (rooms, room, t0) = selling("max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 12.0 }\n", 200, 40).await;
+    rooms.tick_room(&room, t0).await.unwrap();
+    assert_eq!((room.state.counters().serving, room.book.lock().held_back), (10, 2));
+    room.available.store(30, Ordering::Relaxed);
+    *room.holds.lock() = Some((10, 10));
+    assert_eq!(rooms.step_between(&room, t0 + 250).await.unwrap(), 2);
+    assert_eq!((room.state.counters().serving, room.book.lock().held_back), (12, 0));
+    assert!(!room.spoken_for.load(Ordering::Relaxed), "tickets free: the places wait for the rate");
+    assert_eq!(rooms.step_between(&room, t0 + 500).await.unwrap(), 0);
+    // Its released places are in the book: they are promised at the next tick (2 open at 4 each, 22
+    // free: 5 fans and one offered the last 2, bounded by the rate's 12).
+    rooms.tick_room(&room, t0 + 1000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 18);
+
+    // An edge that does not lead steps nothing between ticks.
+    let (rooms, room, t0) = selling(PROMISING, 200, 40).await;
+    rooms.tick_room(&room, t0).await.unwrap();
+    room.leader.store(false, Ordering::Relaxed);
+    room.available.store(34, Ordering::Relaxed);
+    *room.holds.lock() = Some((6, 6));
+    assert_eq!(rooms.step_between(&room, t0 + 250).await.unwrap(), 0);
+    assert_eq!(room.state.counters().serving, 10);
+}
+
 /// A spell between two ticks that told the waiting places what no window bounds (an operator's
 /// pause lifted within the second: paused places are told 4 s; the stock task's sold out, should
 /// a tick fail after it) reaches the told record: the next step's places keep the longest window,

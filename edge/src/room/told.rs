@@ -40,9 +40,10 @@ pub fn no_rate_poll_ms(soon: bool) -> u64 {
 
 /// The poll interval told to a place `ahead` places from the front while every ticket left is
 /// promised and it is in the stock's reach or the last thousand (before jitter): promises settle
-/// within seconds, so the next hundred ask every 1.5 s.
+/// within seconds and the release lets the next fans in between ticks
+/// ([`super::Rooms::step_between`]), so the next hundred ask every second.
 pub fn spoken_for_poll_ms(ahead: u64) -> u64 {
-    if ahead < 100 { 1500 } else { NEAR_POLL_MS }
+    if ahead < 100 { 1000 } else { NEAR_POLL_MS }
 }
 
 /// The most jitter (`super::jitter`) stretches a poll interval by.
@@ -111,6 +112,17 @@ impl Told {
         while self.ticks.get(1).is_some_and(|t| t.at + TOLD_MS <= tick.at) {
             self.ticks.pop_front();
         }
+    }
+
+    /// [`Told::record`], after the spell that began at `spell` (Unix ms,
+    /// [`super::Room::unbounded_at_ms`]) when it began since the last telling recorded and before
+    /// this one: a sold-out or operator spell told between two records reaches the next steps'
+    /// windows.
+    pub fn record_after(&mut self, spell: u64, tick: ToldTick) {
+        if spell > self.ticks.back().map_or(0, |t| t.at) && spell < tick.at {
+            self.record(ToldTick { at: spell, telling: Telling::Unbounded, ..tick });
+        }
+        self.record(tick);
     }
 
     /// The pickup window of a step at `now_ms` whose farthest place is `to`: the longest interval
@@ -190,7 +202,7 @@ mod tests {
         assert_eq!(t.pickup_ms(400, 119_000, 0), 4800 + PICKUP_SLACK_MS, "4 s after it ended: it may");
         t.record(tick(120_000, 0, moving(100.0)));
         assert_eq!(t.pickup_ms(400, 120_000, 0), 2000 + PICKUP_SLACK_MS, "5 s after: it cannot");
-        // Every ticket promised: the next hundred ask every 1.5 s (the page without JavaScript
+        // Every ticket promised: the next hundred ask every second (the page without JavaScript
         // every 2 s), the others every 5 s.
         t.record(tick(121_000, 0, Telling::SpokenFor));
         assert_eq!(t.pickup_ms(50, 121_000, 0), 2000 + PICKUP_SLACK_MS);
@@ -201,6 +213,31 @@ mod tests {
         // A clock that went back forgets what it knew.
         t.record(tick(50_000, 0, moving(100.0)));
         assert_eq!(t.pickup_ms(50, 50_000, 0), PICKUP_MS);
+    }
+
+    /// A release step between ticks records its telling; a spell between the two records is
+    /// recorded before the second, and one that began before the last record is not (recording it
+    /// out of order would read as a clock gone back and forget everything).
+    #[test]
+    fn a_spell_is_recorded_in_order_between_any_two_records() {
+        let tick = |at: u64, telling: Telling| ToldTick { at, serving: 0, telling };
+        let mut t = Told::default();
+        for k in 0..13 {
+            t.record(tick(100_000 + k * 1000, Telling::Moving { per_s: 100.0 }));
+        }
+        // A step between ticks (every ticket promised again) at 112.5 s, then a pause told from
+        // 112.7 s: the tick at 113 s records the spell first.
+        t.record_after(0, tick(112_500, Telling::SpokenFor));
+        t.record_after(112_700, tick(113_000, Telling::Moving { per_s: 100.0 }));
+        assert_eq!(t.pickup_ms(50, 113_000, 0), PICKUP_MS, "the pause's polls are not bounded");
+        // A spell stamped before the last record is that record's business: nothing is forgotten.
+        let mut u = Told::default();
+        for k in 0..13 {
+            u.record(tick(100_000 + k * 1000, Telling::Moving { per_s: 100.0 }));
+        }
+        u.record_after(0, tick(112_500, Telling::SpokenFor));
+        u.record_after(112_400, tick(113_000, Telling::Moving { per_s: 100.0 }));
+        assert_eq!(u.pickup_ms(50, 113_000, 0), 2000 + PICKUP_SLACK_MS, "the record stands (12 s of it known)");
     }
 
     /// A sale's first step: places told before the open (a quarter of the time left, 1 s near it)
