@@ -233,9 +233,8 @@ impl Claims {
 
     /// [`Claims::note`] after the holds: records the step, lapses and drops.
     fn step(&mut self, now_ms: u64, released: Option<Released>) {
-        if let Some(r) = released.filter(|r| r.places > 0) {
-            let r = Released { in_line: r.in_line.min(r.places), ..r };
-            self.window.push_back(Step { at: now_ms, r, ..Step::default() });
+        if let Some(r) = released {
+            self.push(now_ms, r);
         }
         for step in self.window.iter_mut().filter(|s| !s.checked && s.at + s.r.pickup() <= now_ms) {
             step.lapsed = step.unpicked().min(step.open());
@@ -313,16 +312,27 @@ impl Claims {
         self.promise(self.open(), max_qty)
     }
 
-    /// [`Claims::cap`] as if the core's `holds` were noted at `now_ms`, without noting them: a
+    /// Records a step between ticks ([`super::Rooms::step_between`]) at `now_ms`: its places are
+    /// promised; no place lapses here (pickups are counted at ticks: lapsed on a count up to a
+    /// tick old, a place whose fan came since would lose its promise).
+    pub fn push(&mut self, now_ms: u64, released: Released) {
+        if released.places > 0 {
+            let r = Released { in_line: released.in_line.min(released.places), ..released };
+            self.window.push_back(Step { at: now_ms, r, ..Step::default() });
+        }
+    }
+
+    /// [`Claims::cap`] as if the core's `holds` were noted at `tick_ms` (the last tick, whose
+    /// pickup count the places' lapses go by), without noting them: a
     /// step between ticks ([`super::Rooms::step_between`]) counts the holds made since the last
     /// tick but leaves them to the next tick's [`Claims::note`], after the sweep has counted the
     /// pickups. Settled on pickup counts a tick old, holds of fans admitted since would settle
     /// places never picked up (a script's) instead of their own, and those fans' places would
     /// stand [`CLAIM_MS`] instead of the scripts' lapsing at their pickup window (the bots surge:
     /// its last 28 tickets held for 13 s by 18 places whose fans had all bought).
-    pub fn cap_after(&self, now_ms: u64, holds: Option<(u64, u64)>, available: u64, max_qty: u64) -> u64 {
+    pub fn cap_after(&self, tick_ms: u64, holds: Option<(u64, u64)>, available: u64, max_qty: u64) -> u64 {
         let mut c = self.clone();
-        c.note(now_ms, None, holds);
+        c.note(tick_ms, None, holds);
         c.cap(available, max_qty)
     }
 
@@ -390,8 +400,16 @@ mod tests {
         let mut c = steps();
         // Between ticks the six of the second step are admitted and hold: the cap counts their
         // holds (4 places open at 2: 8 of 20, six fans more), the book does not settle them yet.
-        assert_eq!(c.cap_after(1500, Some((6, 6)), 20, 2), 6);
+        assert_eq!(c.cap_after(1000, Some((6, 6)), 20, 2), 6);
         assert_eq!(c.open(), 10, "nothing noted");
+        // A step between ticks adds its places and lapses nothing: past the first step's pickup
+        // window its places wait for the next tick's count (a fan admitted since the last one
+        // keeps its promise).
+        let mut later = steps();
+        later.push(PICKUP_MS + 100, Released { from: 10, to: 12, places: 2, in_line: 2, pickup_ms: 0 });
+        assert_eq!(later.open(), 12);
+        later.note(PICKUP_MS + 100, None, None);
+        assert_eq!(later.open(), 8, "the tick lapses the first step's four never admitted");
         // The next tick counts them admitted, then notes the holds: they settle their own places,
         // and the first step's four lapse at its pickup window.
         sweep(&mut c, 10, &[5, 6, 7, 8, 9, 10]);

@@ -65,6 +65,9 @@ impl Rooms {
     pub async fn tick_room(&self, room: &Room, now_ms: u64) -> Result<(), StateError> {
         let spec = room.spec();
         let idle_ms = spec.config.session_idle_seconds * 1000;
+        // What the last step held back is this tick's to decide again; a tick that fails before its
+        // step leaves nothing to step between ticks on.
+        room.book.lock().held_back = 0;
         // The leader's sweep counts the places of its recent steps picked up ([`super::claims`]).
         let ask = if room.leader.load(Ordering::Relaxed) { room.book.lock().claims.ask(room.state.counters().serving) } else { PickupAsk::default() };
         let swept = room.state.sweep_picked(now_ms, idle_ms, &ask).await?;
@@ -161,6 +164,7 @@ impl Rooms {
         let rate = if releasing { decision.rate } else { 0.0 };
         room.set_release_rate(rate);
         let mut whole: u64;
+        let held_back;
         {
             let mut b = room.book.lock();
             (whole, b.carry) = release_step(rate, dt_ms, b.carry);
@@ -187,8 +191,9 @@ impl Rooms {
             let allowed = whole;
             whole = whole.min(cap).min(available);
             // What the promises held back goes in between ticks as holds settle them
-            // ([`Rooms::step_between`]), never more than this step's rate allowed.
-            b.held_back = if releasing && leader { allowed - whole } else { 0 };
+            // ([`Rooms::step_between`]), never more than this step's rate allowed — once the step
+            // is made (a step whose answer never came leaves its places to be promised first).
+            held_back = if releasing && leader { allowed - whole } else { 0 };
             let spoken_for = releasing && leader && cap == 0 && available != u64::MAX && c.waiting() > 0;
             if room.spoken_for.swap(spoken_for, Ordering::Relaxed) != spoken_for {
                 room.changed();
@@ -215,7 +220,8 @@ impl Rooms {
             b.told.record_after(room.unbounded_at_ms(), super::told::ToldTick { at: now_ms, serving: c.serving, telling });
             b.last_tick_ms = now_ms;
         }
-        let step = if leader && whole > 0 { Some(self.advance(room, &spec, c.serving, whole, now_ms).await?) } else { None };
+        let step = if leader && whole > 0 { Some(self.advance(room, &spec, c.serving, whole, now_ms, false).await?) } else { None };
+        room.book.lock().held_back = held_back;
         let serving = step.map_or(c.serving, |a| a.serving);
         // People, not numbers: a spread room's places are not consecutive.
         let passed = room.state.passed(&super::state::Counters { serving, ..c });
@@ -251,8 +257,9 @@ impl Rooms {
 
     /// The leader's step of `whole` admissions from `serving` at `now_ms`: the invite lane's part
     /// (`[rooms.invite] share`, its fraction carried), the store's advance, and its places
-    /// promised in the book ([`super::claims`]) with their pickup window.
-    async fn advance(&self, room: &Room, spec: &super::config::RoomSpec, serving: u64, whole: u64, now_ms: u64) -> Result<super::state::Advanced, StateError> {
+    /// promised in the book ([`super::claims`]) with their pickup window. A step `between` ticks
+    /// only adds its places: the pickups are counted at ticks, and places lapse there.
+    async fn advance(&self, room: &Room, spec: &super::config::RoomSpec, serving: u64, whole: u64, now_ms: u64, between: bool) -> Result<super::state::Advanced, StateError> {
         let lane = match spec.lane_share {
             Some(share) => {
                 let mut b = room.book.lock();
@@ -271,7 +278,11 @@ impl Rooms {
         let pickup_ms = b.told.pickup_ms(a.serving, now_ms, room.state.epoch_s() * 1000);
         let r = super::claims::Released { from: serving, to: a.serving, places: a.released, in_line: a.in_line, pickup_ms };
         tracing::trace!(room = %room.id, ?r, "released");
-        b.claims.note(now_ms, Some(r), None);
+        if between {
+            b.claims.push(now_ms, r);
+        } else {
+            b.claims.note(now_ms, Some(r), None);
+        }
         Ok(a)
     }
 
@@ -295,18 +306,20 @@ impl Rooms {
         // ([`super::claims::Claims::cap_after`]).
         let holds = *room.holds.lock();
         let max_qty = u64::from(spec.config.max_qty);
-        let (whole, available) = {
+        let (whole, available, tick_ms) = {
             let b = room.book.lock();
-            if b.held_back == 0 {
+            // Nothing held back; or a step whose answer never came (the store may have made it):
+            // its places are promised at the next tick, before anyone else goes in.
+            if b.held_back == 0 || b.unkept_due {
                 return Ok(0);
             }
             let available = room.available.load(Ordering::Acquire);
-            let cap = b.claims.cap_after(now_ms, holds, available, max_qty);
-            (b.held_back.min(cap).min(available), available)
+            let cap = b.claims.cap_after(b.last_tick_ms, holds, available, max_qty);
+            (b.held_back.min(cap).min(available), available, b.last_tick_ms)
         };
         let c = room.state.counters();
         if whole > 0 {
-            let a = self.advance(room, &spec, c.serving, whole, now_ms).await?;
+            let a = self.advance(room, &spec, c.serving, whole, now_ms, true).await?;
             tracing::debug!(room = %room.id, whole, available, held_back = room.book.lock().held_back - whole, "release step between ticks");
             let passed = room.state.passed(&super::state::Counters { serving: a.serving, ..c });
             {
@@ -321,7 +334,7 @@ impl Rooms {
         // Every ticket left promised again, or some free: what the places behind are told turns
         // with it, and the told record keeps the slower of the two for the next steps' windows.
         let mut b = room.book.lock();
-        let cap = b.claims.cap_after(now_ms, holds, available, max_qty);
+        let cap = b.claims.cap_after(tick_ms, holds, available, max_qty);
         let spoken_for = cap == 0 && room.state.counters().waiting() > 0;
         if room.spoken_for.swap(spoken_for, Ordering::Relaxed) != spoken_for {
             let serving = room.state.counters().serving;
@@ -372,13 +385,13 @@ impl Rooms {
 
     /// The steps between ticks ([`Rooms::step_between`]) of every room this edge leads whose last
     /// step the promises held back, each after a fresh read of its stock from `core`.
-    pub async fn step_all_between(&self, core: SocketAddr, now_ms: u64) {
+    pub async fn step_all_between(&self, core: SocketAddr) {
         for room in self.all() {
             if room.book.lock().held_back == 0 || !room.leader.load(Ordering::Relaxed) {
                 continue;
             }
             self.poll_stock(core, &room).await;
-            if let Err(e) = self.step_between(&room, now_ms).await {
+            if let Err(e) = self.step_between(&room, unix_ms()).await {
                 tracing::warn!(room = %room.id, "release step between ticks: {e}");
             }
         }
@@ -706,7 +719,7 @@ impl BackgroundService for ReleaseLoop {
                 }
                 _ = between.tick(), if core.is_some() => {
                     if let Some(core) = &core {
-                        rooms.step_all_between(core.addr(), unix_ms()).await;
+                        rooms.step_all_between(core.addr()).await;
                     }
                 }
                 _ = shutdown.changed() => {
