@@ -155,6 +155,54 @@ async fn a_new_leader_keeps_the_promises_of_the_old() {
     assert_eq!(rb.stats()["claims"]["open"], 10);
 }
 
+/// Steps between ticks (issue #39) on a shared room: only the leader makes them, its book keeps
+/// their places for the next leader, and an edge whose lease went to another while it still
+/// believes it leads moves nothing (the store refuses it) and learns it follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_between_ticks_are_the_leaders_and_reach_its_book() {
+    let redis = RedisServer::start();
+    let room = "max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n";
+    let (a, b) = (edge(&redis.url(), room), edge(&redis.url(), room));
+    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
+    for i in 0..100 {
+        a.join(&ra, &format!("u{i}"), "d").await.unwrap();
+    }
+    for r in [&ra, &rb] {
+        r.available.store(40, Ordering::Relaxed);
+        *r.holds.lock() = Some((0, 0));
+    }
+    let t0 = unix_ms();
+    a.tick_room(&ra, t0).await.unwrap();
+    b.tick_room(&rb, t0).await.unwrap();
+    assert!(ra.leader.load(Ordering::Relaxed) && !rb.leader.load(Ordering::Relaxed));
+    assert_eq!(ra.state.refresh().await.unwrap().serving, 10, "40 tickets, 4 a fan");
+    // Six of the ten hold, 1 ticket each: the leader lets five in between ticks, the follower none.
+    for r in [&ra, &rb] {
+        r.available.store(34, Ordering::Relaxed);
+        *r.holds.lock() = Some((6, 6));
+    }
+    assert_eq!(b.step_between(&rb, t0 + 250).await.unwrap(), 0, "a follower steps nothing");
+    assert_eq!(a.step_between(&ra, t0 + 250).await.unwrap(), 5);
+    assert_eq!(rb.state.refresh().await.unwrap().serving, 15);
+    let kept = rb.state.kept_book().await.unwrap().expect("kept");
+    assert!(kept.contains("\"to\":15"), "the step between ticks reached the book: {kept}");
+    // The leader dies; the follower takes over from the book: the five let in between ticks stay
+    // promised (9 places open at 4: 36 of the 34 left), nobody more goes in.
+    tokio::time::sleep(Duration::from_millis(LEASE_MS + 300)).await;
+    b.tick_room(&rb, t0 + 1000).await.unwrap();
+    assert!(rb.leader.load(Ordering::Relaxed), "the follower took over");
+    assert_eq!(rb.state.refresh().await.unwrap().serving, 15, "every ticket promised: nobody more");
+    assert_eq!(rb.stats()["claims"]["open"], 9);
+    // The old leader still believes it leads and holds back what its tick did: the store refuses
+    // its step, and it follows from then on.
+    assert!(ra.leader.load(Ordering::Relaxed));
+    ra.available.store(30, Ordering::Relaxed);
+    *ra.holds.lock() = Some((9, 9));
+    assert_eq!(a.step_between(&ra, t0 + 1250).await.unwrap(), 0, "not the lease holder: nothing moves");
+    assert_eq!(rb.state.refresh().await.unwrap().serving, 15);
+    assert!(!ra.leader.load(Ordering::Relaxed), "it learnt it follows");
+}
+
 /// The takeover's corners (issue #39, review of the book's takeover): an edge whose ticks stopped
 /// for longer than the lease while another led takes its lease back from the other's book, not
 /// its own stale one.

@@ -293,7 +293,8 @@ impl Rooms {
     /// sell in rounds (let in, admitted, held, settled); a round that waits for the next tick
     /// costs up to a second each. Never more than the tick's rate allowed; nothing while the room
     /// is paused, queues all, turns everyone away, is closed or sold out, or this edge does not
-    /// lead. Returns the admissions let in.
+    /// lead (the store refuses a step from an edge whose lease lapsed). Returns the admissions let
+    /// in.
     pub async fn step_between(&self, room: &Room, now_ms: u64) -> Result<u64, StateError> {
         let spec = room.spec();
         let (_, closes_at) = room.window(&spec);
@@ -318,8 +319,10 @@ impl Rooms {
             (b.held_back.min(cap).min(available), available, b.last_tick_ms)
         };
         let c = room.state.counters();
+        let mut released = 0;
         if whole > 0 {
             let a = self.advance(room, &spec, c.serving, whole, now_ms, true).await?;
+            released = a.released;
             tracing::debug!(room = %room.id, whole, available, held_back = room.book.lock().held_back - whole, "release step between ticks");
             let passed = room.state.passed(&super::state::Counters { serving: a.serving, ..c });
             {
@@ -330,6 +333,10 @@ impl Rooms {
             self.keep_book(room, now_ms).await;
             room.report.marks.lock().note(super::tally::minute_of(now_ms), a.serving, a.lane_serving);
             room.report.tally.count(now_ms, super::tally::Count::Released, a.released);
+            if !room.leader.load(Ordering::Relaxed) {
+                // The lease went to another edge since the tick (the store moved nothing).
+                return Ok(released);
+            }
         }
         // Every ticket left promised again, or some free: what the places behind are told turns
         // with it, and the told record keeps the slower of the two for the next steps' windows.
@@ -343,7 +350,7 @@ impl Rooms {
             drop(b);
             room.changed();
         }
-        Ok(whole)
+        Ok(released)
     }
 
     /// `room`'s fair share of the core, which every room of this edge shares (one core, one latency
