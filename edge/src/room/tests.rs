@@ -279,18 +279,19 @@ async fn the_release_counts_the_tickets_already_promised() {
     // The first step's pickup window passes: its four places left open were never picked up (its
     // one fan admitted is settled first by the six holds) and lapse. The second step's five stand.
     // Each step's window is what its places were told (`told::Told`): the first step's were
-    // told to ask every second (2 s for the page without JavaScript, and 2.5 s of slack: 4.5 s).
-    rooms.tick_room(&room, t0 + 4000).await.unwrap();
+    // told to ask every second (2 s for the page without JavaScript, and 1.5 s of slack in a room
+    // no other edge answers for: 3.5 s).
+    rooms.tick_room(&room, t0 + 3400).await.unwrap();
     assert_eq!(room.state.counters().serving, 15, "within the first step's window");
-    rooms.tick_room(&room, t0 + 4500).await.unwrap();
+    rooms.tick_room(&room, t0 + 3500).await.unwrap();
     assert_eq!(room.state.counters().serving, 19, "20 promised, 14 unpromised: three fans of 4 and one offered the last 2");
     assert_eq!(room.stats()["claims"]["open"], 9);
-    // The second step's window passes (its places were told 1.5 s, "sold out for now": 4.5 s):
-    // its three never admitted lapse, its two admitted stand (with the third step's four): 6
-    // open, 24 promised.
-    rooms.tick_room(&room, t0 + 2000 + 4000).await.unwrap();
+    // The second step's window passes (its places were told every second, "sold out for now":
+    // 3.5 s): its three never admitted lapse, its two admitted stand (with the third step's four):
+    // 6 open, 24 promised.
+    rooms.tick_room(&room, t0 + 2000 + 3400).await.unwrap();
     assert_eq!(room.state.counters().serving, 19, "within the second step's window");
-    rooms.tick_room(&room, t0 + 2000 + 4500).await.unwrap();
+    rooms.tick_room(&room, t0 + 2000 + 3500).await.unwrap();
     assert_eq!(room.state.counters().serving, 22, "10 unpromised: two fans of 4 and one offered the last 2");
 }
 
@@ -373,7 +374,7 @@ async fn the_promises_held_back_go_in_between_ticks_as_holds_settle_them() {
 /// A spell between two ticks that told the waiting places what no window bounds (an operator's
 /// pause lifted within the second: paused places are told 4 s; the stock task's sold out, should
 /// a tick fail after it) reaches the told record: the next step's places keep the longest window,
-/// though no tick saw the spell (as the last test, whose second step's window is 4.5 s without it).
+/// though no tick saw the spell (as the last test, whose second step's window is 3.5 s without it).
 #[tokio::test]
 async fn a_spell_between_ticks_gives_the_next_step_the_longest_window() {
     let (rooms, room, t0) = selling(PROMISING, 200, 40).await;
@@ -388,12 +389,12 @@ async fn a_spell_between_ticks_gives_the_next_step_the_longest_window() {
     *room.holds.lock() = Some((6, 6));
     rooms.tick_room(&room, t0 + 2000).await.unwrap();
     assert_eq!(room.state.counters().serving, 15);
-    // The first step's window (4.5 s) passes: its four never admitted lapse.
-    rooms.tick_room(&room, t0 + 4500).await.unwrap();
+    // The first step's window (3.5 s) passes: its four never admitted lapse.
+    rooms.tick_room(&room, t0 + 3500).await.unwrap();
     assert_eq!(room.state.counters().serving, 19);
-    // The second step's five, none admitted, stand past 4.5 s: their window is 8 s.
-    rooms.tick_room(&room, t0 + 2000 + 4500).await.unwrap();
-    assert_eq!(room.state.counters().serving, 19, "the spell's step is not bounded by 4.5 s");
+    // The second step's five, none admitted, stand past 3.5 s: their window is 8 s.
+    rooms.tick_room(&room, t0 + 2000 + 3500).await.unwrap();
+    assert_eq!(room.state.counters().serving, 19, "the spell's step is not bounded by 3.5 s");
     rooms.tick_room(&room, t0 + 2000 + claims::PICKUP_MS - 500).await.unwrap();
     assert_eq!(room.state.counters().serving, 19);
     rooms.tick_room(&room, t0 + 2000 + claims::PICKUP_MS).await.unwrap();

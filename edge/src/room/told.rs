@@ -55,9 +55,14 @@ pub const JITTER_MAX: f64 = 1.2;
 pub const TOLD_MS: u64 = 12_000;
 
 /// A step's pickup window beyond its fans' slowest poll: a follower edge sees the step at its next
-/// tick (1 s), the fan's poll and the session it opens (0.5 s), and the leader counts pickups at
-/// its next tick (1 s).
+/// tick (1 s, [`FOLLOWER_TICK_MS`]), the fan's poll and the session it opens (0.5 s), and the
+/// leader counts pickups at its next tick (1 s).
 pub const PICKUP_SLACK_MS: u64 = 2_500;
+
+/// The part of [`PICKUP_SLACK_MS`] for a follower edge's tick: a room whose state is this
+/// process's own (embedded) has no follower — every status answer sees the step at once — and
+/// its windows are a second shorter (the bots surge's scripts' places from the open, 4.9 s).
+pub const FOLLOWER_TICK_MS: u64 = 1_000;
 
 /// How soon after a room's birth its first tick records what it tells (the release loop's first
 /// tick comes within a second of the edge's start; its state's birth is in whole seconds).
@@ -129,7 +134,8 @@ impl Told {
     /// the room may have told that place at a poll whose next one comes after the step, stretched
     /// by the jitter, plus [`PICKUP_SLACK_MS`]; [`PICKUP_MS`] at most, and whenever what was told
     /// is not known for the last [`TOLD_MS`] — unless it is known since `born_ms`, when the room's
-    /// first place was given (an embedded room: its places are this process's; 0: not known).
+    /// first place was given (an embedded room: its places are this process's, and no follower
+    /// answers its fans, [`FOLLOWER_TICK_MS`]; 0: a shared room).
     pub fn pickup_ms(&self, to: u64, now_ms: u64, born_ms: u64) -> u64 {
         let Some(first) = self.ticks.front() else { return PICKUP_MS };
         let since_birth = born_ms > 0 && first.at <= born_ms + BORN_SLACK_MS;
@@ -161,7 +167,8 @@ impl Told {
                 slowest = slowest.max(stretched);
             }
         }
-        (slowest + PICKUP_SLACK_MS).min(PICKUP_MS)
+        let slack = if born_ms > 0 { PICKUP_SLACK_MS - FOLLOWER_TICK_MS } else { PICKUP_SLACK_MS };
+        (slowest + slack).min(PICKUP_MS)
     }
 }
 
@@ -182,7 +189,7 @@ mod tests {
             t.record(tick(100_000 + k * 1000, 0, moving(100.0)));
         }
         assert_eq!(t.pickup_ms(50, 104_500, 0), PICKUP_MS, "5 s known of a shared room: not enough");
-        assert_eq!(t.pickup_ms(50, 104_500, 99_000), 2000 + PICKUP_SLACK_MS, "known since the room's birth");
+        assert_eq!(t.pickup_ms(50, 104_500, 99_000), 2000 + PICKUP_SLACK_MS - FOLLOWER_TICK_MS, "known since the room's birth, which has no follower");
         assert_eq!(t.pickup_ms(50, 104_500, 90_000), PICKUP_MS, "born long before what is known");
         for k in 5..=13 {
             t.record(tick(100_000 + k * 1000, 0, moving(100.0)));
