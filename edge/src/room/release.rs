@@ -6,6 +6,8 @@
 //! seconds lost to failed ticks are not released at once, [`MAX_STEP_MS`]). In a room with a bot check the advance counts only places whose check is given:
 //! owed places it passes are held back (not admitted, not counted) for `proof-grace-seconds`,
 //! then lost; a proof given within the grace lets that place in and the next advance one fewer. A second task polls the core's stock (sold out stops releases) and /metrics.
+//! Between ticks, a room whose step the tickets already promised held back reads its stock every
+//! [`BETWEEN`] and lets in what the holds made since free ([`Rooms::step_between`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
