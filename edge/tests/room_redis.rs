@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use wicket_edge::room::config::parse_time;
 use wicket_edge::room::redis::{RedisRooms, RoomStore};
 use wicket_edge::room::release::LEASE_MS;
 use wicket_edge::room::state_backend::Backend;
-use wicket_edge::room::{Phase, Rooms, StatusOutcome, unix_ms};
+use wicket_edge::room::{Phase, Room, Rooms, StatusOutcome, unix_ms};
 use wicket_testkit::{RedisCluster, RedisServer};
 
 fn edge(url: &str, room_toml: &str) -> Rooms {
@@ -27,6 +28,26 @@ fn edge(url: &str, room_toml: &str) -> Rooms {
     assert_eq!(cfg.room_store, Some(RoomStore::Url(url.to_owned())));
     // Edges sharing a queue share the edge secret: identities hash the same on both.
     Rooms::new(cfg.rooms_config(), Signer::new(b"shared-edge-secret-0123"), Backend::Redis(RedisRooms::new(url).unwrap())).unwrap()
+}
+
+/// Two edges on `redis` sharing a room of up to 4 tickets a fan released at a fixed `rate`, 100
+/// fans queued through the first, `tickets` left on both (none held yet: every edge reads the
+/// core's stock), each edge ticked once at the time returned: the first leads.
+async fn selling(redis: &RedisServer, rate: f64, tickets: u64) -> (Rooms, Rooms, Arc<Room>, Arc<Room>, u64) {
+    let room = format!("max-qty = 4\ntoken-seconds = 60\nrelease = {{ mode = \"fixed\", rate = {rate:?} }}\n");
+    let (a, b) = (edge(&redis.url(), &room), edge(&redis.url(), &room));
+    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
+    for i in 0..100 {
+        a.join(&ra, &format!("u{i}"), "d").await.unwrap();
+    }
+    for r in [&ra, &rb] {
+        r.available.store(tickets, Ordering::Relaxed);
+        *r.holds.lock() = Some((0, 0));
+    }
+    let t0 = unix_ms();
+    a.tick_room(&ra, t0).await.unwrap();
+    b.tick_room(&rb, t0).await.unwrap();
+    (a, b, ra, rb, t0)
 }
 
 fn status(o: StatusOutcome) -> wicket_edge::room::Status {
@@ -161,19 +182,7 @@ async fn a_new_leader_keeps_the_promises_of_the_old() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_between_ticks_are_the_leaders_and_reach_its_book() {
     let redis = RedisServer::start();
-    let room = "max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n";
-    let (a, b) = (edge(&redis.url(), room), edge(&redis.url(), room));
-    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
-    for i in 0..100 {
-        a.join(&ra, &format!("u{i}"), "d").await.unwrap();
-    }
-    for r in [&ra, &rb] {
-        r.available.store(40, Ordering::Relaxed);
-        *r.holds.lock() = Some((0, 0));
-    }
-    let t0 = unix_ms();
-    a.tick_room(&ra, t0).await.unwrap();
-    b.tick_room(&rb, t0).await.unwrap();
+    let (a, b, ra, rb, t0) = selling(&redis, 100.0, 40).await;
     assert!(ra.leader.load(Ordering::Relaxed) && !rb.leader.load(Ordering::Relaxed));
     assert_eq!(ra.state.refresh().await.unwrap().serving, 10, "40 tickets, 4 a fan");
     // Six of the ten hold, 1 ticket each: the leader lets five in between ticks, the follower none.
@@ -209,19 +218,7 @@ async fn steps_between_ticks_are_the_leaders_and_reach_its_book() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_back_from_silence_goes_on_from_its_successors_book() {
     let redis = RedisServer::start();
-    let room = "max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 100.0 }\n";
-    let (a, b) = (edge(&redis.url(), room), edge(&redis.url(), room));
-    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
-    for i in 0..100 {
-        a.join(&ra, &format!("u{i}"), "d").await.unwrap();
-    }
-    for r in [&ra, &rb] {
-        r.available.store(40, Ordering::Relaxed);
-        *r.holds.lock() = Some((0, 0));
-    }
-    let t0 = unix_ms();
-    a.tick_room(&ra, t0).await.unwrap();
-    b.tick_room(&rb, t0).await.unwrap();
+    let (a, b, ra, rb, t0) = selling(&redis, 100.0, 40).await;
     assert!(ra.leader.load(Ordering::Relaxed));
     assert_eq!(ra.state.refresh().await.unwrap().serving, 10, "40 tickets, 4 a fan");
     // The leader's ticks stop (its store unreachable from it, say); the other edge takes over from
@@ -251,19 +248,7 @@ async fn a_leader_back_from_silence_goes_on_from_its_successors_book() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn places_let_in_after_the_last_book_kept_stay_promised() {
     let redis = RedisServer::start();
-    let room = "max-qty = 4\ntoken-seconds = 60\nrelease = { mode = \"fixed\", rate = 10.0 }\n";
-    let (a, b) = (edge(&redis.url(), room), edge(&redis.url(), room));
-    let (ra, rb) = (a.get("r1").unwrap(), b.get("r1").unwrap());
-    for i in 0..100 {
-        a.join(&ra, &format!("u{i}"), "d").await.unwrap();
-    }
-    for r in [&ra, &rb] {
-        r.available.store(80, Ordering::Relaxed);
-        *r.holds.lock() = Some((0, 0));
-    }
-    let t0 = unix_ms();
-    a.tick_room(&ra, t0).await.unwrap();
-    b.tick_room(&rb, t0).await.unwrap();
+    let (a, b, ra, rb, t0) = selling(&redis, 10.0, 80).await;
     assert_eq!(ra.state.refresh().await.unwrap().serving, 10, "10 a second");
     // Its next step is made, and it dies before keeping the book.
     let step = ra.state.advance_lane(&a.node, 5, 0, t0 + 1000).await.unwrap();
