@@ -53,6 +53,11 @@ pub struct EventFrames {
     sub: Box<str>,
     /// The room's pulse; `None` once the room is gone (the timer alone, until the status says so).
     pulse: Option<tokio::sync::watch::Receiver<u64>>,
+    /// The front of the queue ([`Room::front`]), waited on while the place is near it: a step
+    /// that lets people in wakes the stream at once.
+    front: tokio::sync::watch::Receiver<(u64, u64)>,
+    /// The last look found the place near the front (not [`FAR_SECONDS`] away).
+    near: bool,
     /// What the last frame said: (state, restock possible, no ETA).
     last: Option<(Phase, bool, bool)>,
     last_sent: Instant,
@@ -70,8 +75,22 @@ impl EventFrames {
     /// ([`StreamBudget::longest`]).
     pub fn new(room: Arc<Room>, ticket: QueueTicket, sub: &str, max: Duration) -> Self {
         let pulse = Some(room.pulse());
+        let front = room.front();
         let now = Instant::now();
-        EventFrames { room, ticket, sub: sub.into(), pulse, last: None, last_sent: now, until: now + max, looked: false, look_after: LOOK_EVERY, ended: false }
+        EventFrames {
+            room,
+            ticket,
+            sub: sub.into(),
+            pulse,
+            front,
+            near: true,
+            last: None,
+            last_sent: now,
+            until: now + max,
+            looked: false,
+            look_after: LOOK_EVERY,
+            ended: false,
+        }
     }
 
     /// The next frame to send (`data: <status JSON>\n\n`), after waiting as long as the stream
@@ -79,8 +98,9 @@ impl EventFrames {
     /// place lost, the room's state unreadable, or the stream's time is up).
     ///
     /// The status is looked at every second (a place far from the front: at its poll interval,
-    /// [`FAR_SECONDS`]) and at once when the room says that what every fan sees may have changed (its pulse: an operator's pause, resume or queue-all, a sale selling
-    /// out or stock coming back). A frame goes out when the state changed (or "is anything being
+    /// [`FAR_SECONDS`]), at once when the room says that what every fan sees may have changed (its
+    /// pulse: an operator's pause, resume or queue-all, a sale selling out or stock coming back),
+    /// and, near the front, at once when the front moves (a release step). A frame goes out when the state changed (or "is anything being
     /// released"), else at the poll interval (the place and the ETA; at most 5 s, 15 s far from the
     /// front).
     ///
@@ -94,6 +114,8 @@ impl EventFrames {
                 self.wait().await;
             }
             self.looked = true;
+            // What the front did before this look is in it: only a later move wakes the stream.
+            self.front.borrow_and_update();
             // Boxed: the look (which may read the room's store) is allocated while it runs, so a
             // stream that waits holds only the wait's state.
             let frame = match Box::pin(rooms.status(&self.room, &self.ticket, &self.sub)).await {
@@ -114,6 +136,7 @@ impl EventFrames {
             let far = matches!((frame.state, &frame.eta_seconds), (Phase::Waiting, Some(eta)) if eta.low >= FAR_SECONDS);
             let wait = Duration::from_millis(frame.poll_after_ms.min(if far { FAR_FRAME_MS } else { 5000 }));
             self.look_after = if far { wait.clamp(LOOK_EVERY, FAR_LOOK) } else { LOOK_EVERY };
+            self.near = !far;
             let done = matches!(frame.state, Phase::Admitted | Phase::Closed) || (frame.state == Phase::SoldOut && !frame.restock_possible);
             let key = (frame.state, frame.restock_possible, frame.eta_seconds.is_none());
             let send = done || self.last.as_ref() != Some(&key) || self.last_sent.elapsed() >= wait;
@@ -130,10 +153,14 @@ impl EventFrames {
         }
     }
 
-    /// Until the next look: a second (or, far from the front, the poll interval), or the room's
-    /// pulse.
+    /// Until the next look: a second (or, far from the front, the poll interval), the room's
+    /// pulse, or near the front the front moving.
     async fn wait(&mut self) {
+        let near = self.near;
+        let front = &mut self.front;
         let gone = tokio::select! {
+            // A room that is gone has no front to move: its pulse says so.
+            _ = async { if !near || front.changed().await.is_err() { std::future::pending::<()>().await } } => false,
             r = async {
                 match self.pulse.as_mut() {
                     Some(p) => p.changed().await.is_err(),
@@ -274,6 +301,43 @@ mod tests {
         assert!(far.iter().all(|g| *g >= Duration::from_secs(14) && *g <= Duration::from_secs(16)), "{far:?}");
         let near = gaps(&tickets[0]).await;
         assert!(near.iter().all(|g| *g <= Duration::from_secs(2)), "{near:?}");
+    }
+
+    /// A release step wakes the streams of places near the front at once (issue #39: a round of
+    /// the last tickets waited up to a second for the fan's next look), not those far back. On
+    /// the paused clock a stream that waited for its one-second look would miss the 100-ms
+    /// deadline; the step that does not reach a place, and a look with nothing new, send nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_step_reaches_the_streams_near_the_front_at_once() {
+        let rooms = crate::room::tests::rooms_with("release = { mode = \"fixed\", rate = 2.0 }");
+        let room = rooms.get("r1").unwrap();
+        let mut tickets = Vec::new();
+        for i in 0..60 {
+            let dev = format!("dev-{i}");
+            tickets.push((dev.clone(), rooms.join(&room, &dev, &dev).await.unwrap()));
+        }
+        room.set_measured_rate(2.0);
+        let open = |i: usize| {
+            let (dev, t) = &tickets[i];
+            EventFrames::new(Arc::clone(&room), t.clone(), dev, Duration::from_secs(600))
+        };
+        let (mut second, mut third, mut far) = (open(1), open(2), open(59));
+        for f in [&mut second, &mut third, &mut far] {
+            assert!(f.next(&rooms).await.expect("a first frame").contains("\"state\":\"waiting\""));
+        }
+        let soon = Duration::from_millis(100);
+        // A second's step: two let in.
+        rooms.tick_room(&room, crate::room::unix_ms()).await.unwrap();
+        assert_eq!(room.state.counters().serving, 2);
+        let frame = tokio::time::timeout(soon, second.next(&rooms)).await.expect("woken by the step").expect("a frame");
+        assert!(frame.contains("\"state\":\"admitted\""), "{frame}");
+        // The third place was woken too, looked, and had nothing new to say: it waits on.
+        assert!(tokio::time::timeout(soon, third.next(&rooms)).await.is_err());
+        assert!(tokio::time::timeout(soon, far.next(&rooms)).await.is_err(), "a place 30 s back is not woken");
+        // The next step reaches the third place, which is waiting for the front again.
+        rooms.tick_room(&room, crate::room::unix_ms() + 1000).await.unwrap();
+        let frame = tokio::time::timeout(soon, third.next(&rooms)).await.expect("woken by the step").expect("a frame");
+        assert!(frame.contains("\"state\":\"admitted\""), "{frame}");
     }
 
     #[test]

@@ -183,6 +183,12 @@ pub struct Room {
     /// the spec, sold out or stock back): the room's event streams wait on it beside their
     /// one-second look ([`Room::pulse`]), so such a change reaches every open stream at once.
     pulse: tokio::sync::watch::Sender<u64>,
+    /// The front of the queue (`serving`, `lane_serving`) as this edge last saw it move: a step
+    /// of this edge's release, or a tick reading another edge's. The streams of places near the
+    /// front wait on it beside their one-second look ([`Room::front`]), so a fan whose turn came
+    /// hears it at once, not up to a second later — at the tail of a sale each round of the last
+    /// tickets (let in, admitted, held) waited for that second.
+    front: tokio::sync::watch::Sender<(u64, u64)>,
 }
 
 pub use mode::OperatorOverride;
@@ -259,6 +265,7 @@ impl Room {
             active: AtomicU64::new(0),
             override_stamp: AtomicU64::new(0),
             pulse: tokio::sync::watch::Sender::new(0),
+            front: tokio::sync::watch::Sender::new((0, 0)),
             leader: AtomicBool::new(false),
             last_decision: Mutex::new(None),
             last_input: Mutex::new(None),
@@ -318,6 +325,18 @@ impl Room {
     /// What an event stream waits on beside its timer: changes after this call ([`Room::changed`]).
     pub fn pulse(&self) -> tokio::sync::watch::Receiver<u64> {
         self.pulse.subscribe()
+    }
+
+    /// The front of the queue is at (`serving`, `lane_serving`) now: the streams waiting on
+    /// [`Room::front`] wake when it moved.
+    pub(crate) fn front_at(&self, serving: u64, lane_serving: u64) {
+        self.front.send_if_modified(|f| std::mem::replace(f, (serving, lane_serving)) != (serving, lane_serving));
+    }
+
+    /// What the streams of places near the front wait on beside their timer: the front moving
+    /// after this call ([`Room::front_at`]).
+    pub fn front(&self) -> tokio::sync::watch::Receiver<(u64, u64)> {
+        self.front.subscribe()
     }
 
     /// Admissions per second the release runs at now.

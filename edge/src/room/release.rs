@@ -105,6 +105,7 @@ impl Rooms {
         }
         room.leader.store(leader, Ordering::Relaxed);
         let mut c = room.state.refresh().await?;
+        room.front_at(c.serving, c.lane_serving);
         // After a takeover, or a step whose answer never came (the store may have run it): the
         // places let in past the book's last step are promised, once `serving` is read.
         if leader {
@@ -275,6 +276,7 @@ impl Rooms {
         };
         room.book.lock().unkept_due = true;
         let a = room.state.advance_lane(&self.node, whole, lane, now_ms).await?;
+        room.front_at(a.serving, a.lane_serving);
         let mut b = room.book.lock();
         b.unkept_due = false;
         let pickup_ms = b.told.pickup_ms(a.serving, now_ms, room.state.epoch_s() * 1000);
