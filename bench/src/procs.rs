@@ -548,6 +548,18 @@ p99-target-ms = {p99}
         Ok((status, headers, r.json().await.unwrap_or(Value::Null)))
     }
 
+    /// A fan's event stream (`GET /queue/<room>/events`), its frames still to read.
+    pub async fn events(&self, http: &reqwest::Client, edge: usize, user: &str, ip: &str, cookies: &str) -> anyhow::Result<reqwest::Response> {
+        let rb = Self::visitor(
+            http.get(format!("{}/queue/{ROOM}/events", self.edges[edge].base)).header("Accept", "text/event-stream"),
+            user,
+            ip,
+            false,
+            cookies,
+        );
+        Ok(rb.send().await?)
+    }
+
     #[allow(clippy::too_many_arguments)] // one hold as a client sends it: each argument is a part of the request
     pub async fn hold(&self, http: &reqwest::Client, edge: usize, token: &str, sku: &str, qty: u32, user: &str, ip: &str, cookies: &str) -> anyhow::Result<(u16, Value)> {
         let mut rb = http

@@ -4,6 +4,12 @@
 //! think time or abandons (the sweeper must give those seats back). Users are multiplexed over a bounded
 //! number of connections: a scheduler pops whoever is due and runs their next request under a semaphore, so a
 //! 2-core box can play a million of them. Bots share devices, ignore `poll_after_ms` and drop cookies.
+//!
+//! A fan near the front (told to ask again within [`NEAR_POLL_MS`]) listens on the room's event
+//! stream instead, as the queue page does (it opens the stream first, `static/queue.js`): up to
+//! [`STREAMS_MAX`] at once, the others poll. Fans far back poll: their stream would say nothing
+//! sooner (the edge sends them a frame every 15 s), and a million open streams do not fit this
+//! box's open-file limit.
 
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::cmp::Reverse;
@@ -173,6 +179,8 @@ impl Scenario {
 enum Phase {
     Join,
     Poll,
+    /// Listening on the room's event stream until the turn comes ([`stream`]).
+    Stream,
     Hold,
     Pay,
     /// Leave through the site's "done" page: the session ends and its slot frees.
@@ -383,6 +391,11 @@ struct Shared {
     /// ([`SaleThread`]): a fan's phone is not slowed by a million other fans' joins and polls, so
     /// the end-to-end figures measure the edge and the core, not the bench's own scheduler.
     sale_http: reqwest::Client,
+    /// The event streams' client: no overall timeout (a stream lasts up to the edge's
+    /// `event-stream-seconds`), a connection each.
+    stream_http: reqwest::Client,
+    /// Event streams open now (at most [`STREAMS_MAX`]).
+    streams: AtomicUsize,
     users: Vec<Mutex<User>>,
     /// Who is due when, in three lanes: the queue (status polls of fans who joined), the sale (hold,
     /// pay, leave) and the entrance (joins). People act in parallel, so a backlog at the entrance
@@ -390,7 +403,8 @@ struct Shared {
     /// joins and polls, a million joins due in the first 10 s (more than the bench can send on
     /// this box) came before every poll due later, and fans whose turn came did not poll for tens
     /// of seconds (issue #26: "admissions stopped ... while the core went idle").
-    lanes: [Mutex<DueQueue>; 3],
+    /// A fourth lane opens the event streams of fans near the front.
+    lanes: [Mutex<DueQueue>; 4],
     start: Instant,
     rec: Recorder,
     join_seq: AtomicU64,
@@ -442,6 +456,7 @@ impl Shared {
         let lane = match self.users[user as usize].lock().phase {
             Phase::Hold | Phase::Pay | Phase::Leave => 1,
             Phase::Join => 2,
+            Phase::Stream => 3,
             _ => 0,
         };
         self.lanes[lane].lock().push(Reverse((at_ms, user)));
@@ -591,8 +606,10 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         stack,
         http,
         sale_http,
+        stream_http: reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).pool_max_idle_per_host(0).build()?,
+        streams: AtomicUsize::new(0),
         users,
-        lanes: [Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new())],
+        lanes: [Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new())],
         start: Instant::now(),
         rec: Recorder::default(),
         join_seq: AtomicU64::new(0),
@@ -703,6 +720,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         Arc::new(tokio::sync::Semaphore::new(poll_conns)),
         Arc::new(tokio::sync::Semaphore::new(sale_conns)),
         Arc::new(tokio::sync::Semaphore::new(join_conns)),
+        Arc::new(tokio::sync::Semaphore::new(STREAMS_MAX)),
     ];
     let deadline = Duration::from_secs(s.max_seconds);
     let mut last_progress = (0usize, Instant::now());
@@ -723,7 +741,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
         }
         let now = sh.now_ms();
         let mut dispatched = false;
-        for lane in [1, 0, 2] {
+        for lane in [1, 3, 0, 2] {
             // Run whoever is due in this lane while it has free connections.
             loop {
                 let Ok(permit) = sems[lane].clone().try_acquire_owned() else { break };
@@ -756,6 +774,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
     let _ = sems[0].acquire_many(poll_conns as u32).await;
     let _ = sems[1].acquire_many(sale_conns as u32).await;
     let _ = sems[2].acquire_many(join_conns as u32).await;
+    let _ = sems[3].acquire_many(STREAMS_MAX as u32).await;
     drop(sale);
     let _ = sampler.await;
     if let Some(k) = killer {
@@ -1152,8 +1171,104 @@ async fn step(sh: &Shared, u: u32) {
             let outcome = sh.users[u as usize].lock().outcome;
             finish(sh, u, outcome);
         }
+        Phase::Stream => stream(sh, u, edge, &user_id, &ip, &cookies, jitter).await,
         Phase::Done => {}
     }
+}
+
+/// A fan told to ask again within this listens on the event stream, as the page would.
+const NEAR_POLL_MS: u64 = 2000;
+/// Event streams the bench holds open at once; the fans past it poll.
+const STREAMS_MAX: usize = 4000;
+
+/// What ended a fan's event stream.
+enum Heard {
+    /// "admitted": the page goes through `/queue/<room>` at once (its status, with the token).
+    Admitted,
+    /// An answer that ends the wait otherwise (sold out for good, closed...).
+    Final(Value),
+    /// The stream ended or failed (its time up, refused, the run over): the page asks again.
+    Ended,
+}
+
+/// The fan listens on the room's event stream (`GET /queue/<room>/events`) until a frame says
+/// its turn came (or the wait ended), as `static/queue.js` does; the waiting frames are noted
+/// like polled answers.
+async fn stream(sh: &Shared, u: u32, edge: usize, user_id: &str, ip: &str, cookies: &str, jitter: u64) {
+    let second = sh.start.elapsed().as_secs() as u32;
+    let t0 = Instant::now();
+    let heard = match sh.stack.events(&sh.stream_http, edge, user_id, ip, cookies).await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            sh.rec.record("events", second, status, t0.elapsed().as_micros() as u32);
+            if status == 200 { listen(sh, u, r).await } else { Heard::Ended }
+        }
+        Err(_) => Heard::Ended,
+    };
+    sh.streams.fetch_sub(1, Ordering::Relaxed);
+    match heard {
+        Heard::Admitted => {
+            sh.users[u as usize].lock().phase = Phase::Poll;
+            sh.schedule(u, sh.now_ms());
+        }
+        Heard::Final(body) => after_status(sh, u, 200, &reqwest::header::HeaderMap::new(), &body, false, jitter),
+        Heard::Ended => {
+            // The stream's `retry: 1000`: the page is back within a second.
+            sh.users[u as usize].lock().phase = Phase::Poll;
+            sh.schedule(u, sh.now_ms() + 1000);
+        }
+    }
+}
+
+/// Reads a stream's frames (`data: <status JSON>`) until one ends the wait.
+async fn listen(sh: &Shared, u: u32, mut r: reqwest::Response) -> Heard {
+    let mut buf = String::new();
+    loop {
+        // A second at most between looks at the run's end: its streams do not hold it up.
+        let chunk = match tokio::time::timeout(Duration::from_secs(1), r.chunk()).await {
+            Err(_) if sh.stop.load(Ordering::Relaxed) => return Heard::Ended,
+            Err(_) => continue,
+            Ok(Ok(Some(c))) => c,
+            Ok(_) => return Heard::Ended,
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            for data in frame.lines().filter_map(|l| l.strip_prefix("data: ")) {
+                let body: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+                let state = body["state"].as_str().unwrap_or("");
+                match state {
+                    "admitted" => return Heard::Admitted,
+                    "waiting" | "paused" | "not_open" => {}
+                    "sold_out" if body["restock_possible"] == true => {}
+                    _ => return Heard::Final(body),
+                }
+                let mut g = sh.users[u as usize].lock();
+                g.last_told = Some((state_name(state), body["poll_after_ms"].as_u64().unwrap_or(0), body["ahead"].as_u64(), sh.now_ms()));
+                if let Some(p) = body["position"].as_u64() {
+                    g.position = p;
+                }
+            }
+        }
+    }
+}
+
+/// The states a fan's last answer before "admitted" is reported as (`WICKET_BENCH_USERS`).
+fn state_name(state: &str) -> &'static str {
+    ["waiting", "paused", "sold_out", "not_open", "closed", "stopped"].into_iter().find(|s| *s == state).unwrap_or("other")
+}
+
+/// A fan told to ask again soon listens on the event stream from now on, while the bench has a
+/// stream to spare (bots poll as they do; the crash scenarios judge every answer of a poll).
+fn takes_stream(sh: &Shared, bot: bool, body: &Value) -> bool {
+    if bot || sh.s.retries() || body["poll_after_ms"].as_u64().is_none_or(|t| t > NEAR_POLL_MS) {
+        return false;
+    }
+    if sh.streams.fetch_add(1, Ordering::Relaxed) < STREAMS_MAX {
+        return true;
+    }
+    sh.streams.fetch_sub(1, Ordering::Relaxed);
+    false
 }
 
 /// Records the outcome now and leaves through the "done" page next (bots just go).
@@ -1199,7 +1314,7 @@ fn after_status(sh: &Shared, u: u32, status: u16, headers: &reqwest::header::Hea
     let mut g = sh.users[u as usize].lock();
     g.polls += 1;
     if g.admitted_ms.is_none() && state != "admitted" {
-        let told = ["waiting", "paused", "sold_out", "not_open", "closed", "stopped"].into_iter().find(|s| *s == state).unwrap_or("other");
+        let told = state_name(state);
         g.last_told = Some((told, body["poll_after_ms"].as_u64().unwrap_or(0), body["ahead"].as_u64(), sh.now_ms()));
     }
     if let Some(p) = body["position"].as_u64() {
@@ -1219,19 +1334,21 @@ fn after_status(sh: &Shared, u: u32, status: u16, headers: &reqwest::header::Hea
         }
         // Sold out for now (unpaid holds may come back): the place is kept, keep polling.
         "sold_out" if body["restock_possible"] == true && !bot => {
-            g.phase = Phase::Poll;
             drop(g);
-            sh.schedule(u, sh.now_ms() + body["poll_after_ms"].as_u64().unwrap_or(15_000));
+            let streams = takes_stream(sh, bot, body);
+            sh.users[u as usize].lock().phase = if streams { Phase::Stream } else { Phase::Poll };
+            sh.schedule(u, sh.now_ms() + if streams { 0 } else { body["poll_after_ms"].as_u64().unwrap_or(15_000) });
         }
         "sold_out" | "closed" => {
             drop(g);
             finish(sh, u, Outcome::SoldOut);
         }
         _ => {
-            g.phase = Phase::Poll;
             drop(g);
+            let streams = takes_stream(sh, bot, body);
+            sh.users[u as usize].lock().phase = if streams { Phase::Stream } else { Phase::Poll };
             let told = body["poll_after_ms"].as_u64().unwrap_or(2000);
-            let wait = if bot { 100 + jitter % 100 } else { told };
+            let wait = if streams { 0 } else if bot { 100 + jitter % 100 } else { told };
             sh.schedule(u, sh.now_ms() + wait);
         }
     }
