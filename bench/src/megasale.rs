@@ -417,6 +417,10 @@ pub struct MegaFigures {
     pub error: Option<String>,
 }
 
+/// τ over the admitted: (across edges by send order, per edge) and (across edges judged, the
+/// share of pairs judged).
+type AdmittedTau = ((f64, Vec<Option<f64>>), (f64, f64));
+
 /// The figures from what the run recorded.
 #[allow(clippy::too_many_arguments)] // each argument is one of the run's figures
 pub fn figures(
@@ -426,7 +430,7 @@ pub fn figures(
     edges: usize,
     (joins, join_seconds): (u64, f64),
     double_sold: u64,
-    (tau, (tau_across_edges_judged, tau_across_edges_pairs_judged)): ((f64, Vec<Option<f64>>), (f64, f64)),
+    (tau, (tau_across_edges_judged, tau_across_edges_pairs_judged)): AdmittedTau,
     (tau_all_placed, tau_all_placed_pairs_judged, tau_all_placed_send_order): (f64, f64, f64),
 ) -> MegaFigures {
     let paid_out_ms = sale.paid_out_seconds.map(|t| (t * 1000.0) as u64);
@@ -525,11 +529,14 @@ pub fn check(m: &MegaFigures, quick: bool) -> Vec<String> {
     if m.layout == "spread" && (m.tau_all_placed.is_nan() || m.tau_all_placed < 0.99) {
         bad.push(format!("τ over every fan given a place {:.4} < 0.99 (judged over {:.1}% of pairs)", m.tau_all_placed, m.tau_all_placed_pairs_judged * 100.0));
     }
-    if m.layout == "spread" && !(m.tau_all_placed_pairs_judged >= 0.5) {
+    if m.layout == "spread" && (m.tau_all_placed_pairs_judged.is_nan() || m.tau_all_placed_pairs_judged < 0.5) {
         bad.push(format!("τ judged only {:.1}% of the placed fans' pairs (under half: the joins overlapped)", m.tau_all_placed_pairs_judged * 100.0));
     }
     // (A τ that judged no pair reads 1.0: it says nothing.)
-    if m.tau_across_edges_judged.is_nan() || m.tau_across_edges_judged < 0.99 || !(m.tau_across_edges_pairs_judged > 0.0) {
+    if m.tau_across_edges_judged.is_nan() || m.tau_across_edges_judged < 0.99
+        || m.tau_across_edges_pairs_judged.is_nan()
+        || m.tau_across_edges_pairs_judged <= 0.0
+    {
         bad.push(format!("τ across edges {:.4} < 0.99 (judged over {:.1}% of pairs)", m.tau_across_edges_judged, m.tau_across_edges_pairs_judged * 100.0));
     }
     if m.places_lost > 0 {
