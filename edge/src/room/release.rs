@@ -128,7 +128,10 @@ impl Rooms {
         }
         let dt_ms = {
             let b = room.book.lock();
-            if b.last_tick_ms == 0 { TICK.as_millis() as u64 } else { now_ms.saturating_sub(b.last_tick_ms).clamp(1, 10_000) }
+            // The first tick of the sale (the loop ticks at the open, [`Rooms::next_opening_ms`])
+            // lets in a tick's worth, however short the time since the last tick before it.
+            let opening = open && opens_at.is_some_and(|o| ((b.last_tick_ms / 1000) as i64) < o);
+            if b.last_tick_ms == 0 || opening { TICK.as_millis() as u64 } else { now_ms.saturating_sub(b.last_tick_ms).clamp(1, 10_000) }
         };
         let stats = self.latency.snapshot(now_ms);
         let util_at = self.core_util_at_ms.load(Ordering::Relaxed);
@@ -380,6 +383,18 @@ impl Rooms {
             .collect();
         let i = rooms.iter().position(|r| r.id == room.id)?;
         crate::controller::fair_shares(&demands).into_iter().nth(i).flatten()
+    }
+
+    /// When the next room opens (Unix ms), after `now_ms`: the release loop ticks then, so the
+    /// sale's first step comes at its open rather than up to a tick later (a tick's worth: see
+    /// [`Rooms::tick_room`]).
+    pub fn next_opening_ms(&self, now_ms: u64) -> Option<u64> {
+        self.all()
+            .iter()
+            .filter_map(|r| r.window(&r.spec()).0)
+            .filter_map(|o| u64::try_from(o).ok()?.checked_mul(1000))
+            .filter(|at| *at > now_ms)
+            .min()
     }
 
     /// Ticks every room (after applying room changes published by other edges).
@@ -719,7 +734,13 @@ impl BackgroundService for ReleaseLoop {
         let gauges = RoomGauges::register(&self.registry);
         let mut n = 0u64;
         loop {
+            // A sale opening before the next tick: the loop ticks at its open and keeps that beat.
+            // (A millisecond late: never a tick just before the open by the wall clock.)
+            let opening = rooms.next_opening_ms(unix_ms()).map(|at| Duration::from_millis(at + 1 - unix_ms().min(at)));
             tokio::select! {
+                _ = tokio::time::sleep(opening.unwrap_or(TICK)), if opening.is_some_and(|d| d < TICK) => {
+                    tick.reset_immediately();
+                }
                 _ = tick.tick() => {
                     if let Some(core) = &core {
                         rooms.poll_core(core.addr(), n % 2 == 0).await;

@@ -295,6 +295,30 @@ async fn the_release_counts_the_tickets_already_promised() {
     assert_eq!(room.state.counters().serving, 22, "10 unpromised: two fans of 4 and one offered the last 2");
 }
 
+/// The release loop ticks at a sale's open ([`Rooms::next_opening_ms`]); that first tick lets in a
+/// tick's worth however soon after the last tick before the open it comes, and the next ones
+/// their time as before.
+#[tokio::test]
+async fn the_first_tick_at_the_open_lets_in_a_ticks_worth() {
+    const OPEN_MS: u64 = 4_070_908_800_000; // 2099-01-01T00:00:00Z
+    let rooms = rooms_with("schedule = { opens-at = \"2099-01-01T00:00:00Z\" }\nrelease = { mode = \"fixed\", rate = 100.0 }\n");
+    let room = rooms.get("r1").unwrap();
+    for i in 0..400 {
+        rooms.join(&room, &format!("u{i}"), "d").await.unwrap();
+    }
+    assert_eq!(rooms.next_opening_ms(OPEN_MS - 5000), Some(OPEN_MS));
+    assert_eq!(rooms.next_opening_ms(OPEN_MS), None, "open: nothing to wait for");
+    rooms.tick_room(&room, OPEN_MS - 900).await.unwrap();
+    rooms.tick_room(&room, OPEN_MS - 100).await.unwrap();
+    assert_eq!(room.state.counters().serving, 0, "not open yet");
+    rooms.tick_room(&room, OPEN_MS + 1).await.unwrap();
+    assert_eq!(room.state.counters().serving, 100, "a tick's worth at the open, not 0.1 s's");
+    rooms.tick_room(&room, OPEN_MS + 1001).await.unwrap();
+    assert_eq!(room.state.counters().serving, 200);
+    rooms.tick_room(&room, OPEN_MS + 1501).await.unwrap();
+    assert_eq!(room.state.counters().serving, 250, "then the time since the last tick");
+}
+
 /// The steps between ticks (issue #39): what the promises held back at a tick goes in as the
 /// holds made since settle them, a quarter of a second later rather than at the next tick —
 /// never more than the tick's step allowed, never while the room is paused or sold out or this
