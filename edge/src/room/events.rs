@@ -100,9 +100,9 @@ impl EventFrames {
     /// The status is looked at every second (a place far from the front: at its poll interval,
     /// [`FAR_SECONDS`]), at once when the room says that what every fan sees may have changed (its
     /// pulse: an operator's pause, resume or queue-all, a sale selling out or stock coming back),
-    /// and, near the front, at once when the front moves (a release step). A frame goes out when the state changed (or "is anything being
-    /// released"), else at the poll interval (the place and the ETA; at most 5 s, 15 s far from the
-    /// front).
+    /// and, near the front, at once when the front moves (a release step). A frame goes out when
+    /// the state changed (or "is anything being released"), else at the poll interval (the place
+    /// and the ETA; at most 5 s, 15 s far from the front).
     ///
     /// Cancel-safe between frames: dropped while it waits, nothing is lost.
     pub async fn next(&mut self, rooms: &Rooms) -> Option<String> {
