@@ -1197,7 +1197,8 @@ enum Heard {
 async fn stream(sh: &Shared, u: u32, edge: usize, user_id: &str, ip: &str, cookies: &str, jitter: u64) {
     let second = sh.start.elapsed().as_secs() as u32;
     let t0 = Instant::now();
-    let heard = match sh.stack.events(&sh.stream_http, edge, user_id, ip, cookies).await {
+    let opened = tokio::time::timeout(Duration::from_secs(10), sh.stack.events(&sh.stream_http, edge, user_id, ip, cookies)).await;
+    let heard = match opened.unwrap_or_else(|_| Err(anyhow::anyhow!("no answer in 10 s"))) {
         Ok(r) => {
             let status = r.status().as_u16();
             sh.rec.record("events", second, status, t0.elapsed().as_micros() as u32);
@@ -1220,20 +1221,29 @@ async fn stream(sh: &Shared, u: u32, edge: usize, user_id: &str, ip: &str, cooki
     }
 }
 
+/// A stream that says nothing for this long is given up (the edge sends a near place a frame
+/// at least every 5 s).
+const STREAM_SILENCE: Duration = Duration::from_secs(20);
+
 /// Reads a stream's frames (`data: <status JSON>`) until one ends the wait.
 async fn listen(sh: &Shared, u: u32, mut r: reqwest::Response) -> Heard {
-    let mut buf = String::new();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut heard_at = Instant::now();
     loop {
         // A second at most between looks at the run's end: its streams do not hold it up.
+        if sh.stop.load(Ordering::Relaxed) || heard_at.elapsed() > STREAM_SILENCE {
+            return Heard::Ended;
+        }
         let chunk = match tokio::time::timeout(Duration::from_secs(1), r.chunk()).await {
-            Err(_) if sh.stop.load(Ordering::Relaxed) => return Heard::Ended,
             Err(_) => continue,
             Ok(Ok(Some(c))) => c,
             Ok(_) => return Heard::Ended,
         };
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let frame: String = buf.drain(..end + 2).collect();
+        heard_at = Instant::now();
+        buf.extend_from_slice(&chunk);
+        while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+            let frame: Vec<u8> = buf.drain(..end + 2).collect();
+            let frame = String::from_utf8_lossy(&frame);
             for data in frame.lines().filter_map(|l| l.strip_prefix("data: ")) {
                 let body: Value = serde_json::from_str(data).unwrap_or(Value::Null);
                 let state = body["state"].as_str().unwrap_or("");

@@ -33,6 +33,12 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// keep looking every second.
 const FAR_SECONDS: u64 = 10;
 
+/// A place this few ahead of the front before the open, or behind "sold out for now", is near
+/// the front (a waiting place: under [`FAR_SECONDS`] by its ETA) — its stream wakes when the front
+/// moves ([`Room::front`]). The first step reaches a few hundred places, a hold that frees a
+/// ticket the next; a million streams woken at each step would look for nothing.
+const NEAR_AHEAD: u64 = 1000;
+
 /// How often such a far place looks at most.
 const FAR_LOOK: Duration = Duration::from_secs(5);
 
@@ -56,7 +62,7 @@ pub struct EventFrames {
     /// The front of the queue ([`Room::front`]), waited on while the place is near it: a step
     /// that lets people in wakes the stream at once.
     front: tokio::sync::watch::Receiver<(u64, u64)>,
-    /// The last look found the place near the front (not [`FAR_SECONDS`] away).
+    /// The last look found the place near the front ([`NEAR_AHEAD`], [`FAR_SECONDS`]).
     near: bool,
     /// What the last frame said: (state, restock possible, no ETA).
     last: Option<(Phase, bool, bool)>,
@@ -136,7 +142,11 @@ impl EventFrames {
             let far = matches!((frame.state, &frame.eta_seconds), (Phase::Waiting, Some(eta)) if eta.low >= FAR_SECONDS);
             let wait = Duration::from_millis(frame.poll_after_ms.min(if far { FAR_FRAME_MS } else { 5000 }));
             self.look_after = if far { wait.clamp(LOOK_EVERY, FAR_LOOK) } else { LOOK_EVERY };
-            self.near = !far;
+            self.near = match frame.state {
+                Phase::Waiting => !far,
+                Phase::NotOpen | Phase::SoldOut => frame.ahead.is_some_and(|a| a < NEAR_AHEAD),
+                _ => false,
+            };
             let done = matches!(frame.state, Phase::Admitted | Phase::Closed) || (frame.state == Phase::SoldOut && !frame.restock_possible);
             let key = (frame.state, frame.restock_possible, frame.eta_seconds.is_none());
             let send = done || self.last.as_ref() != Some(&key) || self.last_sent.elapsed() >= wait;

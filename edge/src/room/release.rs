@@ -733,15 +733,19 @@ impl BackgroundService for ReleaseLoop {
         between.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let gauges = RoomGauges::register(&self.registry);
         let mut n = 0u64;
+        // When the last tick began (Unix ms): an opening since then has not been ticked at.
+        let mut ticked_ms = unix_ms();
         loop {
             // A sale opening before the next tick: the loop ticks at its open and keeps that beat.
-            // (A millisecond late: never a tick just before the open by the wall clock.)
-            let opening = rooms.next_opening_ms(unix_ms()).map(|at| Duration::from_millis(at + 1 - unix_ms().min(at)));
+            // (A millisecond late: never a tick just before the open by the wall clock; an open
+            // passed while the loop was busy: at once.)
+            let opening = rooms.next_opening_ms(ticked_ms).map(|at| Duration::from_millis((at + 1).saturating_sub(unix_ms())));
             tokio::select! {
                 _ = tokio::time::sleep(opening.unwrap_or(TICK)), if opening.is_some_and(|d| d < TICK) => {
                     tick.reset_immediately();
                 }
                 _ = tick.tick() => {
+                    ticked_ms = unix_ms();
                     if let Some(core) = &core {
                         rooms.poll_core(core.addr(), n % 2 == 0).await;
                     }

@@ -43,8 +43,11 @@ pub fn no_rate_poll_ms(soon: bool) -> u64 {
 /// within seconds and the release lets the next fans in between ticks
 /// ([`super::Rooms::step_between`]), so the next hundred ask every second.
 pub fn spoken_for_poll_ms(ahead: u64) -> u64 {
-    if ahead < 100 { 1000 } else { NEAR_POLL_MS }
+    if ahead < SPOKEN_FOR_NEXT { 1000 } else { NEAR_POLL_MS }
 }
+
+/// The places behind "sold out for now" told to ask every second ([`spoken_for_poll_ms`]).
+pub const SPOKEN_FOR_NEXT: u64 = 100;
 
 /// The most jitter (`super::jitter`) stretches a poll interval by.
 pub const JITTER_MAX: f64 = 1.2;
