@@ -62,6 +62,14 @@ pub fn release_step(rate: f64, dt_ms: u64, carry: f64) -> (u64, f64) {
     (whole, (n - whole as f64).min(1.0))
 }
 
+/// How long the release loop waits at `now_ms` before it ticks at the next opening (`open_ms`,
+/// the first after its last tick, [`Rooms::next_opening_ms`]): until a millisecond after it (never
+/// a tick just before the open by the wall clock), at once for one passed while the loop was busy;
+/// `None` when no room opens before the next tick could.
+fn opening_wait(open_ms: Option<u64>, now_ms: u64) -> Option<Duration> {
+    open_ms.map(|at| Duration::from_millis((at + 1).saturating_sub(now_ms))).filter(|d| *d < TICK)
+}
+
 impl Rooms {
     /// One tick of one room at `now_ms` (Unix ms).
     pub async fn tick_room(&self, room: &Room, now_ms: u64) -> Result<(), StateError> {
@@ -737,11 +745,9 @@ impl BackgroundService for ReleaseLoop {
         let mut ticked_ms = unix_ms();
         loop {
             // A sale opening before the next tick: the loop ticks at its open and keeps that beat.
-            // (A millisecond late: never a tick just before the open by the wall clock; an open
-            // passed while the loop was busy: at once.)
-            let opening = rooms.next_opening_ms(ticked_ms).map(|at| Duration::from_millis((at + 1).saturating_sub(unix_ms())));
+            let opening = opening_wait(rooms.next_opening_ms(ticked_ms), unix_ms());
             tokio::select! {
-                _ = tokio::time::sleep(opening.unwrap_or(TICK)), if opening.is_some_and(|d| d < TICK) => {
+                _ = tokio::time::sleep(opening.unwrap_or(TICK)), if opening.is_some() => {
                     tick.reset_immediately();
                 }
                 _ = tick.tick() => {
@@ -793,6 +799,19 @@ mod tests {
         // No rate (paused, sold out, closed): nothing, and the carry waits.
         assert_eq!(release_step(0.0, 5000, 0.7), (0, 0.7));
         assert_eq!(release_step(f64::NAN, 5000, 0.7), (0, 0.7));
+    }
+
+    /// The loop ticks at a sale's open: a millisecond after it, at once when it passed while the
+    /// loop was busy, never for an opening a tick or more away (the regular tick comes first).
+    #[test]
+    fn the_loop_waits_for_an_opening_before_its_next_tick() {
+        use super::{Duration, opening_wait};
+        assert_eq!(opening_wait(Some(10_300), 10_000), Some(Duration::from_millis(301)));
+        assert_eq!(opening_wait(Some(10_000), 10_000), Some(Duration::from_millis(1)));
+        assert_eq!(opening_wait(Some(9_990), 10_000), Some(Duration::ZERO), "passed while busy: at once");
+        assert_eq!(opening_wait(Some(10_999), 10_000), None, "a tick away: the tick comes first");
+        assert_eq!(opening_wait(Some(50_000), 10_000), None);
+        assert_eq!(opening_wait(None, 10_000), None);
     }
 
     #[test]
