@@ -802,10 +802,10 @@ pub struct ReleaseController {
     cut_from: f64,
     /// Consecutive ticks over target.
     over_streak: u32,
-    /// Set by a cut made for errors alone: (the level it started from, ssthresh before it), kept over
-    /// the further error-only cuts of the same episode; cleared by a latency/utilisation over, by the
-    /// undo and by an override.
-    error_cut: Option<(f64, f64)>,
+    /// Set by a cut made for errors alone: (the level it started from, ssthresh before it, the rate
+    /// before it), kept over the further error-only cuts of the same episode; cleared by a
+    /// latency/utilisation over, by the undo and by an override.
+    error_cut: Option<(f64, f64, f64)>,
     /// Consecutive healthy ticks: fresh metrics, errors under a fifth of the threshold, pressure ≤ 1.
     healthy_streak: u32,
     /// When the last cut happened: cuts are off until it has shown (cool-down).
@@ -821,6 +821,14 @@ pub struct ReleaseController {
     last_pressure_ms: u64,
     /// Rate of the previous tick, for the slew limiter.
     prev_rate: f64,
+    /// The rate the release may come straight back to once the last cut is over (cool-down done, the
+    /// core under target): the rate before the cut times the cut's factor — the budget's own step —
+    /// or, after an error-only cut is undone, the rate before the outage. Without it the slew
+    /// limiter climbed from the minimum the cut's drain left (+10, then +25% a tick: 13 ticks from
+    /// 20/s back to 465/s in a StarArena surge, issue 39). With when it was set: it holds for
+    /// `max_cooldown_ms` after (a rate carried longer ago says little). Dropped once the rate has
+    /// reached it and by an override; the next cut sets it anew.
+    resume: Option<(f64, u64)>,
     /// The rate that fills the last light-load doubling in one horizon, and the budget it was
     /// computed for: held while light load leaves that budget unfilled (see [`Reason::LightLoad`]),
     /// never more than a second's gap to it; dropped once any other rule decides or the budget
@@ -864,6 +872,7 @@ impl ReleaseController {
             cut_settled: false,
             last_pressure_ms: 0,
             prev_rate,
+            resume: None,
             light_rate: 0.0,
             light_for: 0.0,
             history: [(0, 0.0); HISTORY],
@@ -1056,6 +1065,7 @@ impl ReleaseController {
             // Back from an override: start from what is out there, as after a cut, and let slow start
             // (bounded by the remembered ssthresh) find the level again.
             self.reseed = false;
+            self.resume = None;
             // Not below the configured first budget: an emptied room (long pause) would otherwise
             // have too few requests to measure, and thin metrics never grow.
             self.budget = occ
@@ -1117,7 +1127,7 @@ impl ReleaseController {
             self.error_cut = None;
         }
         let mut undone = false;
-        if let Some((level, ssthresh)) = self.error_cut {
+        if let Some((level, ssthresh, rate_before)) = self.error_cut {
             if self.healthy_streak >= cfg.error_recovery_ticks {
                 // Back to the level before the cuts, but no further than the occupancy the healthy
                 // metrics reflect (one actuation delay ago; now, before there is one): that much the
@@ -1129,6 +1139,10 @@ impl ReleaseController {
                 self.ssthresh = self.ssthresh.max(ssthresh);
                 self.last_cut_ms = None;
                 self.error_cut = None;
+                // The outage is over and the core carries what it did: resume at the rate before it
+                // (the budget, back where it was, still bounds it), never with the missed seconds.
+                let pending = self.resume.map_or(0.0, |(r, _)| r);
+                self.resume = Some((pending.max(rate_before), now));
                 undone = true;
                 let (to, ssthresh) = (self.budget, self.ssthresh);
                 self.push_event(now, ControlEventKind::ErrorCutUndone { from, to, ssthresh });
@@ -1191,8 +1205,13 @@ impl ReleaseController {
                 // to undo the cut once the core is healthy again. The first cut of an outage is the
                 // one that counts.
                 if !over_latency && self.error_cut.is_none() {
-                    self.error_cut = Some((base, self.ssthresh));
+                    self.error_cut = Some((base, self.ssthresh, self.prev_rate));
                 }
+                // Once the cut is over, the release may come back at once to the rate before it,
+                // scaled as the budget was; a further cut before the rate got back there (it is at
+                // the minimum while a cut drains) scales the rate it would have come back to.
+                let pending = self.resume.map_or(0.0, |(r, _)| r);
+                self.resume = Some((self.prev_rate.max(pending) * factor, now));
                 // After a mild cut the old level was nearly right: get back near it fast. After a far
                 // cut the core itself changed; the old level means nothing.
                 self.cut_from = if far { 0.0 } else { base };
@@ -1369,8 +1388,20 @@ impl ReleaseController {
             // capacity drop; let it drain at the minimum until the pressure is under target.
             rate = b.min_rate;
         }
-        let up = self.prev_rate + (cfg.slew_abs).max(cfg.slew_rel * self.prev_rate);
+        let mut up = self.prev_rate + (cfg.slew_abs).max(cfg.slew_rel * self.prev_rate);
+        self.resume = self.resume.filter(|&(_, at)| now.saturating_sub(at) < cfg.max_cooldown_ms);
+        if let Some((resume, _)) = self.resume {
+            if !over && !in_cooldown && pressure.is_some_and(|x| x <= 1.0) {
+                // The cut is over and the core under target: back to the rate it carried, scaled
+                // as the budget was, at once (the budget bounds `raw` as ever); the slew limiter
+                // works from there.
+                up = up.max(resume);
+            }
+        }
         rate = rate.min(up);
+        if self.resume.is_some_and(|(resume, _)| rate >= resume) {
+            self.resume = None;
+        }
         let (rate, reason) = self.apply_cap(rate, reason, occ);
         self.decide(now, rate, occ, pressure, reason)
     }
@@ -1645,6 +1676,66 @@ mod tests {
         assert_eq!(c.tick(&hot).reason, Reason::CutFar);
     }
 
+    /// Issue 39, StarArena: a surge releasing ~575/s, one far cut (P99 1.6 × the target) that the
+    /// sessions of fans who bought keep the occupancy over: the rate went to its minimum for the
+    /// cool-down, then the slew limiter grew it by 10 and then 25% a tick, 13 ticks back to 465/s
+    /// with the core calm and thousands waiting. Now, once the cut is over, the rate comes back at
+    /// once to the rate before it scaled as the budget was (×0.5), bounded as ever by the budget.
+    #[test]
+    fn after_a_cut_the_release_resumes_at_the_rate_it_carried_scaled_as_the_budget() {
+        let busy = |now_ms: u64, occupancy: f64, p99_ms: f64| TickInput { p99_ms: Some(p99_ms), exits_per_s: 400.0, ..calm(now_ms, occupancy) };
+        let surge = || {
+            let mut c = ReleaseController::new(ControllerConfig { initial_budget: 2000.0, bounds: Bounds { max_rate: 5000.0, ..Bounds::default() }, ..ControllerConfig::default() });
+            let mut rate = 0.0;
+            for s in 0..20u64 {
+                rate = c.tick(&busy(s * 1000, 1900.0, 40.0)).rate;
+            }
+            assert!(rate > 400.0, "the surge's rate: {rate}");
+            let d = c.tick(&busy(20_000, 1900.0, 160.0));
+            assert_eq!(d.reason, Reason::CutFar, "{d:?}");
+            assert_eq!(d.rate, 5.0, "the occupancy over the cut budget (950): the minimum");
+            (c, rate)
+        };
+        // The fans admitted before the cut leave at 400/s while the release is at its minimum.
+        let (mut c, rate) = surge();
+        let d = c.tick(&busy(21_000, 1500.0, 40.0));
+        assert_eq!((d.reason, d.rate), (Reason::CoolDown, 15.0), "in the cool-down, the slew limiter alone: {d:?}");
+        // The cut is over (two calm ticks): the release is back at half the rate it had before the
+        // cut at once (the budget's (978 − 1100) / 2 s + 400 exits would allow 339/s), where the
+        // slew limiter alone allowed 15 + 10 = 25/s; from there +25% a tick at most.
+        let d = c.tick(&busy(22_000, 1100.0, 40.0));
+        assert_eq!(d.reason, Reason::Grow, "{d:?}");
+        assert!((d.rate - rate * 0.5).abs() < 1e-9, "{} vs {rate}", d.rate);
+        let d2 = c.tick(&busy(23_000, 900.0, 40.0));
+        assert!(d2.rate > d.rate && d2.rate <= d.rate * 1.25 + 1e-9, "{d2:?}");
+
+        // It lifts the slew limiter's ceiling, it is no floor: a budget with no room keeps the
+        // release at what the budget allows.
+        let (mut c, _) = surge();
+        c.tick(&busy(21_000, 1500.0, 40.0));
+        let d = c.tick(&TickInput { exits_per_s: 0.0, ..busy(22_000, 1100.0, 40.0) });
+        assert_eq!((d.reason, d.rate), (Reason::Grow, 5.0), "the occupancy over the budget, nobody leaving: {d:?}");
+
+        // A rate remembered longer than `max_cooldown_ms` (30 s) says nothing: the slew limiter alone.
+        // (Here the metrics go stale for 31 s, nobody leaving: the release creeps up to 25/s.)
+        let (mut c, _) = surge();
+        for s in 21..=51u64 {
+            let d = c.tick(&TickInput { metrics_age_ms: 10_000, exits_per_s: 0.0, ..busy(s * 1000, 900.0, 40.0) });
+            assert!(d.rate <= 25.0, "{d:?}");
+        }
+        let d = c.tick(&busy(52_000, 900.0, 40.0));
+        assert_ne!(d.reason, Reason::CoolDown, "{d:?}");
+        assert!(d.rate <= 35.0, "from 25/s, +10: {d:?}");
+
+        // An override forgets it.
+        let (mut c, _) = surge();
+        c.set_mode(20_500, ReleaseMode::Paused);
+        assert_eq!(c.tick(&busy(21_000, 1500.0, 40.0)).rate, 0.0);
+        c.set_mode(21_500, ReleaseMode::Auto);
+        let d = c.tick(&busy(22_000, 900.0, 40.0));
+        assert!(d.rate <= 10.0, "after a pause, the slew limiter alone: {d:?}");
+    }
+
     #[test]
     fn errors_alone_cut() {
         let mut c = ReleaseController::new(ControllerConfig::default());
@@ -1662,8 +1753,9 @@ mod tests {
         let mut c = ReleaseController::new(cfg);
         let light = |now_ms: u64, occupancy: f64| TickInput { samples: 120, p99_ms: Some(5.0), utilisation: None, exits_per_s: 20.0, ..calm(now_ms, occupancy) };
         let mut now = 0;
+        let mut before = 0.0;
         for occ in [110.0, 110.0, 110.0, 220.0, 220.0, 220.0, 220.0, 220.0, 220.0] {
-            c.tick(&light(now, occ));
+            before = c.tick(&light(now, occ)).rate;
             now += 1000;
         }
         assert!(c.budget() >= 220.0, "{}", c.budget());
@@ -1684,13 +1776,16 @@ mod tests {
         }
         // Healthy again: after five healthy ticks the cut is undone...
         let mut reasons = Vec::new();
+        let mut undone_at = 0.0;
         for _ in 0..5 {
             let d = c.tick(&light(now, 215.0));
             reasons.push(d.reason);
+            undone_at = d.rate;
             now += 1000;
         }
         assert_eq!(reasons[..4], [Reason::CoolDown; 4], "{reasons:?}");
         assert_eq!(reasons[4], Reason::ErrorsCleared);
+        assert_eq!(undone_at, 20.0, "the budget back at the occupancy: the exits only");
         // ...to the level before it, at most the occupancy the healthy metrics reflect.
         assert_eq!(c.budget(), 215.0);
         assert_eq!(c.ssthresh(), f64::INFINITY, "ssthresh as before the cut");
@@ -1700,7 +1795,9 @@ mod tests {
         let d = c.tick(&light(now, 215.0));
         assert_eq!(d.reason, Reason::LightLoad, "{d:?}");
         assert!(d.budget > 220.0, "{d:?}");
-        assert!(d.rate > 20.0, "{d:?}");
+        // ...and at the rate before the outage at once (80/s, the room's maximum), where the slew
+        // limiter alone would allow 20 + 10: the missed seconds are not released, the rate is.
+        assert_eq!(d.rate, before, "{d:?}");
     }
 
     #[test]
