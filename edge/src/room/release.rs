@@ -200,7 +200,12 @@ impl Rooms {
             b.claims.note(now_ms, None, holds);
             let available = room.available.load(Ordering::Acquire);
             let cap = b.claims.cap(available, u64::from(spec.config.max_qty));
-            tracing::debug!(room = %room.id, whole, cap, available, open = b.claims.open(), holds = ?holds, "release step");
+            tracing::debug!(
+                room = %room.id, whole, cap, available, open = b.claims.open(), holds = ?holds,
+                reason = decision.reason.as_str(), budget = decision.budget.round() as u64, occupancy = active, exits,
+                pressure = ?decision.pressure.map(|x| (x * 100.0).round() / 100.0),
+                "release step"
+            );
             tracing::trace!(room = %room.id, book = ?b.claims, "promises");
             let allowed = whole;
             whole = whole.min(cap).min(available);
