@@ -137,14 +137,17 @@
 //! the cautious sale with its core stopped 17.3 s instead of 18.4.
 //!
 //! What it does not mend: in StarArena with the core stopped for a second mid-sale (bench runs of
-//! 2026-12-05) the release comes back at once, but then the budget, cut to half, bounds it — grown
-//! 3% a tick from the cut's threshold, "unfilled" every other tick (the occupancy the edge passes
-//! counts sessions, not the places let in whose fans have not come yet) — and the fans' sessions
-//! last longer after the stall (about 8 s against 3): tickets all held at 30, 48, 43, 49 s against
-//! 60 and 41 s before. Tried and not kept: giving slow start back up to 90% of the level cut from
-//! when a cut shows within its cool-down (42 and 59 s in two runs; the simulator's plant of
-//! 60–120-s sessions 4 of 200 steady windows over target instead of 2).
-
+//! 2026-12-05, `bench/surge-stop/run.sh`) the release comes back at once, but then the budget, cut
+//! to half, bounds it (grown 3% a tick from the cut's threshold), and most of that half is taken by
+//! sessions that no longer load the core: about one admitted fan in ten holds and never pays, and
+//! its session counts in the occupancy until it has been idle for `session-idle-seconds` (120 s) —
+//! 800 of them 14 s into the sale, 1,300 by 24 s — so 150–250 fans a second go in where 600 did.
+//! Tickets all held at 30, 48, 43, 49, 52 s against 60 and 41 s before. The lever is the one issue
+//! 39 names: a session that held no longer counts as load (the edge sees a session's first core
+//! request, `Rooms::touch_by_token`). Tried and not kept: giving slow start back up to 90% of the
+//! level cut from when a cut shows within its cool-down (42 and 59 s in two runs; the simulator's
+//! plant of 60–120-s sessions 4 of 200 steady windows over target instead of 2); adding the places
+//! let in and not yet picked up to the occupancy (DESIGN §4's tokens out: 0–200 here, 54 s).
 pub mod sim;
 
 use std::collections::VecDeque;
