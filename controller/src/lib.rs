@@ -132,7 +132,9 @@
 //! (`(L − occ) / horizon + exits`), so it is a ceiling lifted, never a floor. A further cut before
 //! the rate got back scales the remembered rate again; after an error-only cut's undo the rate
 //! before the outage is remembered whole (the missed seconds are never released, the rate is). It
-//! is forgotten once reached, after `max_cooldown_ms`, and by an override. Simulator (seeds 1–10):
+//! is not used while requests still fail or an error-only cut waits for its undo, and is forgotten
+//! once reached, `max_cooldown_ms` after the cut (a cut whose cool-down runs that long resumes by
+//! the slew limiter alone), at sold out and by an override. Simulator (seeds 1–10):
 //! the standard scenarios as before, the 1.5-s outage's admissions back in 4–6 s instead of 6–8,
 //! the cautious sale with its core stopped 17.3 s instead of 18.4.
 //!
@@ -855,8 +857,9 @@ pub struct ReleaseController {
     /// or, after an error-only cut is undone, the rate before the outage. Without it the slew
     /// limiter climbed from the minimum the cut's drain left (+10, then +25% a tick: 13 ticks from
     /// 20/s back to 465/s in a StarArena surge, issue 39). With when it was set: it holds for
-    /// `max_cooldown_ms` after (a rate carried longer ago says little). Dropped once the rate has
-    /// reached it and by an override; the next cut sets it anew.
+    /// `max_cooldown_ms` after (a rate carried longer ago says little; a cut whose cool-down runs
+    /// that long resumes by the slew limiter alone). Dropped once the rate has reached it, by sold
+    /// out and by an override; the next cut sets it anew.
     resume: Option<(f64, u64)>,
     /// The rate that fills the last light-load doubling in one horizon, and the budget it was
     /// computed for: held while light load leaves that budget unfilled (see [`Reason::LightLoad`]),
@@ -1046,6 +1049,11 @@ impl ReleaseController {
             0.0
         };
 
+        // A rate remembered from a cut ([`ReleaseController::resume`]) says little once
+        // `max_cooldown_ms` old: forgotten before anything (a later cut) could take it up again.
+        let max_cooldown_ms = self.config.max_cooldown_ms;
+        self.resume = self.resume.filter(|&(_, at)| now.saturating_sub(at) < max_cooldown_ms);
+
         if input.sold_out != self.sold_out {
             self.sold_out = input.sold_out;
             self.push_event(
@@ -1083,6 +1091,9 @@ impl ReleaseController {
         };
         if let Some((rate, reason)) = forced {
             self.light_rate = 0.0;
+            // Sold out or an operator's override: the release comes back from what it then is,
+            // never straight to a rate remembered from before.
+            self.resume = None;
             let (rate, reason) = self.apply_cap(rate, reason, occ);
             if self.mode != ReleaseMode::Auto {
                 self.reseed = true;
@@ -1418,9 +1429,11 @@ impl ReleaseController {
             rate = b.min_rate;
         }
         let mut up = self.prev_rate + (cfg.slew_abs).max(cfg.slew_rel * self.prev_rate);
-        self.resume = self.resume.filter(|&(_, at)| now.saturating_sub(at) < cfg.max_cooldown_ms);
         if let Some((resume, _)) = self.resume {
-            if !over && !in_cooldown && pressure.is_some_and(|x| x <= 1.0) {
+            // Not while a cut for errors waits for its undo, nor with requests still failing
+            // (errors count as over only with enough samples).
+            let clean = self.error_cut.is_none() && err <= 0.2 * cfg.error_threshold;
+            if !over && !in_cooldown && clean && pressure.is_some_and(|x| x <= 1.0) {
                 // The cut is over and the core under target: back to the rate it carried, scaled
                 // as the budget was, at once (the budget bounds `raw` as ever); the slew limiter
                 // works from there.
@@ -1755,6 +1768,28 @@ mod tests {
         let d = c.tick(&busy(52_000, 900.0, 40.0));
         assert_ne!(d.reason, Reason::CoolDown, "{d:?}");
         assert!(d.rate <= 35.0, "from 25/s, +10: {d:?}");
+
+        // The cool-down over but the budget with no room (nobody leaving): the rate kept pending,
+        // then not lifted on stale metrics, nor with requests still failing (under the cut
+        // threshold): the slew limiter alone, from 25/s.
+        for t in [TickInput { metrics_age_ms: 10_000, ..busy(23_000, 900.0, 40.0) }, TickInput { error_fraction: 0.005, ..busy(23_000, 900.0, 40.0) }] {
+            let (mut c, _) = surge();
+            c.tick(&busy(21_000, 1500.0, 40.0));
+            let d = c.tick(&TickInput { exits_per_s: 0.0, ..busy(22_000, 1100.0, 40.0) });
+            assert_eq!((d.reason, d.rate), (Reason::Grow, 5.0), "{d:?}");
+            let d = c.tick(&t);
+            assert!(d.rate <= 15.0, "{d:?}");
+            // The next clean tick lifts it.
+            let d = c.tick(&busy(24_000, 900.0, 40.0));
+            assert!((d.rate - 300.0).abs() < 1e-9, "{d:?}");
+        }
+
+        // Sold out forgets it: a sale whose tickets come back goes on from nothing, by the slew.
+        let (mut c, _) = surge();
+        c.tick(&busy(21_000, 1500.0, 40.0));
+        assert_eq!(c.tick(&TickInput { sold_out: true, ..busy(22_000, 1100.0, 40.0) }).rate, 0.0);
+        let d = c.tick(&busy(23_000, 900.0, 40.0));
+        assert!(d.rate <= 10.0, "{d:?}");
 
         // An override forgets it.
         let (mut c, _) = surge();
