@@ -1030,6 +1030,11 @@ impl ReleaseController {
         }
     }
 
+    /// The rate a cut remembered to resume at ([`ReleaseController::resume`]), 0 when none.
+    fn pending_resume(&self) -> f64 {
+        self.resume.map_or(0.0, |(r, _)| r)
+    }
+
     /// One control step. Call about once a second; the returned rate holds until the next call.
     pub fn tick(&mut self, input: &TickInput) -> Decision {
         let now = input.now_ms;
@@ -1181,8 +1186,7 @@ impl ReleaseController {
                 self.error_cut = None;
                 // The outage is over and the core carries what it did: resume at the rate before it
                 // (the budget, back where it was, still bounds it), never with the missed seconds.
-                let pending = self.resume.map_or(0.0, |(r, _)| r);
-                self.resume = Some((pending.max(rate_before), now));
+                self.resume = Some((self.pending_resume().max(rate_before), now));
                 undone = true;
                 let (to, ssthresh) = (self.budget, self.ssthresh);
                 self.push_event(now, ControlEventKind::ErrorCutUndone { from, to, ssthresh });
@@ -1250,8 +1254,7 @@ impl ReleaseController {
                 // Once the cut is over, the release may come back at once to the rate before it,
                 // scaled as the budget was; a further cut before the rate got back there (it is at
                 // the minimum while a cut drains) scales the rate it would have come back to.
-                let pending = self.resume.map_or(0.0, |(r, _)| r);
-                self.resume = Some((self.prev_rate.max(pending) * factor, now));
+                self.resume = Some((self.prev_rate.max(self.pending_resume()) * factor, now));
                 // After a mild cut the old level was nearly right: get back near it fast. After a far
                 // cut the core itself changed; the old level means nothing.
                 self.cut_from = if far { 0.0 } else { base };
