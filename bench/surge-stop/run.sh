@@ -9,7 +9,9 @@
 #   bash bench/surge-stop/run.sh [scenario=stararena] [AT=14] [FOR=1] [OUT=/tmp/surge-stop.out]
 #
 # Uses the release binaries (SKIP_BUILD=1 to use them as they are). Figures of 2026-12-05:
-# bench/results/surge-stararena.md, section "After a cut, the release resumes at the rate it carried".
+# bench/results/surge-stararena.md, sections "After a cut, the release resumes at the rate it carried" and
+# "A stall's cost is the budget's regrowth" (tried-quiet-holders.patch beside this script: two ways of counting
+# held sessions out of the controller's occupancy, measured there and not kept; `git apply` it on main).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
