@@ -57,6 +57,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::check::ConfigIssue;
 use crate::replay::Replayed;
 
+pub mod send_only;
 pub mod tickets;
 
 /// How long a failed handshake's alert may wait for the client to take it.
@@ -298,6 +299,9 @@ impl Tls {
             .map_err(tls_err)?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(BySni(Arc::clone(&certs))));
+        // A queued fan's event stream over HTTPS/1.1 sheds rustls once its answer's head has left
+        // and seals its frames with the connection's keys itself ([`send_only`]).
+        server.enable_secret_extraction = true;
         server.alpn_protocols = if config.http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
         // Stateless resumption: tickets sealed with keys every edge derives from the shared files,
         // or with keys of this process (rotated every 6 hours).
@@ -445,6 +449,31 @@ pub fn load_cas(path: &Path) -> Result<Box<[X509]>, String> {
 /// [`Stream`]. rustls keeps one 4 KiB read buffer; writes are gathered below it until a flush
 /// ([`crate::replay::under_tls`]).
 pub struct TlsStream(tokio_rustls::server::TlsStream<Replayed>);
+
+/// `stream` reduced to sending ([`send_only`]) when it is an HTTPS/1.1 connection of the listener
+/// with its handshake done, nothing of rustls's left to send and nothing received that has not
+/// been read: `Ok` with the new stream. `Err(Some)`: not such a connection, given back as it was;
+/// `Err(None)`: the keys could not be taken out, and the connection is lost (rustls consumes it).
+pub fn send_only(stream: Stream) -> Result<Stream, Option<Stream>> {
+    if !stream.as_any().is::<TlsStream>() {
+        return Err(Some(stream));
+    }
+    let Ok(mut tls) = stream.into_any().downcast::<TlsStream>() else { unreachable!("checked above") };
+    let conn = tls.0.get_mut().1;
+    // Records received and not yet decrypted: a pipelined request the stream must see.
+    let quiet = conn.process_new_packets().is_ok_and(|st| st.plaintext_bytes_to_read() == 0 && st.tls_bytes_to_write() == 0);
+    if !quiet || !send_only::sendable(conn) {
+        return Err(Some(tls));
+    }
+    let (io, conn) = tls.0.into_inner();
+    match send_only::SendOnlyTls::new(io, conn) {
+        Ok(s) => Ok(Box::new(s)),
+        Err(why) => {
+            tracing::debug!("an HTTPS event stream could not be reduced to sending: {why}");
+            Err(None)
+        }
+    }
+}
 
 impl std::fmt::Debug for TlsStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -650,5 +679,110 @@ mod tests {
         let mut answer = [0u8; 64];
         let n = tokio::time::timeout(Duration::from_secs(2), client.read(&mut answer)).await.unwrap().unwrap();
         assert_eq!(&answer[..n], b"HTTP/1.1 204 No Content\r\n\r\n");
+    }
+
+    /// A client of `a.test` speaking only `version` with only `suite`.
+    fn client_with(pki: &wicket_testkit::pki::Pki, version: &'static rustls::SupportedProtocolVersion, suite: rustls::SupportedCipherSuite) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&std::fs::read(pki.path("ca.pem")).unwrap()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let provider = rustls::crypto::CryptoProvider { cipher_suites: vec![suite], ..rustls::crypto::ring::default_provider() };
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[version])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(config)
+    }
+
+    /// Every version and cipher the listener offers: once its request is read and its head sent
+    /// through rustls, a stream reduced to sending seals what follows so that a stock rustls client
+    /// reads every byte in order (small writes, and one of several records), and its close is a
+    /// clean `close_notify`, not a truncation.
+    #[tokio::test]
+    async fn a_stream_reduced_to_sending_is_read_whole_by_a_client_of_every_version_and_cipher() {
+        use rustls::crypto::ring::cipher_suite as cs;
+        let (tls, _, pki) = setup();
+        let combos = [
+            (&rustls::version::TLS13, cs::TLS13_AES_128_GCM_SHA256),
+            (&rustls::version::TLS13, cs::TLS13_AES_256_GCM_SHA384),
+            (&rustls::version::TLS13, cs::TLS13_CHACHA20_POLY1305_SHA256),
+            (&rustls::version::TLS12, cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
+            (&rustls::version::TLS12, cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384),
+            (&rustls::version::TLS12, cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256),
+        ];
+        for (version, suite) in combos {
+            let what = format!("{:?}", suite.suite());
+            let (mut server, mut client) = pair(&tls, client_with(&pki, version, suite), 1 << 20).await;
+            assert_eq!(server.0.get_ref().1.negotiated_cipher_suite(), Some(suite), "{what}");
+            client.write_all(b"GET /queue/r1/events HTTP/1.1\r\n\r\n").await.unwrap();
+            let mut head = [0u8; 64];
+            let n = server.read(&mut head).await.unwrap();
+            assert_eq!(&head[..n], b"GET /queue/r1/events HTTP/1.1\r\n\r\n", "{what}");
+            server.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+            server.flush().await.unwrap();
+            let mut stream = match send_only(Box::new(server)) {
+                Ok(s) => s,
+                Err(_) => panic!("{what}: not reduced"),
+            };
+            assert!(stream.as_any().is::<send_only::SendOnlyTls>(), "{what}");
+            let big: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+            let mut want = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+            for part in [&b"5\r\nhello\r\n"[..], &big, b"0\r\n\r\n"] {
+                stream.write_all(part).await.unwrap();
+                stream.flush().await.unwrap();
+                want.extend_from_slice(part);
+            }
+            stream.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            // `Ok` only with the server's close_notify: rustls calls a bare end of file an error.
+            tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got)).await.unwrap().unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(got == want, "{what}: {} bytes read, {} sent", got.len(), want.len());
+        }
+    }
+
+    /// A client that sends anything to a stream reduced to sending (a request, its own
+    /// `close_notify`) is an error on the stream's read; one that closes is its end of file; and a
+    /// connection with received data not yet read is not reduced (the stream must see it).
+    #[tokio::test]
+    async fn a_stream_reduced_to_sending_hears_the_client_speak_or_go() {
+        let (tls, config, _pki) = setup();
+        let reduced = |server: TlsStream| match send_only(Box::new(server)) {
+            Ok(s) => s,
+            Err(_) => panic!("not reduced"),
+        };
+        let (server, mut client) = pair(&tls, config.clone(), 65536).await;
+        let mut stream = reduced(server);
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        let err = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        let (server, mut client) = pair(&tls, config.clone(), 65536).await;
+        let mut stream = reduced(server);
+        client.shutdown().await.unwrap();
+        let err = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "a close_notify is a record too");
+        let (server, client) = pair(&tls, config.clone(), 65536).await;
+        let mut stream = reduced(server);
+        drop(client);
+        let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await.unwrap().unwrap();
+        assert_eq!(n, 0);
+        // Bytes rustls decrypted and the reader did not take yet: kept whole, and read on.
+        let (mut server, mut client) = pair(&tls, config, 65536).await;
+        client.write_all(b"GET / HTTP/1.1\r\n\r\nGET /next HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut first = [0u8; 18];
+        server.read_exact(&mut first).await.unwrap();
+        let mut kept = match send_only(Box::new(server)) {
+            Ok(_) => panic!("reduced with a pipelined request unread"),
+            Err(kept) => kept.expect("given back"),
+        };
+        let mut rest = [0u8; 22];
+        kept.read_exact(&mut rest).await.unwrap();
+        assert_eq!(&rest, b"GET /next HTTP/1.1\r\n\r\n");
+        // A plain stream is given back as it was.
+        let (a, _b) = tokio::io::duplex(64);
+        assert!(matches!(send_only(Box::new(crate::replay::under_tls(Box::new(a)))), Err(Some(_))));
     }
 }

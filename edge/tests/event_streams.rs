@@ -17,12 +17,17 @@ use tokio::net::{TcpSocket, TcpStream};
 
 /// An edge with one room releasing nobody (every fan stays queued) and the given `[edge]` keys.
 async fn edge_with(extra: &str) -> (TestUpstream, TestEdge) {
+    edge_with_tables(extra, "").await
+}
+
+/// [`edge_with`], with further tables (`[edge.tls]`) after the room.
+async fn edge_with_tables(extra: &str, tables: &str) -> (TestUpstream, TestEdge) {
     let origin = TestUpstream::start("origin").await;
     let config = format!(
         "{extra}\norigin = \"{}\"\nuser-header = \"x-user-id\"\n[edge.anomaly]\ndevice-max-users = 0\n\
          [tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n[[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"{HS_SECRET}\"\n\
          [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
-         release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+         release = {{ mode = \"fixed\", rate = 0.0 }}\n{tables}",
         origin.url()
     );
     let edge = TestEdge::start(&config);
@@ -264,4 +269,90 @@ async fn a_stop_ends_every_open_stream() {
         let got = closed_within(&mut s, Duration::from_secs(3)).await.expect("closed at the stop");
         assert!(String::from_utf8_lossy(&got).ends_with("0\r\n\r\n"), "{}", String::from_utf8_lossy(&got));
     }
+}
+
+/// An HTTP/1.1 connection over TLS (`max`: the highest version offered) to the edge's HTTPS port.
+async fn tls_http1(ca: &std::path::Path, port: u16, max: openssl::ssl::SslVersion) -> tokio_openssl::SslStream<TcpStream> {
+    let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+    b.set_ca_file(ca).unwrap();
+    b.set_alpn_protos(b"\x08http/1.1").unwrap();
+    b.set_max_proto_version(Some(max)).unwrap();
+    let ssl = b.build().configure().unwrap().into_ssl("a.test").unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
+    std::pin::Pin::new(&mut tls).connect().await.unwrap();
+    tls
+}
+
+/// Over HTTPS/1.1 a stream sheds rustls once its head has left and seals its frames with the
+/// connection's keys itself (`tls::send_only`). OpenSSL clients of TLS 1.3 and of TLS 1.2 read its
+/// frames and its end — at `event-stream-seconds` the last chunk, then the edge's `close_notify`
+/// (OpenSSL reads a bare end of file as an error: the read to the end succeeds only with it); a
+/// client that sends a request on the stream, or its own `close_notify`, ends the stream with its
+/// last chunk and the connection's clean close, as does a stop of the edge; every slot comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_streams_seal_their_frames_and_end_with_a_clean_close() {
+    use openssl::ssl::SslVersion;
+    let pki = wicket_testkit::pki::Pki::new();
+    let cert = pki.leaf("a", &["a.test"], 30);
+    let port = free_port();
+    let (_origin, edge) = edge_with_tables("event-stream-seconds = 2\nshutdown-grace-seconds = 3", &tls_config(port, &[cert], "")).await;
+    let ca = pki.path("ca.pem");
+    async fn read_to(s: &mut tokio_openssl::SslStream<TcpStream>, what: &[u8]) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(what.len()).any(|w| w == what) {
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.expect("in 5 s").unwrap();
+            assert!(n > 0, "closed before {:?}: {}", String::from_utf8_lossy(what), String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+    async fn to_the_end(s: &mut tokio_openssl::SslStream<TcpStream>) -> String {
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await.expect("closed in 5 s").expect("a clean close (close_notify)");
+        String::from_utf8_lossy(&got).into_owned()
+    }
+    // At the stream's deadline, for both versions.
+    let mut streams = Vec::new();
+    for (i, max) in [SslVersion::TLS1_3, SslVersion::TLS1_2, SslVersion::TLS1_3, SslVersion::TLS1_2].into_iter().enumerate() {
+        let head = fan(&edge, &format!("fan{i}")).await;
+        let mut s = tls_http1(&ca, port, max).await;
+        s.write_all(head.as_bytes()).await.unwrap();
+        let got = read_to(&mut s, b"data: ").await;
+        assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{}", String::from_utf8_lossy(&got));
+        streams.push((s, got));
+    }
+    assert_eq!(metric(&edge, "wicket_edge_event_streams ").await, 4.0);
+    for (mut s, mut got) in streams {
+        let version = s.ssl().version_str();
+        got.extend_from_slice(to_the_end(&mut s).await.as_bytes());
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.contains("\"state\":\"waiting\"") && text.ends_with("\r\n0\r\n\r\n"), "{version}: {text}");
+    }
+    until_metric(&edge, "wicket_edge_event_streams ", 0.0, Duration::from_secs(2)).await;
+    // A request sent on the stream; the client's own close_notify.
+    for (i, max) in [SslVersion::TLS1_3, SslVersion::TLS1_2].into_iter().enumerate() {
+        let head = fan(&edge, &format!("talker{i}")).await;
+        let mut s = tls_http1(&ca, port, max).await;
+        s.write_all(head.as_bytes()).await.unwrap();
+        read_to(&mut s, b"data: ").await;
+        s.write_all(head.replace("/events", "/status").as_bytes()).await.unwrap();
+        let rest = to_the_end(&mut s).await;
+        assert!(rest.ends_with("0\r\n\r\n") && !rest.contains("HTTP/1.1"), "{rest}");
+        let head = fan(&edge, &format!("leaver{i}")).await;
+        let mut s = tls_http1(&ca, port, max).await;
+        s.write_all(head.as_bytes()).await.unwrap();
+        read_to(&mut s, b"data: ").await;
+        let _ = std::pin::Pin::new(&mut s).shutdown().await;
+        until_metric(&edge, "wicket_edge_event_streams ", 0.0, Duration::from_secs(2)).await;
+    }
+    // A stop of the edge.
+    let head = fan(&edge, "stopped").await;
+    let mut s = tls_http1(&ca, port, SslVersion::TLS1_3).await;
+    s.write_all(head.as_bytes()).await.unwrap();
+    read_to(&mut s, b"data: ").await;
+    edge.begin_stop();
+    let rest = to_the_end(&mut s).await;
+    assert!(rest.ends_with("0\r\n\r\n"), "{rest}");
 }

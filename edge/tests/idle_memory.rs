@@ -200,3 +200,75 @@ async fn an_open_event_stream_holds_its_state_and_no_buffer() {
     assert!(each <= 4 * 1024, "{each} bytes of heap per open event stream");
     drop(streams);
 }
+
+/// The same over HTTPS/1.1 (TLS 1.3): once the answer's head has left, the stream sheds rustls
+/// (its 4 KiB read buffer, handshake and record-layer state: about 9.9 KB a connection in the
+/// bench) and seals its frames with the connection's keys itself (`tls::send_only`): what it holds
+/// beyond the HTTP stream is one sealing key. Bounded here by the HTTP stream's bound plus 2 KiB,
+/// the issue's goal for the whole process being 10 KB. The client's TLS state is OpenSSL's, C's
+/// `malloc`, not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_https_event_stream_holds_one_key_and_no_tls_buffer() {
+    use tokio::io::AsyncReadExt;
+    let pki = wicket_testkit::pki::Pki::new();
+    let cert = pki.leaf("a", &["a.test"], 30);
+    let port = free_port();
+    let origin = TestUpstream::start("origin").await;
+    let edge = TestEdge::start(&format!(
+        "keepalive-seconds = 60\norigin = \"{}\"\nuser-header = \"x-user-id\"\n[edge.anomaly]\ndevice-max-users = 0\n{}\n\
+         [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy/ev-1\"\nprotected = [\"/buy/ev-1\"]\n\
+         release = {{ mode = \"fixed\", rate = 0.0 }}\n{}",
+        origin.url(),
+        hs_tokens(),
+        tls_config(port, &[cert], "")
+    ));
+    const WARM: usize = 20;
+    const N: usize = 300;
+    let mut heads = Vec::new();
+    for i in 0..WARM + N {
+        let user = format!("fan{i}");
+        let r = get(&edge.url("/queue/r1"), &[("accept", "application/json"), ("x-user-id", &user)]).await;
+        assert_eq!(r.status, 200);
+        let cookies: Vec<String> = r.cookies().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        heads.push(format!("GET /queue/r1/events HTTP/1.1\r\nHost: a.test\r\nX-User-Id: {user}\r\nCookie: {}\r\n\r\n", cookies.join("; ")));
+    }
+    let mut b = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls()).unwrap();
+    b.set_ca_file(pki.path("ca.pem")).unwrap();
+    b.set_alpn_protos(b"\x08http/1.1").unwrap();
+    let connector = b.build();
+    let open = |head: String| {
+        let ssl = connector.configure().unwrap().into_ssl("a.test").unwrap();
+        async move {
+            let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let mut s = tokio_openssl::SslStream::new(ssl, tcp).unwrap();
+            std::pin::Pin::new(&mut s).connect().await.unwrap();
+            s.write_all(head.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 2048];
+            while !got.windows(6).any(|w| w == b"data: ") {
+                let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await.expect("a first frame").unwrap();
+                assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{}", String::from_utf8_lossy(&got));
+            s
+        }
+    };
+    let mut warm = Vec::new();
+    for head in &heads[..WARM] {
+        warm.push(open(head.clone()).await);
+    }
+    drop(warm);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _profiler = dhat::Profiler::builder().testing().build();
+    let before = dhat::HeapStats::get().curr_bytes;
+    let mut streams = Vec::with_capacity(N);
+    for head in &heads[WARM..] {
+        streams.push(open(head.clone()).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let each = dhat::HeapStats::get().curr_bytes.saturating_sub(before) / N;
+    eprintln!("{N} open HTTPS event streams: Rust heap {each} bytes each (both ends)");
+    assert!(each <= 6 * 1024, "{each} bytes of heap per open HTTPS event stream");
+    drop(streams);
+}

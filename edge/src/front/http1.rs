@@ -338,7 +338,9 @@ impl<P: Handover> Front<P> {
     /// an HTTP/1.1 chunk (one write each), until the frames end, the edge stops, or the client
     /// goes. While it waits for the next frame the task holds the stream's state, the socket and
     /// a pending read into the worker thread's buffer (no buffer of its own): a client that
-    /// closes (or half-closes) its side, or sends anything, ends the stream at once. `rest`: the
+    /// closes (or half-closes) its side, or sends anything, ends the stream at once. Over HTTPS
+    /// the connection is reduced to sending once the head has left ([`crate::tls::send_only`]):
+    /// a client that sends anything then gets the last chunk and the connection's close. `rest`: the
     /// bytes after the request's head when the connection may be kept (it is served on once the
     /// stream has ended), `None` to close it then.
     async fn events(self: Arc<Self>, mut stream: Stream, ev: Box<EventStream>, rest: Option<Vec<u8>>, mut shutdown: ShutdownWatch) {
@@ -348,6 +350,16 @@ impl<P: Handover> Front<P> {
         if write_answer(&mut stream, head, b"", timeout).await.is_err() {
             return;
         }
+        // Over HTTPS/1.1 the stream sheds rustls now and seals its frames itself (about 6 KB less
+        // a stream: `tls::send_only`), unless bytes after the head wait to be served after it.
+        let mut sending_only = false;
+        if rest.as_ref().is_none_or(|r| r.is_empty()) {
+            match crate::tls::send_only(stream) {
+                Ok(reduced) => (stream, sending_only) = (reduced, true),
+                Err(Some(kept)) => stream = kept,
+                Err(None) => return,
+            }
+        }
         // The slot is held until the stream ends.
         let EventStream { room, ticket, sub, slot, .. } = *ev;
         let mut frames = EventFrames::new(room, ticket, &sub, self.state.event_streams.longest());
@@ -356,7 +368,13 @@ impl<P: Handover> Front<P> {
         let ended = loop {
             let frame = tokio::select! {
                 f = frames.next(&self.state.rooms) => f,
-                got = super::conn::first_read(&mut stream) => break got.ok().filter(|b| !b.is_empty()),
+                got = super::conn::first_read(&mut stream) => break match got {
+                    Ok(bytes) if !bytes.is_empty() => Some(bytes),
+                    // Records sent to a connection that only sends: the stream ends, then the
+                    // connection (it cannot be read on).
+                    Err(e) if sending_only && e.kind() == std::io::ErrorKind::InvalidData => Some(Vec::new()),
+                    _ => None,
+                },
                 _ = shutdown.changed() => None,
             };
             let Some(frame) = frame else { break Some(Vec::new()) };
@@ -372,7 +390,15 @@ impl<P: Handover> Front<P> {
         drop((frames, slot));
         // The client went (or half-closed): nothing more to say.
         let Some(more) = ended else { return };
-        if write_answer(&mut stream, &[b"0\r\n\r\n"], b"", timeout).await.is_err() || *shutdown.borrow() {
+        if write_answer(&mut stream, &[b"0\r\n\r\n"], b"", timeout).await.is_err() {
+            return;
+        }
+        if sending_only {
+            // Its own `close_notify`: the client knows the answer ended whole, not cut.
+            let _ = tokio::time::timeout(timeout, stream.shutdown()).await;
+            return;
+        }
+        if *shutdown.borrow() {
             return;
         }
         // Kept: served on from the bytes the client sent meanwhile (after those of the head).
