@@ -73,7 +73,7 @@ fi
 
 export PATH="$PATH:/usr/sbin"
 # The README's run commands use these binaries as they are (cargo's default profile, each package's
-# own features): built here, `cargo run -p wicket-edge --bin wicket -- demo` compiles nothing.
+# own features): built here, `bash scripts/demo.sh` compiles nothing.
 cargo build -p wicket-edge --bin wicket
 cargo build -p wicket-core --bin wicket-core
 cargo build --workspace --all-targets

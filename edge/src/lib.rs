@@ -29,6 +29,8 @@
 //!   HTTP with its writes gathered until a flush); HTTP/2's gathered writes.
 //! - [`tls`]: `[edge.tls]`: the HTTPS listener's certificates (SNI, reload), handshake and stream (rustls);
 //!   `tls::tickets`: session tickets every edge can open (keys derived from shared files per 6-hour period).
+//!   `tls::send_only`: an HTTPS/1.1 event stream after its head, rustls shed, its frames sealed with the
+//!   connection's keys by the stream itself.
 //! - [`front`]: the public listeners and their doors, side by side (none imports another;
 //!   tests/structure.rs): the listener's TLS handshake and dispatch (`front`), what a
 //!   connection's doors share (`front::conn`: settings, HSTS, the hand-over, the wait for a

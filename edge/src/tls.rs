@@ -32,6 +32,10 @@
 //! whole; a file that does not load keeps the old set and the answer names the problem.
 //! Connections already open keep the certificate they were made with. The ticket key files are
 //! read again with them (all good, or nothing changes).
+//!
+//! A queued fan's event stream over HTTPS/1.1 reads nothing once its head has left: [`send_only`]
+//! takes the connection's keys out of rustls and seals the frames itself (about 4 KB a stream
+//! instead of 11: rustls's read buffer and state go).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -784,5 +788,25 @@ mod tests {
         // A plain stream is given back as it was.
         let (a, _b) = tokio::io::duplex(64);
         assert!(matches!(send_only(Box::new(crate::replay::under_tls(Box::new(a)))), Err(Some(_))));
+    }
+
+    /// A client that never reads a stream reduced to sending: the stream takes one sealed record
+    /// beyond what the socket's gathering layer holds (16 KiB) and the pipe, then waits; the
+    /// stream's write timeout ends it.
+    #[tokio::test]
+    async fn a_stream_reduced_to_sending_holds_little_for_a_client_that_does_not_read() {
+        let (tls, client, _pki) = setup();
+        let (server, _client) = pair(&tls, client, 4096).await;
+        let mut stream = match send_only(Box::new(server)) {
+            Ok(s) => s,
+            Err(_) => panic!("not reduced"),
+        };
+        let chunk = vec![7u8; 1024];
+        let mut taken = 0usize;
+        while let Ok(written) = tokio::time::timeout(Duration::from_millis(200), stream.write(&chunk)).await {
+            taken += written.unwrap();
+        }
+        assert!(taken <= 4096 + crate::replay::GATHER_MAX + 2048, "{taken} bytes taken from the frames of a client that does not read");
+        assert!(taken >= 4096, "{taken}");
     }
 }

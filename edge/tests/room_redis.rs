@@ -660,3 +660,36 @@ async fn a_published_room_config_an_edge_cannot_read_leaves_its_room_as_it_was_a
     let why = room.stats()["config_sync_error"].as_str().unwrap_or_default().to_owned();
     assert_eq!(why, "room.queuing-status-code: must be 200, 202 or 429");
 }
+
+/// A step of the leader wakes the event streams near the front on the other edge too, when that
+/// edge reads it (its tick), not at each stream's next one-second look (api.md: "on an edge that
+/// does not lead a shared room, when it reads the step"). A fan queued through the leader streams
+/// from the follower; right after its first frame (`waiting`) the leader lets it in and the
+/// follower ticks: the `admitted` frame comes within a few hundred ms of the first, where the
+/// stream's own look would come a second after it. Three fans, so one lucky look does not pass it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_of_the_leader_wakes_the_streams_near_the_front_on_a_follower() {
+    use wicket_edge::room::events::EventFrames;
+    let redis = RedisServer::start();
+    let (a, b, ra, rb, t0) = selling(&redis, 0.0, 1000).await;
+    let (leader, lroom, follower, froom) = if ra.leader.load(Ordering::Relaxed) { (&a, &ra, &b, &rb) } else { (&b, &rb, &a, &ra) };
+    assert!(!froom.leader.load(Ordering::Relaxed));
+    for (k, i) in [5u64, 6, 7].into_iter().enumerate() {
+        let user = format!("u{i}");
+        let ticket = a.join(&ra, &user, "d").await.unwrap();
+        assert_eq!(ticket.position, i + 1, "the place it had");
+        let mut frames = EventFrames::new(Arc::clone(froom), ticket, &user, Duration::from_secs(60));
+        let first = frames.next(follower).await.expect("a first frame");
+        let at = std::time::Instant::now();
+        assert!(first.contains("\"state\":\"waiting\""), "{first}");
+        // The leader lets exactly this fan's place in; the follower reads it at its tick.
+        let now = t0 + 1000 * (k as u64 + 1);
+        let serving = lroom.state.refresh().await.unwrap().serving;
+        assert_eq!(lroom.state.advance(&leader.node, i + 1 - serving).await.unwrap(), i + 1);
+        follower.tick_room(froom, now).await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(3), frames.next(follower)).await.expect("a frame").expect("open");
+        let took = at.elapsed();
+        assert!(next.contains("\"state\":\"admitted\""), "{next}");
+        assert!(took < Duration::from_millis(600), "u{i}'s turn reached its stream on the follower in {took:?}");
+    }
+}
