@@ -462,10 +462,13 @@ pub fn send_only(stream: Stream) -> Result<Stream, Option<Stream>> {
     if !stream.as_any().is::<TlsStream>() {
         return Err(Some(stream));
     }
-    let Ok(mut tls) = stream.into_any().downcast::<TlsStream>() else { unreachable!("checked above") };
+    let Ok(mut tls) = stream.into_any().downcast::<TlsStream>() else { return Err(None) };
     let conn = tls.0.get_mut().1;
-    // Records received and not yet decrypted: a pipelined request the stream must see.
-    let quiet = conn.process_new_packets().is_ok_and(|st| st.plaintext_bytes_to_read() == 0 && st.tls_bytes_to_write() == 0);
+    // Records received and not yet decrypted: a pipelined request the stream must see, or the
+    // client's `close_notify` (the stream, kept whole, then reads its end at once).
+    let quiet = conn
+        .process_new_packets()
+        .is_ok_and(|st| st.plaintext_bytes_to_read() == 0 && st.tls_bytes_to_write() == 0 && !st.peer_has_closed());
     if !quiet || !send_only::sendable(conn) {
         return Err(Some(tls));
     }
@@ -774,7 +777,7 @@ mod tests {
         let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await.unwrap().unwrap();
         assert_eq!(n, 0);
         // Bytes rustls decrypted and the reader did not take yet: kept whole, and read on.
-        let (mut server, mut client) = pair(&tls, config, 65536).await;
+        let (mut server, mut client) = pair(&tls, config.clone(), 65536).await;
         client.write_all(b"GET / HTTP/1.1\r\n\r\nGET /next HTTP/1.1\r\n\r\n").await.unwrap();
         let mut first = [0u8; 18];
         server.read_exact(&mut first).await.unwrap();
@@ -785,6 +788,18 @@ mod tests {
         let mut rest = [0u8; 22];
         kept.read_exact(&mut rest).await.unwrap();
         assert_eq!(&rest, b"GET /next HTTP/1.1\r\n\r\n");
+        // The client's close_notify read with its request: kept whole, and its end read at once.
+        let (mut server, mut client) = pair(&tls, config.clone(), 65536).await;
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        client.shutdown().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut request = [0u8; 64];
+        assert_eq!(server.read(&mut request).await.unwrap(), 18);
+        let mut kept = match send_only(Box::new(server)) {
+            Ok(_) => panic!("reduced after the client's close_notify"),
+            Err(kept) => kept.expect("given back"),
+        };
+        assert_eq!(tokio::time::timeout(Duration::from_secs(2), kept.read(&mut buf)).await.unwrap().unwrap(), 0);
         // A plain stream is given back as it was.
         let (a, _b) = tokio::io::duplex(64);
         assert!(matches!(send_only(Box::new(crate::replay::under_tls(Box::new(a)))), Err(Some(_))));
