@@ -17,9 +17,15 @@
 #
 #   bash bench/nginx-compat/run.sh           # defaults: CONNS=32 SECONDS_=8 ROUNDS=5 FANS=10000
 #   ONLY_OPENRESTY=1 bash bench/nginx-compat/run.sh   # the second part alone
+#   OPENRESTY_BASELINE=<git revision> ...    # also that revision's OpenResty files, side by side
+#
+# With valgrind installed (IR=0 skips it) the OpenResty part also counts the user-space instructions
+# nginx runs per request, plain and the OpenResty path (and the baseline): a figure no other tenant
+# of a shared machine moves.
 #
 # Needs: cargo, nginx and Debian's lua module (libnginx-mod-http-lua, lua-resty-core,
-# lua-resty-lrucache, lua-cjson), wrk, curl, taskset (the test command installs them). Loopback only.
+# lua-resty-lrucache, lua-cjson), wrk, curl, taskset (the test command installs them); valgrind
+# for the instruction counts. Loopback only.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -50,7 +56,7 @@ cp -r "$ROOT/nginx-compat/wicket.conf" "$ROOT/nginx-compat/wicket-protect.conf" 
 chmod -R a+rX "$WORK"
 SIZE="$(stat -c %s "$WORK/site/buy/ev-1/index.html")"
 
-nginx_head() { # dir edge-port: the start of an nginx.conf whose wicket_edge is that edge
+nginx_head() { # dir edge-port [nginx-compat dir]: the start of an nginx.conf whose wicket_edge is that edge
   cat <<CONF
 worker_processes 1;
 pcre_jit on;
@@ -69,7 +75,7 @@ http {
   fastcgi_temp_path $1/fastcgi;
   uwsgi_temp_path $1/uwsgi;
   scgi_temp_path $1/scgi;
-$(sed "s|/var/lib/nginx/wicket-auth|$1/wicket-auth|" "$ROOT/nginx-compat/wicket-http.conf")
+$(sed "s|/var/lib/nginx/wicket-auth|$1/wicket-auth|" "${3:-$ROOT/nginx-compat}/wicket-http.conf")
   upstream wicket_edge { server 127.0.0.1:$2; keepalive 64; }
 CONF
 }
@@ -121,24 +127,37 @@ CONF
 # The OpenResty path, in front of the second edge (its own nginx, the lua module loaded).
 HS_SECRET="bench-hs-secret-0123456789abcdef0123456789"
 EDGE_SECRET="bench-edge-secret-0123456789abcdef"
-{ sed 's| modules/| /usr/lib/nginx/modules/|' /usr/share/nginx/modules-available/mod-http-ndk.conf \
+openresty_conf() { # nginx-dir port nginx-compat-dir files-dir: an nginx with the OpenResty path of those files
+  sed 's| modules/| /usr/lib/nginx/modules/|' /usr/share/nginx/modules-available/mod-http-ndk.conf \
     /usr/share/nginx/modules-available/mod-http-lua.conf
-  nginx_head "$WORK/nginx3" "$EDGE2"
-  sed "s|/etc/nginx/wicket/lua/|$WORK/wicket/lua/|" "$ROOT/nginx-compat/wicket-lua-http.conf"
+  nginx_head "$1" "$EDGE2" "$3"
+  sed "s|/etc/nginx/wicket/lua/|$4/lua/|" "$3/wicket-lua-http.conf"
   cat <<CONF
   init_by_lua_block {
     require("wicket").configure{ edge = "127.0.0.1:$EDGE2", secret = "$EDGE_SECRET",
                                  keys = { ["hs-1"] = { alg = "HS256", secret = "$HS_SECRET" } } }
   }
   server {
-    listen 127.0.0.1:$LUA;
+    listen 127.0.0.1:$2;
     root $WORK/site;
-    include $WORK/wicket/wicket.conf;
-    location /buy/ { include $WORK/wicket/wicket-lua-protect.conf; }
+    include $4/wicket.conf;
+    location /buy/ { include $4/wicket-lua-protect.conf; }
   }
 }
 CONF
-} > "$WORK/nginx3/nginx.conf"
+}
+openresty_conf "$WORK/nginx3" "$LUA" "$ROOT/nginx-compat" "$WORK/wicket" > "$WORK/nginx3/nginx.conf"
+# OPENRESTY_BASELINE=<git revision>: that revision's nginx-compat/ as a fourth nginx, measured in
+# the same rounds (rows `baseline`, `baseline_distinct`): a change to the OpenResty path side by side
+# with what it replaces, on the same machine at the same time.
+BASE_LUA=""
+if [ -n "${OPENRESTY_BASELINE:-}" ]; then
+  BASE_LUA="$(free_port)"
+  mkdir -p "$WORK/base-src" "$WORK/nginx4"
+  git -C "$ROOT" archive "$OPENRESTY_BASELINE" nginx-compat | tar -x -C "$WORK/base-src"
+  chmod -R a+rX "$WORK/base-src"
+  openresty_conf "$WORK/nginx4" "$BASE_LUA" "$WORK/base-src/nginx-compat" "$WORK/base-src/nginx-compat" > "$WORK/nginx4/nginx.conf"
+fi
 
 cat > "$WORK/wicket.toml" <<CONF
 [edge]
@@ -179,7 +198,11 @@ RUST_LOG=error taskset -c "$SERVER_CPU" "$WICKET" serve --config "$WORK/wicket2.
 PIDS+=($!)
 taskset -c "$SERVER_CPU" nginx -p "$WORK/nginx3" -c "$WORK/nginx3/nginx.conf" &
 PIDS+=($!)
-for port in "$PLAIN" "$AUTH" "$EDGE" "$CACHED" "$EDGE2" "$LUA"; do
+if [ -n "$BASE_LUA" ]; then
+  taskset -c "$SERVER_CPU" nginx -p "$WORK/nginx4" -c "$WORK/nginx4/nginx.conf" &
+  PIDS+=($!)
+fi
+for port in "$PLAIN" "$AUTH" "$EDGE" "$CACHED" "$EDGE2" "$LUA" $BASE_LUA; do
   for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
 done
 
@@ -314,6 +337,11 @@ FAN3=(-H "Cookie: $COOKIE3" -H "X-User-Id: bench-fan")
 code="$(curl -s -o /dev/null -w '%{http_code}' "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/")"
 [ "$code" = 200 ] || { echo "the admitted fan got $code through the OpenResty path" >&2; exit 1; }
 cmp <(curl -s "http://127.0.0.1:$PLAIN/buy/ev-1/") <(curl -s "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/")
+if [ -n "$BASE_LUA" ]; then
+  COOKIE4="$(admitted_cookie "$BASE_LUA")"
+  FAN4=(-H "Cookie: $COOKIE4" -H "X-User-Id: bench-fan")
+  cmp <(curl -s "http://127.0.0.1:$PLAIN/buy/ev-1/") <(curl -s "${FAN4[@]}" "http://127.0.0.1:$BASE_LUA/buy/ev-1/")
+fi
 code="$(curl -s -o /dev/null -w '%{http_code}' -H "X-User-Id: bench-fan" -H "Accept: application/json" "http://127.0.0.1:$LUA/buy/ev-1/")"
 [ "$code" = 403 ] || { echo "a fan without cookies got $code through the OpenResty path" >&2; exit 1; }
 FANS_FILE="$WORK/fans.txt"
@@ -324,6 +352,10 @@ run_fans() { # url → "rps p99_ms", each request the next fan's
 # its reports); the cached auth site fills its cache.
 taskset -c "$WRK_CPU" wrk -t1 -c8 -d2s "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
 SECONDS_=3 run_fans "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
+if [ -n "$BASE_LUA" ]; then
+  taskset -c "$WRK_CPU" wrk -t1 -c8 -d2s "${FAN4[@]}" "http://127.0.0.1:$BASE_LUA/buy/ev-1/" >/dev/null
+  SECONDS_=3 run_fans "http://127.0.0.1:$BASE_LUA/buy/ev-1/" >/dev/null
+fi
 SECONDS_=3 run_fans "http://127.0.0.1:$CACHED/buy/ev-1/" >/dev/null
 RESULTS2="$WORK/results2.txt"
 : > "$RESULTS2"
@@ -346,12 +378,13 @@ row() { # label "server pids" wrk-args... → a line of RESULTS2: label rps p99_
   n="$(echo "$out" | awk '/requests in/ {print $1}')"
   echo "$label $(echo "$out" | wrk_figures) $(python3 -c "print(round(($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / $n, 2))")" >> "$RESULTS2"
 }
-NGINX1="${PIDS[0]}"; NGINX2="${PIDS[2]}"; EDGE2_PID="${PIDS[3]}"; NGINX3="${PIDS[4]}"
+NGINX1="${PIDS[0]}"; NGINX2="${PIDS[2]}"; EDGE2_PID="${PIDS[3]}"; NGINX3="${PIDS[4]}"; NGINX4="${PIDS[5]:-}"
 DISTINCT=(-s "$ROOT/bench/nginx-compat/distinct.lua")
 # Each distinct run follows 2 s of the same load unmeasured: the fans are active, as on a sale's
 # page (the OpenResty path's confirmations last two report intervals, the auth cache one second;
 # both lapse while the other rows run). A round is skipped when the tokens would run out in it.
-round_s=$(( 6 * SECONDS_ + 4 + 10 ))
+ROWS=6; [ -z "$BASE_LUA" ] || ROWS=8
+round_s=$(( ROWS * SECONDS_ + ROWS - 2 + 10 ))
 for r in $(seq 1 "$ROUNDS"); do
   if [ $(( $(date +%s) - started + round_s )) -gt 290 ]; then
     echo "round $r skipped: the fans' tokens (300 s) would expire in it" >&2
@@ -367,11 +400,54 @@ for r in $(seq 1 "$ROUNDS"); do
   FANS="$FANS_FILE" row cached_distinct "$NGINX2 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
   SECONDS_=2 run_fans "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
   FANS="$FANS_FILE" row openresty_distinct "$NGINX3 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
-  tail -6 "$RESULTS2" | sed "s/^/round $r: /"
+  if [ -n "$BASE_LUA" ]; then
+    row baseline "$NGINX4 $EDGE2_PID" "${FAN4[@]}" "http://127.0.0.1:$BASE_LUA/buy/ev-1/"
+    SECONDS_=2 run_fans "http://127.0.0.1:$BASE_LUA/buy/ev-1/" >/dev/null
+    FANS="$FANS_FILE" row baseline_distinct "$NGINX4 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$BASE_LUA/buy/ev-1/"
+  fi
+  tail -"$ROWS" "$RESULTS2" | sed "s/^/round $r: /"
 done
 # Every request above was a 2xx (wrk_figures fails otherwise): no fan's token ran out mid-run.
 LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
-export RESULTS2 LOAD FANS
+
+# The user-space instructions nginx runs per request (valgrind's cachegrind; no machine noise moves
+# them): plain nginx and the OpenResty path, one fan's request, each nginx alone in one process
+# (`master_process off`) on its own port, the same config. N requests over one kept-alive
+# connection, twice (1,000 and 3,000): the difference over 2,000 leaves out start and stop. The
+# kernel's share (the socket, sendfile) is the same for both and not counted. Skipped without
+# valgrind (IR=0 skips it too).
+instructions_per_request() { # name nginx-dir → instructions per request (one fan's request)
+  local name="$1" dir="$2" n total=()
+  mkdir -p "$WORK/ir-$name"
+  sed -e "s/^worker_processes 1;/worker_processes 1; master_process off;/" \
+    -e "s|^pid $dir/nginx.pid;|pid $WORK/ir-$name/nginx.pid;|" "$dir/nginx.conf" > "$WORK/ir-$name/nginx.conf"
+  for n in 1000 3000; do
+    valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \
+      nginx -p "$dir" -c "$WORK/ir-$name/nginx.conf" 2> "$WORK/ir-$name/valgrind.log" &
+    local vp=$!
+    for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$3/" && break; sleep 0.2; done
+    { for _ in $(seq 1 "$n"); do echo "url = \"http://127.0.0.1:$3/buy/ev-1/\""; echo "output = /dev/null"; done; } > "$WORK/ir-$name/urls"
+    [ "$(curl -s -K "$WORK/ir-$name/urls" "${FAN3[@]}" -w '%{http_code}\n' | sort -u)" = 200 ] || { echo "$name under valgrind: not every answer a 200" >&2; exit 1; }
+    kill -QUIT "$vp"; wait "$vp" || true
+    total+=("$(awk '/I *refs/ {gsub(",", "", $NF); print $NF}' "$WORK/ir-$name/valgrind.log")")
+  done
+  echo $(( (total[1] - total[0]) / 2000 ))
+}
+IR_PLAIN=""; IR_OPENRESTY=""; IR_BASELINE=""
+if [ "${IR:-1}" != 0 ] && command -v valgrind >/dev/null; then
+  # Each nginx copy takes its original's port: the originals stop (the edge stays for the Lua path).
+  kill "$NGINX1" "$NGINX3"; wait "$NGINX1" "$NGINX3" 2>/dev/null || true
+  IR_PLAIN="$(instructions_per_request plain "$WORK/nginx" "$PLAIN")"
+  IR_OPENRESTY="$(instructions_per_request openresty "$WORK/nginx3" "$LUA")"
+  echo "instructions per request: plain nginx $IR_PLAIN, OpenResty path $IR_OPENRESTY"
+  if [ -n "$BASE_LUA" ]; then
+    kill "$NGINX4"; wait "$NGINX4" 2>/dev/null || true
+    FAN3=("${FAN4[@]}") IR_BASELINE="$(instructions_per_request baseline "$WORK/nginx4" "$BASE_LUA")"
+    echo "instructions per request: the baseline's OpenResty path $IR_BASELINE"
+  fi
+fi
+export RESULTS2 LOAD FANS IR_PLAIN IR_OPENRESTY IR_BASELINE ROWS
+export OPENRESTY_BASELINE="${OPENRESTY_BASELINE:-}"
 python3 - <<'PY'
 import os, statistics, datetime, sys
 rows = [l.split() for l in open(os.environ["RESULTS2"]) if l.strip()]
@@ -399,14 +475,47 @@ def entry(name, goal):
 root = os.environ["ROOT"]
 sys.path.insert(0, os.path.join(root, "bench"))
 import results
-results.update_summary(root, {"openresty_vs_plain": entry("openresty", 0.9), "openresty_distinct_vs_plain": entry("openresty_distinct", 0.8)})
-per_round = "\n".join(f"| {i // 6 + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms | {float(r[3]):.1f} µs |" for i, r in enumerate(rows))
+ir_plain, ir_lua = os.environ.get("IR_PLAIN", ""), os.environ.get("IR_OPENRESTY", "")
+one = entry("openresty", 0.9)
+baseline = os.environ.get("OPENRESTY_BASELINE", "")
+base_text = ""
+if baseline and col("baseline", 1):
+    def med_of(xs): return round(statistics.median(xs), 3)
+    bl = {}
+    for name in ("openresty", "openresty_distinct"):
+        bname = "baseline" + ("_distinct" if name.endswith("_distinct") else "")
+        rps_change = [a / b for a, b in zip(col(name, 1), col(bname, 1))]
+        cpu_change = [b / a for a, b in zip(col(name, 3), col(bname, 3))]
+        bl[name] = {"revision": baseline, "baseline_ratio": round(statistics.median([a / p for a, p in zip(col(bname, 1), col(base(name), 1))]), 3),
+                    "rps_vs_baseline": med_of(rps_change), "cpu_vs_baseline": med_of(cpu_change),
+                    "round_rps_vs_baseline": [round(x, 3) for x in rps_change]}
+    base_text = (f"\n\nSide by side with `{baseline}`'s nginx-compat/ (`OPENRESTY_BASELINE={baseline}`, a fourth nginx in the same rounds):"
+                 f" one fan {bl['openresty']['baseline_ratio']:.2f} × plain for the baseline against {med['openresty']:.2f} for this tree"
+                 f" (requests/s this tree over the baseline, median of rounds {bl['openresty']['rps_vs_baseline']:.3f}, by CPU per request {bl['openresty']['cpu_vs_baseline']:.3f});"
+                 f" {fans} fans {bl['openresty_distinct']['baseline_ratio']:.2f} against {med['openresty_distinct']:.2f}"
+                 f" ({bl['openresty_distinct']['rps_vs_baseline']:.3f}, by CPU {bl['openresty_distinct']['cpu_vs_baseline']:.3f}).")
+if ir_plain and ir_lua:
+    one["instructions_per_request"] = {"plain": int(ir_plain), "openresty": int(ir_lua), "ratio": round(int(ir_plain) / int(ir_lua), 3)}
+    if os.environ.get("IR_BASELINE"):
+        one["instructions_per_request"]["baseline"] = int(os.environ["IR_BASELINE"])
+many = entry("openresty_distinct", 0.8)
+if base_text:
+    one["baseline"], many["baseline"] = bl["openresty"], bl["openresty_distinct"]
+results.update_summary(root, {"openresty_vs_plain": one, "openresty_distinct_vs_plain": many})
+if ir_plain and ir_lua:
+    ir_text = (f"\n\nUser-space instructions per request (valgrind's cachegrind, one fan's request, 1,000 and 3,000 requests over one\n"
+               f"connection to each nginx alone, the difference over 2,000; the kernel's share is not counted and is the same for both):\n"
+               f"plain nginx {int(ir_plain):,}, the OpenResty path {int(ir_lua):,} (+{int(ir_lua) - int(ir_plain):,}; {int(ir_plain) / int(ir_lua):.2f} × plain by instructions)"
+               + (f"; the baseline's path {int(os.environ['IR_BASELINE']):,}." if os.environ.get("IR_BASELINE") else "."))
+else:
+    ir_text = ""
+per_round = "\n".join(f"| {i // int(os.environ['ROWS']) + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms | {float(r[3]):.1f} µs |" for i, r in enumerate(rows))
 def met(name, goal): return "met" if med[name] >= goal else "not met"
 section = f"""<!-- begin:nginx-openresty -->
 ## OpenResty path (token checked in nginx) vs auth_request vs plain nginx
 
 Command: `bash bench/nginx-compat/run.sh` (CONNS={conns} SECONDS_={secs} ROUNDS={rounds} FANS={fans}; this part alone:
-`ONLY_OPENRESTY=1 bash bench/nginx-compat/run.sh`)
+`{"OPENRESTY_BASELINE=" + baseline + " " if baseline else ""}ONLY_OPENRESTY=1 bash bench/nginx-compat/run.sh`)
 
 {os.cpu_count()} cores, {today}. The same protected page ({os.environ["SIZE"]} bytes, from disk) through plain nginx, through
 nginx with `wicket-protect.conf` (`auth_request`, the edge's passes cached for 1 s) and through nginx with
@@ -436,7 +545,7 @@ The servers' CPU per request (nginx's processes, and the edge where the path ask
 **openresty_vs_plain = {med["openresty"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty"))}; goal ≥ 0.9 {met("openresty", 0.9)});
 **openresty_distinct_vs_plain = {med["openresty_distinct"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty_distinct"))}; goal ≥ 0.8 {met("openresty_distinct", 0.8)}).
 By CPU per request: {cmed["openresty"]:.2f} (one fan; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty"))}) and
-{cmed["openresty_distinct"]:.2f} ({fans} fans; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty_distinct"))}).
+{cmed["openresty_distinct"]:.2f} ({fans} fans; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty_distinct"))}).{ir_text}{base_text}
 
 | round | server | requests/s | P99 | CPU per request |
 |---|---|---|---|---|
