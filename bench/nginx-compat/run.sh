@@ -164,6 +164,7 @@ cat > "$WORK/wicket.toml" <<CONF
 listen = "127.0.0.1:$EDGE"
 secret = "$EDGE_SECRET"
 admin-listen = "127.0.0.1:$ADMIN"
+admin-token = "bench-admin-token-0123456789"
 threads = 1
 user-header = "X-User-Id"
 trusted-proxies = ["127.0.0.1"]
@@ -348,13 +349,19 @@ FANS_FILE="$WORK/fans.txt"
 run_fans() { # url → "rps p99_ms", each request the next fan's
   taskset -c "$WRK_CPU" env FANS="$FANS_FILE" wrk -t1 -c"$CONNS" -d"${SECONDS_}s" --latency -s "$ROOT/bench/nginx-compat/distinct.lua" "$1" | wrk_figures
 }
+warm_fans() { # url: one request of every fan (their sessions known to the path before a measured run)
+  awk -F'\t' -v url="$1" '{printf "%surl = \"%s\"\noutput = /dev/null\nwrite-out = \"%%{http_code}\\n\"\nheader = \"Cookie: %s\"\nheader = \"X-User-Id: %s\"\n", (NR > 1 ? "next\n" : ""), url, $1, $2}' \
+    "$FANS_FILE" > "$WORK/warm.cfg"
+  [ "$(taskset -c "$WRK_CPU" curl -s --parallel --parallel-max "$CONNS" -K "$WORK/warm.cfg" 2>/dev/null | sort -u)" = 200 ] ||
+    { echo "a fan's warm-up request through $1 was not a 200" >&2; exit 1; }
+}
 # Warm-up: the OpenResty path asks the edge once about each fan's session (then confirms them in
 # its reports); the cached auth site fills its cache.
 taskset -c "$WRK_CPU" wrk -t1 -c8 -d2s "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
-SECONDS_=3 run_fans "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
+warm_fans "http://127.0.0.1:$LUA/buy/ev-1/"
 if [ -n "$BASE_LUA" ]; then
   taskset -c "$WRK_CPU" wrk -t1 -c8 -d2s "${FAN4[@]}" "http://127.0.0.1:$BASE_LUA/buy/ev-1/" >/dev/null
-  SECONDS_=3 run_fans "http://127.0.0.1:$BASE_LUA/buy/ev-1/" >/dev/null
+  warm_fans "http://127.0.0.1:$BASE_LUA/buy/ev-1/"
 fi
 SECONDS_=3 run_fans "http://127.0.0.1:$CACHED/buy/ev-1/" >/dev/null
 RESULTS2="$WORK/results2.txt"
@@ -369,22 +376,30 @@ cpu_ticks() { # pids (nginx masters: their workers too) → CPU ticks so far
   done
   echo "$t"
 }
-row() { # label "server pids" wrk-args... → a line of RESULTS2: label rps p99_ms cpu_us_per_request
-  local label="$1" servers="$2" out t0 t1 n
+edge_decided() { # the second edge's count of protected-path decisions so far (its /wicket/auth answers)
+  curl -s -H "Authorization: Bearer bench-admin-token-0123456789" "http://127.0.0.1:$ADMIN2/metrics" |
+    awk '/^wicket_edge_requests_total\{/ && /route="protected"/ {s += $NF} END {printf "%d\n", s}'
+}
+row() { # label "server pids" wrk-args... → a line of RESULTS2: label rps p99_ms cpu_us_per_request edge_share
+  local label="$1" servers="$2" out t0 t1 n d0 d1
   shift 2
-  t0="$(cpu_ticks $servers)"
+  d0="$(edge_decided)"; t0="$(cpu_ticks $servers)"
   out="$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"${SECONDS_}s" --latency "$@")"
-  t1="$(cpu_ticks $servers)"
+  t1="$(cpu_ticks $servers)"; d1="$(edge_decided)"
   n="$(echo "$out" | awk '/requests in/ {print $1}')"
-  echo "$label $(echo "$out" | wrk_figures) $(python3 -c "print(round(($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / $n, 2))")" >> "$RESULTS2"
+  # edge_share: of the requests, the share the second edge decided (the cached auth_request path's
+  # cache misses; the OpenResty path's requests its fast path did not pass); 0 for plain nginx.
+  echo "$label $(echo "$out" | wrk_figures) $(python3 -c "print(round(($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / $n, 2), round(($d1 - $d0) / $n, 4))")" >> "$RESULTS2"
 }
 NGINX1="${PIDS[0]}"; NGINX2="${PIDS[2]}"; EDGE2_PID="${PIDS[3]}"; NGINX3="${PIDS[4]}"; NGINX4="${PIDS[5]:-}"
 DISTINCT=(-s "$ROOT/bench/nginx-compat/distinct.lua")
-# Each distinct run follows 2 s of the same load unmeasured: the fans are active, as on a sale's
-# page (the OpenResty path's confirmations last two report intervals, the auth cache one second;
-# both lapse while the other rows run). A round is skipped when the tokens would run out in it.
+# Each distinct run follows the same load unmeasured, so the fans are active, as on a sale's page:
+# one request of every fan for the OpenResty path (a fan's first request after its session lapsed
+# in nginx — not seen for `idle`, 30 s, as between rounds — goes to the edge, and a run measures the
+# fans' repeated requests), 2 s for the cached auth path (its passes last one second). A round is
+# skipped when the tokens would run out in it.
 ROWS=6; [ -z "$BASE_LUA" ] || ROWS=8
-round_s=$(( ROWS * SECONDS_ + ROWS - 2 + 10 ))
+round_s=$(( ROWS * SECONDS_ + ROWS - 2 + 10 + (ROWS - 4) * 5 ))
 for r in $(seq 1 "$ROUNDS"); do
   if [ $(( $(date +%s) - started + round_s )) -gt 290 ]; then
     echo "round $r skipped: the fans' tokens (300 s) would expire in it" >&2
@@ -398,11 +413,11 @@ for r in $(seq 1 "$ROUNDS"); do
   FANS="$FANS_FILE" row plain_distinct "$NGINX1" "${DISTINCT[@]}" "http://127.0.0.1:$PLAIN/buy/ev-1/"
   SECONDS_=2 run_fans "http://127.0.0.1:$CACHED/buy/ev-1/" >/dev/null
   FANS="$FANS_FILE" row cached_distinct "$NGINX2 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
-  SECONDS_=2 run_fans "http://127.0.0.1:$LUA/buy/ev-1/" >/dev/null
+  warm_fans "http://127.0.0.1:$LUA/buy/ev-1/"
   FANS="$FANS_FILE" row openresty_distinct "$NGINX3 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
   if [ -n "$BASE_LUA" ]; then
     row baseline "$NGINX4 $EDGE2_PID" "${FAN4[@]}" "http://127.0.0.1:$BASE_LUA/buy/ev-1/"
-    SECONDS_=2 run_fans "http://127.0.0.1:$BASE_LUA/buy/ev-1/" >/dev/null
+    warm_fans "http://127.0.0.1:$BASE_LUA/buy/ev-1/"
     FANS="$FANS_FILE" row baseline_distinct "$NGINX4 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$BASE_LUA/buy/ev-1/"
   fi
   tail -"$ROWS" "$RESULTS2" | sed "s/^/round $r: /"
@@ -459,6 +474,7 @@ med = {n: statistics.median(ratios(n)) for n in ("cached", "openresty", "cached_
 rps = {n: statistics.median(col(n, 1)) for n in ("plain", "cached", "openresty", "plain_distinct", "cached_distinct", "openresty_distinct")}
 p99 = {n: statistics.median(col(n, 2)) for n in rps}
 cpu = {n: statistics.median(col(n, 3)) for n in rps}
+share = {n: statistics.median(col(n, 4)) for n in rps}
 def cpu_ratios(name): return [p / a for a, p in zip(col(name, 3), col(base(name), 3))]
 cmed = {n: statistics.median(cpu_ratios(n)) for n in med}
 conns, secs, fans = (int(os.environ[k]) for k in ("CONNS", "SECONDS_", "FANS"))
@@ -468,7 +484,7 @@ def entry(name, goal):
     return {"ratio": round(med[name], 3), "round_ratios": [round(r, 3) for r in ratios(name)], "goal": goal,
             "rps": round(rps[name]), "p99_ms": round(p99[name], 3), "plain_rps": round(rps[base(name)]),
             "cpu_ratio": round(cmed[name], 3), "round_cpu_ratios": [round(r, 3) for r in cpu_ratios(name)],
-            "cpu_us_per_request": cpu[name], "plain_cpu_us_per_request": cpu[base(name)],
+            "cpu_us_per_request": cpu[name], "plain_cpu_us_per_request": cpu[base(name)], "edge_decided_share": share[name],
             "auth_request_cached_ratio": round(med["cached" if name == "openresty" else "cached_distinct"], 3),
             "fans": 1 if name == "openresty" else fans, "connections": conns, "seconds": secs, "rounds": rounds,
             "page_bytes": int(os.environ["SIZE"]), "date": today}
@@ -488,12 +504,13 @@ if baseline and col("baseline", 1):
         cpu_change = [b / a for a, b in zip(col(name, 3), col(bname, 3))]
         bl[name] = {"revision": baseline, "baseline_ratio": round(statistics.median([a / p for a, p in zip(col(bname, 1), col(base(name), 1))]), 3),
                     "rps_vs_baseline": med_of(rps_change), "cpu_vs_baseline": med_of(cpu_change),
-                    "round_rps_vs_baseline": [round(x, 3) for x in rps_change]}
+                    "round_rps_vs_baseline": [round(x, 3) for x in rps_change], "edge_decided_share": statistics.median(col(bname, 4))}
     base_text = (f"\n\nSide by side with `{baseline}`'s nginx-compat/ (`OPENRESTY_BASELINE={baseline}`, a fourth nginx in the same rounds):"
                  f" one fan {bl['openresty']['baseline_ratio']:.2f} × plain for the baseline against {med['openresty']:.2f} for this tree"
                  f" (requests/s this tree over the baseline, median of rounds {bl['openresty']['rps_vs_baseline']:.3f}, by CPU per request {bl['openresty']['cpu_vs_baseline']:.3f});"
                  f" {fans} fans {bl['openresty_distinct']['baseline_ratio']:.2f} against {med['openresty_distinct']:.2f}"
-                 f" ({bl['openresty_distinct']['rps_vs_baseline']:.3f}, by CPU {bl['openresty_distinct']['cpu_vs_baseline']:.3f}).")
+                 f" ({bl['openresty_distinct']['rps_vs_baseline']:.3f}, by CPU {bl['openresty_distinct']['cpu_vs_baseline']:.3f});"
+                 f" the baseline's requests decided by the edge: {bl['openresty']['edge_decided_share']:.2%} and {bl['openresty_distinct']['edge_decided_share']:.2%}.")
 if ir_plain and ir_lua:
     one["instructions_per_request"] = {"plain": int(ir_plain), "openresty": int(ir_lua), "ratio": round(int(ir_plain) / int(ir_lua), 3)}
     if os.environ.get("IR_BASELINE"):
@@ -509,7 +526,7 @@ if ir_plain and ir_lua:
                + (f"; the baseline's path {int(os.environ['IR_BASELINE']):,}." if os.environ.get("IR_BASELINE") else "."))
 else:
     ir_text = ""
-per_round = "\n".join(f"| {i // int(os.environ['ROWS']) + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms | {float(r[3]):.1f} µs |" for i, r in enumerate(rows))
+per_round = "\n".join(f"| {i // int(os.environ['ROWS']) + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms | {float(r[3]):.1f} µs | {float(r[4]):.2%} |" for i, r in enumerate(rows))
 def met(name, goal): return "met" if med[name] >= goal else "not met"
 section = f"""<!-- begin:nginx-openresty -->
 ## OpenResty path (token checked in nginx) vs auth_request vs plain nginx
@@ -525,30 +542,34 @@ second). One fan: wrk repeats one admitted fan's request. Plain nginx gets the v
 and user id), one fan's and the distinct fans' in turn. {fans} fans: {fans} fans admitted through the edge, each
 with its own token, device cookie and user id; wrk's `distinct.lua` sends each request as the next fan's. Each
 nginx has 1 worker; nginx and the edge (1 thread) share CPU {os.environ["SERVER_CPU"]}, `wrk -t1 -c{conns}` runs on
-CPU {os.environ["WRK_CPU"]}. Rounds alternate; each distinct run follows 2 s of the same load, unmeasured (active
-fans; a fan's first request after a lapse of two report intervals goes to the edge). Ratios are medians of
-per-round ratios; every answer was a 2xx.
+CPU {os.environ["WRK_CPU"]}. Rounds alternate; each distinct run follows the same load, unmeasured, so the fans
+are active: one request of every fan for the OpenResty path (a fan's first request after its session lapsed in
+nginx goes to the edge; the runs measure repeated requests), 2 s for the cached auth path. Ratios are medians
+of per-round ratios; every answer was a 2xx.
 Load average at the end: {os.environ["LOAD"]}.
 
 The servers' CPU per request (nginx's processes, and the edge where the path asks it or takes its reports, from
 `/proc`) is the steadier figure on a shared machine: `cpu_ratio` is plain nginx's CPU per request over the path's.
+"Decided by the edge": the share of the requests the edge answered a `/wicket/auth` subrequest for (its
+count of protected-path decisions over the run; `edge_decided_share`): the cache's misses, the OpenResty path's
+requests its fast path did not pass.
 
-| | requests/s | P99 | × plain nginx | CPU per request | × plain nginx, CPU |
-|---|---|---|---|---|---|
-| nginx alone, one fan | {rps["plain"]:.0f} | {p99["plain"]:.2f} ms | 1 | {cpu["plain"]:.1f} µs | 1 |
-| auth_request, passes cached 1 s, one fan | {rps["cached"]:.0f} | {p99["cached"]:.2f} ms | {med["cached"]:.2f} | {cpu["cached"]:.1f} µs | {cmed["cached"]:.2f} |
-| OpenResty path, one fan | {rps["openresty"]:.0f} | {p99["openresty"]:.2f} ms | **{med["openresty"]:.2f}** | {cpu["openresty"]:.1f} µs | **{cmed["openresty"]:.2f}** |
-| nginx alone, {fans} fans | {rps["plain_distinct"]:.0f} | {p99["plain_distinct"]:.2f} ms | 1 | {cpu["plain_distinct"]:.1f} µs | 1 |
-| auth_request, passes cached 1 s, {fans} fans | {rps["cached_distinct"]:.0f} | {p99["cached_distinct"]:.2f} ms | {med["cached_distinct"]:.2f} | {cpu["cached_distinct"]:.1f} µs | {cmed["cached_distinct"]:.2f} |
-| OpenResty path, {fans} fans | {rps["openresty_distinct"]:.0f} | {p99["openresty_distinct"]:.2f} ms | **{med["openresty_distinct"]:.2f}** | {cpu["openresty_distinct"]:.1f} µs | **{cmed["openresty_distinct"]:.2f}** |
+| | requests/s | P99 | × plain nginx | CPU per request | × plain nginx, CPU | decided by the edge |
+|---|---|---|---|---|---|---|
+| nginx alone, one fan | {rps["plain"]:.0f} | {p99["plain"]:.2f} ms | 1 | {cpu["plain"]:.1f} µs | 1 | — |
+| auth_request, passes cached 1 s, one fan | {rps["cached"]:.0f} | {p99["cached"]:.2f} ms | {med["cached"]:.2f} | {cpu["cached"]:.1f} µs | {cmed["cached"]:.2f} | {share["cached"]:.2%} |
+| OpenResty path, one fan | {rps["openresty"]:.0f} | {p99["openresty"]:.2f} ms | **{med["openresty"]:.2f}** | {cpu["openresty"]:.1f} µs | **{cmed["openresty"]:.2f}** | {share["openresty"]:.2%} |
+| nginx alone, {fans} fans | {rps["plain_distinct"]:.0f} | {p99["plain_distinct"]:.2f} ms | 1 | {cpu["plain_distinct"]:.1f} µs | 1 | — |
+| auth_request, passes cached 1 s, {fans} fans | {rps["cached_distinct"]:.0f} | {p99["cached_distinct"]:.2f} ms | {med["cached_distinct"]:.2f} | {cpu["cached_distinct"]:.1f} µs | {cmed["cached_distinct"]:.2f} | {share["cached_distinct"]:.2%} |
+| OpenResty path, {fans} fans | {rps["openresty_distinct"]:.0f} | {p99["openresty_distinct"]:.2f} ms | **{med["openresty_distinct"]:.2f}** | {cpu["openresty_distinct"]:.1f} µs | **{cmed["openresty_distinct"]:.2f}** | {share["openresty_distinct"]:.2%} |
 
 **openresty_vs_plain = {med["openresty"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty"))}; goal ≥ 0.9 {met("openresty", 0.9)});
 **openresty_distinct_vs_plain = {med["openresty_distinct"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty_distinct"))}; goal ≥ 0.8 {met("openresty_distinct", 0.8)}).
 By CPU per request: {cmed["openresty"]:.2f} (one fan; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty"))}) and
 {cmed["openresty_distinct"]:.2f} ({fans} fans; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty_distinct"))}).{ir_text}{base_text}
 
-| round | server | requests/s | P99 | CPU per request |
-|---|---|---|---|---|
+| round | server | requests/s | P99 | CPU per request | decided by the edge |
+|---|---|---|---|---|---|
 {per_round}
 <!-- end:nginx-openresty -->"""
 results.write_section(root, "nginx-openresty", section)

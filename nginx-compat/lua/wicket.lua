@@ -10,11 +10,10 @@
 --                                keys = { ["hs-1"] = { alg = "HS256", secret = "..." } } } }
 --   init_worker_by_lua_block { require("wicket").start() }
 --   access_by_lua_block      { require("wicket").access() }      -- in each guarded location
+--   header_filter_by_lua_block { require("wicket").header_filter() }
 -- with wicket-lua-http.conf's `$wicket_key` (the path, client address, Authorization, user header
 -- and Cookie in one string, built when this file reads it) and `$wicket_pass` (what the origin is
--- told, split by wicket-lua-http.conf's maps only when a request is proxied). The origin's
--- `Wicket-Revoke: 1` is nginx's own (wicket-lua-protect.conf: the cookie cleared by a map, the edge
--- told by `post_action`, as on the auth_request path), so no Lua runs after the answer.
+-- told, split by wicket-lua-http.conf's maps only when a request is proxied).
 --
 -- A request passes here, in nginx, only when all of these hold; otherwise the edge decides it:
 --   1. the edge's config is fresh (pulled within 3 report intervals);
@@ -435,6 +434,57 @@ function _M.access()
         end
     end
     return access_slow(key)
+end
+
+-- Asks the edge's /wicket/revoke to end the session of the token `head` carried (a timer: the
+-- answer is already on its way to the client).
+local function revoke_at_edge(premature, head)
+    if premature then return end
+    local sock = ngx.socket.tcp()
+    sock:settimeout(2000)
+    local ok, err = sock:connect(cfg.edge_host, cfg.edge_port)
+    if not ok then
+        ngx.log(ngx.ERR, "wicket: revoke not delivered: ", err)
+        return
+    end
+    sock:send("GET /wicket/revoke HTTP/1.1\r\nHost: wicket\r\nConnection: close\r\n" .. head .. "\r\n")
+    local status = sock:receive("*l")
+    sock:close()
+    if not status or not find(status, " 204", 1, true) then
+        ngx.log(ngx.ERR, "wicket: revoke answered ", status or "nothing")
+    end
+end
+
+local function header_line(name, value)
+    if value == nil or find(value, "[\r\n]") then return "" end
+    return name .. ": " .. value .. "\r\n"
+end
+
+--- The header filter of a guarded location: on the origin's `Wicket-Revoke: 1` (which
+--- wicket-lua-protect.conf's proxy_hide_header keeps from the client) the admission cookie is
+--- cleared, this worker's confirmation of the session and the shared dict's dropped at once, and the
+--- edge told (every copy of the token then stops passing everywhere within two intervals).
+function _M.header_filter()
+    local revoke = ngx_var.upstream_http_wicket_revoke
+    if revoke == nil then return end
+    local room = ngx_var.wicket_pass_room
+    if revoke ~= "1" or not room or room == "" then return end
+    local set = ngx.header["Set-Cookie"]
+    local cookies = type(set) == "table" and set or { set }
+    cookies[#cookies + 1] = "wicket_a_" .. room .. "=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
+    ngx.header["Set-Cookie"] = cookies
+    local rule = local_rule(ngx_var.uri)
+    local d = rule and check(rule, ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr, ngx.time())
+    if d then unconfirm(d.key) end
+    local head = header_line("X-Original-URI", ngx_var.request_uri)
+        .. header_line("X-Original-Method", ngx_var.request_method)
+        .. header_line("X-Forwarded-For", ngx_var.proxy_add_x_forwarded_for)
+        .. header_line("Cookie", ngx_var.http_cookie)
+        .. header_line("Authorization", ngx_var.http_authorization)
+    if state.user_var then
+        head = head .. header_line(state.user_header, ngx_var[state.user_var])
+    end
+    ngx.timer.at(0, revoke_at_edge, head)
 end
 
 -- The report -------------------------------------------------------------------------------------
