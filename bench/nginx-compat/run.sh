@@ -427,12 +427,13 @@ LOAD="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The user-space instructions nginx runs per request (valgrind's cachegrind; no machine noise moves
 # them): plain nginx and the OpenResty path, one fan's request, each nginx alone in one process
-# (`master_process off`) on its own port, the same config. N requests over one kept-alive
+# (`master_process off`) on its original's port (the original stopped first), the same config. N requests over one kept-alive
 # connection, twice (1,000 and 3,000): the difference over 2,000 leaves out start and stop. The
 # kernel's share (the socket, sendfile) is the same for both and not counted. Skipped without
 # valgrind (IR=0 skips it too).
-instructions_per_request() { # name nginx-dir → instructions per request (one fan's request)
-  local name="$1" dir="$2" n total=()
+instructions_per_request() { # name nginx-dir port fan-headers... → instructions per request (that fan's request)
+  local name="$1" dir="$2" port="$3" n total=()
+  shift 3
   mkdir -p "$WORK/ir-$name"
   sed -e "s/^worker_processes 1;/worker_processes 1; master_process off;/" \
     -e "s|^pid $dir/nginx.pid;|pid $WORK/ir-$name/nginx.pid;|" "$dir/nginx.conf" > "$WORK/ir-$name/nginx.conf"
@@ -440,9 +441,9 @@ instructions_per_request() { # name nginx-dir → instructions per request (one 
     valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \
       nginx -p "$dir" -c "$WORK/ir-$name/nginx.conf" 2> "$WORK/ir-$name/valgrind.log" &
     local vp=$!
-    for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$3/" && break; sleep 0.2; done
-    { for _ in $(seq 1 "$n"); do echo "url = \"http://127.0.0.1:$3/buy/ev-1/\""; echo "output = /dev/null"; done; } > "$WORK/ir-$name/urls"
-    [ "$(curl -s -K "$WORK/ir-$name/urls" "${FAN3[@]}" -w '%{http_code}\n' | sort -u)" = 200 ] || { echo "$name under valgrind: not every answer a 200" >&2; exit 1; }
+    for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.2; done
+    { for _ in $(seq 1 "$n"); do echo "url = \"http://127.0.0.1:$port/buy/ev-1/\""; echo "output = /dev/null"; done; } > "$WORK/ir-$name/urls"
+    [ "$(curl -s -K "$WORK/ir-$name/urls" "$@" -w '%{http_code}\n' | sort -u)" = 200 ] || { echo "$name under valgrind: not every answer a 200" >&2; exit 1; }
     kill -QUIT "$vp"; wait "$vp" || true
     total+=("$(awk '/I *refs/ {gsub(",", "", $NF); print $NF}' "$WORK/ir-$name/valgrind.log")")
   done
@@ -452,12 +453,12 @@ IR_PLAIN=""; IR_OPENRESTY=""; IR_BASELINE=""
 if [ "${IR:-1}" != 0 ] && command -v valgrind >/dev/null; then
   # Each nginx copy takes its original's port: the originals stop (the edge stays for the Lua path).
   kill "$NGINX1" "$NGINX3"; wait "$NGINX1" "$NGINX3" 2>/dev/null || true
-  IR_PLAIN="$(instructions_per_request plain "$WORK/nginx" "$PLAIN")"
-  IR_OPENRESTY="$(instructions_per_request openresty "$WORK/nginx3" "$LUA")"
+  IR_PLAIN="$(instructions_per_request plain "$WORK/nginx" "$PLAIN" "${FAN3[@]}")"
+  IR_OPENRESTY="$(instructions_per_request openresty "$WORK/nginx3" "$LUA" "${FAN3[@]}")"
   echo "instructions per request: plain nginx $IR_PLAIN, OpenResty path $IR_OPENRESTY"
   if [ -n "$BASE_LUA" ]; then
     kill "$NGINX4"; wait "$NGINX4" 2>/dev/null || true
-    FAN3=("${FAN4[@]}") IR_BASELINE="$(instructions_per_request baseline "$WORK/nginx4" "$BASE_LUA")"
+    IR_BASELINE="$(instructions_per_request baseline "$WORK/nginx4" "$BASE_LUA" "${FAN4[@]}")"
     echo "instructions per request: the baseline's OpenResty path $IR_BASELINE"
   fi
 fi
