@@ -673,6 +673,13 @@ pub fn core_route_public(method: &str, path: &str) -> bool {
     }
 }
 
+/// The event of a hold (`POST /v1/events/{event}/holds`, the fan's purchase at the core), as
+/// [`core_route_public`] spells the route; `None` for every other request.
+pub fn hold_event<'a>(method: &str, path: &'a str) -> Option<&'a str> {
+    let event = path.strip_prefix("/v1/events/")?.strip_suffix("/holds")?;
+    (method == "POST" && !event.is_empty() && !event.contains('/')).then_some(event)
+}
+
 /// The admission cookie to present to the core for a request without a token: the cookie of
 /// the room whose event the path names (`/v1/events/{event}/…`), or, for the fan's own orders,
 /// the only admission cookie the request carries.
@@ -752,6 +759,23 @@ mod tests {
 
     const TOKENS: &str = "[tokens]\nissuer = \"wicket\"\nsigning-kid = \"hs-1\"\n\
                           [[tokens.keys]]\nkid = \"hs-1\"\nalg = \"HS256\"\nsecret = \"hs-secret-for-fast-tests-0123456789abcdef\"\n";
+
+    /// The hold route as the core spells it, and nothing near it.
+    #[test]
+    fn a_hold_is_a_post_to_an_events_holds() {
+        assert_eq!(hold_event("POST", "/v1/events/ev-1/holds"), Some("ev-1"));
+        for (m, p) in [
+            ("GET", "/v1/events/ev-1/holds"),
+            ("POST", "/v1/events//holds"),
+            ("POST", "/v1/events/ev-1/holds/x"),
+            ("POST", "/v1/events/a/b/holds"),
+            ("POST", "/v1/events/ev-1/stock"),
+            ("POST", "/v1/orders/o-1/cancel"),
+        ] {
+            assert_eq!(hold_event(m, p), None, "{m} {p}");
+        }
+        assert!(core_route_public("POST", "/v1/events/ev-1/holds"));
+    }
 
     fn state() -> EdgeState {
         let text = format!(

@@ -859,3 +859,84 @@ async fn the_status_and_the_page_say_the_tickets_left_once_the_core_has_said_its
     let page = request("GET", &format!("{base}/queue/r2"), &[("x-user-id", "cat"), ("accept", "text/html")], b"").await.text();
     assert!(page.contains("<div id=\"tickets-box\" class=\"wide\" hidden>"), "{page}");
 }
+
+/// Issue 39: a hold answered through the edge wakes the release's step between ticks. Four
+/// tickets, two a fan: the first step lets two fans in and the promises hold the rest back; one of
+/// them holds a single ticket through the edge, which frees one ticket no one is promised, and the
+/// hold itself (not only the loop's quarter-second beat) wakes the step that lets the third fan in
+/// for it — `claims.woken_by_holds` counts such steps. Nobody else goes in: the fourth ticket is
+/// the second fan's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_through_the_edge_wakes_the_step_that_lets_the_next_fan_in() {
+    let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
+    let opens = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
+    let event = json!({
+        "name": "Club", "opens_at": fmt(opens), "closes_at": fmt(opens + time::Duration::hours(2)),
+        "hold_seconds": 900, "pools": [{"id": "floor", "capacity": 4}],
+        "skus": [{"id": "floor", "pools": ["floor"], "price_cents": 100}], "limits": [{"dimension": "user", "max": 2}]
+    });
+    let core_port = free_port();
+    let edge = TestEdge::start_full(
+        &format!(
+            "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
+             [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
+        ),
+        &format!(
+            "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
+             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nmax-qty = 2\n\
+             release = {{ mode = \"fixed\", rate = 0.0 }}\n",
+            hs_tokens()
+        ),
+        &[],
+        &[("ev-1.json", event.to_string().as_bytes())],
+    );
+    let mut fans: Vec<Client> = ["ann", "bob", "cat", "dan", "eve"].iter().map(|u| Client::user(u)).collect();
+    for c in fans.iter_mut() {
+        assert_eq!(c.json(&edge.url("/queue/r1")).await.status, 200);
+    }
+    let stats = || async { edge.admin("GET", "/admin/rooms/r1/stats", "").await.json() };
+    // The stock is known before anyone goes in (the release loop reads it before each tick).
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while stats().await["available"] != json!(4) {
+        assert!(Instant::now() < deadline, "no stock read: {}", stats().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // 10 a second from now: two fans fit the four tickets, the rest is held back.
+    let r = edge.admin("PUT", "/admin/rooms/r1/release", r#"{"mode":"fixed","rate":10}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ann = until_admitted(&edge, &mut fans[0], "r1").await;
+    let bob = until_admitted(&edge, &mut fans[1], "r1").await;
+    assert_eq!(stats().await["claims"]["woken_by_holds"], 0);
+    let cat_status = fans[2].json(&edge.url("/queue/r1/status")).await.json();
+    assert_eq!(cat_status["state"], "sold_out", "every ticket promised: {cat_status}");
+    let hold = |token: String, user: &'static str| {
+        let url = edge.url("/v1/events/ev-1/holds");
+        async move {
+            let auth = format!("Bearer {token}");
+            let body = json!({"sku": "floor", "qty": 1, "idempotency_key": format!("{user}-1"), "identity": {"phone": format!("p-{user}")}});
+            request("POST", &url, &[("authorization", &auth), ("x-user-id", user), ("content-type", "application/json")], body.to_string().as_bytes())
+                .await
+        }
+    };
+    // A hold the core refuses (here a forged token: 401) wakes
+    // nothing: only the holds a fan's one-time token buys do.
+    let forged = format!("{}x", &ann["token"].as_str().unwrap()[..40]);
+    assert_eq!(hold(forged, "ann").await.status, 401);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stats().await["claims"]["woken_by_holds"], 0);
+    let r = hold(ann["token"].as_str().unwrap().to_owned(), "ann").await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stats().await["claims"]["woken_by_holds"] == json!(0) {
+        assert!(Instant::now() < deadline, "the hold woke no step: {}", stats().await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    until_admitted(&edge, &mut fans[2], "r1").await;
+    // Bob's two and Cat's one: every ticket promised again, Dan waits.
+    let r = hold(bob["token"].as_str().unwrap().to_owned(), "bob").await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let dan = fans[3].json(&edge.url("/queue/r1/status")).await.json();
+    assert_eq!(dan["state"], "sold_out", "{dan}");
+    assert_eq!(stats().await["claims"]["open"], 1, "Cat's place, promised");
+}

@@ -539,19 +539,26 @@ impl ProxyHttp for EdgeProxy {
     }
 
     /// Phase: upstream response header arrived. Default: nothing.
-    /// Here: records the upstream's latency.
+    /// Here: records the upstream's latency; a hold the core made wakes the release's next step.
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
-        _upstream_response: &mut ResponseHeader,
+        session: &mut Session,
+        upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         if let (Some(t), Some(up)) = (ctx.upstream_started.take(), self.upstream(ctx)) {
             self.state.metrics.upstream_seconds.with_label_values(&[up.name]).observe(t.elapsed().as_secs_f64());
             if ctx.to_core {
                 // The release controller's input: every forwarded core request, 5xx as errors.
-                let ok = _upstream_response.status.as_u16() < 500;
+                let ok = upstream_response.status.as_u16() < 500;
                 self.state.rooms.record_core(ok.then(|| t.elapsed().as_micros() as u64));
+                // A hold made: the release may let the next fans in now (issue #39).
+                let req = session.req_header();
+                if upstream_response.status.is_success()
+                    && let Some(event) = crate::decide::hold_event(req.method.as_str(), req.uri.path())
+                {
+                    self.state.rooms.hold_answered(event);
+                }
             }
         }
         Ok(())

@@ -134,6 +134,9 @@ pub struct Room {
     /// out for now and keeps its places; set by the leader's tick (a follower edge shows what its
     /// own tick saw: nothing released, so not spoken for).
     pub spoken_for: AtomicBool,
+    /// Steps between ticks that a hold answered through this edge woke ([`Rooms::hold_answered`]),
+    /// since the edge started (stats `claims.woken_by_holds`).
+    pub hold_wakes: AtomicU64,
 
     /// Most units any of the event's SKUs can still sell (the core's last stock answer;
     /// `u64::MAX` before the first): a tick never releases more people than that.
@@ -256,6 +259,7 @@ impl Room {
             core_closes_at: AtomicI64::new(i64::MIN),
             restock_possible: AtomicBool::new(false),
             spoken_for: AtomicBool::new(false),
+            hold_wakes: AtomicU64::new(0),
             available: AtomicU64::new(u64::MAX),
             held: AtomicU64::new(u64::MAX),
             sold: AtomicU64::new(u64::MAX),
@@ -571,6 +575,7 @@ impl Room {
                 "open": b.claims.open(),
                 "promised": b.claims.promised(u64::from(spec.config.max_qty)),
                 "spoken_for": self.spoken_for.load(Ordering::Relaxed),
+                "woken_by_holds": self.hold_wakes.load(Ordering::Relaxed),
             })
         };
         json!({
@@ -844,6 +849,9 @@ pub struct Rooms {
     /// Room configs published by other edges that this edge could not apply: id → the problem
     /// (each told in the log once, not every tick).
     sync_problems: Mutex<HashMap<String, String>>,
+    /// A hold answered through this edge for a room whose last step the promises held back
+    /// ([`Rooms::hold_answered`]): the release loop steps between ticks now, not at its next beat.
+    pub hold_nudge: tokio::sync::Notify,
 }
 
 pub mod state_backend {
@@ -994,6 +1002,7 @@ impl Rooms {
             invites: dashmap::DashMap::new(),
             invite_attempts: invite::Attempts::default(),
             sync_problems: Mutex::new(HashMap::new()),
+            hold_nudge: tokio::sync::Notify::new(),
         };
         for s in specs {
             rooms.insert(s);
@@ -1209,6 +1218,23 @@ impl Rooms {
     /// True when tokens can be issued.
     pub fn can_admit(&self) -> bool {
         self.keyring.is_some()
+    }
+
+    /// A hold of `event` the core answered (2xx) through this edge (issue #39). When a room of that
+    /// event is led here and its last step was held back by the tickets already promised, the
+    /// release loop is woken to read the stock and step between ticks at once
+    /// ([`release::NUDGE_GAP`] apart at most), rather than at its next [`release::BETWEEN`] beat:
+    /// the last tickets of a sale sell in rounds (let in, admitted, held, settled), and each round
+    /// waited up to a quarter of a second for that beat. Holds through other edges wait for the
+    /// beat as before. Returns whether the loop was woken.
+    pub fn hold_answered(&self, event: &str) -> bool {
+        let waiting = self.rooms.read().values().any(|r| {
+            r.leader.load(Ordering::Relaxed) && r.book.lock().held_back > 0 && r.spec().config.event == event
+        });
+        if waiting {
+            self.hold_nudge.notify_one();
+        }
+        waiting
     }
 
     /// Records one forwarded core request (the controller's P99 and error inputs).

@@ -7,7 +7,8 @@
 //! owed places it passes are held back (not admitted, not counted) for `proof-grace-seconds`,
 //! then lost; a proof given within the grace lets that place in and the next advance one fewer. A second task polls the core's stock (sold out stops releases) and /metrics.
 //! Between ticks, a room whose step the tickets already promised held back reads its stock every
-//! [`BETWEEN`] and lets in what the holds made since free ([`Rooms::step_between`]).
+//! [`BETWEEN`] and lets in what the holds made since free ([`Rooms::step_between`]); a hold
+//! answered through this edge wakes that step at once ([`Rooms::hold_answered`], [`NUDGE_GAP`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +33,11 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// what the holds made since free ([`Rooms::step_between`]): the bots surge's last 600 tickets
 /// sold in rounds a tick apart each.
 pub const BETWEEN: Duration = Duration::from_millis(250);
+
+/// The least time between two steps between ticks when holds answered through this edge wake
+/// them ([`Rooms::hold_answered`]): a sale's middle, hundreds of holds a second, reads the stock
+/// at most 20 times a second; its tail, a hold now and then, steps within a few milliseconds.
+pub const NUDGE_GAP: Duration = Duration::from_millis(50);
 
 /// How often a leader writes its book again while nothing is promised: well within the book's
 /// life in the store ([`super::claims::CLAIM_MS`]), so a new leader always finds where `serving`
@@ -423,11 +429,15 @@ impl Rooms {
     }
 
     /// The steps between ticks ([`Rooms::step_between`]) of every room this edge leads whose last
-    /// step the promises held back, each after a fresh read of its stock from `core`.
-    pub async fn step_all_between(&self, core: SocketAddr) {
+    /// step the promises held back, each after a fresh read of its stock from `core`; `woken`: a
+    /// hold answered through this edge woke them (counted per room, `hold_wakes`).
+    pub async fn step_all_between(&self, core: SocketAddr, woken: bool) {
         for room in self.all() {
             if room.book.lock().held_back == 0 || !room.leader.load(Ordering::Relaxed) {
                 continue;
+            }
+            if woken {
+                room.hold_wakes.fetch_add(1, Ordering::Relaxed);
             }
             self.poll_stock(core, &room).await;
             if let Err(e) = self.step_between(&room, unix_ms()).await {
@@ -748,6 +758,8 @@ impl BackgroundService for ReleaseLoop {
         let mut n = 0u64;
         // When the last tick began (Unix ms): an opening since then has not been ticked at.
         let mut ticked_ms = unix_ms();
+        // When the last step between ticks began (a hold's wake waits out [`NUDGE_GAP`] from it).
+        let mut stepped = tokio::time::Instant::now();
         loop {
             // A sale opening before the next tick: the loop ticks at its open and keeps that beat.
             let opening = opening_wait(rooms.next_opening_ms(ticked_ms), unix_ms());
@@ -766,7 +778,18 @@ impl BackgroundService for ReleaseLoop {
                 }
                 _ = between.tick(), if core.is_some() => {
                     if let Some(core) = &core {
-                        rooms.step_all_between(core.addr()).await;
+                        stepped = tokio::time::Instant::now();
+                        rooms.step_all_between(core.addr(), false).await;
+                    }
+                }
+                _ = rooms.hold_nudge.notified(), if core.is_some() => {
+                    if let Some(core) = &core {
+                        // Holds coming faster than the gap share one step (the permit a hold
+                        // leaves while this one runs wakes the next), and the beat starts over.
+                        tokio::time::sleep_until(stepped + NUDGE_GAP).await;
+                        stepped = tokio::time::Instant::now();
+                        rooms.step_all_between(core.addr(), true).await;
+                        between.reset();
                     }
                 }
                 _ = shutdown.changed() => {

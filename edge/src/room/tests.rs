@@ -258,7 +258,7 @@ async fn the_release_counts_the_tickets_already_promised() {
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 10, "all 40 promised");
     assert!(room.spoken_for.load(Ordering::Relaxed));
-    assert_eq!(room.stats()["claims"], serde_json::json!({"open": 10, "promised": 40, "spoken_for": true}));
+    assert_eq!(room.stats()["claims"], serde_json::json!({"open": 10, "promised": 40, "spoken_for": true, "woken_by_holds": 0}));
     let behind = QueueTicket { room: "r1".into(), position: 11, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
     let s = phase(rooms.status(&room, &behind, "u10").await.unwrap());
     assert_eq!((s.state, s.restock_possible, s.ahead), (Phase::SoldOut, true, Some(0)), "sold out for now, the place kept");
@@ -766,4 +766,31 @@ async fn the_status_says_the_tickets_left_once_the_core_has_said_them() {
     room.available.store(0, Ordering::Relaxed);
     let s = phase(rooms.status(&room, &t, "u7").await.unwrap());
     assert_eq!((s.state, s.tickets_left), (Phase::SoldOut, Some(0)));
+}
+
+/// A hold answered through this edge (issue #39) wakes the release loop for a step between ticks
+/// at once — only for a room of that event that this edge leads and whose last step the promises
+/// held back; holds coming while the loop is busy leave one wake, not one each.
+#[tokio::test]
+async fn a_hold_answered_here_wakes_the_step_between_ticks_only_while_promises_hold_one_back() {
+    let (rooms, room, t0) = selling(PROMISING, 200, 40).await;
+    let event = room.spec().config.event.clone();
+    let woken = || async { tokio::time::timeout(std::time::Duration::from_millis(20), rooms.hold_nudge.notified()).await.is_ok() };
+    assert!(!rooms.hold_answered(&event), "nothing held back before the first tick");
+    rooms.tick_room(&room, t0).await.unwrap();
+    assert_eq!(room.book.lock().held_back, 90);
+    assert!(!rooms.hold_answered("another-event"), "another event's hold");
+    assert!(!woken().await);
+    assert!(rooms.hold_answered(&event));
+    assert!(rooms.hold_answered(&event));
+    assert!(woken().await);
+    assert!(!woken().await, "two holds, one wake");
+    room.leader.store(false, Ordering::Relaxed);
+    assert!(!rooms.hold_answered(&event), "a follower's holds wait for the leader's own beat");
+    room.leader.store(true, Ordering::Relaxed);
+    // A paused room's step forgets what was held back: holds wake nothing until a tick holds some
+    // back again.
+    room.operate(t0 + 600, Action::Pause).unwrap();
+    assert_eq!(rooms.step_between(&room, t0 + 700).await.unwrap(), 0);
+    assert!(!rooms.hold_answered(&event), "paused");
 }
