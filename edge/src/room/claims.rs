@@ -91,6 +91,8 @@ pub const PICKUP_MS: u64 = 8_000;
 /// the leader woke its steps at once ([`super::Rooms::hold_answered`]): a cap read again after
 /// every hold admits at the margin's edge more often. One σ more costs the promise half a ticket
 /// per √place (6 tickets for 134 open places); the last places are promised `max-qty` each anyway.
+/// A scenic run at 3 σ still had three admitted fans meet "sold out": the measured mean's own
+/// error, not the places' spread, had run out the margin — it is now in it ([`Claims::promise`]).
 pub const MARGIN_SD: f64 = 3.0;
 
 /// Holds counted before their mean replaces `max-qty` as a place's promise.
@@ -296,7 +298,8 @@ impl Claims {
     }
 
     /// Tickets promised to `places` open places: the measured mean per hold plus a margin of
-    /// [`MARGIN_SD`] standard deviations of their sum, never more than `max-qty` each.
+    /// [`MARGIN_SD`] standard deviations of their sum — with the mean's own error, since it is
+    /// measured from the holds so far — never more than `max-qty` each.
     fn promise(&self, places: u64, max_qty: u64) -> u64 {
         let max = max_qty.max(1);
         let (holds, units) = self.measured;
@@ -310,7 +313,13 @@ impl Claims {
         // A hold's tickets lie in 1..=max with this mean: their variance is at most
         // (mean − 1)(max − mean) (Bhatia–Davis).
         let sd = ((mean - 1.0) * (max as f64 - mean)).max(0.0).sqrt();
-        let p = places as f64 * mean + MARGIN_SD * sd * (places as f64).sqrt();
+        // The sum of n places' tickets spreads by sd·√n around n × the true mean, and n × the
+        // measured mean is off the true one by about n·sd/√holds: the two add in variance. With
+        // hundreds of places open the second is the larger (scenic, 2026-12-05: 604 places promised
+        // 1.373 a hold measured over 1,554 holds; the next 387 held 1.439 each, and three fans of
+        // the step met "sold out").
+        let n = places as f64;
+        let p = n * mean + MARGIN_SD * sd * (n + n * n / holds as f64).sqrt();
         (p.ceil() as u64).min(places.saturating_mul(max))
     }
 
@@ -551,7 +560,7 @@ mod tests {
         let mut c = Claims::default();
         // 100 holds of 150 tickets: a mean of 1.5, max 2 → sd 0.5.
         c.note(0, rel(100), Some((100, 150)));
-        assert_eq!(c.promised(2), 165, "100 × 1.5 + MARGIN_SD (3) × 0.5 × 10");
+        assert_eq!(c.promised(2), 172, "100 × 1.5 + MARGIN_SD (3) × 0.5 × √(100 + 100²/100)");
         // Every hold took max-qty: no margin needed, the promise is max-qty.
         let mut all = Claims::default();
         all.note(0, rel(50), Some((40, 80)));
@@ -561,7 +570,13 @@ mod tests {
         c.note(0, rel(0), Some((100, 150)));
         let n = c.cap(1000, 2);
         assert!(c.promise(n - 1, 2) < 1000 && c.promise(n, 2) >= 1000, "n = {n}: the last one fits or is offered what is left");
-        assert!((640..667).contains(&n), "{n} places for 1,000 tickets at 1.5 ± margin");
+        assert!((590..620).contains(&n), "{n} places for 1,000 tickets at 1.5 ± margin, measured over 100 holds");
+        // Measured over 10,000 holds the mean's own error is small: the margin is the places' spread.
+        let mut c = Claims::default();
+        c.note(0, rel(0), Some((10_000, 15_000)));
+        let n = c.cap(1000, 2);
+        assert!(c.promise(n - 1, 2) < 1000 && c.promise(n, 2) >= 1000, "n = {n}");
+        assert!((630..667).contains(&n), "{n} places for 1,000 tickets at 1.5 ± margin, measured over 10,000 holds");
     }
 
     /// The last tickets, fewer than `max-qty`, are released once their promises lapse: the sale sells
