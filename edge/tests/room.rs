@@ -809,28 +809,14 @@ async fn a_room_made_through_the_admin_api_gets_the_queue_pages_assets_from_the_
 /// 1,200: never more than there are); a room whose event the core does not know says nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_and_the_page_say_the_tickets_left_once_the_core_has_said_its_stock() {
-    let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
-    let opens = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
-    let event = json!({
-        "name": "Arena", "opens_at": fmt(opens), "closes_at": fmt(opens + time::Duration::hours(2)),
-        "hold_seconds": 900, "pools": [{"id": "floor", "capacity": 1234}],
-        "skus": [{"id": "floor", "pools": ["floor"], "price_cents": 100}], "limits": [{"dimension": "user", "max": 2}]
-    });
-    let core_port = free_port();
     // Nobody is let in (rate 0): the fans stay in line and read the figures.
-    let edge = TestEdge::start_full(
-        &format!(
-            "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
-             [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
-        ),
-        &format!(
-            "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
-             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n\
-             [[rooms]]\nid = \"r2\"\nevent = \"ev-unknown\"\ntarget = \"/buy2\"\nprotected = [\"/buy2\"]\nrelease = {{ mode = \"fixed\", rate = 0.0 }}\n",
-            hs_tokens()
-        ),
-        &[],
-        &[("ev-1.json", event.to_string().as_bytes())],
+    let edge = edge_with_embedded_sale(
+        "Arena",
+        "floor",
+        1234,
+        2,
+        "[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = { mode = \"fixed\", rate = 0.0 }\n\
+         [[rooms]]\nid = \"r2\"\nevent = \"ev-unknown\"\ntarget = \"/buy2\"\nprotected = [\"/buy2\"]\nrelease = { mode = \"fixed\", rate = 0.0 }\n",
     );
     let base = format!("http://{}", edge.addr);
     let status = |room: &'static str, user: &'static str| {
@@ -868,27 +854,12 @@ async fn the_status_and_the_page_say_the_tickets_left_once_the_core_has_said_its
 /// the second fan's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_through_the_edge_wakes_the_step_that_lets_the_next_fan_in() {
-    let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
-    let opens = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
-    let event = json!({
-        "name": "Club", "opens_at": fmt(opens), "closes_at": fmt(opens + time::Duration::hours(2)),
-        "hold_seconds": 900, "pools": [{"id": "floor", "capacity": 4}],
-        "skus": [{"id": "floor", "pools": ["floor"], "price_cents": 100}], "limits": [{"dimension": "user", "max": 2}]
-    });
-    let core_port = free_port();
-    let edge = TestEdge::start_full(
-        &format!(
-            "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
-             [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
-        ),
-        &format!(
-            "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n\
-             [[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nmax-qty = 2\n\
-             release = {{ mode = \"fixed\", rate = 0.0 }}\n",
-            hs_tokens()
-        ),
-        &[],
-        &[("ev-1.json", event.to_string().as_bytes())],
+    let edge = edge_with_embedded_sale(
+        "Club",
+        "floor",
+        4,
+        2,
+        "[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nmax-qty = 2\nrelease = { mode = \"fixed\", rate = 0.0 }\n",
     );
     let mut fans: Vec<Client> = ["ann", "bob", "cat", "dan", "eve"].iter().map(|u| Client::user(u)).collect();
     for c in fans.iter_mut() {

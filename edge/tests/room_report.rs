@@ -255,26 +255,12 @@ async fn bad_report_requests_get_exact_refusals() {
 /// out, and the report says when; a fan joining afterwards is counted as a join, not admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_embedded_sale_reports_holds_made_at_the_core_and_when_it_sold_out() {
-    let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
-    let opens = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
-    let event = json!({
-        "name": "Two tickets", "opens_at": fmt(opens), "closes_at": fmt(opens + time::Duration::hours(2)),
-        "hold_seconds": 900, "pools": [{"id": "park", "capacity": 2}],
-        "skus": [{"id": "park", "pools": ["park"], "price_cents": 100}], "limits": [{"dimension": "user", "max": 1}]
-    });
-    let core_port = free_port();
-    let edge = TestEdge::start_full(
-        &format!(
-            "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
-             [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
-        ),
-        &format!(
-            "core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\n\
-             protected = [\"/buy\"]\nrelease = {{ mode = \"fixed\", rate = 1000.0 }}\n",
-            hs_tokens()
-        ),
-        &[],
-        &[("ev-1.json", event.to_string().as_bytes())],
+    let edge = edge_with_embedded_sale(
+        "Two tickets",
+        "park",
+        2,
+        1,
+        "[[rooms]]\nid = \"r1\"\nevent = \"ev-1\"\ntarget = \"/buy\"\nprotected = [\"/buy\"]\nrelease = { mode = \"fixed\", rate = 1000.0 }\n",
     );
     let base = format!("http://{}", edge.addr);
     let m = minute_with(40).await;

@@ -754,3 +754,27 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// An edge with the core in it (`core = "embedded"`, memory store) selling one event, `ev-1`, open
+/// since a minute ago: one pool `pool` of `capacity` tickets and its SKU, `user_max` tickets a
+/// user; `rooms` is the edge's `[[rooms]]` TOML (after `user-header = "x-user-id"` and the test
+/// tokens).
+pub fn edge_with_embedded_sale(name: &str, pool: &str, capacity: u64, user_max: u64, rooms: &str) -> TestEdge {
+    let fmt = |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap();
+    let opens = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
+    let event = serde_json::json!({
+        "name": name, "opens_at": fmt(opens), "closes_at": fmt(opens + time::Duration::hours(2)),
+        "hold_seconds": 900, "pools": [{"id": pool, "capacity": capacity}],
+        "skus": [{"id": pool, "pools": [pool], "price_cents": 100}], "limits": [{"dimension": "user", "max": user_max}]
+    });
+    let core_port = free_port();
+    TestEdge::start_full(
+        &format!(
+            "listen = \"127.0.0.1:{core_port}\"\nadmin-token = \"{ADMIN_TOKEN}\"\nstore = \"memory\"\nevent-files = [\"ev-1.json\"]\n\
+             [payment]\ncallback-secret = \"callback-secret-0123456789\"\n"
+        ),
+        &format!("core = \"embedded\"\nuser-header = \"x-user-id\"\n{}\n{rooms}", hs_tokens()),
+        &[],
+        &[("ev-1.json", event.to_string().as_bytes())],
+    )
+}
