@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of Wicket on a fresh Debian machine: installs what is missing (cmake for Pingora's
-# zlib-ng, redis-server and redis-cli, nginx and its lua module, wrk, h2load, gdb, promtool, systemd-analyze,
+# zlib-ng, redis-server and redis-cli, nginx and its lua module (and nginx-dev for Wicket's own module), wrk, h2load, gdb, promtool, systemd-analyze,
 # iproute2, nftables and libfaketime for the fault tests, the schema checkers of deploy/, mdBook), builds the book
 # and checks its links, then the whole workspace's tests with cargo-nextest.
 # Tests start their own servers on free loopback ports; nothing here starts a shared one.
@@ -19,6 +19,14 @@ command -v wrk >/dev/null || need+=(wrk)
 # nginx-compat's OpenResty path (edge/tests/nginx_compat.rs, bench/nginx-compat): Debian's lua module
 # for nginx, the resty core and LRU cache it loads, and cjson for the token's JSON.
 for pkg in libnginx-mod-http-lua lua-resty-core lua-resty-lrucache lua-cjson; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+# The OpenResty path's native fast path (nginx-compat/native): a dynamic module built against the installed
+# nginx from Debian's nginx-dev (its configured sources), with gcc, make and the libraries nginx's configure checks.
+dpkg -s nginx-dev >/dev/null 2>&1 || need+=(nginx-dev)
+command -v gcc >/dev/null || need+=(gcc)
+command -v make >/dev/null || need+=(make)
+for pkg in libpcre2-dev zlib1g-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # The benchmarks' HTTP/2 load (bench/edge-tls): h2load.
@@ -77,6 +85,8 @@ export PATH="$PATH:/usr/sbin"
 cargo build -p wicket-edge --bin wicket
 cargo build -p wicket-core --bin wicket-core
 cargo build --workspace --all-targets
+# The native fast path's module (edge/tests/nginx_compat.rs loads it; the tests would build it themselves).
+echo "nginx module: $(bash nginx-compat/native/build.sh target/nginx-native)"
 # The surge bench in quick mode against the real (debug) binaries, so the bench cannot rot:
 # fails when anything is oversold, double-sold or over a limit, or nothing sells.
 target/debug/wicket-bench surge stararena --quick --dry-run --check > target/surge-quick.json

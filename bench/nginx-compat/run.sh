@@ -52,7 +52,12 @@ CACHED="$(free_port)"; EDGE2="$(free_port)"; ADMIN2="$(free_port)"; LUA="$(free_
 
 mkdir -p "$WORK/site/buy/ev-1" "$WORK/nginx" "$WORK/nginx2" "$WORK/nginx3" "$WORK/wicket"
 cp "$ROOT/static/site/index.html" "$WORK/site/buy/ev-1/index.html"
-cp -r "$ROOT/nginx-compat/wicket.conf" "$ROOT/nginx-compat/wicket-protect.conf" "$ROOT/nginx-compat/wicket-lua-protect.conf" "$ROOT/nginx-compat/lua" "$WORK/wicket/"
+cp -r "$ROOT/nginx-compat/wicket.conf" "$ROOT/nginx-compat/wicket-protect.conf" "$ROOT/nginx-compat/wicket-lua-protect.conf" \
+  "$ROOT/nginx-compat/wicket-native-protect.conf" "$ROOT/nginx-compat/lua" "$WORK/wicket/"
+# The OpenResty path's native fast path (nginx-compat/native), built for this nginx from nginx-dev;
+# NATIVE=0 measures the OpenResty path without it.
+NATIVE_MODULE=""
+[ "${NATIVE:-1}" = 0 ] || NATIVE_MODULE="$(bash "$ROOT/nginx-compat/native/build.sh")"
 chmod -R a+rX "$WORK"
 SIZE="$(stat -c %s "$WORK/site/buy/ev-1/index.html")"
 
@@ -130,6 +135,12 @@ EDGE_SECRET="bench-edge-secret-0123456789abcdef"
 openresty_conf() { # nginx-dir port nginx-compat-dir files-dir: an nginx with the OpenResty path of those files
   sed 's| modules/| /usr/lib/nginx/modules/|' /usr/share/nginx/modules-available/mod-http-ndk.conf \
     /usr/share/nginx/modules-available/mod-http-lua.conf
+  # With the native fast path where those files have it (a baseline revision may not).
+  local protect=wicket-lua-protect.conf
+  if [ -n "$NATIVE_MODULE" ] && [ -f "$4/wicket-native-protect.conf" ]; then
+    echo "load_module $NATIVE_MODULE;"
+    protect=wicket-native-protect.conf
+  fi
   nginx_head "$1" "$EDGE2" "$3"
   sed "s|/etc/nginx/wicket/lua/|$4/lua/|" "$3/wicket-lua-http.conf"
   cat <<CONF
@@ -141,7 +152,7 @@ openresty_conf() { # nginx-dir port nginx-compat-dir files-dir: an nginx with th
     listen 127.0.0.1:$2;
     root $WORK/site;
     include $4/wicket.conf;
-    location /buy/ { include $4/wicket-lua-protect.conf; }
+    location /buy/ { include $4/$protect; }
   }
 }
 CONF
@@ -438,8 +449,15 @@ instructions_per_request() { # name nginx-dir port fan-headers... → instructio
   sed -e "s/^worker_processes 1;/worker_processes 1; master_process off;/" \
     -e "s|^pid $dir/nginx.pid;|pid $WORK/ir-$name/nginx.pid;|" "$dir/nginx.conf" > "$WORK/ir-$name/nginx.conf"
   for n in 1000 3000; do
-    valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \
-      nginx -p "$dir" -c "$WORK/ir-$name/nginx.conf" 2> "$WORK/ir-$name/valgrind.log" &
+    # CALLGRIND_DIR=<dir>: callgrind instead, its profiles kept there (where the instructions go).
+    if [ -n "${CALLGRIND_DIR:-}" ]; then
+      mkdir -p "$CALLGRIND_DIR"
+      valgrind --tool=callgrind --callgrind-out-file="$CALLGRIND_DIR/$name-$n.out" \
+        nginx -p "$dir" -c "$WORK/ir-$name/nginx.conf" 2> "$WORK/ir-$name/valgrind.log" &
+    else
+      valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \
+        nginx -p "$dir" -c "$WORK/ir-$name/nginx.conf" 2> "$WORK/ir-$name/valgrind.log" &
+    fi
     local vp=$!
     for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.2; done
     { for _ in $(seq 1 "$n"); do echo "url = \"http://127.0.0.1:$port/buy/ev-1/\""; echo "output = /dev/null"; done; } > "$WORK/ir-$name/urls"

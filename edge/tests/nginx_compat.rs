@@ -98,6 +98,7 @@ async fn a_fan_queues_is_admitted_and_reaches_the_origin_through_nginx_auth_requ
     assert!(r.text().contains("/static/queue.js"));
     assert!(fan.jar.contains_key("wicket_q_r1"), "{:?}", fan.jar);
     assert_eq!(fan.send(&url("/static/queue.js"), &[]).await.status, 200);
+    assert_eq!(fan.send(&url("/static/queue.css"), &[]).await.status, 200);
     admit(&mut fan, &url).await;
     // With the cache off, the edge lets nginx keep no pass.
     let cookie = fan.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
@@ -463,19 +464,94 @@ async fn the_nginx_path_strips_refuses_and_revokes_what_the_edge_does() {
 /// passing a copy of a token whose session the edge ended within two report intervals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openresty_path_holds_the_same_table_and_asks_the_edge_once_per_session() {
+    openresty_path_holds(false).await;
+}
+
+/// The same with the native fast path (nginx-compat/native, wicket-native-protect.conf): the same
+/// table, the same once-per-session questions and revokes — and a fan's repeated requests pass
+/// without entering Lua (`$wicket_native_passed`), the first one after admission through Lua.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_native_fast_path_holds_the_same_table_and_passes_repeats_without_lua() {
+    openresty_path_holds(true).await;
+}
+
+/// The native fast path's own state, hostile to its memory: with room for two passes a generation
+/// (`decided_max = 2`), five admitted fans taking turns push the module's passes from generation to
+/// generation and out (freed while nginx serves), yet each fan reaches the origin as itself and
+/// never as another, and the repeats of a fan's burst pass natively; and when the edge stops
+/// answering, nothing passes past the freshness of the edge's config (three report intervals).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_native_fast_path_keeps_each_fan_apart_as_it_forgets_and_stops_with_the_edge() {
+    let (origin, _seen) = lenient_origin().await;
+    let edge = compat_edge("");
+    let pem = format!("{}/demo-ed25519.pub.pem", keys_dir());
+    let configure = format!(
+        "secret = \"{SECRET}\", decided_max = 2, keys = {{ [\"ed-1\"] = {{ alg = \"EdDSA\", public_key_file = \"{pem}\" }} }}"
+    );
+    let locations = format!(
+        "location /buy/ {{\n   include {{c}}/wicket-native-protect.conf;\n   add_header X-Wicket-Native $wicket_native_passed always;\n   \
+         proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"
+    );
+    let nginx = compat_native_nginx(&edge, &configure, &locations);
+    let url = |p: &str| format!("http://{}{p}", nginx.addr);
+    let mut fans = Vec::new();
+    for i in 0..5 {
+        let mut fan = Client { user: format!("fan{i}"), ..Client::default() };
+        admit(&mut fan, &url).await;
+        fans.push(fan);
+    }
+    let mut native = 0;
+    for round in 0..4 {
+        for (i, fan) in fans.iter_mut().enumerate() {
+            for _ in 0..3 {
+                let r = fan.send(&url("/buy/ev-1/seat"), &[("wicket-user", "mallory")]).await;
+                assert_eq!(r.status, 200, "round {round}, fan{i}: {}", r.text());
+                let v = r.json();
+                assert_eq!(v["wicket_user"], serde_json::json!([format!("fan{i}")]), "round {round}: {v}");
+                assert!(!v["cookie"].as_str().unwrap().contains("wicket_a_"), "{v}");
+                if r.header("x-wicket-native") == Some("1") {
+                    native += 1;
+                }
+            }
+        }
+    }
+    // Each burst's first request may find its pass forgotten (Lua remembers it again); its repeats
+    // pass natively once the edge has confirmed the session (from the second round on at the latest).
+    assert!(native >= 20, "{native} of 60 requests passed natively");
+
+    // The edge goes away: the module stops passing once the config Lua pulled last is stale.
+    edge.begin_stop();
+    let stopped = Instant::now();
+    let fan = &mut fans[0];
+    let refused_after = loop {
+        let r = fan.send(&url("/buy/ev-1/seat"), &[("accept", "application/json")]).await;
+        if r.status != 200 {
+            break stopped.elapsed();
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(6), "still passing 6 s after the edge stopped");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(refused_after <= Duration::from_millis(4500), "passed for {refused_after:?} after the edge stopped");
+    for _ in 0..5 {
+        assert_ne!(fan.send(&url("/buy/ev-1/seat"), &[]).await.status, 200, "passed again without the edge");
+    }
+    drop(nginx);
+}
+
+async fn openresty_path_holds(native: bool) {
     let (origin, seen) = lenient_origin().await;
     let edge = compat_edge("");
     let pem = format!("{}/demo-ed25519.pub.pem", keys_dir());
     let configure = format!("secret = \"{SECRET}\", keys = {{ [\"ed-1\"] = {{ alg = \"EdDSA\", public_key_file = \"{pem}\" }} }}");
-    let nginx = compat_lua_nginx(
-        &edge,
-        &configure,
-        &format!(
-            "location /buy/ {{\n   include {{c}}/wicket-lua-protect.conf;\n   proxy_pass http://{origin};\n  }}\n  \
-             location = /buy/ev-1/hop {{\n   include {{c}}/wicket-lua-protect.conf;\n   try_files /no-such-file /buy/ev-1/seat;\n  }}\n  \
-             location / {{ proxy_pass http://{origin}; }}"
-        ),
+    let protect = if native { "wicket-native-protect.conf" } else { "wicket-lua-protect.conf" };
+    // Whether the module passed a request, as a response header (the variable is the module's).
+    let marker = if native { "add_header X-Wicket-Native $wicket_native_passed always;\n   " } else { "" };
+    let locations = format!(
+        "location /buy/ {{\n   include {{c}}/{protect};\n   {marker}proxy_pass http://{origin};\n  }}\n  \
+         location = /buy/ev-1/hop {{\n   include {{c}}/{protect};\n   try_files /no-such-file /buy/ev-1/seat;\n  }}\n  \
+         location / {{ proxy_pass http://{origin}; }}"
     );
+    let nginx = if native { compat_native_nginx(&edge, &configure, &locations) } else { compat_lua_nginx(&edge, &configure, &locations) };
     holds_what_the_edge_holds(&nginx, &seen).await;
 
     // An internal redirect (try_files) of a passed request passes again with what was found, and
@@ -502,7 +578,9 @@ async fn the_openresty_path_holds_the_same_table_and_asks_the_edge_once_per_sess
     let url = |p: &str| format!("http://{}{p}", nginx.addr);
     let mut fan = Client { user: "carol".into(), ..Client::default() };
     admit(&mut fan, &url).await;
-    assert_eq!(fan.send(&url("/buy/ev-1/seat"), &[]).await.status, 200);
+    let first = fan.send(&url("/buy/ev-1/seat"), &[]).await;
+    assert_eq!(first.status, 200);
+    assert!(first.header("x-wicket-native").is_none_or(|v| v.is_empty()), "the first request after admission is Lua's: {:?}", first.headers);
     let asked = || async { protected_requests(&edge).await };
     let before = asked().await;
     assert!(before >= 1.0, "the edge counted no protected decision: the count reads the wrong lines");
@@ -513,6 +591,11 @@ async fn the_openresty_path_holds_the_same_table_and_asks_the_edge_once_per_sess
         assert_eq!(r.status, 200, "{}", r.text());
         let v = r.json();
         assert!(!v["cookie"].as_str().unwrap().contains("wicket_a_"), "{v}");
+        assert_eq!(v["wicket_user"], serde_json::json!(["carol"]), "{v}");
+        // Lua passes the second request (its confirmation by the edge is new), the module the rest.
+        if native && passed > 0 {
+            assert_eq!(r.header("x-wicket-native"), Some("1"), "a repeat entered Lua: {:?}", r.headers);
+        }
         passed += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -646,10 +729,24 @@ async fn holds_what_the_edge_holds(nginx: &NginxWith, seen: &std::sync::Arc<park
 
     // Spellings the origin reads as /buy/… but nginx matches to `location /`: refused by the edge.
     let before = seen.lock().len();
-    for spelling in ["/buy;x=1/ev-1", "/buy;jsessionid=1/ev-1/seat", "/buy%5Cev-1", "/buy%5cev-1", "/buy\\ev-1", "/buy%2Fev-1", "/buy/ev-1;x=1"] {
+    for spelling in [
+        "/buy;x=1/ev-1",
+        "/buy;jsessionid=1/ev-1/seat",
+        "/buy%5Cev-1",
+        "/buy%5cev-1",
+        "/buy\\ev-1",
+        "/buy%2Fev-1",
+        "/buy%2fev-1",
+        "/buy/ev-1;x=1",
+        "/buy/ev-1/%7Fseat",
+        "/buy/ev-1/%0aseat",
+        "/buy/ev-1/%1Fseat",
+        "/buy/ev-1/#seat",
+    ] {
         let ask = format!("GET {spelling} HTTP/1.1\r\nHost: shop.test\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
         let r = raw(nginx.addr, ask.as_bytes()).await.unwrap_or_else(|| panic!("{spelling}: no answer"));
         assert_eq!(r.status, 400, "{spelling}: {r:?}");
+        assert!(r.text().starts_with('{'), "{spelling}: not the edge's answer: {r:?}");
         assert_eq!(r.json()["error"], "bad_request", "{spelling}: the edge's JSON");
     }
     assert_eq!(seen.lock().len(), before, "an ambiguous spelling reached the origin: {:?}", &seen.lock()[before..]);

@@ -62,6 +62,27 @@ int EVP_DigestVerify(EVP_MD_CTX *ctx, const unsigned char *sig, size_t siglen,
                      const unsigned char *tbs, size_t tbslen);
 ]]
 
+-- The native fast path (nginx-compat/native, `load_module ngx_http_wicket_module.so`): when nginx
+-- has it, every pass, confirmation and freshness below is mirrored into it, and a location with
+-- `wicket_native on` (wicket-native-protect.conf) passes a remembered request without entering Lua.
+ffi.cdef [[
+typedef struct { size_t len; const unsigned char *data; } wicket_native_str_t;
+typedef struct { wicket_native_str_t f[8]; } wicket_native_revoke_t;
+int wicket_native_version(void);
+int wicket_native_user_header(const char *name, size_t len);
+int wicket_native_start(unsigned max);
+void wicket_native_reset(void);
+void wicket_native_fresh(double till_ms);
+int wicket_native_remember(const char *key, size_t key_len, const char *ckey, size_t ckey_len,
+                           const char *pass, size_t pass_len, double till_ms);
+int wicket_native_confirm(const char *ckey, size_t len, double till_ms);
+void wicket_native_unconfirm(const char *ckey, size_t len);
+double wicket_native_seen(const char *ckey, size_t len);
+void wicket_native_sweep(double now_ms);
+int wicket_native_revoke_take(wicket_native_revoke_t *out);
+unsigned wicket_native_revokes_dropped(void);
+]]
+
 local _M = {}
 
 -- What configure() was given (nginx's config: keys and the edge's secret never leave nginx).
@@ -104,6 +125,7 @@ local hmac_out = ffi.new("unsigned char[32]")
 local hmac_len = ffi.new("unsigned int[1]")
 local md_ctx               -- one EVP_MD_CTX per worker, re-initialised for each EdDSA check
 local dict                 -- the shared dict of the confirmations (all workers see them)
+local native               -- the native fast path's functions (ffi.C) when nginx loaded it, else nil
 
 local function hmac(key, data)
     C.HMAC(C.EVP_sha256(), key, #key, data, #data, hmac_out, hmac_len)
@@ -220,13 +242,17 @@ local function device_of(value)
     return equal(sub(hmac(device_key, "device\0" .. id), 1, 16), tag) and id or nil
 end
 
--- The user id as the edge reads it (identity.rs UserSource::user), or nil.
-local function user_of(cookies)
-    local raw
-    if state.user_var then
-        raw = ngx_var[state.user_var]
-        if type(raw) == "table" then raw = raw[1] end
-    end
+-- The edge's user id header of this request (its first value), or nil.
+local function user_header_value()
+    if not state.user_var then return nil end
+    local raw = ngx_var[state.user_var]
+    if type(raw) == "table" then raw = raw[1] end
+    return raw
+end
+
+-- The user id as the edge reads it (identity.rs UserSource::user) from the user id header's value
+-- `raw` (nil: none) and the cookies, or nil.
+local function user_of(raw, cookies)
     if raw == nil and state.user_cookie then raw = cookie(cookies, state.user_cookie) end
     if raw == nil or #raw == 0 or #raw > 128 or find(raw, "[^\33-\126]") then return nil end
     return raw
@@ -254,6 +280,7 @@ local function confirm(key)
     local till = ngx.now() + 2 * cfg.interval
     confirmed[key] = till
     dict:set("c " .. key, till, 2 * cfg.interval)
+    if native then native.wicket_native_confirm(key, #key, till * 1000) end
 end
 
 -- Until when session `key` is confirmed (this worker's record, else the shared dict's), or nil.
@@ -266,6 +293,7 @@ local function confirmed_till(key, now)
             return nil
         end
         confirmed[key] = till
+        if native then native.wicket_native_confirm(key, #key, till * 1000) end
     end
     return till
 end
@@ -274,6 +302,7 @@ end
 local function unconfirm(key)
     confirmed[key] = nil
     dict:delete("c " .. key)
+    if native then native.wicket_native_unconfirm(key, #key) end
 end
 
 local function confirmation_key(room, subject, ip, user, device)
@@ -345,7 +374,7 @@ end
 -- What the request's credentials show for `rule` when nginx may pass it (given the edge's
 -- confirmation): { sub, device, pos, exp, key (the confirmation's), fwd_cookie, fwd_auth }; nil
 -- when the edge must decide.
-local function check(rule, cookies, auth, ip, now)
+local function check(rule, cookies, auth, ip, user_raw, now)
     local token = cookie(cookies, rule.cookie)
     if not token and auth and starts(auth, "Bearer ") then
         token = gsub(sub(auth, 8), "^%s*(.-)%s*$", "%1")
@@ -359,7 +388,7 @@ local function check(rule, cookies, auth, ip, now)
         if not claims then return nil end
         verified:set(vkey, claims, claims.exp + cfg.leeway - now)
     end
-    local user = user_of(cookies)
+    local user = user_of(user_raw, cookies)
     if claims.sub ~= user and claims.sub ~= device then return nil end
     local fwd_cookie, fwd_auth = forward_credentials(cookies, auth, rule.room)
     return { sub = claims.sub, device = device, pos = tostring(claims.pos), exp = claims.exp,
@@ -375,6 +404,9 @@ local function remember_passed(key, p)
         passed_n = passed_n + 1
     end
     passed[key] = p
+    if native then
+        native.wicket_native_remember(key, #key, p.ckey, #p.ckey, p.pass, #p.pass, p.till * 1000)
+    end
 end
 
 -- The first request of a fan's credentials on a path, and any the fast path cannot pass: the
@@ -384,7 +416,7 @@ local function access_slow(key)
     if not rule then return ask_edge(nil) end
     local cookies, auth, ip = ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr
     local now = ngx.time()
-    local d = check(rule, cookies, auth, ip, now)
+    local d = check(rule, cookies, auth, ip, user_header_value(), now)
     if not d then return ask_edge(nil) end
     if not confirmed_till(d.key, ngx.now()) then
         return ask_edge({ key = d.key, room = rule.room, sub = d.sub })
@@ -460,31 +492,59 @@ local function header_line(name, value)
     return name .. ": " .. value .. "\r\n"
 end
 
+-- The origin revoked the session of a request (its path, target, method, X-Forwarded-For,
+-- cookies, Authorization, user id header and client address): this worker's confirmation of it
+-- and the shared dict's dropped at once, and the edge told (every copy of the token then stops
+-- passing everywhere within two intervals).
+local function revoke(uri, request_uri, method, xff, cookies, auth, user_raw, ip)
+    local rule = local_rule(uri)
+    local d = rule and check(rule, cookies, auth, ip, user_raw, ngx.time())
+    if d then unconfirm(d.key) end
+    local head = header_line("X-Original-URI", request_uri)
+        .. header_line("X-Original-Method", method)
+        .. header_line("X-Forwarded-For", xff)
+        .. header_line("Cookie", cookies)
+        .. header_line("Authorization", auth)
+    if state.user_header then
+        head = head .. header_line(state.user_header, user_raw)
+    end
+    ngx.timer.at(0, revoke_at_edge, head)
+end
+
 --- The header filter of a guarded location: on the origin's `Wicket-Revoke: 1` (which
 --- wicket-lua-protect.conf's proxy_hide_header keeps from the client) the admission cookie is
 --- cleared, this worker's confirmation of the session and the shared dict's dropped at once, and the
 --- edge told (every copy of the token then stops passing everywhere within two intervals).
 function _M.header_filter()
-    local revoke = ngx_var.upstream_http_wicket_revoke
-    if revoke == nil then return end
+    local flag = ngx_var.upstream_http_wicket_revoke
+    if flag == nil then return end
     local room = ngx_var.wicket_pass_room
-    if revoke ~= "1" or not room or room == "" then return end
+    if flag ~= "1" or not room or room == "" then return end
     local set = ngx.header["Set-Cookie"]
     local cookies = type(set) == "table" and set or { set }
     cookies[#cookies + 1] = "wicket_a_" .. room .. "=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
     ngx.header["Set-Cookie"] = cookies
-    local rule = local_rule(ngx_var.uri)
-    local d = rule and check(rule, ngx_var.http_cookie, ngx_var.http_authorization, ngx_var.remote_addr, ngx.time())
-    if d then unconfirm(d.key) end
-    local head = header_line("X-Original-URI", ngx_var.request_uri)
-        .. header_line("X-Original-Method", ngx_var.request_method)
-        .. header_line("X-Forwarded-For", ngx_var.proxy_add_x_forwarded_for)
-        .. header_line("Cookie", ngx_var.http_cookie)
-        .. header_line("Authorization", ngx_var.http_authorization)
-    if state.user_var then
-        head = head .. header_line(state.user_header, ngx_var[state.user_var])
+    revoke(ngx_var.uri, ngx_var.request_uri, ngx_var.request_method, ngx_var.proxy_add_x_forwarded_for,
+        ngx_var.http_cookie, ngx_var.http_authorization, user_header_value(), ngx_var.remote_addr)
+end
+
+-- The native fast path's header filter (nginx-compat/native) queues the origin's revokes of a
+-- `wicket_native on` location instead: this worker's timer takes them every 50 ms.
+local revoke_rec
+local function native_revokes(premature)
+    if premature then return end
+    local f = {}
+    while native.wicket_native_revoke_take(revoke_rec) == 1 do
+        for i = 0, 7 do
+            local v = revoke_rec.f[i]
+            f[i + 1] = v.len > 0 and ffi.string(v.data, v.len) or nil
+        end
+        revoke(f[1] or "", f[2], f[3], f[4], f[5], f[6], f[7], f[8] or "")
     end
-    ngx.timer.at(0, revoke_at_edge, head)
+    local dropped = native.wicket_native_revokes_dropped()
+    if dropped > 0 then
+        ngx.log(ngx.ERR, "wicket: ", dropped, " revokes of the native path dropped (over 1024 waiting)")
+    end
 end
 
 -- The report -------------------------------------------------------------------------------------
@@ -547,7 +607,8 @@ local function apply_config(v)
     for _, p in ipairs(v.edge_only) do sig[#sig + 1] = "edge\0" .. tostring(p) end
     sig[#sig + 1] = "user\0" .. tostring(v.user_header) .. "\0" .. tostring(v.user_cookie)
     sig = table.concat(sig, "\n")
-    if sig ~= state.sig then
+    local changed = sig ~= state.sig
+    if changed then
         -- Another rule, prefix or user source: what was passed is checked again.
         passed, passed_n, passed_old = {}, 0, {}
         state.sig = sig
@@ -556,8 +617,16 @@ local function apply_config(v)
     state.user_header = type(v.user_header) == "string" and v.user_header or nil
     state.user_var = state.user_header and "http_" .. gsub(state.user_header, "-", "_") or nil
     state.user_cookie = type(v.user_cookie) == "string" and v.user_cookie or nil
+    if changed and native then
+        -- Forgets the module's passes too, and tells it the header the user id comes in.
+        local h = state.user_header or ""
+        if native.wicket_native_user_header(h, #h) ~= 1 then
+            ngx.log(ngx.ERR, "wicket: the user id header's name is too long for the native fast path")
+        end
+    end
     state.at = ngx.now()
     state.fresh_till = state.at + 3 * cfg.interval
+    if native then native.wicket_native_fresh(state.fresh_till * 1000) end
     return true
 end
 
@@ -570,6 +639,14 @@ local function report_all()
     local now = ngx.now()
     local since = now - cfg.idle
     for k, at in pairs(seen) do
+        if native then
+            -- Requests the native fast path passed count as seen too.
+            local n = native.wicket_native_seen(k, #k) / 1000
+            if n > at then
+                at = n
+                seen[k] = n
+            end
+        end
         if at < since then
             seen[k] = nil
             seen_n = seen_n - 1
@@ -581,6 +658,7 @@ local function report_all()
     for k, till in pairs(confirmed) do
         if till <= now then confirmed[k] = nil end
     end
+    if native then native.wicket_native_sweep(now * 1000) end
     local i = 1
     repeat
         local lines, size = {}, 0
@@ -624,6 +702,14 @@ function _M.start()
     verified = assert(lrucache.new(cfg.verified_max))
     md_ctx = C.EVP_MD_CTX_new()
     dict = assert(ngx.shared[cfg.dict], "wicket: lua_shared_dict " .. cfg.dict .. " is missing (wicket-lua-http.conf)")
+    -- nginx loads dynamic modules RTLD_GLOBAL: ffi.C finds the native fast path's functions when
+    -- ngx_http_wicket_module.so is loaded, and errs when it is not.
+    local ok, version = pcall(function() return C.wicket_native_version() end)
+    if ok and version == 1 and C.wicket_native_start(cfg.decided_max) == 1 then
+        native = C
+        revoke_rec = ffi.new("wicket_native_revoke_t")
+        assert(ngx.timer.every(0.05, native_revokes))
+    end
     ngx.timer.at(0, sync)
     assert(ngx.timer.every(cfg.interval, sync))
 end

@@ -708,6 +708,36 @@ pub fn lua_modules() -> String {
 /// the arguments of `require("wicket").configure{}`), wicket.conf in the server, then `locations`
 /// (where `{c}` names the folder of the shipped snippets).
 pub fn compat_lua_nginx(edge: &TestEdge, configure: &str, locations: &str) -> NginxWith {
+    compat_lua_nginx_loading(edge, configure, locations, "")
+}
+
+/// The native fast path's module (nginx-compat/native) built for this nginx, once per test process
+/// (`nginx-compat/native/build.sh`, which rebuilds only when its source changed): its path.
+pub fn native_module() -> String {
+    static MODULE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MODULE
+        .get_or_init(|| {
+            let script = compat_dir().join("native/build.sh");
+            let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nginx-native");
+            let run = std::process::Command::new("bash").arg(&script).arg(&out).output().expect("bash");
+            assert!(
+                run.status.success(),
+                "{} failed (scripts/test.sh installs nginx-dev, gcc, make, libpcre2-dev, zlib1g-dev): {}",
+                script.display(),
+                String::from_utf8_lossy(&run.stderr)
+            );
+            String::from_utf8(run.stdout).unwrap().trim().to_owned()
+        })
+        .clone()
+}
+
+/// [`compat_lua_nginx`] with the native fast path's module loaded after the lua module (the
+/// locations include wicket-native-protect.conf).
+pub fn compat_native_nginx(edge: &TestEdge, configure: &str, locations: &str) -> NginxWith {
+    compat_lua_nginx_loading(edge, configure, locations, &format!("load_module {};\n", native_module()))
+}
+
+fn compat_lua_nginx_loading(edge: &TestEdge, configure: &str, locations: &str, modules: &str) -> NginxWith {
     let compat = compat_dir().canonicalize().unwrap();
     let port = free_port();
     let locations = locations.replace("{c}", &compat.display().to_string());
@@ -716,7 +746,7 @@ pub fn compat_lua_nginx(edge: &TestEdge, configure: &str, locations: &str) -> Ng
     let lua_http = lua_http.replace("/etc/nginx/wicket/lua/", &format!("{}/lua/", compat.display()));
     start_nginx_with(
         port,
-        &lua_modules(),
+        &(lua_modules() + modules),
         &format!(
             " upstream wicket_edge {{ server {}; keepalive 8; }}\n{}\n{lua_http}\n\
              init_by_lua_block {{ require(\"wicket\").configure{{ edge = \"{}\", {configure} }} }}\n\
