@@ -467,6 +467,15 @@ instructions_per_request() { # name nginx-dir port fan-headers... → instructio
   done
   echo $(( (total[1] - total[0]) / 2000 ))
 }
+# What the OpenResty path's reports cost with no request at all: the sessions of the distinct fans
+# are still reported every second (for `idle`, 30 s, after their last request); 5 s of CPU of the
+# nginx and of the edge, apart.
+tick="$(getconf CLK_TCK)"
+n0="$(cpu_ticks "$NGINX3")"; e0="$(cpu_ticks "$EDGE2_PID")"
+sleep 5
+n1="$(cpu_ticks "$NGINX3")"; e1="$(cpu_ticks "$EDGE2_PID")"
+REPORT_NGINX_MS=$(( (n1 - n0) * 1000 / tick / 5 )); REPORT_EDGE_MS=$(( (e1 - e0) * 1000 / tick / 5 ))
+echo "reports with no load, $FANS sessions: nginx $REPORT_NGINX_MS ms, edge $REPORT_EDGE_MS ms of CPU a second"
 IR_PLAIN=""; IR_OPENRESTY=""; IR_BASELINE=""
 if [ "${IR:-1}" != 0 ] && command -v valgrind >/dev/null; then
   # Each nginx copy takes its original's port: the originals stop (the edge stays for the Lua path).
@@ -480,7 +489,7 @@ if [ "${IR:-1}" != 0 ] && command -v valgrind >/dev/null; then
     echo "instructions per request: the baseline's OpenResty path $IR_BASELINE"
   fi
 fi
-export RESULTS2 LOAD FANS IR_PLAIN IR_OPENRESTY IR_BASELINE ROWS
+export RESULTS2 LOAD FANS IR_PLAIN IR_OPENRESTY IR_BASELINE ROWS NATIVE_MODULE REPORT_NGINX_MS REPORT_EDGE_MS
 export OPENRESTY_BASELINE="${OPENRESTY_BASELINE:-}"
 python3 - <<'PY'
 import os, statistics, datetime, sys
@@ -547,6 +556,11 @@ else:
     ir_text = ""
 per_round = "\n".join(f"| {i // int(os.environ['ROWS']) + 1} | {r[0]} | {float(r[1]):.0f} | {float(r[2]):.2f} ms | {float(r[3]):.1f} µs | {float(r[4]):.2%} |" for i, r in enumerate(rows))
 def met(name, goal): return "met" if med[name] >= goal else "not met"
+path_text = ("`wicket-native-protect.conf`, the OpenResty path with its native fast path (nginx-compat/native's module, built by\n"
+             "`native/build.sh`: a fan's repeated request passes in C without entering Lua; `NATIVE=0` measures the path without it)"
+             if os.environ.get("NATIVE_MODULE") else "`wicket-lua-protect.conf`, the OpenResty path without its native fast path (`NATIVE=0`)")
+report_text = (f"\n\nThe reports alone, with no request at all (5 s after the last round, {fans} sessions still reported every second):"
+               f" nginx {os.environ['REPORT_NGINX_MS']} ms and the edge {os.environ['REPORT_EDGE_MS']} ms of CPU a second.")
 section = f"""<!-- begin:nginx-openresty -->
 ## OpenResty path (token checked in nginx) vs auth_request vs plain nginx
 
@@ -555,7 +569,7 @@ Command: `bash bench/nginx-compat/run.sh` (CONNS={conns} SECONDS_={secs} ROUNDS=
 
 {os.cpu_count()} cores, {today}. The same protected page ({os.environ["SIZE"]} bytes, from disk) through plain nginx, through
 nginx with `wicket-protect.conf` (`auth_request`, the edge's passes cached for 1 s) and through nginx with
-`wicket-lua-protect.conf` (Debian's libnginx-mod-http-lua: lua/wicket.lua checks the admission token, its holder
+{path_text} (Debian's libnginx-mod-http-lua: lua/wicket.lua checks the admission token, its holder
 and the edge's confirmation of the session in nginx's worker, and reports the sessions it passed to the edge every
 second). One fan: wrk repeats one admitted fan's request. Plain nginx gets the very same requests (the fan's cookies
 and user id), one fan's and the distinct fans' in turn. {fans} fans: {fans} fans admitted through the edge, each
@@ -585,7 +599,7 @@ requests its fast path did not pass.
 **openresty_vs_plain = {med["openresty"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty"))}; goal ≥ 0.9 {met("openresty", 0.9)});
 **openresty_distinct_vs_plain = {med["openresty_distinct"]:.2f}** (per round: {", ".join(f"{r:.2f}" for r in ratios("openresty_distinct"))}; goal ≥ 0.8 {met("openresty_distinct", 0.8)}).
 By CPU per request: {cmed["openresty"]:.2f} (one fan; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty"))}) and
-{cmed["openresty_distinct"]:.2f} ({fans} fans; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty_distinct"))}).{ir_text}{base_text}
+{cmed["openresty_distinct"]:.2f} ({fans} fans; per round {", ".join(f"{r:.2f}" for r in cpu_ratios("openresty_distinct"))}).{ir_text}{base_text}{report_text}
 
 | round | server | requests/s | P99 | CPU per request | decided by the edge |
 |---|---|---|---|---|---|

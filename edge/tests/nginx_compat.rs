@@ -673,6 +673,13 @@ async fn holds_what_the_edge_holds(nginx: &NginxWith, seen: &std::sync::Arc<park
         assert_eq!(r.status, 200, "admitted on the bearer token: {}", r.text());
         assert_eq!(r.json()["authorization"], "", "the admission bearer token reached the origin: {}", r.text());
     }
+    // The holder without its device cookie: the edge decides (by the user id) and sets a new device
+    // cookie, which reaches the client.
+    let mut no_device = Client { user: "alice".into(), jar: fan.jar.iter().filter(|(k, _)| *k != "wicket_d").map(|(k, v)| (k.clone(), v.clone())).collect() };
+    let r = no_device.send(&url("/buy/ev-1/seat"), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let set: Vec<_> = r.headers.get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()).collect();
+    assert!(set.iter().any(|c| c.starts_with("wicket_d=")), "the edge's cookie did not reach the client: {set:?}");
     for _ in 0..3 {
         let r = fan.send(&url("/buy/ev-1/seat"), &[("authorization", "Basic c2l0ZTpwYXNz"), ("wicket-user", "mallory"), ("wicket-room", "r9")]).await;
         let v = r.json();

@@ -340,7 +340,8 @@ local function pass_value(user, device, room, position, fwd_cookie, fwd_auth)
 end
 
 -- The edge decides (wicket-protect.conf's path): its 2xx passes with its identity and cookie, its
--- 401/403 hands the request to @wicket, anything else is a 500 (as auth_request).
+-- 401/403 hands the request to @wicket, anything else is a 500 (as auth_request). True when the
+-- edge passed `session` itself (confirmed from now on).
 local function ask_edge(session)
     -- A pass that is to confirm a session must be the edge's answer of now, not a cached one.
     local res = ngx.location.capture(session and "/_wicket_auth_fresh" or "/_wicket_auth")
@@ -368,6 +369,7 @@ local function ask_edge(session)
     if session and h["set-cookie"] == nil and one("wicket-room") == session.room and one("wicket-user") == session.sub then
         confirm(session.key)
         remember_seen(session.key, ngx.now())
+        return true
     end
 end
 
@@ -418,12 +420,16 @@ local function access_slow(key)
     local now = ngx.time()
     local d = check(rule, cookies, auth, ip, user_header_value(), now)
     if not d then return ask_edge(nil) end
-    if not confirmed_till(d.key, ngx.now()) then
-        return ask_edge({ key = d.key, room = rule.room, sub = d.sub })
-    end
-    remember_seen(d.key, ngx.now())
     local pass = pass_value(d.sub, d.device, rule.room, d.pos, d.fwd_cookie, d.fwd_auth)
-    ngx_var.wicket_pass = pass
+    if confirmed_till(d.key, ngx.now()) then
+        remember_seen(d.key, ngx.now())
+        ngx_var.wicket_pass = pass
+    elseif not ask_edge({ key = d.key, room = rule.room, sub = d.sub }) then
+        -- The edge refused, or passed without confirming this session: nothing to remember.
+        return
+    end
+    -- Passed (confirmed before, or by the edge just now): the next request with these credentials
+    -- passes from what is remembered (in C, with the native fast path).
     -- `key` stands for this request only when it holds the user id the edge reads: nginx's
     -- `$wicket_user_header` (wicket-lua-http.conf) must be the edge's user-header.
     if state.user_var then

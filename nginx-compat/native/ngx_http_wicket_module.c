@@ -161,7 +161,7 @@ static ngx_http_handler_pt  wn_lua_access;
 /* The variables read (indexes; set by the first `wicket_native on`). */
 static ngx_int_t  wn_pass_index = NGX_ERROR;
 static ngx_int_t  wn_cookie_index, wn_auth_index, wn_user_index;
-static ngx_int_t  wn_request_uri_index, wn_method_index, wn_xff_index;
+static ngx_int_t  wn_request_uri_index, wn_method_index, wn_xff_index, wn_lua_cookie_index;
 
 /* A request passed here, or an internal redirect of one passed (its ctx). */
 static wn_pass_t  wn_passed_before;
@@ -860,10 +860,18 @@ wn_header(ngx_http_request_t *r, u_char *name, size_t len, ngx_str_t *out)
 static ngx_int_t
 wn_fields(ngx_http_request_t *r, ngx_str_t *f)
 {
-    if (wn_var(r, wn_cookie_index, &f[0]) != NGX_OK
-        || wn_var(r, wn_auth_index, &f[1]) != NGX_OK)
-    {
+    if (wn_var(r, wn_cookie_index, &f[0]) != NGX_OK) {
         return NGX_ERROR;
+    }
+
+    /* `$http_authorization`, without the walk over the headers nginx does for it: nginx keeps the
+     * one Authorization header a request may have (a second is a 400). */
+    if (r->headers_in.authorization) {
+        f[1] = r->headers_in.authorization->value;
+
+    } else {
+        f[1].len = 0;
+        f[1].data = (u_char *) "";
     }
 
     wn_header(r, wn_user_header, wn_user_header_len, &f[2]);
@@ -1017,7 +1025,8 @@ wn_passed_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_
     v->no_cacheable = 1;
     v->not_found = 0;
 
-    if (ngx_http_get_module_ctx(r, ngx_http_wicket_module) != NULL) {
+    /* (Only with the gate in front of Lua's access handler: without it Lua ran all the same.) */
+    if (wn_lua_access != NULL && ngx_http_get_module_ctx(r, ngx_http_wicket_module) != NULL) {
         v->len = 1;
         v->data = (u_char *) "1";
 
@@ -1161,22 +1170,71 @@ wn_queue_revoke(ngx_http_request_t *r)
 }
 
 
+/* Adds header `name: value` to the answer. */
+static ngx_int_t
+wn_add_header(ngx_http_request_t *r, const char *name, ngx_str_t *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.data = (u_char *) name;
+    h->key.len = ngx_strlen(name);
+    h->value = *value;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 wn_header_filter(ngx_http_request_t *r)
 {
     u_char           *p;
-    ngx_str_t         room;
+    ngx_str_t         room, cookie;
     wn_pass_t        *e;
     wn_loc_conf_t    *lcf;
     ngx_table_elt_t  *h;
 
-    if (r->upstream == NULL || r != r->main) {
+    if (r != r->main) {
         return ngx_http_next_header_filter(r);
     }
 
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_wicket_module);
 
-    if (!lcf->enable || !wn_revoked(r) || wn_pass_line(r, 0, &room) != NGX_OK
+    if (!lcf->enable) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    /* The cookie the edge set for the client when it decided the request (`$wicket_lua_cookie`),
+     * for the answers `add_header` would add it to: one variable read instead of `add_header`'s
+     * script on every answer. */
+    if (wn_var(r, wn_lua_cookie_index, &cookie) == NGX_OK && cookie.len > 0) {
+        switch (r->headers_out.status) {
+        case NGX_HTTP_OK:
+        case NGX_HTTP_CREATED:
+        case NGX_HTTP_NO_CONTENT:
+        case NGX_HTTP_PARTIAL_CONTENT:
+        case NGX_HTTP_MOVED_PERMANENTLY:
+        case NGX_HTTP_MOVED_TEMPORARILY:
+        case NGX_HTTP_SEE_OTHER:
+        case NGX_HTTP_NOT_MODIFIED:
+        case NGX_HTTP_TEMPORARY_REDIRECT:
+        case NGX_HTTP_PERMANENT_REDIRECT:
+            if (wn_add_header(r, "Set-Cookie", &cookie) != NGX_OK) {
+                return NGX_ERROR;
+            }
+            break;
+
+        default:
+            break;
+        }
+    }
+
+    if (r->upstream == NULL || !wn_revoked(r) || wn_pass_line(r, 0, &room) != NGX_OK
         || room.len == 0)
     {
         return ngx_http_next_header_filter(r);
@@ -1267,11 +1325,12 @@ wn_native(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         wn_request_uri_index = wn_index(cf, "request_uri");
         wn_method_index = wn_index(cf, "request_method");
         wn_xff_index = wn_index(cf, "proxy_add_x_forwarded_for");
+        wn_lua_cookie_index = wn_index(cf, "wicket_lua_cookie");
 
         if (wn_pass_index == NGX_ERROR || wn_cookie_index == NGX_ERROR
             || wn_auth_index == NGX_ERROR || wn_user_index == NGX_ERROR
             || wn_request_uri_index == NGX_ERROR || wn_method_index == NGX_ERROR
-            || wn_xff_index == NGX_ERROR)
+            || wn_xff_index == NGX_ERROR || wn_lua_cookie_index == NGX_ERROR)
         {
             wn_pass_index = NGX_ERROR;
             return "cannot index Wicket's variables";
