@@ -1279,6 +1279,10 @@ wn_add_variables(ngx_conf_t *cf)
 {
     ngx_http_variable_t  *var, *v;
 
+    /* A new configuration (nginx started, or reloaded): its variables are indexed anew by the first
+     * `wicket_native on` (the previous configuration's indexes name other variables). */
+    wn_pass_index = NGX_ERROR;
+
     for (v = wn_vars; v->name.len; v++) {
         var = ngx_http_add_variable(cf, &v->name, v->flags);
         if (var == NULL) {
