@@ -538,6 +538,110 @@ async fn the_native_fast_path_keeps_each_fan_apart_as_it_forgets_and_stops_with_
     drop(nginx);
 }
 
+/// The native fast path across nginx's reload (SIGHUP to its master; new workers on the new
+/// configuration): the reload adds variables before Wicket's, so every variable's index moves, and
+/// the module must read the new configuration's — a fan still passes natively, as itself, both
+/// before and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_native_fast_path_reads_the_new_configurations_variables_after_a_reload() {
+    let (origin, _seen) = lenient_origin().await;
+    let edge = compat_edge("");
+    let pem = format!("{}/demo-ed25519.pub.pem", keys_dir());
+    let configure = format!("secret = \"{SECRET}\", keys = {{ [\"ed-1\"] = {{ alg = \"EdDSA\", public_key_file = \"{pem}\" }} }}");
+    let locations = format!(
+        "location /buy/ {{\n   include {{c}}/wicket-native-protect.conf;\n   add_header X-Wicket-Native $wicket_native_passed always;\n   \
+         proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"
+    );
+    // The harness's nginx runs without a master process; this one needs one: the same files, run
+    // again with a master.
+    let mut nginx = compat_native_nginx(&edge, &configure, &locations);
+    let _ = nginx.child.kill();
+    let _ = nginx.child.wait();
+    let conf_path = nginx.dir.path().join("nginx.conf");
+    // (Workers as the test's user: the test's folder is its alone.)
+    let conf = std::fs::read_to_string(&conf_path).unwrap().replace("master_process off;", "master_process on;\nuser root;");
+    std::fs::write(&conf_path, &conf).unwrap();
+    use std::os::unix::process::CommandExt;
+    let master = Command::new(nginx_bin())
+        .process_group(0)
+        .arg("-p")
+        .arg(nginx.dir.path())
+        .arg("-c")
+        .arg(&conf_path)
+        .arg("-e")
+        .arg(nginx.dir.path().join("error.log"))
+        .spawn()
+        .expect("nginx");
+    let master = KillOnDrop(master);
+    let pid = master.id().to_string();
+    // nginx's workers and cache manager too, whatever happens: the whole process group goes.
+    struct GroupKill(String);
+    impl Drop for GroupKill {
+        fn drop(&mut self) {
+            let _ = Command::new("kill").args(["-KILL", &format!("-{}", self.0)]).status();
+        }
+    }
+    let _group = GroupKill(pid.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(nginx.addr).is_err() {
+        assert!(Instant::now() < deadline, "nginx with a master did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = |p: &str| format!("http://{}{p}", nginx.addr);
+    let mut fan = Client { user: "gina".into(), ..Client::default() };
+    admit(&mut fan, &url).await;
+    let passes_natively = |fan: &mut Client| {
+        let mut copy = Client { user: fan.user.clone(), jar: fan.jar.clone() };
+        async move {
+            let mut native = 0;
+            for _ in 0..6 {
+                let r = tokio::time::timeout(Duration::from_secs(5), copy.send(&url("/buy/ev-1/seat"), &[("wicket-user", "mallory")]))
+                    .await
+                    .expect("no answer within 5 s");
+                assert_eq!(r.status, 200, "{}", r.text());
+                assert_eq!(r.json()["wicket_user"], serde_json::json!(["gina"]), "{}", r.text());
+                if r.header("x-wicket-native") == Some("1") {
+                    native += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            native
+        }
+    };
+    assert!(passes_natively(&mut fan).await >= 3, "no native pass before the reload");
+
+    // The reload: two maps ahead of Wicket's files index two more variables first, and the guarded
+    // location says it is the new configuration.
+    let moved = conf
+        .replacen("http {\n", "http {\n map $http_x_one $reload_one { default a; }\n map $http_x_two $reload_two { default b; }\n", 1)
+        .replacen("add_header X-Wicket-Native", "add_header X-Reloaded yes always;\n   add_header X-Wicket-Native", 1);
+    assert_eq!(moved.matches("reload_").count(), 2);
+    assert!(moved.contains("X-Reloaded"));
+    std::fs::write(&conf_path, &moved).unwrap();
+    assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = tokio::time::timeout(Duration::from_secs(5), fan.send(&url("/buy/ev-1/seat"), &[])).await.expect("no answer within 5 s");
+        assert_eq!(r.status, 200, "{}", r.text());
+        if r.header("x-reloaded") == Some("yes") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nginx did not take the new configuration");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(passes_natively(&mut fan).await >= 3, "no native pass after the reload");
+    let log = std::fs::read_to_string(nginx.dir.path().join("error.log")).unwrap_or_default();
+    assert!(!log.contains("[emerg]") && !log.contains("[alert]") && !log.contains("[crit]"), "{log}");
+    let _ = Command::new("kill").args(["-QUIT", &pid]).status();
+    let mut master = master;
+    for _ in 0..50 {
+        if master.0.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 async fn openresty_path_holds(native: bool) {
     let (origin, seen) = lenient_origin().await;
     let edge = compat_edge("");
