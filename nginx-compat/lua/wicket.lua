@@ -656,6 +656,10 @@ local function report_all()
         if at < since then
             seen[k] = nil
             seen_n = seen_n - 1
+            -- No longer reported, so no longer renewed: the module must not pass it on a
+            -- confirmation that is about to lapse (its passes would not put it back in the
+            -- reports; wicket.lua's own pass does).
+            if native then native.wicket_native_unconfirm(k, #k) end
         else
             batch[#batch + 1] = k
         end
