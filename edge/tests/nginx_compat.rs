@@ -574,14 +574,6 @@ async fn the_native_fast_path_reads_the_new_configurations_variables_after_a_rel
         .expect("nginx");
     let master = KillOnDrop(master);
     let pid = master.id().to_string();
-    // nginx's workers and cache manager too, whatever happens: the whole process group goes.
-    struct GroupKill(String);
-    impl Drop for GroupKill {
-        fn drop(&mut self) {
-            let _ = Command::new("kill").args(["-KILL", &format!("-{}", self.0)]).status();
-        }
-    }
-    let _group = GroupKill(pid.clone());
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(nginx.addr).is_err() {
         assert!(Instant::now() < deadline, "nginx with a master did not start");
