@@ -538,6 +538,74 @@ async fn the_native_fast_path_keeps_each_fan_apart_as_it_forgets_and_stops_with_
     drop(nginx);
 }
 
+/// A session the reports stop renewing (idle longer than `idle`) stops passing in the module too:
+/// a request the module passes renews only the module's own record, so a fan who comes back after
+/// the reports dropped the session, while its last confirmation still ran, must go through Lua
+/// (which puts it back in the reports) — else the module passes it until the confirmation lapses
+/// and the fan goes to the edge again. Timed against the reports the edge sees (`interval = 2`,
+/// `idle = 1`): the fan's last request just after a report, back a second after the next one
+/// dropped it, a second before its confirmation would lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_native_fast_path_hands_a_session_the_reports_dropped_back_to_lua() {
+    let (origin, _seen) = lenient_origin().await;
+    let edge = compat_edge("");
+    let pem = format!("{}/demo-ed25519.pub.pem", keys_dir());
+    let configure = format!(
+        "secret = \"{SECRET}\", interval = 2, idle = 1, keys = {{ [\"ed-1\"] = {{ alg = \"EdDSA\", public_key_file = \"{pem}\" }} }}"
+    );
+    let locations = format!(
+        "location /buy/ {{\n   include {{c}}/wicket-native-protect.conf;\n   add_header X-Wicket-Native $wicket_native_passed always;\n   \
+         proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"
+    );
+    let nginx = compat_native_nginx(&edge, &configure, &locations);
+    let url = |p: &str| format!("http://{}{p}", nginx.addr);
+    let mut fan = Client { user: "hana".into(), ..Client::default() };
+    admit(&mut fan, &url).await;
+    // nginx's reports are the edge's only `edge`-route requests while the fan's pass natively.
+    let reports = || async {
+        let text = edge.admin("GET", "/metrics", "").await.text();
+        text.lines()
+            .filter(|l| l.starts_with("wicket_edge_requests_total{") && l.contains("route=\"edge\""))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum::<f64>()
+    };
+    async fn pass(fan: &mut Client, url: &str) -> bool {
+        let r = fan.send(url, &[("wicket-user", "mallory")]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["wicket_user"], serde_json::json!(["hana"]), "{}", r.text());
+        r.header("x-wicket-native") == Some("1")
+    }
+    let seat = url("/buy/ev-1/seat");
+    // Passing natively, then a report seen (the session in it: the fan passed before it).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pass(&mut fan, &seat).await {
+        assert!(Instant::now() < deadline, "never passed natively");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = reports().await;
+    while reports().await == before {
+        assert!(Instant::now() < deadline, "no report within 10 s");
+        assert!(pass(&mut fan, &seat).await, "a confirmed fan's repeat entered Lua");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let report_seen = Instant::now();
+    assert!(pass(&mut fan, &seat).await);
+    let asked = protected_requests(&edge).await;
+    // The next report (~2 s after the last) drops the session (idle 1 s); its confirmation runs
+    // ~4 s after the last report. Back in between: Lua's pass, and the session reported again.
+    tokio::time::sleep_until((report_seen + Duration::from_millis(3000)).into()).await;
+    assert!(!pass(&mut fan, &seat).await, "the module passed a session the reports had dropped");
+    let back = Instant::now();
+    let mut native = 0;
+    while back.elapsed() < Duration::from_millis(4500) {
+        native += pass(&mut fan, &seat).await as u32;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(native >= 20, "{native} native passes after the fan came back");
+    assert_eq!(protected_requests(&edge).await, asked, "the edge was asked again: the session's confirmation lapsed");
+    drop(nginx);
+}
+
 /// The native fast path across nginx's reload (SIGHUP to its master; new workers on the new
 /// configuration): the reload adds variables before Wicket's, so every variable's index moves, and
 /// the module must read the new configuration's — a fan still passes natively, as itself, both
