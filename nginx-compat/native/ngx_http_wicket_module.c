@@ -10,14 +10,13 @@
  * redirects internally (an index file): more than the rest of what nginx does for it. This module
  * keeps those passes in C and answers the repeated request itself:
  *
- * - `wicket_native on;` (a guarded location, nginx-compat/wicket-native-protect.conf): an access
- *   handler that looks the request's credentials up among the passes lua/wicket.lua remembered,
- *   checks the pass's end, the session's confirmation by the edge and the freshness of the edge's
- *   config exactly as wicket.lua's own fast path does, and on a hit sets `$wicket_pass` (what the
- *   origin is told) and keeps Lua's access handler from running for the request; on anything else
- *   Lua decides as before. nginx's other access checks of the location (allow/deny, auth_basic,
- *   auth_request) run either way: only Lua's handler is skipped, by a gate put in front of it in
- *   nginx's phase engine when a worker starts.
+ * - `wicket_native on;` (a guarded location, nginx-compat/wicket-native-protect.conf): a gate put in
+ *   place of Lua's access handler in nginx's phase engine when a worker starts looks the request's
+ *   credentials up among the passes lua/wicket.lua remembered, checks the pass's end, the
+ *   session's confirmation by the edge and the freshness of the edge's config exactly as
+ *   wicket.lua's own fast path does, and on a hit sets `$wicket_pass` (what the origin is told)
+ *   and does not enter Lua; on anything else Lua decides as before. nginx's other access checks
+ *   of the location (allow/deny, auth_basic, auth_request) run before it, as before Lua's.
  * - the origin's `Wicket-Revoke: 1` in a guarded location: the admission cookie cleared, this
  *   worker's confirmation of the session dropped at once, and the revoke queued for wicket.lua,
  *   which tells the edge and the other workers within 50 ms (instead of a Lua header filter run for
@@ -95,7 +94,6 @@ typedef struct {
 } wicket_native_revoke_t;
 
 
-static ngx_int_t wn_access_handler(ngx_http_request_t *r);
 static ngx_int_t wn_gate(ngx_http_request_t *r);
 static ngx_int_t wn_header_filter(ngx_http_request_t *r);
 static ngx_int_t wn_field_variable(ngx_http_request_t *r,
@@ -163,8 +161,11 @@ static ngx_int_t  wn_pass_index = NGX_ERROR;
 static ngx_int_t  wn_cookie_index, wn_auth_index, wn_user_index;
 static ngx_int_t  wn_request_uri_index, wn_method_index, wn_xff_index, wn_lua_cookie_index;
 
-/* A request passed here, or an internal redirect of one passed (its ctx). */
+/* A request's context: its pass when passed here (also after an internal redirect), these markers
+ * (an internal redirect of a request wicket.lua passed; Lua's handler entered), or none (not yet
+ * at the gate). */
 static wn_pass_t  wn_passed_before;
+static wn_pass_t  wn_in_lua;
 
 static wn_gen_t    wn_cur, wn_old;
 static ngx_uint_t  wn_max;
@@ -204,9 +205,30 @@ static ngx_http_variable_t  wn_vars[] = {
 
 /* Not a cryptographic hash: only passes wicket.lua verified are ever stored, and a lookup compares
  * the whole key. Two words a step in two lanes (a few instructions per 8 bytes: a Cookie header with
- * an admission token is most of a request's key), mixed at the end of each field. */
+ * an admission token is most of a request's key); a field's last bytes read as two overlapping
+ * words (no copy, no loop); the lanes folded once per field and mixed once at the end. */
 #define WN_K1  0x9e3779b97f4a7c15ULL
 #define WN_K2  0xc2b2ae3d27d4eb4fULL
+
+static ngx_inline uint64_t
+wn_load64(const u_char *p)
+{
+    uint64_t  v;
+
+    ngx_memcpy(&v, p, 8);
+    return v;
+}
+
+
+static ngx_inline uint64_t
+wn_load32(const u_char *p)
+{
+    uint32_t  v;
+
+    ngx_memcpy(&v, p, 4);
+    return v;
+}
+
 
 static ngx_inline uint64_t
 wn_final(uint64_t h)
@@ -217,35 +239,56 @@ wn_final(uint64_t h)
 }
 
 
-static uint64_t
-wn_hash_bytes(uint64_t h, const u_char *p, size_t n)
+/* `n` bytes at `p` folded into `h` (not yet mixed: wn_final() ends a hash). */
+static ngx_inline uint64_t
+wn_hash_more(uint64_t h, const u_char *p, size_t n)
 {
     uint64_t  a, b, v, w;
 
     a = h;
-    b = h ^ WN_K2;
+    b = h ^ WN_K2 ^ n;
 
-    while (n >= 16) {
-        ngx_memcpy(&v, p, 8);
-        ngx_memcpy(&w, p + 8, 8);
-        a = (a ^ v) * WN_K1;
-        b = (b ^ w) * WN_K2;
-        p += 16;
-        n -= 16;
+    if (n > 16) {
+        do {
+            a = (a ^ wn_load64(p)) * WN_K1;
+            b = (b ^ wn_load64(p + 8)) * WN_K2;
+            p += 16;
+            n -= 16;
+        } while (n > 16);
+
+        /* The last 1-16 bytes: the field's last 16 (read again in part). */
+        p -= 16 - n;
+        n = 16;
     }
 
     if (n >= 8) {
-        ngx_memcpy(&v, p, 8);
-        a = (a ^ v) * WN_K1;
-        p += 8;
-        n -= 8;
+        v = wn_load64(p);
+        w = wn_load64(p + n - 8);
+
+    } else if (n >= 4) {
+        v = wn_load32(p);
+        w = wn_load32(p + n - 4);
+
+    } else if (n > 0) {
+        v = p[0] | ((uint64_t) p[n >> 1] << 8) | ((uint64_t) p[n - 1] << 16);
+        w = 0;
+
+    } else {
+        v = 0;
+        w = 0;
     }
 
-    v = 0;
-    ngx_memcpy(&v, p, n);
-    b = (b ^ v ^ ((uint64_t) n << 56)) * WN_K2;
+    a = (a ^ v) * WN_K1;
+    b = (b ^ w) * WN_K2;
 
-    return wn_final(a ^ (b >> 31) ^ (b << 33));
+    return a ^ (b >> 31) ^ (b << 33);
+}
+
+
+static uint64_t
+wn_hash_bytes(uint64_t h, const u_char *p, size_t n)
+{
+    return wn_final(wn_hash_more(h, p, n));
 }
 
 
@@ -259,10 +302,37 @@ wn_hash_fields(ngx_str_t *f)
     h = wn_seed;
 
     for (i = 0; i < 5; i++) {
-        h = wn_hash_bytes(h, f[i].data, f[i].len);
+        h = wn_hash_more(h, f[i].data, f[i].len);
     }
 
-    return h;
+    return wn_final(h);
+}
+
+
+/* Whether `n` bytes at `a` and `b` are the same: short fields (a user id, an address, a path)
+ * compared in two overlapping words, longer ones by memcmp. */
+static ngx_inline ngx_int_t
+wn_same(const u_char *a, const u_char *b, size_t n)
+{
+    if (n > 16) {
+        return ngx_memcmp(a, b, n) == 0;
+    }
+
+    if (n >= 8) {
+        return ((wn_load64(a) ^ wn_load64(b)) | (wn_load64(a + n - 8) ^ wn_load64(b + n - 8))) == 0;
+    }
+
+    if (n >= 4) {
+        return ((wn_load32(a) ^ wn_load32(b)) | (wn_load32(a + n - 4) ^ wn_load32(b + n - 4))) == 0;
+    }
+
+    while (n--) {
+        if (a[n] != b[n]) {
+            return 0;
+        }
+    }
+
+    return 1;
 }
 
 
@@ -277,7 +347,7 @@ wn_key_is(wn_pass_t *e, ngx_str_t *f)
     end = e->key + e->key_len;
 
     for (i = 0; i < 5; i++) {
-        if ((size_t) (end - p) < f[i].len || ngx_memcmp(p, f[i].data, f[i].len) != 0) {
+        if ((size_t) (end - p) < f[i].len || !wn_same(p, f[i].data, f[i].len)) {
             return 0;
         }
 
@@ -549,7 +619,8 @@ wicket_native_user_header(const u_char *name, size_t len)
         return 0;
     }
 
-    ngx_memcpy(wn_user_header, name, len);
+    /* Lowercase, as nginx keeps each request header's name beside it (`lowcase_key`). */
+    ngx_strlow(wn_user_header, (u_char *) name, len);
     wn_user_header_len = len;
 
     return 1;
@@ -847,7 +918,10 @@ wn_header(ngx_http_request_t *r, u_char *name, size_t len, ngx_str_t *out)
             i = 0;
         }
 
-        if (h[i].key.len == len && ngx_strncasecmp(h[i].key.data, name, len) == 0) {
+        if (h[i].key.len == len
+            && (h[i].lowcase_key ? wn_same(h[i].lowcase_key, name, len)
+                                 : ngx_strncasecmp(h[i].key.data, name, len) == 0))
+        {
             *out = h[i].value;
             return;
         }
@@ -860,9 +934,30 @@ wn_header(ngx_http_request_t *r, u_char *name, size_t len, ngx_str_t *out)
 static ngx_int_t
 wn_fields(ngx_http_request_t *r, ngx_str_t *f)
 {
-    if (wn_var(r, wn_cookie_index, &f[0]) != NGX_OK) {
+    /* `$http_cookie`: one Cookie header's value as it is (nginx joins several with "; "). */
+#if (nginx_version >= 1023000)
+    if (r->headers_in.cookie == NULL) {
+        f[0].len = 0;
+        f[0].data = (u_char *) "";
+
+    } else if (r->headers_in.cookie->next == NULL) {
+        f[0] = r->headers_in.cookie->value;
+
+    } else if (wn_var(r, wn_cookie_index, &f[0]) != NGX_OK) {
         return NGX_ERROR;
     }
+#else
+    if (r->headers_in.cookies.nelts == 0) {
+        f[0].len = 0;
+        f[0].data = (u_char *) "";
+
+    } else if (r->headers_in.cookies.nelts == 1) {
+        f[0] = ((ngx_table_elt_t **) r->headers_in.cookies.elts)[0]->value;
+
+    } else if (wn_var(r, wn_cookie_index, &f[0]) != NGX_OK) {
+        return NGX_ERROR;
+    }
+#endif
 
     /* `$http_authorization`, without the walk over the headers nginx does for it: nginx keeps the
      * one Authorization header a request may have (a second is a 400). */
@@ -883,8 +978,27 @@ wn_fields(ngx_http_request_t *r, ngx_str_t *f)
 }
 
 
-static ngx_int_t
-wn_access_handler(ngx_http_request_t *r)
+/* The pass of a pool cleanup this module added to the request (nginx clears the modules' contexts
+ * on an internal redirect; the request's pool and its cleanups stay). */
+static wn_pass_t *
+wn_pass_kept(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == wn_request_done) {
+            return cln->data;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* Whether the request passes here: its pass, `wn_passed_before` (an internal redirect of a request
+ * wicket.lua passed), or NULL (wicket.lua decides). */
+static wn_pass_t *
+wn_passes(ngx_http_request_t *r)
 {
     uint64_t                    now;
     ngx_str_t                   f[5], pass;
@@ -895,37 +1009,42 @@ wn_access_handler(ngx_http_request_t *r)
 
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_wicket_module);
 
-    if (!lcf->enable || r != r->main || wn_cur.buckets == NULL) {
-        return NGX_DECLINED;
+    if (!lcf->enable || wn_cur.buckets == NULL) {
+        return NULL;
     }
 
     if (r->internal) {
         /* An internal redirect (an index file, try_files) of a request passed a moment ago passes
          * again with what was found, as wicket.lua's access() has it. */
-        if (wn_var(r, wn_pass_index, &pass) == NGX_OK && pass.len > 0) {
-            ngx_http_set_ctx(r, &wn_passed_before, ngx_http_wicket_module);
+        e = wn_pass_kept(r);
+        if (e != NULL) {
+            return e;
         }
 
-        return NGX_DECLINED;
+        if (wn_var(r, wn_pass_index, &pass) == NGX_OK && pass.len > 0) {
+            return &wn_passed_before;
+        }
+
+        return NULL;
     }
 
     now = wn_now();
 
     if (wn_fresh_till <= now || wn_fields(r, f) != NGX_OK) {
-        return NGX_DECLINED;
+        return NULL;
     }
 
     e = wn_lookup(f);
 
     if (e == NULL || e->till <= now || e->conf->till <= now) {
-        return NGX_DECLINED;
+        return NULL;
     }
 
     /* The pass's `$wicket_pass` stays the request's until it ends, whatever wicket.lua forgets
      * meanwhile. */
     cln = ngx_pool_cleanup_add(r->pool, 0);
     if (cln == NULL) {
-        return NGX_DECLINED;
+        return NULL;
     }
 
     e->refs++;
@@ -940,17 +1059,31 @@ wn_access_handler(ngx_http_request_t *r)
     vv->no_cacheable = 0;
     vv->not_found = 0;
 
-    ngx_http_set_ctx(r, e, ngx_http_wicket_module);
-
-    return NGX_DECLINED;
+    return e;
 }
 
 
-/* In front of Lua's access handler: a request passed here does not enter Lua. */
+/* In place of Lua's access handler (after nginx's own access checks of the location): a request
+ * passed here does not enter Lua. Lua's handler may be called again for the same request (to
+ * resume after I/O): the first call's answer is kept in the context. */
 static ngx_int_t
 wn_gate(ngx_http_request_t *r)
 {
-    if (ngx_http_get_module_ctx(r, ngx_http_wicket_module) != NULL) {
+    wn_pass_t  *e;
+
+    e = ngx_http_get_module_ctx(r, ngx_http_wicket_module);
+
+    if (e == NULL) {
+        e = wn_passes(r);
+
+        if (e == NULL) {
+            e = &wn_in_lua;
+        }
+
+        ngx_http_set_ctx(r, e, ngx_http_wicket_module);
+    }
+
+    if (e != &wn_in_lua) {
         return NGX_DECLINED;
     }
 
@@ -1021,12 +1154,16 @@ wn_field_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t
 static ngx_int_t
 wn_passed_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t data)
 {
+    wn_pass_t  *ctx;
+
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;
 
     /* (Only with the gate in front of Lua's access handler: without it Lua ran all the same.) */
-    if (wn_lua_access != NULL && ngx_http_get_module_ctx(r, ngx_http_wicket_module) != NULL) {
+    ctx = ngx_http_get_module_ctx(r, ngx_http_wicket_module);
+
+    if (wn_lua_access != NULL && ctx != NULL && ctx != &wn_in_lua) {
         v->len = 1;
         v->data = (u_char *) "1";
 
@@ -1212,7 +1349,11 @@ wn_header_filter(ngx_http_request_t *r)
     /* The cookie the edge set for the client when it decided the request (`$wicket_lua_cookie`),
      * for the answers `add_header` would add it to: one variable read instead of `add_header`'s
      * script on every answer. */
-    if (wn_var(r, wn_lua_cookie_index, &cookie) == NGX_OK && cookie.len > 0) {
+    e = ngx_http_get_module_ctx(r, ngx_http_wicket_module);
+
+    if ((e == NULL || e->conf == NULL)   /* (passed here: Lua set nothing) */
+        && wn_var(r, wn_lua_cookie_index, &cookie) == NGX_OK && cookie.len > 0)
+    {
         switch (r->headers_out.status) {
         case NGX_HTTP_OK:
         case NGX_HTTP_CREATED:
@@ -1261,7 +1402,6 @@ wn_header_filter(ngx_http_request_t *r)
 
     /* This worker stops passing the session at once; wicket.lua tells the edge and the other
      * workers (it finds the session from the request's fields when it was not passed here). */
-    e = ngx_http_get_module_ctx(r, ngx_http_wicket_module);
     if (e != NULL && e->conf != NULL) {
         e->conf->till = 0;
     }
@@ -1348,17 +1488,9 @@ wn_native(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 wn_init(ngx_conf_t *cf)
 {
-    ngx_http_handler_pt        *h;
     ngx_http_core_main_conf_t  *cmcf;
 
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
-
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    *h = wn_access_handler;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = wn_header_filter;
@@ -1387,9 +1519,10 @@ wn_init(ngx_conf_t *cf)
 }
 
 
-/* Puts wn_gate in front of Lua's access handler in the worker's phase engine. Lua moves its handler
- * to the end of the access phase on its first request (after this module's, after allow/deny and
- * auth_basic); the gate moves with it. */
+/* Puts wn_gate in place of Lua's access handler in the worker's phase engine. Lua moves its handler
+ * to the end of the access phase on its first request (after allow/deny and auth_basic), the gate
+ * with it: no pass exists before wicket.lua's first access() in the worker, so none is taken
+ * before the move. */
 static ngx_int_t
 wn_init_process(ngx_cycle_t *cycle)
 {
