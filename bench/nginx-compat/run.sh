@@ -15,7 +15,7 @@
 # token and device): the "nginx-openresty" section of its page in bench/results/ and the `openresty_vs_plain` and
 # `openresty_distinct_vs_plain` keys of bench/results/summary.json.
 #
-#   bash bench/nginx-compat/run.sh           # defaults: CONNS=32 SECONDS_=8 ROUNDS=5 FANS=10000
+#   bash bench/nginx-compat/run.sh           # defaults: CONNS=32 SECONDS_=5 ROUNDS=5 FANS=10000
 #   ONLY_OPENRESTY=1 bash bench/nginx-compat/run.sh   # the second part alone
 #   OPENRESTY_BASELINE=<git revision> ...    # also that revision's OpenResty files, side by side
 #
@@ -30,7 +30,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 CONNS="${CONNS:-32}"
-SECONDS_="${SECONDS_:-8}"
+SECONDS_="${SECONDS_:-5}"
 ROUNDS="${ROUNDS:-5}"
 SERVER_CPU="${SERVER_CPU:-0}"
 WRK_CPU="${WRK_CPU:-1}"
@@ -417,15 +417,18 @@ for r in $(seq 1 "$ROUNDS"); do
     break
   fi
   # Plain nginx gets the very requests the paths get (the fan's cookies and user id: parsing them
-  # is nginx's work either way).
-  row plain "$NGINX1" "${FAN3[@]}" "http://127.0.0.1:$PLAIN/buy/ev-1/"
+  # is nginx's work either way). The OpenResty path and plain nginx run back to back, in turns
+  # first (a tenant's load that rises or falls across a pair counts against each in turn).
+  one_plain() { row plain "$NGINX1" "${FAN3[@]}" "http://127.0.0.1:$PLAIN/buy/ev-1/"; }
+  one_openresty() { row openresty "$NGINX3 $EDGE2_PID" "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"; }
+  distinct_plain() { FANS="$FANS_FILE" row plain_distinct "$NGINX1" "${DISTINCT[@]}" "http://127.0.0.1:$PLAIN/buy/ev-1/"; }
+  distinct_openresty() { FANS="$FANS_FILE" row openresty_distinct "$NGINX3 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"; }
+  if [ $(( r % 2 )) = 1 ]; then one_plain; one_openresty; else one_openresty; one_plain; fi
   row cached "$NGINX2 $EDGE2_PID" "${FAN2[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
-  row openresty "$NGINX3 $EDGE2_PID" "${FAN3[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
-  FANS="$FANS_FILE" row plain_distinct "$NGINX1" "${DISTINCT[@]}" "http://127.0.0.1:$PLAIN/buy/ev-1/"
+  warm_fans "http://127.0.0.1:$LUA/buy/ev-1/"
+  if [ $(( r % 2 )) = 1 ]; then distinct_plain; distinct_openresty; else distinct_openresty; distinct_plain; fi
   SECONDS_=2 run_fans "http://127.0.0.1:$CACHED/buy/ev-1/" >/dev/null
   FANS="$FANS_FILE" row cached_distinct "$NGINX2 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$CACHED/buy/ev-1/"
-  warm_fans "http://127.0.0.1:$LUA/buy/ev-1/"
-  FANS="$FANS_FILE" row openresty_distinct "$NGINX3 $EDGE2_PID" "${DISTINCT[@]}" "http://127.0.0.1:$LUA/buy/ev-1/"
   if [ -n "$BASE_LUA" ]; then
     row baseline "$NGINX4 $EDGE2_PID" "${FAN4[@]}" "http://127.0.0.1:$BASE_LUA/buy/ev-1/"
     warm_fans "http://127.0.0.1:$BASE_LUA/buy/ev-1/"
@@ -575,8 +578,8 @@ second). One fan: wrk repeats one admitted fan's request. Plain nginx gets the v
 and user id), one fan's and the distinct fans' in turn. {fans} fans: {fans} fans admitted through the edge, each
 with its own token, device cookie and user id; wrk's `distinct.lua` sends each request as the next fan's. Each
 nginx has 1 worker; nginx and the edge (1 thread) share CPU {os.environ["SERVER_CPU"]}, `wrk -t1 -c{conns}` runs on
-CPU {os.environ["WRK_CPU"]}. Rounds alternate; each distinct run follows the same load, unmeasured, so the fans
-are active: one request of every fan for the OpenResty path (a fan's first request after its session lapsed in
+CPU {os.environ["WRK_CPU"]}. In each round plain nginx and the OpenResty path run back to back, which of the two
+first alternating from round to round; the distinct runs follow the same load, unmeasured, so the fans are active: one request of every fan for the OpenResty path (a fan's first request after its session lapsed in
 nginx goes to the edge; the runs measure repeated requests), 2 s for the cached auth path. Ratios are medians
 of per-round ratios; every answer was a 2xx.
 Load average at the end: {os.environ["LOAD"]}.
