@@ -80,10 +80,10 @@ if ! "$deploy_venv/bin/kubernetes-validate" --version >/dev/null 2>&1 || ! "$dep
 fi
 
 export PATH="$PATH:/usr/sbin"
-# The README's run commands use these binaries as they are (cargo's default profile, each package's
-# own features): built here, `bash scripts/demo.sh` compiles nothing.
-cargo build -p wicket-edge --bin wicket
-cargo build -p wicket-core --bin wicket-core
+# Everything the tests and the quick benches run, once. (Not `-p wicket-edge` / `-p wicket-core` as well:
+# cargo resolves a package's dependency features apart from the workspace's, so each `-p` build compiled
+# wicket-edge, wicket-core and a few dependencies again — about 3-4 minutes of a cold run on 2 cores.
+# `bash scripts/demo.sh` builds its own on its first run.)
 cargo build --workspace --all-targets
 # The native fast path's module (edge/tests/nginx_compat.rs loads it; the tests would build it themselves).
 echo "nginx module: $(bash nginx-compat/native/build.sh target/nginx-native)"
