@@ -1150,7 +1150,8 @@ wn_field_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t
 }
 
 
-/* "1" when the module passed the request (Lua's access handler did not run for it), else "". */
+/* "1" when the module passed the request (Lua's access handler did not run for it, nor for the
+ * request it was redirected from), else "". */
 static ngx_int_t
 wn_passed_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t data)
 {
@@ -1163,7 +1164,7 @@ wn_passed_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_
     /* (Only with the gate in front of Lua's access handler: without it Lua ran all the same.) */
     ctx = ngx_http_get_module_ctx(r, ngx_http_wicket_module);
 
-    if (wn_lua_access != NULL && ctx != NULL && ctx != &wn_in_lua) {
+    if (wn_lua_access != NULL && ctx != NULL && ctx->conf != NULL) {
         v->len = 1;
         v->data = (u_char *) "1";
 
