@@ -482,17 +482,7 @@ async fn the_native_fast_path_holds_the_same_table_and_passes_repeats_without_lu
 /// answering, nothing passes past the freshness of the edge's config (three report intervals).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_native_fast_path_keeps_each_fan_apart_as_it_forgets_and_stops_with_the_edge() {
-    let (origin, _seen) = lenient_origin().await;
-    let edge = compat_edge("");
-    let pem = format!("{}/demo-ed25519.pub.pem", keys_dir());
-    let configure = format!(
-        "secret = \"{SECRET}\", decided_max = 2, keys = {{ [\"ed-1\"] = {{ alg = \"EdDSA\", public_key_file = \"{pem}\" }} }}"
-    );
-    let locations = format!(
-        "location /buy/ {{\n   include {{c}}/wicket-native-protect.conf;\n   add_header X-Wicket-Native $wicket_native_passed always;\n   \
-         proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"
-    );
-    let nginx = compat_native_nginx(&edge, &configure, &locations);
+    let (edge, nginx) = native_site("decided_max = 2, ").await;
     let url = |p: &str| format!("http://{}{p}", nginx.addr);
     let mut fans = Vec::new();
     for i in 0..5 {
@@ -547,28 +537,12 @@ async fn the_native_fast_path_keeps_each_fan_apart_as_it_forgets_and_stops_with_
 /// dropped it, a second before its confirmation would lapse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_native_fast_path_hands_a_session_the_reports_dropped_back_to_lua() {
-    let (origin, _seen) = lenient_origin().await;
-    let edge = compat_edge("");
-    let pem = format!("{}/demo-ed25519.pub.pem", keys_dir());
-    let configure = format!(
-        "secret = \"{SECRET}\", interval = 2, idle = 1, keys = {{ [\"ed-1\"] = {{ alg = \"EdDSA\", public_key_file = \"{pem}\" }} }}"
-    );
-    let locations = format!(
-        "location /buy/ {{\n   include {{c}}/wicket-native-protect.conf;\n   add_header X-Wicket-Native $wicket_native_passed always;\n   \
-         proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"
-    );
-    let nginx = compat_native_nginx(&edge, &configure, &locations);
+    let (edge, nginx) = native_site("interval = 2, idle = 1, ").await;
     let url = |p: &str| format!("http://{}{p}", nginx.addr);
     let mut fan = Client { user: "hana".into(), ..Client::default() };
     admit(&mut fan, &url).await;
     // nginx's reports are the edge's only `edge`-route requests while the fan's pass natively.
-    let reports = || async {
-        let text = edge.admin("GET", "/metrics", "").await.text();
-        text.lines()
-            .filter(|l| l.starts_with("wicket_edge_requests_total{") && l.contains("route=\"edge\""))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-            .sum::<f64>()
-    };
+    let reports = || edge_requests(&edge, "edge");
     async fn pass(fan: &mut Client, url: &str) -> bool {
         let r = fan.send(url, &[("wicket-user", "mallory")]).await;
         assert_eq!(r.status, 200, "{}", r.text());
@@ -615,17 +589,9 @@ async fn the_native_fast_path_hands_a_session_the_reports_dropped_back_to_lua() 
 /// before and after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_native_fast_path_reads_the_new_configurations_variables_after_a_reload() {
-    let (origin, _seen) = lenient_origin().await;
-    let edge = compat_edge("");
-    let pem = format!("{}/demo-ed25519.pub.pem", keys_dir());
-    let configure = format!("secret = \"{SECRET}\", keys = {{ [\"ed-1\"] = {{ alg = \"EdDSA\", public_key_file = \"{pem}\" }} }}");
-    let locations = format!(
-        "location /buy/ {{\n   include {{c}}/wicket-native-protect.conf;\n   add_header X-Wicket-Native $wicket_native_passed always;\n   \
-         proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"
-    );
+    let (_edge, mut nginx) = native_site("").await;
     // The harness's nginx runs without a master process; this one needs one: the same files, run
     // again with a master.
-    let mut nginx = compat_native_nginx(&edge, &configure, &locations);
     let _ = nginx.child.kill();
     let _ = nginx.child.wait();
     let conf_path = nginx.dir.path().join("nginx.conf");
@@ -801,11 +767,35 @@ async fn openresty_path_holds(native: bool) {
 
 /// The edge's count of protected-path decisions (each `/wicket/auth` about a protected path).
 async fn protected_requests(edge: &TestEdge) -> f64 {
+    edge_requests(edge, "protected").await
+}
+
+/// The edge's count of requests of `route`, every outcome.
+async fn edge_requests(edge: &TestEdge, route: &str) -> f64 {
     let text = edge.admin("GET", "/metrics", "").await.text();
+    let label = format!("route=\"{route}\"");
     text.lines()
-        .filter(|l| l.starts_with("wicket_edge_requests_total{") && l.contains("route=\"protected\""))
+        .filter(|l| l.starts_with("wicket_edge_requests_total{") && l.contains(&label))
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
         .sum()
+}
+
+/// The edge, an origin that echoes what it got, and nginx with the native fast path guarding
+/// `/buy/` (each answer says in `X-Wicket-Native` whether the module passed it); `configure`:
+/// more of wicket.lua's `configure{}` (each ending in ", ").
+async fn native_site(configure: &str) -> (TestEdge, NginxWith) {
+    let (origin, _seen) = lenient_origin().await;
+    let edge = compat_edge("");
+    let pem = format!("{}/demo-ed25519.pub.pem", keys_dir());
+    let configure = format!(
+        "secret = \"{SECRET}\", {configure}keys = {{ [\"ed-1\"] = {{ alg = \"EdDSA\", public_key_file = \"{pem}\" }} }}"
+    );
+    let locations = format!(
+        "location /buy/ {{\n   include {{c}}/wicket-native-protect.conf;\n   add_header X-Wicket-Native $wicket_native_passed always;\n   \
+         proxy_pass http://{origin};\n  }}\n  location / {{ proxy_pass http://{origin}; }}"
+    );
+    let nginx = compat_native_nginx(&edge, &configure, &locations);
+    (edge, nginx)
 }
 
 /// An EdDSA admission token signed with the edge's own demo key (so only its claims are wrong).
