@@ -15,17 +15,25 @@
 --  11 outbox    STREAM
 --  12 live      SET   CREATED/PAID/USED order ids (what the reconciler sums)
 --  13 order     HASH  the new order
+--  14 wait      HASH  the waitlist: jti -> turn|seen|until|qty|pools (admitted fans who met "sold out" while
+--                     unpaid holds could still give tickets back; first come, first served for those), and
+--                     `#turn`, the last turn given
 -- ARGV:
 --   1 order id  2 sku  3 qty  4 user
 --   5 phone  6 id_number  7 device   -- "" when absent, "=" .. value when present
 --   8 idempotency key  9 fingerprint  10 jti  11 jti expiry (unix ms)
---   12.. named seats (none = the first free ones for a seated pool)
+--   12 '1': join the waitlist when told SOLD_OUT with tickets returning, else '0'
+--   13.. named seats (none = the first free ones for a seated pool)
 -- Returns {code, detail, order fields (flat HGETALL)}:
 --   CREATED    ''            the new order
 --   REPLAY     <order id>    same key, same fingerprint: the caller reads that order
 --   IDEM_CONFLICT ''         same key, other fingerprint
 --   NOT_FOUND  ''            no such event
---   NOT_OPEN / PAUSED / TOKEN_REPLAY / SOLD_OUT ''
+--   NOT_OPEN / PAUSED / TOKEN_REPLAY ''
+--   SOLD_OUT   <left>|<returning>|<ahead>   left: what this hold may take now (under qty); returning: tickets
+--              of the short pools that may still become this fan's — in unpaid holds, or set aside for fans
+--              ahead on the waitlist (0: none can); ahead: tickets the waitlist holds for fans who met
+--              "sold out" before this one
 --   LIMIT      <dimension>
 --   SEAT_TAKEN <seat>
 --   REJECTED   <message>     the request does not fit the event; nothing written
@@ -55,7 +63,8 @@ local idem_field = user .. '\n' .. ARGV[8]
 local fp, jti = ARGV[9], ARGV[10]
 local jti_exp = tonumber(ARGV[11]) or 0
 local want_seats = {}
-for i = 12, #ARGV do want_seats[#want_seats + 1] = ARGV[i] end
+local wants_wait = ARGV[12] == '1'
+for i = 13, #ARGV do want_seats[#want_seats + 1] = ARGV[i] end
 
 -- Reads and checks.
 local meta = redis.call('HMGET', KEYS[1], 'opens', 'closes', 'hold', 'paused', 'limits', 'sku:' .. sku_id)
@@ -100,19 +109,83 @@ for _, lim in ipairs(split(meta[5], ',')) do
   if used + qty > max then return { 'LIMIT', d } end
 end
 
+-- The waitlist (issue #39): a fan admitted and told "sold out" while unpaid holds could still give
+-- tickets back, that asked to wait (ARGV[12]), stays first for them in the order fans met "sold out" (its
+-- turn) while it keeps asking (seen within WAIT_LIVE_MS) and its token lasts. Tickets the live fans ahead
+-- of this one wait for are not this hold's. Lapsed entries are dropped here.
+local WAIT_LIVE_MS, WAIT_MAX = 10000, 2000
+local wait_raw = redis.call('HGETALL', KEYS[14])
+local wait_n, mine = 0, nil
+local waiters = {}
+for i = 1, #wait_raw, 2 do
+  local f = split(wait_raw[i + 1], '|')
+  local turn, seen, untl = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
+  if wait_raw[i] == '#turn' then
+    -- the counter, not a fan
+  elseif seen + WAIT_LIVE_MS < now or untl <= now then
+    redis.call('HDEL', KEYS[14], wait_raw[i])
+  else
+    wait_n = wait_n + 1
+    if wait_raw[i] == jti then
+      mine = turn
+    else
+      waiters[#waiters + 1] = { turn, tonumber(f[4]), f[5] }
+    end
+  end
+end
+-- Tickets of pool `pid` the live fans ahead wait for.
+local function ahead_in(pid)
+  local n = 0
+  for _, w in ipairs(waiters) do
+    if mine == nil or w[1] < mine then
+      for q in string.gmatch(w[3], '[^,]+') do
+        if q == pid then n = n + w[2] break end
+      end
+    end
+  end
+  return n
+end
+-- A hold short of tickets: how many it may take now, how many may come back, and the waitlist's say.
+local function sold_out()
+  local left, returning, ahead = qty, nil, 0
+  for _, pid in ipairs(sku_pools) do
+    local p = redis.call('HMGET', KEYS[2], pid .. ':avail', pid .. ':held')
+    local a = ahead_in(pid)
+    local avail = tonumber(p[1]) or 0
+    local free = math.max(0, avail - a)
+    if free < left then left = free end
+    if free < qty then
+      -- What may still become this fan's: unpaid holds, and tickets set aside for fans ahead (who may lapse).
+      local h = (tonumber(p[2]) or 0) + math.min(avail, a)
+      if returning == nil or h < returning then returning = h end
+    end
+    if a > ahead then ahead = a end
+  end
+  returning = returning or 0
+  -- A fan on the list keeps its turn while tickets may come back (also when some are left, fewer than it
+  -- asked for); one not on it joins when none are left for it.
+  if wants_wait and returning > 0 and (mine ~= nil or (left == 0 and wait_n < WAIT_MAX)) then
+    local turn = mine or redis.call('HINCRBY', KEYS[14], '#turn', 1)
+    redis.call('HSET', KEYS[14], jti, table.concat({ turn, now, jti_exp, qty, sku[3] }, '|'))
+  elseif mine ~= nil then
+    redis.call('HDEL', KEYS[14], jti)
+  end
+  return { 'SOLD_OUT', left .. '|' .. returning .. '|' .. ahead }
+end
+
 local picks = {}        -- seat members <pool>/<seat> to take
 local seated = nil
 for _, pid in ipairs(sku_pools) do
   local p = redis.call('HMGET', KEYS[2], pid .. ':avail', pid .. ':slot')
   if not p[1] then return { 'REJECTED', 'sku ' .. sku_id .. ' names a missing pool ' .. pid } end
-  if tonumber(p[1]) < qty then return { 'SOLD_OUT', '' } end
+  if tonumber(p[1]) - ahead_in(pid) < qty then return sold_out() end
   if p[2] then
     seated = pid
     picks = {}
     if #want_seats == 0 then
       local base = tonumber(p[2]) * 1000000
       picks = redis.call('ZRANGEBYSCORE', KEYS[3], base, base + 999999, 'LIMIT', 0, qty)
-      if #picks < qty then return { 'SOLD_OUT', '' } end
+      if #picks < qty then return sold_out() end
     else
       if #want_seats ~= qty then return { 'REJECTED', 'seats must name exactly qty seats' } end
       local chosen = {}
@@ -163,6 +236,7 @@ redis.call('ZADD', KEYS[9], expires, oid)
 redis.call('HSET', KEYS[7], idem_field, fp .. '\n' .. oid)
 redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
 redis.call('ZADD', KEYS[8], jti_exp, jti)
+if mine ~= nil then redis.call('HDEL', KEYS[14], jti) end
 redis.call('SADD', KEYS[12], oid)
 redis.call('XADD', KEYS[11], '*', 'o', oid, 's', 'CREATED', 'v', '1', 'at', tostring(now), 'k', 'created',
   'amt', string.format('%.0f', amount))

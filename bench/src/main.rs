@@ -301,6 +301,7 @@ async fn main() -> anyhow::Result<()> {
                 "scenario": r.scenario, "users": r.users, "seats": r.seats, "seconds": r.seconds,
                 "admitted": r.admitted, "sold": r.sold, "abandoned": r.abandoned, "still_waiting": r.still_waiting, "sellout_seconds": r.sellout_seconds, "held_through_seconds": r.held_through_seconds,
                 "admitted_sold_out_share": r.admitted_sold_out_share, "seat_order": r.seat_order,
+                "waitlisted": r.waitlisted, "waitlisted_seated": r.waitlisted_seated,
                 "oversold": r.oversold, "double_sold": r.double_sold, "over_limit_users": r.over_limit_users,
                 "fifo_tau": if r.fifo_tau.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau) },
                 "fifo_tau_send_order": if r.fifo_tau_send_order.is_nan() { serde_json::Value::Null } else { serde_json::json!(r.fifo_tau_send_order) },

@@ -571,7 +571,7 @@ p99-target-ms = {p99}
             rb = rb.header("Cookie", cookies);
         }
         let r = rb
-            .json(&json!({"sku": sku, "qty": qty, "idempotency_key": format!("{user}-1"), "identity": {"phone": format!("p-{user}")}}))
+            .json(&json!({"sku": sku, "qty": qty, "idempotency_key": format!("{user}-1"), "identity": {"phone": format!("p-{user}")}, "wait": true}))
             .send()
             .await?;
         let status = r.status().as_u16();

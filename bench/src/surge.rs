@@ -238,6 +238,9 @@ struct User {
     /// The fan's hold got an answer (they tried to buy), and it was "sold out" (admitted, no seat).
     hold_tried: bool,
     hold_sold_out: bool,
+    /// Told "sold out for now" at the hold (`restock_possible`): on the core's waitlist, asking again
+    /// (issue #39); since when (ms since start).
+    waitlisted: Option<u64>,
     /// The last answer before the fan saw "admitted": (state, `poll_after_ms`, `ahead`, ms since
     /// start) — how long the room let it wait before its turn was seen.
     last_told: Option<(&'static str, u64, Option<u64>, u64)>,
@@ -267,6 +270,10 @@ pub struct SurgeReport {
     /// Of the fans admitted (bots too), the share whose hold met "sold out": admitted, and no seat
     /// (issue #39: admitted should mean a seat). 0 when nobody was admitted.
     pub admitted_sold_out_share: f64,
+    /// Admitted fans told "sold out for now" at their hold (on the core's waitlist), and of them those
+    /// who got tickets that came back (issue #39).
+    pub waitlisted: u64,
+    pub waitlisted_seated: u64,
     /// Among pairs of fans (not bots) who tried to buy where exactly one got tickets (a hold was
     /// made), the share where that one came first in the queue's order ([`crate::stats::seat_order`]):
     /// join order, but in a random room (its pre-queue drawn on purpose) admission order, to the
@@ -591,6 +598,7 @@ pub async fn run(s: Scenario, progress: bool) -> anyhow::Result<SurgeReport> {
                 held_ms: None,
                 hold_tried: false,
                 hold_sold_out: false,
+                waitlisted: None,
                 last_told: None,
             })
         })
@@ -1047,7 +1055,11 @@ async fn step(sh: &Shared, u: u32) {
             {
                 let mut g = sh.users[u as usize].lock();
                 g.hold_tried = true;
-                g.hold_sold_out |= status == 409 && body["error"] == "sold_out";
+                let for_now = status == 409 && body["error"] == "sold_out" && body["restock_possible"] == true;
+                g.hold_sold_out |= status == 409 && body["error"] == "sold_out" && !for_now;
+                if for_now {
+                    g.waitlisted.get_or_insert(sh.now_ms());
+                }
             }
             match status {
                 // 200: a replay answered from the order it made.
@@ -1069,6 +1081,18 @@ async fn step(sh: &Shared, u: u32) {
                         drop(g);
                         finish(sh, u, Outcome::Abandoned);
                     }
+                }
+                // Sold out for now: the core keeps this fan first for tickets that come back while it asks
+                // again within 10 s (`Retry-After: 2`); it gives up after WAITLIST_PATIENCE_MS.
+                409 if body["error"] == "sold_out" && body["restock_possible"] == true => {
+                    let mut g = sh.users[u as usize].lock();
+                    if g.waitlisted.is_some_and(|since| sh.now_ms().saturating_sub(since) > WAITLIST_PATIENCE_MS) {
+                        g.hold_sold_out = true;
+                        drop(g);
+                        return leave(sh, u, Outcome::SoldOut);
+                    }
+                    drop(g);
+                    sh.schedule(u, sh.now_ms() + 1500 + jitter % 1000);
                 }
                 409 if body["error"] == "sold_out" => leave(sh, u, Outcome::SoldOut),
                 // Fewer left than the fan asked for: it takes those (same token, still unused).
@@ -1178,6 +1202,9 @@ async fn step(sh: &Shared, u: u32) {
 
 /// A fan told to ask again within this listens on the event stream, as the page would.
 const NEAR_POLL_MS: u64 = 2000;
+/// How long a fan told "sold out for now" at its hold keeps asking for tickets that come back (the
+/// run's holds last `hold_seconds`, 20 s: an unpaid one comes back within it).
+const WAITLIST_PATIENCE_MS: u64 = 60_000;
 /// Event streams the bench holds open at once; the fans past it poll.
 const STREAMS_MAX: usize = 4000;
 
@@ -1382,7 +1409,7 @@ fn write_users(sh: &Shared, path: &str, orders: &[Value]) -> anyhow::Result<()> 
         *paid.entry(o["user"].as_str().unwrap_or("")).or_default() += o["qty"].as_u64().unwrap_or(0);
     }
     let ms = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
-    let mut out = String::from("user,bot,join_seq,joined_ms,position,admitted_ms,held_ms,outcome,paid_qty,hold_sold_out,last_state,last_poll_after_ms,last_ahead,last_at_ms\n");
+    let mut out = String::from("user,bot,join_seq,joined_ms,position,admitted_ms,held_ms,outcome,paid_qty,hold_sold_out,last_state,last_poll_after_ms,last_ahead,last_at_ms,waitlisted_ms\n");
     for (i, u) in sh.users.iter().enumerate() {
         let g = u.lock();
         let id = format!("u{i}");
@@ -1392,7 +1419,7 @@ fn write_users(sh: &Shared, path: &str, orders: &[Value]) -> anyhow::Result<()> 
             None => ("", String::new(), String::new(), String::new()),
         };
         out += &format!(
-            "{id},{},{},{},{},{},{},{:?},{bought},{},{ls},{lp},{la},{lt}\n",
+            "{id},{},{},{},{},{},{},{:?},{bought},{},{ls},{lp},{la},{lt},{}\n",
             u8::from(g.bot),
             g.join_seq,
             ms(g.joined_ms),
@@ -1400,7 +1427,8 @@ fn write_users(sh: &Shared, path: &str, orders: &[Value]) -> anyhow::Result<()> 
             ms(g.admitted_ms),
             ms(g.held_ms),
             g.outcome,
-            u8::from(g.hold_sold_out)
+            u8::from(g.hold_sold_out),
+            ms(g.waitlisted)
         );
     }
     std::fs::write(path, out).map_err(|e| anyhow::anyhow!("writing {path}: {e}"))
@@ -1501,6 +1529,7 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
     let mut timed: Vec<(u64, u64, u64)> = Vec::new();
     let mut abandoned = 0;
     let (mut admitted_all, mut admitted_bots, mut admitted_sold_out) = (0u64, 0u64, 0u64);
+    let (mut waitlisted, mut waitlisted_seated) = (0u64, 0u64);
     // Fans who tried to buy: (join order, got tickets), for the seat order.
     let mut buyers: Vec<(u64, bool)> = Vec::new();
     for (i, u) in sh.users.iter().enumerate() {
@@ -1511,7 +1540,10 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         if g.admitted_ms.is_some() {
             admitted_all += 1;
             admitted_bots += u64::from(g.bot);
-            admitted_sold_out += u64::from(g.hold_sold_out);
+            // A fan still on the waitlist when the run ended has no seat either.
+            admitted_sold_out += u64::from(g.hold_sold_out || (g.waitlisted.is_some() && g.held_ms.is_none()));
+            waitlisted += u64::from(g.waitlisted.is_some());
+            waitlisted_seated += u64::from(g.waitlisted.is_some() && g.held_ms.is_some());
         }
         if !g.bot && g.hold_tried {
             let order = if sh.s.random { g.admitted_ms.unwrap_or(u64::MAX) } else { g.join_seq };
@@ -1573,6 +1605,8 @@ async fn report(sh: &Shared, samples: &[(f64, Value, Value)], core_windows: &[(f
         sellout_seconds: sellout,
         held_through_seconds: held_through,
         admitted_sold_out_share: if admitted_all == 0 { 0.0 } else { admitted_sold_out as f64 / admitted_all as f64 },
+        waitlisted,
+        waitlisted_seated,
         seat_order: seat_order(&mut buyers),
         paid_out_seconds: paid_out,
         oversold,
@@ -1847,6 +1881,7 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
             "fifo_pairs_judged": if r.fifo_tau.is_nan() { Value::Null } else { json!((r.fifo_pairs_judged * 10_000.0).round() / 10_000.0) },
             "edge_rss_mb": r.edge_rss_mb, "sellout_seconds": r.sellout_seconds, "held_through_seconds": r.held_through_seconds, "paid_out_seconds": r.paid_out_seconds, "admitted": r.admitted,
             "admitted_sold_out_share": r.admitted_sold_out_share, "seat_order": r.seat_order,
+            "waitlisted": r.waitlisted, "waitlisted_seated": r.waitlisted_seated,
             "sold": r.sold, "abandoned": r.abandoned, "still_waiting": r.still_waiting, "seconds": r.seconds, "requests_per_second": r.requests_per_second.round(),
             "bots_share_of_seats": r.bots_share_of_seats, "bots_share_of_population": r.bots_share_of_population,
             "bots_share_of_admitted": r.bots_share_of_admitted,
@@ -1878,7 +1913,8 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
          | still queued at the end | {waiting} |\n\
          | time to sell out (tickets held = seats / `available` 0 / every ticket paid) | {held_through} / {sellout} / {paid_out} |\n| oversold | {oversold} |\n| double-sold seats | {double} |\n\
          | users over their limit | {overlimit} |\n| FIFO Kendall τ (place vs join order; pairs whose joins overlapped left out / every pair by send order) | {tau} / {tau_send} |\n\
-         | admitted who met \"sold out\" at their hold (share of the admitted) | {aso:.3} |\n\
+         | admitted who met \"sold out\" at their hold and got no seat (share of the admitted) | {aso:.3} |\n\
+         | admitted told \"sold out for now\" at their hold (the core's waitlist) / of them seated from tickets that came back | {wl} / {wls} |\n\
          | seat order (pairs of buyers, exactly one with tickets: the share of the one first in the queue's order — join order, admission order in a random room) | {seat_order} |\n\
          | 1-s windows with the core's hold P99 ≤ target (core histogram) | {ok:.3} of {nw} |\n\
          | 1-s windows with hold P99 ≤ target at the bench's clients (end to end) | {cok:.3} of {cnw} |\n{drop}| longest stall (no fan admitted while fans wait, not sold out, core within target) | {stall} |\n\
@@ -1909,6 +1945,8 @@ pub fn publish(r: &SurgeReport, command: &str) -> anyhow::Result<()> {
         double = r.double_sold,
         overlimit = r.over_limit_users,
         aso = r.admitted_sold_out_share,
+        wl = r.waitlisted,
+        wls = r.waitlisted_seated,
         seat_order = r.seat_order.map_or_else(|| "no such pair".to_string(), |o| format!("{o:.4}")),
         tau = if r.fifo_tau.is_nan() { "n/a (random pre-queue)".to_string() } else { format!("{:.4}", r.fifo_tau) },
         tau_send = if r.fifo_tau_send_order.is_nan() { "n/a".to_string() } else { format!("{:.4}", r.fifo_tau_send_order) },
@@ -1955,6 +1993,8 @@ fn publish_crashes(r: &SurgeReport, c: &CrashFigures, command: &str) -> anyhow::
         ("sellout_seconds", json!(r.sellout_seconds.map(round))),
         ("paid_out_seconds", json!(r.paid_out_seconds.map(round))),
         ("admitted_sold_out_share", json!((r.admitted_sold_out_share * 10_000.0).round() / 10_000.0)),
+        ("waitlisted", json!(r.waitlisted)),
+        ("waitlisted_seated", json!(r.waitlisted_seated)),
         ("seat_order", json!(r.seat_order.map(|o| (o * 10_000.0).round() / 10_000.0))),
         ("kills_while_selling", json!(c.kills_while_selling)),
     ];

@@ -448,6 +448,9 @@ struct HoldBody {
     identity: Identity,
     #[serde(default)]
     seats: Option<Vec<String>>,
+    /// Join the waitlist when told "sold out" while unpaid holds may give tickets back (issue #39).
+    #[serde(default)]
+    wait: bool,
 }
 
 fn bounded(name: &str, v: &Option<String>) -> Result<(), ApiError> {
@@ -483,7 +486,8 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
     // Idempotency first, then shortcuts: a replay (same user, key and body) is answered from the order it
     // made, even while the SKU is remembered sold out or holds are paused for a re-check. Only when a shortcut
     // would answer is the store asked (one read); otherwise the hold step does the same check itself.
-    let sold_out = st.is_sold_out(&event, &b.sku);
+    // A hold that asks to wait always reaches the store: the waitlist is there.
+    let sold_out = !b.wait && st.is_sold_out(&event, &b.sku);
     if sold_out || st.is_rechecking() {
         match st.store.find_replay(&event, &claims.sub, &b.idempotency_key, &fingerprint).await.map_err(StoreError::read)? {
             Some(HoldOutcome::Replay(o)) => {
@@ -532,6 +536,7 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
         fingerprint,
         jti: claims.jti,
         jti_expires_ms,
+        wait: b.wait,
     };
     let outcome = st.store.hold(&req).await.inspect_err(|e| {
         st.metrics.store_errors.with_label_values(&[store_error_kind(e)]).inc();
@@ -539,7 +544,9 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
     let label = match &outcome {
         HoldOutcome::Created(_) => "created",
         HoldOutcome::Replay(_) => "replay",
-        HoldOutcome::SoldOut => "sold_out",
+        HoldOutcome::SoldOut(so) if so.left > 0 => "not_enough_left",
+        HoldOutcome::SoldOut(so) if so.returning > 0 && req.wait => "waitlisted",
+        HoldOutcome::SoldOut(_) => "sold_out",
         HoldOutcome::LimitExceeded(_) => "limit",
         HoldOutcome::TokenReplay => "token_replay",
         HoldOutcome::IdemConflict => "idem_conflict",
@@ -556,25 +563,32 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
             Ok(json_response(StatusCode::CREATED, hold_json(&o)))
         }
         HoldOutcome::Replay(o) => Ok(json_response(StatusCode::OK, hold_json(&o))),
-        HoldOutcome::SoldOut => {
-            let left = match st.store.stock(&event).await {
-                Ok(Some(s)) => s.skus.get(&req.sku).map(|k| k.available),
-                _ => None,
-            };
-            match left {
-                // Fewer left than asked for (or some came back since): say how many, so the buyer may
-                // take those — the token is still unused.
-                Some(n) if n > 0 => Err(ApiError {
-                    available: Some(n),
-                    ..ApiError::conflict("not_enough_left", format!("only {n} left of {}", req.sku))
-                }),
-                _ => {
-                    if left == Some(0) {
-                        st.sold_out.write().insert((event.clone(), req.sku.clone()), Instant::now() + SOLD_OUT_TTL);
-                    }
-                    Err(ApiError::conflict("sold_out", "not enough tickets left"))
-                }
-            }
+        HoldOutcome::SoldOut(so) if so.left > 0 => {
+            // Fewer left than asked for: say how many, so the buyer may take those — the token is still unused.
+            Err(ApiError {
+                available: Some(so.left),
+                ..ApiError::conflict("not_enough_left", format!("only {} left of {}", so.left, req.sku))
+            })
+        }
+        HoldOutcome::SoldOut(so) if so.returning > 0 && req.wait => {
+            // Sold out for now: unpaid holds may give tickets back, and this fan is on the waitlist for
+            // them (issue #39) while it asks again within `WAIT_LIVE_MS` with the same, still unused, token.
+            let body = json!({
+                "error": "sold_out",
+                "message": "every ticket is held for now; unpaid holds may give some back, and fans told this first get them first: ask again within 10 s to keep your turn",
+                "restock_possible": true,
+                "returning": so.returning,
+                "waitlist_ahead": so.ahead,
+            });
+            let mut resp = json_response(StatusCode::CONFLICT, body);
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+            resp.extensions_mut().insert(ErrorCode("sold_out"));
+            Ok(resp)
+        }
+        HoldOutcome::SoldOut(_) => {
+            // Remembered for a moment, so a rush of holds that do not wait is answered without the store.
+            st.sold_out.write().insert((event.clone(), req.sku.clone()), Instant::now() + SOLD_OUT_TTL);
+            Err(ApiError::conflict("sold_out", "not enough tickets left"))
         }
         HoldOutcome::LimitExceeded(d) => {
             Err(ApiError::conflict("limit_exceeded", format!("the purchase limit per {} is reached", d.as_str())))

@@ -307,6 +307,10 @@ pub struct HoldRequest {
     pub jti: String,
     /// When the jti may be forgotten (token `exp` + leeway), unix ms.
     pub jti_expires_ms: i64,
+    /// The buyer will ask again when told "sold out" while tickets may come back: put it on the waitlist
+    /// ([`SoldOut`]). Not part of the fingerprint.
+    #[serde(default)]
+    pub wait: bool,
 }
 
 impl HoldRequest {
@@ -412,7 +416,8 @@ pub enum HoldOutcome {
     Created(Order),
     /// Same idempotency key and body as an earlier hold: that order.
     Replay(Order),
-    SoldOut,
+    /// Fewer tickets than asked for are this hold's: what it may take now, and the waitlist's say.
+    SoldOut(SoldOut),
     /// A limit on this dimension would be exceeded.
     LimitExceeded(Dimension),
     TokenReplay,
@@ -427,6 +432,26 @@ pub enum HoldOutcome {
     /// max, a limit on a dimension the hold does not carry); nothing was written.
     Rejected(String),
 }
+
+/// A hold short of tickets (issue #39). A fan admitted and told "sold out" while unpaid holds could still
+/// give tickets back is put on the event's **waitlist**: it is first for the tickets that come back, in the
+/// order fans met "sold out", while it asks again within [`WAIT_LIVE_MS`] and its admission token lasts;
+/// tickets the live fans ahead of a hold wait for are not that hold's to take. At most [`WAIT_MAX`] fans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SoldOut {
+    /// What this hold may take now (under its `qty`): `409 not_enough_left` when not 0.
+    pub left: u64,
+    /// Tickets of the pools it is short of that may still become its fan's (the fewest over them): in
+    /// unpaid holds, or set aside for fans ahead on the waitlist; 0 means none can, sold out for good.
+    pub returning: u64,
+    /// Tickets the waitlist holds for fans who met "sold out" before this one (the most over its pools).
+    pub ahead: u64,
+}
+
+/// How long a fan stays on the waitlist without asking again ([`SoldOut`]).
+pub const WAIT_LIVE_MS: i64 = 10_000;
+/// Most fans on an event's waitlist ([`SoldOut`]); a fan past it is told "sold out" without a place.
+pub const WAIT_MAX: usize = 2_000;
 
 /// A payment callback or a positive payment query, ready for the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -510,6 +535,9 @@ pub struct StockView {
     /// Tickets in those holds, ever (`hold_units / holds` is the mean tickets per hold).
     #[serde(default)]
     pub hold_units: u64,
+    /// Tickets the waitlist's live fans wait for ([`SoldOut`]): back in `available`, but theirs first.
+    #[serde(default)]
+    pub waiting: u64,
 }
 
 /// One state change in an event's outbox.

@@ -166,7 +166,7 @@ async fn a_replay_survives_a_restart() {
     let other = HoldRequest { idempotency_key: "other".into(), ..conformance::req("ev", "bob", "park", 1) };
     let spent = HoldRequest { jti: r.jti.clone(), ..other.clone() };
     assert_eq!(s.hold(&spent).await.unwrap(), HoldOutcome::TokenReplay);
-    assert_eq!(s.hold(&other).await.unwrap(), HoldOutcome::SoldOut);
+    assert!(matches!(s.hold(&other).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, .. })));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,4 +336,34 @@ async fn a_write_error_is_refused_and_rolled_back() {
     for o in &acked {
         assert_eq!(s.get_order(&o.order_id).await.unwrap().as_ref(), Some(o));
     }
+}
+
+/// A fan on the waitlist that stops asking loses its turn after `WAIT_LIVE_MS` (and so does one whose token
+/// expired): the tickets it waited for go to the next fan. Asking again in time keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waitlist_turn_lapses_when_its_fan_stops_asking() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let s = open(dir.path(), &clock, small_snapshots());
+    let now = s.now_ms().await.unwrap();
+    s.put_event("ev", &conformance::spec(now, 1, 1, 1, &[]), false).await.unwrap();
+    let a = conformance::created(&*s, &conformance::req("ev", "a", "park", 1)).await;
+    let cat = HoldRequest { wait: true, ..conformance::req("ev", "cat", "park", 1) };
+    let dan = HoldRequest { wait: true, jti_expires_ms: now + 12_000, ..conformance::req("ev", "dan", "park", 1) };
+    let eve = conformance::req("ev", "eve", "park", 1);
+    assert_eq!(s.hold(&cat).await.unwrap(), conformance::sold_out(0, 1, 0));
+    assert_eq!(s.hold(&dan).await.unwrap(), conformance::sold_out(0, 1, 1));
+    s.close(&a.order_id, CloseReason::Cancelled).await.unwrap();
+    // Cat asked 9 s ago: still its ticket. Dan asks again and keeps its turn.
+    clock.advance_ms(9_000);
+    assert_eq!(s.hold(&eve).await.unwrap(), conformance::sold_out(0, 1, 2));
+    assert_eq!(s.hold(&dan).await.unwrap(), conformance::sold_out(0, 1, 1));
+    // Cat has not asked for over 10 s: its turn lapsed, the ticket is Dan's, not Eve's.
+    clock.advance_ms(2_000);
+    assert_eq!(s.stock("ev").await.unwrap().unwrap().waiting, 1);
+    assert_eq!(s.hold(&eve).await.unwrap(), conformance::sold_out(0, 1, 1));
+    // Dan's token expires before it comes back: its turn with it; Eve holds.
+    clock.advance_ms(1_500);
+    assert_eq!(s.stock("ev").await.unwrap().unwrap().waiting, 0);
+    conformance::created(&*s, &eve).await;
 }

@@ -766,3 +766,9 @@ async fn fewer_left_is_said_and_holds_are_counted_durable_store() {
     let c = TestCore::start(Arc::new(store)).await;
     common::core_server::fewer_left_and_hold_counts(&c, "ev").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_hold_is_first_for_a_ticket_that_comes_back_memory_store() {
+    let c = TestCore::start(embedded()).await;
+    common::core_server::a_waiting_hold_is_first_for_a_ticket_that_comes_back(&c, "ev").await;
+}

@@ -74,3 +74,10 @@ async fn dead_redis_is_a_quick_503_and_heals_without_a_restart() {
     let (_, stock) = c.get_json("/v1/events/ev/stock", false).await;
     assert_eq!(stock["pools"]["park"]["held"], 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_hold_is_first_for_a_ticket_that_comes_back() {
+    let redis = RedisServer::start();
+    let c = TestCore::start(redis_store(&redis.url()).await).await;
+    common::core_server::a_waiting_hold_is_first_for_a_ticket_that_comes_back(&c, "ev").await;
+}

@@ -117,6 +117,7 @@ impl Gen {
             fingerprint: String::new(),
             jti: format!("j{}", self.n),
             jti_expires_ms: i64::MAX / 4,
+            wait: self.rng.random_bool(0.5),
         };
         r.fingerprint = HoldRequest::fingerprint_of(&r.sku, r.qty, &r.identity, &r.seats);
         r

@@ -109,7 +109,7 @@ async fn script_flush_during_a_concurrent_sale() {
                             mine += 1;
                             break;
                         }
-                        Ok(HoldOutcome::SoldOut) => return mine,
+                        Ok(HoldOutcome::SoldOut(_)) => return mine,
                         Ok(other) => panic!("unexpected {other:?}"),
                         Err(_) => {
                             errors.fetch_add(1, Ordering::Relaxed);
@@ -151,7 +151,7 @@ async fn sigkill_mid_sale_loses_nothing_acknowledged() {
                 let (o, e) = hold_retrying(&*s, &r, Duration::from_secs(30)).await;
                 errors += e;
                 let Some(order) = order_of(&o).cloned() else {
-                    assert_eq!(o, HoldOutcome::SoldOut);
+                    assert!(matches!(o, HoldOutcome::SoldOut(_)), "{o:?}");
                     return (acked, errors);
                 };
                 acked.push((order.order_id.clone(), OrderState::Created));
@@ -386,8 +386,8 @@ async fn two_core_instances_sell_exactly_the_capacity() {
                 }
                 match s.hold(&r).await.unwrap() {
                     HoldOutcome::Created(o) => mine += o.qty as u64,
-                    HoldOutcome::SoldOut if r.qty == 1 => return mine,
-                    HoldOutcome::SoldOut => {}
+                    HoldOutcome::SoldOut(_) if r.qty == 1 => return mine,
+                    HoldOutcome::SoldOut(_) => {}
                     other => panic!("unexpected {other:?}"),
                 }
             }

@@ -40,8 +40,8 @@ use super::{MAX_OUTBOX_PAGE, SaleStore, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::model::{
     CloseReason, Dimension, EventRecord, EventSpec, FieldError, HoldOutcome, HoldRequest, Order, OrderState,
-    OutboxEntry, PayOutcome, PaymentRequest, PoolStock, PutEventOutcome, ReconcileReport, SkuStock, StockView,
-    TransitionOutcome, event_of_order, reconcile_from,
+    OutboxEntry, PayOutcome, PaymentRequest, PoolStock, PutEventOutcome, ReconcileReport, SkuStock, SoldOut,
+    StockView, TransitionOutcome, WAIT_LIVE_MS, WAIT_MAX, event_of_order, reconcile_from,
 };
 
 /// In-process [`SaleStore`]: durable ([`open`](Self::open)) or in memory ([`new`](Self::new)).
@@ -104,6 +104,28 @@ struct EventState {
     last_id: (i64, u64),
     /// Holds ever made and their tickets (`StockView::holds`, `hold_units`).
     holds: (u64, u64),
+    /// The waitlist ([`crate::model::SoldOut`]): admission-token jti → its fan. Soft state, neither
+    /// journaled nor in snapshots: after a restart its fans are back on it at their next ask (Redis keeps
+    /// it with the event's other keys).
+    wait: HashMap<String, Waiter>,
+    /// The last turn given on the waitlist.
+    wait_turn: u64,
+}
+
+/// A fan on the waitlist (lua/hold.lua's `wait` entry).
+struct Waiter {
+    /// Its turn (the order fans met "sold out"); when it last asked, when its token expires (ms).
+    turn: u64,
+    seen: i64,
+    until: i64,
+    qty: u64,
+    pools: Vec<String>,
+}
+
+impl Waiter {
+    fn live(&self, now: i64) -> bool {
+        self.seen + WAIT_LIVE_MS >= now && self.until > now
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -182,6 +204,8 @@ impl EventState {
             outbox: Vec::new(),
             last_id: (0, 0),
             holds: (0, 0),
+            wait: HashMap::new(),
+            wait_turn: 0,
         }
     }
 
@@ -201,8 +225,9 @@ impl EventState {
         });
     }
 
-    fn stock(&self) -> StockView {
-        let mut view = StockView { holds: self.holds.0, hold_units: self.holds.1, ..StockView::default() };
+    fn stock(&self, now: i64) -> StockView {
+        let waiting = self.wait.values().filter(|w| w.live(now)).map(|w| w.qty).sum();
+        let mut view = StockView { holds: self.holds.0, hold_units: self.holds.1, waiting, ..StockView::default() };
         for (id, p) in &self.pools {
             view.pools.insert(
                 id.clone(),
@@ -530,21 +555,64 @@ impl State {
                 return no(HoldOutcome::LimitExceeded(limit.dimension));
             }
         }
+        // The waitlist (lua/hold.lua's): lapsed fans dropped, then the tickets of each pool that live fans
+        // who met "sold out" before this one wait for.
+        ev.wait.retain(|_, w| w.live(now));
+        let mine = ev.wait.get(&req.jti).map(|w| w.turn);
+        let ahead_in = |ev: &EventState, pid: &str| -> u64 {
+            ev.wait
+                .iter()
+                .filter(|(j, w)| *j != &req.jti && mine.is_none_or(|m| w.turn < m))
+                .filter(|(_, w)| w.pools.iter().any(|p| p == pid))
+                .map(|(_, w)| w.qty)
+                .sum()
+        };
+        let sold_out = |ev: &mut EventState| {
+            let (mut left, mut returning, mut ahead) = (qty, None::<u64>, 0);
+            for pid in &sku.pools {
+                let a = ahead_in(ev, pid);
+                let (avail, held) = ev.pools.get(pid).map_or((0, 0), |p| (p.available, p.held));
+                let free = avail.saturating_sub(a);
+                left = left.min(free);
+                if free < qty {
+                    // What may still become this fan's: unpaid holds, and tickets set aside for fans ahead.
+                    let may = held + avail.min(a);
+                    returning = Some(returning.map_or(may, |r| r.min(may)));
+                }
+                ahead = ahead.max(a);
+            }
+            let returning = returning.unwrap_or(0);
+            // A fan on the list keeps its turn while tickets may come back (also when some are left, fewer
+            // than it asked for); one not on it joins when none are left for it.
+            if req.wait && returning > 0 && (mine.is_some() || (left == 0 && ev.wait.len() < WAIT_MAX)) {
+                let turn = mine.unwrap_or_else(|| {
+                    ev.wait_turn += 1;
+                    ev.wait_turn
+                });
+                let w = Waiter { turn, seen: now, until: req.jti_expires_ms, qty, pools: sku.pools.clone() };
+                ev.wait.insert(req.jti.clone(), w);
+            } else {
+                ev.wait.remove(&req.jti);
+            }
+            Ok((HoldOutcome::SoldOut(SoldOut { left, returning, ahead }), false))
+        };
         let mut seat_picks: Vec<usize> = Vec::new();
         let mut seated_pool: Option<String> = None;
         for pid in &sku.pools {
-            let Some(pool) = ev.pools.get(pid) else {
+            let short = ev.pools.get(pid).map(|pool| pool.available < qty + ahead_in(ev, pid));
+            let Some(short) = short else {
                 return no(HoldOutcome::Rejected(format!("sku {} names a missing pool {pid}", sku.id)));
             };
-            if pool.available < qty {
-                return no(HoldOutcome::SoldOut);
+            if short {
+                return sold_out(ev);
             }
+            let pool = &ev.pools[pid];
             if let Some(seats) = &pool.seats {
                 seated_pool = Some(pid.clone());
                 if req.seats.is_empty() {
                     seat_picks = seats.free.iter().take(req.qty as usize).copied().collect();
                     if seat_picks.len() < req.qty as usize {
-                        return no(HoldOutcome::SoldOut);
+                        return sold_out(ev);
                     }
                 } else {
                     if req.seats.len() != req.qty as usize {
@@ -567,6 +635,7 @@ impl State {
         }
         may_write!(w);
         // Writes.
+        ev.wait.remove(&req.jti);
         ev.holds = (ev.holds.0 + 1, ev.holds.1 + qty);
         let mut seat_names = Vec::new();
         for pid in &sku.pools {
@@ -1367,7 +1436,8 @@ impl SaleStore for EmbeddedStore {
     }
 
     async fn stock(&self, id: &str) -> Result<Option<StockView>, StoreError> {
-        self.read(|st| st.events.get(id).map(EventState::stock)).await
+        let now = self.inner.clock.now_ms();
+        self.read(|st| st.events.get(id).map(|ev| ev.stock(now))).await
     }
 
     async fn hold(&self, req: &HoldRequest) -> Result<HoldOutcome, StoreError> {
@@ -1507,7 +1577,7 @@ impl SaleStore for EmbeddedStore {
                     *target.entry(p.clone()).or_insert(0) += o.qty as u64;
                 }
             }
-            Some(reconcile_from(&ev.stock(), &held, &sold))
+            Some(reconcile_from(&ev.stock(0), &held, &sold))
         })
         .await
     }

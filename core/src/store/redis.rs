@@ -56,7 +56,7 @@ use super::{MAX_OUTBOX_PAGE, SaleStore, ServerId, StoreError};
 use crate::model::{
     CloseReason, Dimension, EventRecord, EventSpec, FieldError, HoldOutcome, HoldRequest, Identity, Order,
     OrderState, OutboxEntry, PayOutcome, PaymentRequest, PoolStock, PutEventOutcome, ReconcileReport, SkuStock,
-    StockView, TransitionOutcome, event_of_order, reconcile_from,
+    SoldOut, StockView, TransitionOutcome, event_of_order, reconcile_from,
 };
 
 /// Longest a single store call may take before it fails (`OutcomeUnknown` once sent).
@@ -369,7 +369,7 @@ pub mod scripts {
 /// The key of the set of every event id (outside any event's slot).
 const EVENTS_KEY: &str = "wk:events";
 
-/// The standard KEYS list every event script takes (lua/README.md), `order` last.
+/// The standard KEYS list every event script takes (lua/README.md): `order` 13th, then the waitlist.
 pub fn event_keys(event: &str, order_id: Option<&str>) -> Vec<String> {
     let p = format!("wk:{{ev:{event}}}:");
     let mut keys: Vec<String> = [
@@ -380,6 +380,7 @@ pub fn event_keys(event: &str, order_id: Option<&str>) -> Vec<String> {
     .map(|k| format!("{p}{k}"))
     .collect();
     keys.push(format!("{p}o:{}", order_id.unwrap_or("")));
+    keys.push(format!("{p}wait"));
     keys
 }
 
@@ -549,6 +550,12 @@ fn order_from(event: &str, v: &Value) -> Result<Order, StoreError> {
 }
 
 /// Counters and SKU availability from the `stock`/`reconcile` replies.
+/// `SOLD_OUT`'s detail (lua/hold.lua): `<left>|<returning>|<ahead>`.
+fn sold_out_of(detail: &str) -> Option<SoldOut> {
+    let mut f = detail.split('|').map(|x| x.parse::<u64>().ok());
+    Some(SoldOut { left: f.next()??, returning: f.next()??, ahead: f.next()?? })
+}
+
 fn stock_from(pool_ids: &str, counters: &Value, skus: &Value) -> StockView {
     let c = pairs(counters);
     let n = |k: String| c.get(&k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
@@ -1160,7 +1167,9 @@ impl SaleStore for RedisStore {
             return Ok(None);
         }
         let pool_ids = text(&parts[0]).unwrap_or_default();
-        Ok(Some(stock_from(&pool_ids, parts.get(1).unwrap_or(&Value::Nil), parts.get(2).unwrap_or(&Value::Nil))))
+        let mut view = stock_from(&pool_ids, parts.get(1).unwrap_or(&Value::Nil), parts.get(2).unwrap_or(&Value::Nil));
+        view.waiting = parts.get(3).and_then(text).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+        Ok(Some(view))
     }
 
     async fn hold(&self, req: &HoldRequest) -> Result<HoldOutcome, StoreError> {
@@ -1184,6 +1193,7 @@ impl SaleStore for RedisStore {
             &req.fingerprint,
             &req.jti,
             &jti_exp,
+            if req.wait { "1" } else { "0" },
         ];
         args.extend(req.seats.iter().map(String::as_str));
         let reply =
@@ -1202,7 +1212,7 @@ impl SaleStore for RedisStore {
             "NOT_OPEN" => HoldOutcome::NotOpen,
             "PAUSED" => HoldOutcome::Paused,
             "TOKEN_REPLAY" => HoldOutcome::TokenReplay,
-            "SOLD_OUT" => HoldOutcome::SoldOut,
+            "SOLD_OUT" => HoldOutcome::SoldOut(sold_out_of(&detail).ok_or_else(|| bad("hold: sold out"))?),
             "LIMIT" => HoldOutcome::LimitExceeded(dimension(&detail).ok_or_else(|| bad("hold: dimension"))?),
             "SEAT_TAKEN" => HoldOutcome::SeatTaken(detail),
             "REJECTED" => HoldOutcome::Rejected(detail),

@@ -312,3 +312,52 @@ pub async fn fewer_left_and_hold_counts(c: &TestCore, event: &str) {
     let st = c.get_json(&path, false).await.1;
     assert_eq!((st["holds"].as_u64(), st["hold_units"].as_u64()), (Some(3), Some(8)), "{st}");
 }
+
+/// The waitlist over HTTP (issue #39): a hold with `"wait": true` that finds none left while unpaid holds
+/// may give tickets back is told `409 sold_out` with `restock_possible`, `returning`, `waitlist_ahead` and
+/// `Retry-After: 2`; its token stays unused; the ticket that comes back is its, not a later fan's; a hold
+/// without `"wait"` gets the plain answer (and the sold-out shortcut does not answer for a waiting one).
+pub async fn a_waiting_hold_is_first_for_a_ticket_that_comes_back(c: &TestCore, event: &str) {
+    assert_eq!(c.put_event(event, &event_body(1, 1, 1, serde_json::json!([]))).await, 201);
+    let hold = |key: &str, wait: bool| serde_json::json!({"sku": "park", "qty": 1, "idempotency_key": key, "wait": wait});
+    let (s, a) = c.hold(event, "ann", &hold("a", false)).await;
+    assert_eq!(s, 201, "{a}");
+    // Bob does not wait: the plain answer (and it is remembered for a moment, for holds that do not wait).
+    let (s, b) = c.hold(event, "bob", &hold("b", false)).await;
+    assert_eq!((s, b["error"].as_str(), b.get("restock_possible")), (409, Some("sold_out"), None), "{b}");
+    // Cat waits: sold out for now, on the list, told when to ask again.
+    let cat = c.token(event, "cat");
+    let r = c
+        .http
+        .post(c.url(&format!("/v1/events/{event}/holds")))
+        .bearer_auth(&cat)
+        .json(&hold("c", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.status().as_u16(), r.headers().get("retry-after").and_then(|v| v.to_str().ok())), (409, Some("2")));
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        (b["error"].as_str(), b["restock_possible"].as_bool(), b["returning"].as_u64(), b["waitlist_ahead"].as_u64()),
+        (Some("sold_out"), Some(true), Some(1), Some(0)),
+        "{b}"
+    );
+    let st = c.get_json(&format!("/v1/events/{event}/stock"), false).await.1;
+    assert_eq!(st["waiting"].as_u64(), Some(1), "{st}");
+    // Dan waits too, behind Cat's ticket.
+    let dan = c.token(event, "dan");
+    let (s, b) = c.hold_with(event, &dan, &hold("d", true)).await;
+    assert_eq!((s, b["restock_possible"].as_bool(), b["waitlist_ahead"].as_u64()), (409, Some(true), Some(1)), "{b}");
+    // Ann's ticket comes back: Dan and a fan who does not wait are refused it; Cat's same token takes it.
+    let order = a["order_id"].as_str().unwrap();
+    assert_eq!(c.post_admin(&format!("/v1/orders/{order}/cancel"), None).await.0, 200);
+    let (s, b) = c.hold_with(event, &dan, &hold("d", true)).await;
+    assert_eq!((s, b["error"].as_str(), b["returning"].as_u64()), (409, Some("sold_out"), Some(1)), "{b}");
+    let (s, b) = c.hold(event, "eve", &hold("e", false)).await;
+    assert_eq!((s, b["error"].as_str()), (409, Some("sold_out")), "{b}");
+    let (s, b) = c.hold_with(event, &cat, &hold("c", true)).await;
+    assert_eq!((s, b["qty"].as_u64()), (201, Some(1)), "{b}");
+    // Cat's hold is unpaid and may come back: Dan keeps waiting, first now.
+    let (s, b) = c.hold_with(event, &dan, &hold("d", true)).await;
+    assert_eq!((s, b["restock_possible"].as_bool(), b["waitlist_ahead"].as_u64()), (409, Some(true), Some(0)), "{b}");
+}

@@ -100,6 +100,7 @@ pub fn req(event: &str, user: &str, sku: &str, qty: u32) -> HoldRequest {
         fingerprint: String::new(),
         jti: format!("jti-{n}-{}", ulid::Ulid::new()),
         jti_expires_ms: i64::MAX / 2,
+        wait: false,
     };
     r.refingerprint();
     r
@@ -255,14 +256,14 @@ pub async fn combo_all_or_nothing(h: &dyn Harness) {
     let a = created(&*s, &req(&id, "a", "park+zoo", 1)).await;
     created(&*s, &req(&id, "b", "park+zoo", 1)).await;
     // zoo is empty: the combo stops though the park has stock, and the park is not touched.
-    assert_eq!(s.hold(&req(&id, "c", "park+zoo", 1)).await.unwrap(), HoldOutcome::SoldOut);
+    assert_eq!(s.hold(&req(&id, "c", "park+zoo", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 2, ahead: 0 }));
     let st = s.stock(&id).await.unwrap().unwrap();
     assert_eq!(st.pools["park"].available, 3);
     assert_eq!(st.pools["zoo"].available, 0);
     assert!(st.skus["park+zoo"].sold_out);
     assert!(!st.skus["park"].sold_out);
     created(&*s, &req(&id, "d", "park", 3)).await;
-    assert_eq!(s.hold(&req(&id, "e", "park", 1)).await.unwrap(), HoldOutcome::SoldOut);
+    assert_eq!(s.hold(&req(&id, "e", "park", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 5, ahead: 0 }));
     assert!(s.stock(&id).await.unwrap().unwrap().skus["park"].sold_out);
     // Cancel returns both pools and clears the flags.
     assert!(matches!(s.close(&a.order_id, CloseReason::Cancelled).await.unwrap(), TransitionOutcome::Done(_)));
@@ -278,12 +279,72 @@ pub async fn combo_all_or_nothing(h: &dyn Harness) {
 pub async fn qty_larger_than_stock_is_sold_out_without_flag(h: &dyn Harness) {
     let s = h.store();
     let id = new_event(h, "qty", 3, 2, 3, &[]).await;
-    assert_eq!(s.hold(&req(&id, "a", "park", 4)).await.unwrap(), HoldOutcome::SoldOut);
+    assert_eq!(s.hold(&req(&id, "a", "park", 4)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 3, returning: 0, ahead: 0 }));
     assert!(!s.stock(&id).await.unwrap().unwrap().skus["park"].sold_out);
     assert!(matches!(s.hold(&req(&id, "a", "park", 7)).await.unwrap(), HoldOutcome::Rejected(_)));
     assert!(matches!(s.hold(&req(&id, "a", "nope", 1)).await.unwrap(), HoldOutcome::Rejected(_)));
     assert_eq!(s.hold(&req("no-such-event", "a", "park", 1)).await.unwrap(), HoldOutcome::NotFound);
     assert_eq!(pool(&*s, &id, "park").await.available, 3);
+}
+
+/// `SoldOut` as a hold's answer.
+pub fn sold_out(left: u64, returning: u64, ahead: u64) -> HoldOutcome {
+    HoldOutcome::SoldOut(SoldOut { left, returning, ahead })
+}
+
+/// The waitlist (issue #39): a fan told "sold out" while unpaid holds may give tickets back, that asked to
+/// wait, is first for the tickets that come back, in the order fans met "sold out"; the tickets the fans
+/// ahead wait for are nobody else's, also not a fan's who did not ask to wait (told "sold out", no turn); a
+/// fan offered fewer than it asked for keeps its turn; a hold ends its turn; when nothing can come back, a
+/// fan is told "sold out" and gets no turn.
+pub async fn waitlist_is_first_for_tickets_that_come_back(h: &dyn Harness) {
+    let s = h.store();
+    let id = new_event(h, "wait", 3, 2, 3, &[]).await;
+    let a = created(&*s, &req(&id, "a", "park", 2)).await;
+    let b = created(&*s, &req(&id, "b", "park", 1)).await;
+    let waiting = |r: HoldRequest| HoldRequest { wait: true, ..r };
+    // Sold out, 3 tickets in unpaid holds: Cat (2) is first, Dan (1) second, behind Cat's 2.
+    let cat = waiting(req(&id, "cat", "park", 2));
+    let dan = waiting(req(&id, "dan", "park", 1));
+    let eve = req(&id, "eve", "park", 1);
+    assert_eq!(s.hold(&cat).await.unwrap(), sold_out(0, 3, 0));
+    assert_eq!(s.hold(&dan).await.unwrap(), sold_out(0, 3, 2));
+    // Eve did not ask to wait: told sold out, behind both, and not listed.
+    assert_eq!(s.hold(&eve).await.unwrap(), sold_out(0, 3, 3));
+    assert_eq!(s.stock(&id).await.unwrap().unwrap().waiting, 3);
+    // Bob's ticket comes back: it is Cat's. Eve and Dan are refused it; Cat is offered 1 of its 2 and keeps
+    // its turn.
+    assert!(matches!(s.close(&b.order_id, CloseReason::Cancelled).await.unwrap(), TransitionOutcome::Done(_)));
+    assert_eq!(s.hold(&eve).await.unwrap(), sold_out(0, 3, 3));
+    assert_eq!(s.hold(&dan).await.unwrap(), sold_out(0, 3, 2));
+    assert_eq!(s.hold(&cat).await.unwrap(), sold_out(1, 2, 0));
+    assert_eq!(pool(&*s, &id, "park").await.available, 1);
+    // Ann's two come back: Cat takes its two, then Dan the last; Eve finds Dan's ticket spoken for, then none.
+    assert!(matches!(s.close(&a.order_id, CloseReason::Cancelled).await.unwrap(), TransitionOutcome::Done(_)));
+    let c = created(&*s, &cat).await;
+    assert_eq!(s.hold(&eve).await.unwrap(), sold_out(0, 3, 1));
+    assert_eq!(s.stock(&id).await.unwrap().unwrap().waiting, 1);
+    let d = created(&*s, &dan).await;
+    assert_eq!(s.stock(&id).await.unwrap().unwrap().waiting, 0);
+    assert_eq!(s.hold(&eve).await.unwrap(), sold_out(0, 3, 0));
+    // A used token stays used, on the list or not.
+    assert_eq!(s.hold(&HoldRequest { idempotency_key: "again".into(), ..cat.clone() }).await.unwrap(), HoldOutcome::TokenReplay);
+    // Every ticket paid: nothing can come back, so a fan who asks to wait is told sold out, with no turn.
+    s.pay(&pay_req(&c, "tc")).await.unwrap();
+    s.pay(&pay_req(&d, "td")).await.unwrap();
+    let fay = waiting(req(&id, "fay", "park", 1));
+    assert_eq!(s.hold(&fay).await.unwrap(), sold_out(0, 0, 0));
+    assert_eq!(s.stock(&id).await.unwrap().unwrap().waiting, 0);
+    assert_invariants(&*s, &id).await;
+    // A combo fan waits on each of its pools: with the zoo sold out, its park ticket is set aside too.
+    let id = new_event(h, "wait-combo", 5, 1, 3, &[]).await;
+    created(&*s, &req(&id, "a", "park+zoo", 1)).await;
+    let gil = waiting(req(&id, "gil", "park+zoo", 1));
+    assert_eq!(s.hold(&gil).await.unwrap(), sold_out(0, 1, 0));
+    assert_eq!(s.hold(&req(&id, "hal", "park", 4)).await.unwrap(), sold_out(3, 2, 1));
+    created(&*s, &req(&id, "hal", "park", 3)).await;
+    assert_eq!(pool(&*s, &id, "park").await.available, 1);
+    assert_invariants(&*s, &id).await;
 }
 
 pub async fn pay_paths(h: &dyn Harness) {
@@ -409,7 +470,7 @@ pub async fn refund_returns_stock(h: &dyn Harness) {
     let o = created(&*s, &req(&id, "alice", "park", 2)).await;
     assert!(matches!(s.refund(&o.order_id).await.unwrap(), TransitionOutcome::Invalid(_)));
     s.pay(&pay_req(&o, "t")).await.unwrap();
-    assert_eq!(s.hold(&req(&id, "bob", "park", 1)).await.unwrap(), HoldOutcome::SoldOut);
+    assert_eq!(s.hold(&req(&id, "bob", "park", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 0, ahead: 0 }));
     match s.refund(&o.order_id).await.unwrap() {
         TransitionOutcome::Done(r) => assert_eq!((r.state, r.version), (OrderState::Refunded, 3)),
         other => panic!("{other:?}"),
@@ -447,7 +508,7 @@ pub async fn named_seats(h: &dyn Harness) {
     let first = created(&*s, &req(&id, "carol", "stalls", 1)).await;
     assert_eq!(first.seats, ["A-2"]);
     assert_eq!(created(&*s, &req(&id, "dave", "stalls", 1)).await.seats, ["A-4"]);
-    assert_eq!(s.hold(&req(&id, "erin", "stalls", 1)).await.unwrap(), HoldOutcome::SoldOut);
+    assert_eq!(s.hold(&req(&id, "erin", "stalls", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 4, ahead: 0 }));
     s.close(&o.order_id, CloseReason::Cancelled).await.unwrap();
     assert_eq!(created(&*s, &req(&id, "erin", "stalls", 2)).await.seats, ["A-1", "A-3"]);
     assert_invariants(&*s, &id).await;
@@ -481,7 +542,7 @@ pub async fn event_updates(h: &dyn Harness) {
     sp.pools[0].capacity = Some(4);
     assert_eq!(s.put_event(&id, &sp, true).await.unwrap(), PutEventOutcome::Updated);
     assert_eq!(pool(&*s, &id, "park").await, PoolStock { capacity: 4, available: 0, held: 4, sold: 0 });
-    assert_eq!(s.hold(&req(&id, "b", "park", 1)).await.unwrap(), HoldOutcome::SoldOut);
+    assert_eq!(s.hold(&req(&id, "b", "park", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 4, ahead: 0 }));
     // A change that moves no stock (a price) needs no force.
     sp.skus[0].price_cents = 90;
     assert_eq!(s.put_event(&id, &sp, false).await.unwrap(), PutEventOutcome::Updated);
@@ -767,7 +828,7 @@ macro_rules! conformance_suite {
             pay_paths, payment_after_close_is_refund_required, expiry_needs_the_deadline,
             paid_after_deadline_before_close_wins, redeem_per_pool, refund_returns_stock, named_seats,
             event_updates, pause_and_window, outbox_is_ordered_and_paged, reconcile_reports, lease,
-            created_orders_are_paged,
+            created_orders_are_paged, waitlist_is_first_for_tickets_that_come_back,
             concurrent_holds_never_oversell, seats_never_double_held
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

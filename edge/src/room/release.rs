@@ -568,7 +568,9 @@ fn moving(room: &Room) -> super::told::Telling {
 pub struct Stock {
     /// Every SKU is sold out.
     pub sold_out: bool,
-    /// Most units any one SKU can still sell.
+    /// Most units any one SKU can still sell, less the tickets the core's waitlist holds for fans it
+    /// told "sold out" while tickets could come back (`waiting`): those are theirs first, not the next
+    /// fans' (issue #39).
     pub available: u64,
     /// Tickets in unpaid holds, over every pool: they return to sale if their orders time out.
     pub held: u64,
@@ -588,6 +590,7 @@ impl Stock {
         let pools = v.get("pools").and_then(|p| p.as_object());
         let total = |key: &str| pools.map_or(0, |pools| pools.values().filter_map(|p| p.get(key)?.as_u64()).sum());
         let count = |key: &str| v.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let available = available.saturating_sub(count("waiting"));
         Some(Stock { sold_out, available, held: total("held"), sold: total("sold"), holds: count("holds"), hold_units: count("hold_units") })
     }
 }
@@ -882,6 +885,8 @@ mod tests {
         assert_eq!(Stock::read(&v), Some(Stock { sold_out: true, available: 0, held: 4, sold: 9, holds: 8, hold_units: 13 }));
         let v = serde_json::json!({"pools": {}, "skus": {"a": {"available": 4, "sold_out": false}, "b": {"available": 9, "sold_out": false}}});
         assert_eq!(Stock::read(&v), Some(Stock { sold_out: false, available: 9, held: 0, sold: 0, holds: 0, hold_units: 0 }), "an older core: no hold counts");
+        let v = serde_json::json!({"pools": {}, "skus": {"a": {"available": 4, "sold_out": false}}, "waiting": 3});
+        assert_eq!(Stock::read(&v).map(|s| s.available), Some(1), "the tickets the core's waitlist waits for are not the next fans'");
         assert_eq!(Stock::read(&serde_json::json!({"skus": {}})), None);
         assert_eq!(Stock::read(&serde_json::json!({"error": "not_found"})), None);
     }
