@@ -30,10 +30,10 @@
 --   IDEM_CONFLICT ''         same key, other fingerprint
 --   NOT_FOUND  ''            no such event
 --   NOT_OPEN / PAUSED / TOKEN_REPLAY ''
---   SOLD_OUT   <left>|<returning>|<ahead>   left: what this hold may take now (under qty); returning: tickets
---              of the short pools that may still become this fan's — in unpaid holds, or set aside for fans
---              ahead on the waitlist (0: none can); ahead: tickets the waitlist holds for fans who met
---              "sold out" before this one
+--   SOLD_OUT   <left>|<returning>|<ahead>|<listed>   left: what this hold may take now (under qty);
+--              returning: tickets of the short pools that may still become this fan's — in unpaid holds, or
+--              set aside for fans ahead on the waitlist (0: none can); ahead: tickets the waitlist holds for
+--              fans who met "sold out" before this one; listed: 1 when this fan has a turn on the waitlist
 --   LIMIT      <dimension>
 --   SEAT_TAKEN <seat>
 --   REJECTED   <message>     the request does not fit the event; nothing written
@@ -113,7 +113,7 @@ end
 -- tickets back, that asked to wait (ARGV[12]), stays first for them in the order fans met "sold out" (its
 -- turn) while it keeps asking (seen within WAIT_LIVE_MS) and its token lasts. Tickets the live fans ahead
 -- of this one wait for are not this hold's. Lapsed entries are dropped here.
-local WAIT_LIVE_MS, WAIT_MAX = 10000, 2000
+local WAIT_LIVE_MS, WAIT_MAX = 10000, 200
 local wait_raw = redis.call('HGETALL', KEYS[14])
 local wait_n, mine = 0, nil
 local waiters = {}
@@ -164,13 +164,15 @@ local function sold_out()
   returning = returning or 0
   -- A fan on the list keeps its turn while tickets may come back (also when some are left, fewer than it
   -- asked for); one not on it joins when none are left for it.
+  local listed = 0
   if wants_wait and returning > 0 and (mine ~= nil or (left == 0 and wait_n < WAIT_MAX)) then
     local turn = mine or redis.call('HINCRBY', KEYS[14], '#turn', 1)
     redis.call('HSET', KEYS[14], jti, table.concat({ turn, now, jti_exp, qty, sku[3] }, '|'))
+    listed = 1
   elseif mine ~= nil then
     redis.call('HDEL', KEYS[14], jti)
   end
-  return { 'SOLD_OUT', left .. '|' .. returning .. '|' .. ahead }
+  return { 'SOLD_OUT', left .. '|' .. returning .. '|' .. ahead .. '|' .. listed }
 end
 
 local picks = {}        -- seat members <pool>/<seat> to take

@@ -545,7 +545,7 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
         HoldOutcome::Created(_) => "created",
         HoldOutcome::Replay(_) => "replay",
         HoldOutcome::SoldOut(so) if so.left > 0 => "not_enough_left",
-        HoldOutcome::SoldOut(so) if so.returning > 0 && req.wait => "waitlisted",
+        HoldOutcome::SoldOut(so) if so.listed => "waitlisted",
         HoldOutcome::SoldOut(_) => "sold_out",
         HoldOutcome::LimitExceeded(_) => "limit",
         HoldOutcome::TokenReplay => "token_replay",
@@ -570,7 +570,7 @@ async fn hold(State(st): State<Shared>, Path(event): Path<String>, headers: Head
                 ..ApiError::conflict("not_enough_left", format!("only {} left of {}", so.left, req.sku))
             })
         }
-        HoldOutcome::SoldOut(so) if so.returning > 0 && req.wait => {
+        HoldOutcome::SoldOut(so) if so.listed => {
             // Sold out for now: unpaid holds may give tickets back, and this fan is on the waitlist for
             // them (issue #39) while it asks again within `WAIT_LIVE_MS` with the same, still unused, token.
             let body = json!({

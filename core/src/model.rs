@@ -446,12 +446,17 @@ pub struct SoldOut {
     pub returning: u64,
     /// Tickets the waitlist holds for fans who met "sold out" before this one (the most over its pools).
     pub ahead: u64,
+    /// This fan has a turn on the waitlist (it asked to wait, none are left for it, some may come back,
+    /// and the list had room or it was on it already).
+    pub listed: bool,
 }
 
 /// How long a fan stays on the waitlist without asking again ([`SoldOut`]).
 pub const WAIT_LIVE_MS: i64 = 10_000;
-/// Most fans on an event's waitlist ([`SoldOut`]); a fan past it is told "sold out" without a place.
-pub const WAIT_MAX: usize = 2_000;
+/// Most fans on an event's waitlist ([`SoldOut`]); a fan past it is told "sold out" without a turn. Every
+/// hold reads the whole list (the tickets it waits for are nobody else's), so it is kept short: with claims
+/// (the edge's release promises the tickets left), an admitted fan meets "sold out" a few times a sale.
+pub const WAIT_MAX: usize = 200;
 
 /// A payment callback or a positive payment query, ready for the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -351,13 +351,13 @@ async fn a_waitlist_turn_lapses_when_its_fan_stops_asking() {
     let cat = HoldRequest { wait: true, ..conformance::req("ev", "cat", "park", 1) };
     let dan = HoldRequest { wait: true, jti_expires_ms: now + 12_000, ..conformance::req("ev", "dan", "park", 1) };
     let eve = conformance::req("ev", "eve", "park", 1);
-    assert_eq!(s.hold(&cat).await.unwrap(), conformance::sold_out(0, 1, 0));
-    assert_eq!(s.hold(&dan).await.unwrap(), conformance::sold_out(0, 1, 1));
+    assert_eq!(s.hold(&cat).await.unwrap(), conformance::waits(0, 1, 0));
+    assert_eq!(s.hold(&dan).await.unwrap(), conformance::waits(0, 1, 1));
     s.close(&a.order_id, CloseReason::Cancelled).await.unwrap();
     // Cat asked 9 s ago: still its ticket. Dan asks again and keeps its turn.
     clock.advance_ms(9_000);
     assert_eq!(s.hold(&eve).await.unwrap(), conformance::sold_out(0, 1, 2));
-    assert_eq!(s.hold(&dan).await.unwrap(), conformance::sold_out(0, 1, 1));
+    assert_eq!(s.hold(&dan).await.unwrap(), conformance::waits(0, 1, 1));
     // Cat has not asked for over 10 s: its turn lapsed, the ticket is Dan's, not Eve's.
     clock.advance_ms(2_000);
     assert_eq!(s.stock("ev").await.unwrap().unwrap().waiting, 1);

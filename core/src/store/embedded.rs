@@ -584,7 +584,8 @@ impl State {
             let returning = returning.unwrap_or(0);
             // A fan on the list keeps its turn while tickets may come back (also when some are left, fewer
             // than it asked for); one not on it joins when none are left for it.
-            if req.wait && returning > 0 && (mine.is_some() || (left == 0 && ev.wait.len() < WAIT_MAX)) {
+            let listed = req.wait && returning > 0 && (mine.is_some() || (left == 0 && ev.wait.len() < WAIT_MAX));
+            if listed {
                 let turn = mine.unwrap_or_else(|| {
                     ev.wait_turn += 1;
                     ev.wait_turn
@@ -594,7 +595,7 @@ impl State {
             } else {
                 ev.wait.remove(&req.jti);
             }
-            Ok((HoldOutcome::SoldOut(SoldOut { left, returning, ahead }), false))
+            Ok((HoldOutcome::SoldOut(SoldOut { left, returning, ahead, listed }), false))
         };
         let mut seat_picks: Vec<usize> = Vec::new();
         let mut seated_pool: Option<String> = None;

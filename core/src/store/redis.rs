@@ -550,10 +550,10 @@ fn order_from(event: &str, v: &Value) -> Result<Order, StoreError> {
 }
 
 /// Counters and SKU availability from the `stock`/`reconcile` replies.
-/// `SOLD_OUT`'s detail (lua/hold.lua): `<left>|<returning>|<ahead>`.
+/// `SOLD_OUT`'s detail (lua/hold.lua): `<left>|<returning>|<ahead>|<listed>`.
 fn sold_out_of(detail: &str) -> Option<SoldOut> {
     let mut f = detail.split('|').map(|x| x.parse::<u64>().ok());
-    Some(SoldOut { left: f.next()??, returning: f.next()??, ahead: f.next()?? })
+    Some(SoldOut { left: f.next()??, returning: f.next()??, ahead: f.next()??, listed: f.next()?? == 1 })
 }
 
 fn stock_from(pool_ids: &str, counters: &Value, skus: &Value) -> StockView {

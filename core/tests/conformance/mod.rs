@@ -256,14 +256,14 @@ pub async fn combo_all_or_nothing(h: &dyn Harness) {
     let a = created(&*s, &req(&id, "a", "park+zoo", 1)).await;
     created(&*s, &req(&id, "b", "park+zoo", 1)).await;
     // zoo is empty: the combo stops though the park has stock, and the park is not touched.
-    assert_eq!(s.hold(&req(&id, "c", "park+zoo", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 2, ahead: 0 }));
+    assert_eq!(s.hold(&req(&id, "c", "park+zoo", 1)).await.unwrap(), sold_out(0, 2, 0));
     let st = s.stock(&id).await.unwrap().unwrap();
     assert_eq!(st.pools["park"].available, 3);
     assert_eq!(st.pools["zoo"].available, 0);
     assert!(st.skus["park+zoo"].sold_out);
     assert!(!st.skus["park"].sold_out);
     created(&*s, &req(&id, "d", "park", 3)).await;
-    assert_eq!(s.hold(&req(&id, "e", "park", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 5, ahead: 0 }));
+    assert_eq!(s.hold(&req(&id, "e", "park", 1)).await.unwrap(), sold_out(0, 5, 0));
     assert!(s.stock(&id).await.unwrap().unwrap().skus["park"].sold_out);
     // Cancel returns both pools and clears the flags.
     assert!(matches!(s.close(&a.order_id, CloseReason::Cancelled).await.unwrap(), TransitionOutcome::Done(_)));
@@ -279,7 +279,7 @@ pub async fn combo_all_or_nothing(h: &dyn Harness) {
 pub async fn qty_larger_than_stock_is_sold_out_without_flag(h: &dyn Harness) {
     let s = h.store();
     let id = new_event(h, "qty", 3, 2, 3, &[]).await;
-    assert_eq!(s.hold(&req(&id, "a", "park", 4)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 3, returning: 0, ahead: 0 }));
+    assert_eq!(s.hold(&req(&id, "a", "park", 4)).await.unwrap(), sold_out(3, 0, 0));
     assert!(!s.stock(&id).await.unwrap().unwrap().skus["park"].sold_out);
     assert!(matches!(s.hold(&req(&id, "a", "park", 7)).await.unwrap(), HoldOutcome::Rejected(_)));
     assert!(matches!(s.hold(&req(&id, "a", "nope", 1)).await.unwrap(), HoldOutcome::Rejected(_)));
@@ -287,9 +287,14 @@ pub async fn qty_larger_than_stock_is_sold_out_without_flag(h: &dyn Harness) {
     assert_eq!(pool(&*s, &id, "park").await.available, 3);
 }
 
-/// `SoldOut` as a hold's answer.
+/// `SoldOut` as a hold's answer, without a turn on the waitlist.
 pub fn sold_out(left: u64, returning: u64, ahead: u64) -> HoldOutcome {
-    HoldOutcome::SoldOut(SoldOut { left, returning, ahead })
+    HoldOutcome::SoldOut(SoldOut { left, returning, ahead, listed: false })
+}
+
+/// `SoldOut` as a hold's answer, with a turn on the waitlist.
+pub fn waits(left: u64, returning: u64, ahead: u64) -> HoldOutcome {
+    HoldOutcome::SoldOut(SoldOut { left, returning, ahead, listed: true })
 }
 
 /// The waitlist (issue #39): a fan told "sold out" while unpaid holds may give tickets back, that asked to
@@ -307,8 +312,8 @@ pub async fn waitlist_is_first_for_tickets_that_come_back(h: &dyn Harness) {
     let cat = waiting(req(&id, "cat", "park", 2));
     let dan = waiting(req(&id, "dan", "park", 1));
     let eve = req(&id, "eve", "park", 1);
-    assert_eq!(s.hold(&cat).await.unwrap(), sold_out(0, 3, 0));
-    assert_eq!(s.hold(&dan).await.unwrap(), sold_out(0, 3, 2));
+    assert_eq!(s.hold(&cat).await.unwrap(), waits(0, 3, 0));
+    assert_eq!(s.hold(&dan).await.unwrap(), waits(0, 3, 2));
     // Eve did not ask to wait: told sold out, behind both, and not listed.
     assert_eq!(s.hold(&eve).await.unwrap(), sold_out(0, 3, 3));
     assert_eq!(s.stock(&id).await.unwrap().unwrap().waiting, 3);
@@ -316,8 +321,8 @@ pub async fn waitlist_is_first_for_tickets_that_come_back(h: &dyn Harness) {
     // its turn.
     assert!(matches!(s.close(&b.order_id, CloseReason::Cancelled).await.unwrap(), TransitionOutcome::Done(_)));
     assert_eq!(s.hold(&eve).await.unwrap(), sold_out(0, 3, 3));
-    assert_eq!(s.hold(&dan).await.unwrap(), sold_out(0, 3, 2));
-    assert_eq!(s.hold(&cat).await.unwrap(), sold_out(1, 2, 0));
+    assert_eq!(s.hold(&dan).await.unwrap(), waits(0, 3, 2));
+    assert_eq!(s.hold(&cat).await.unwrap(), waits(1, 2, 0));
     assert_eq!(pool(&*s, &id, "park").await.available, 1);
     // Ann's two come back: Cat takes its two, then Dan the last; Eve finds Dan's ticket spoken for, then none.
     assert!(matches!(s.close(&a.order_id, CloseReason::Cancelled).await.unwrap(), TransitionOutcome::Done(_)));
@@ -340,11 +345,29 @@ pub async fn waitlist_is_first_for_tickets_that_come_back(h: &dyn Harness) {
     let id = new_event(h, "wait-combo", 5, 1, 3, &[]).await;
     created(&*s, &req(&id, "a", "park+zoo", 1)).await;
     let gil = waiting(req(&id, "gil", "park+zoo", 1));
-    assert_eq!(s.hold(&gil).await.unwrap(), sold_out(0, 1, 0));
+    assert_eq!(s.hold(&gil).await.unwrap(), waits(0, 1, 0));
     assert_eq!(s.hold(&req(&id, "hal", "park", 4)).await.unwrap(), sold_out(3, 2, 1));
     created(&*s, &req(&id, "hal", "park", 3)).await;
     assert_eq!(pool(&*s, &id, "park").await.available, 1);
     assert_invariants(&*s, &id).await;
+}
+
+/// The waitlist is bounded (every hold reads it): past `WAIT_MAX` fans a fan who asks to wait is told sold out
+/// without a turn; one on the list keeps asking and keeps its turn.
+pub async fn the_waitlist_is_bounded(h: &dyn Harness) {
+    let s = h.store();
+    let id = new_event(h, "wait-full", 1, 1, 3, &[]).await;
+    created(&*s, &req(&id, "a", "park", 1)).await;
+    let mut fans = Vec::new();
+    for i in 0..WAIT_MAX as u64 {
+        let r = HoldRequest { wait: true, ..req(&id, &format!("w{i}"), "park", 1) };
+        assert_eq!(s.hold(&r).await.unwrap(), waits(0, 1, i), "fan {i}");
+        fans.push(r);
+    }
+    let late = HoldRequest { wait: true, ..req(&id, "late", "park", 1) };
+    assert_eq!(s.hold(&late).await.unwrap(), sold_out(0, 1, WAIT_MAX as u64));
+    assert_eq!(s.stock(&id).await.unwrap().unwrap().waiting, WAIT_MAX as u64);
+    assert_eq!(s.hold(&fans[WAIT_MAX - 1]).await.unwrap(), waits(0, 1, WAIT_MAX as u64 - 1));
 }
 
 pub async fn pay_paths(h: &dyn Harness) {
@@ -470,7 +493,7 @@ pub async fn refund_returns_stock(h: &dyn Harness) {
     let o = created(&*s, &req(&id, "alice", "park", 2)).await;
     assert!(matches!(s.refund(&o.order_id).await.unwrap(), TransitionOutcome::Invalid(_)));
     s.pay(&pay_req(&o, "t")).await.unwrap();
-    assert_eq!(s.hold(&req(&id, "bob", "park", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 0, ahead: 0 }));
+    assert_eq!(s.hold(&req(&id, "bob", "park", 1)).await.unwrap(), sold_out(0, 0, 0));
     match s.refund(&o.order_id).await.unwrap() {
         TransitionOutcome::Done(r) => assert_eq!((r.state, r.version), (OrderState::Refunded, 3)),
         other => panic!("{other:?}"),
@@ -508,7 +531,7 @@ pub async fn named_seats(h: &dyn Harness) {
     let first = created(&*s, &req(&id, "carol", "stalls", 1)).await;
     assert_eq!(first.seats, ["A-2"]);
     assert_eq!(created(&*s, &req(&id, "dave", "stalls", 1)).await.seats, ["A-4"]);
-    assert_eq!(s.hold(&req(&id, "erin", "stalls", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 4, ahead: 0 }));
+    assert_eq!(s.hold(&req(&id, "erin", "stalls", 1)).await.unwrap(), sold_out(0, 4, 0));
     s.close(&o.order_id, CloseReason::Cancelled).await.unwrap();
     assert_eq!(created(&*s, &req(&id, "erin", "stalls", 2)).await.seats, ["A-1", "A-3"]);
     assert_invariants(&*s, &id).await;
@@ -542,7 +565,7 @@ pub async fn event_updates(h: &dyn Harness) {
     sp.pools[0].capacity = Some(4);
     assert_eq!(s.put_event(&id, &sp, true).await.unwrap(), PutEventOutcome::Updated);
     assert_eq!(pool(&*s, &id, "park").await, PoolStock { capacity: 4, available: 0, held: 4, sold: 0 });
-    assert_eq!(s.hold(&req(&id, "b", "park", 1)).await.unwrap(), HoldOutcome::SoldOut(SoldOut { left: 0, returning: 4, ahead: 0 }));
+    assert_eq!(s.hold(&req(&id, "b", "park", 1)).await.unwrap(), sold_out(0, 4, 0));
     // A change that moves no stock (a price) needs no force.
     sp.skus[0].price_cents = 90;
     assert_eq!(s.put_event(&id, &sp, false).await.unwrap(), PutEventOutcome::Updated);
@@ -828,7 +851,7 @@ macro_rules! conformance_suite {
             pay_paths, payment_after_close_is_refund_required, expiry_needs_the_deadline,
             paid_after_deadline_before_close_wins, redeem_per_pool, refund_returns_stock, named_seats,
             event_updates, pause_and_window, outbox_is_ordered_and_paged, reconcile_reports, lease,
-            created_orders_are_paged, waitlist_is_first_for_tickets_that_come_back,
+            created_orders_are_paged, waitlist_is_first_for_tickets_that_come_back, the_waitlist_is_bounded,
             concurrent_holds_never_oversell, seats_never_double_held
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -129,7 +129,7 @@ fn expect(m: &mut Model, op: &Op, cheap_time: bool, event: &str) -> Option<(Stri
                 // No hold here asks to wait: what is left, and the unpaid holds of the short pools.
                 let left = pools.iter().map(|&p| m.available[p]).min().unwrap_or(0).min(q);
                 let returning = pools.iter().filter(|&&p| m.available[p] < q).map(|&p| m.held[p]).min().unwrap_or(0);
-                format!("{:?}", HoldOutcome::SoldOut(SoldOut { left, returning, ahead: 0 }))
+                format!("{:?}", HoldOutcome::SoldOut(SoldOut { left, returning, ahead: 0, listed: false }))
             } else {
                 let seats: Vec<usize> =
                     if pools.contains(&2) { m.free_seats.iter().take(qty as usize).copied().collect() } else { vec![] };
