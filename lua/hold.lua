@@ -113,38 +113,42 @@ end
 -- tickets back, that asked to wait (ARGV[12]), stays first for them in the order fans met "sold out" (its
 -- turn) while it keeps asking (seen within WAIT_LIVE_MS) and its token lasts. Tickets the live fans ahead
 -- of this one wait for are not this hold's. Lapsed entries are dropped here.
-local WAIT_LIVE_MS, WAIT_MAX = 10000, 200
+local WAIT_LIVE_MS, WAIT_MAX = 10000, 50
 local wait_raw = redis.call('HGETALL', KEYS[14])
 local wait_n, mine = 0, nil
-local waiters = {}
+local w_turn, w_qty, w_pools = {}, {}, {}
 for i = 1, #wait_raw, 2 do
-  local f = split(wait_raw[i + 1], '|')
-  local turn, seen, untl = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
-  if wait_raw[i] == '#turn' then
-    -- the counter, not a fan
-  elseif seen + WAIT_LIVE_MS < now or untl <= now then
-    redis.call('HDEL', KEYS[14], wait_raw[i])
-  else
-    wait_n = wait_n + 1
-    if wait_raw[i] == jti then
-      mine = turn
+  local id = wait_raw[i]
+  if id ~= '#turn' then
+    local turn, seen, untl, q, pools = string.match(wait_raw[i + 1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    turn, seen, untl = tonumber(turn), tonumber(seen), tonumber(untl)
+    if seen + WAIT_LIVE_MS < now or untl <= now then
+      redis.call('HDEL', KEYS[14], id)
     else
-      waiters[#waiters + 1] = { turn, tonumber(f[4]), f[5] }
-    end
-  end
-end
--- Tickets of pool `pid` the live fans ahead wait for.
-local function ahead_in(pid)
-  local n = 0
-  for _, w in ipairs(waiters) do
-    if mine == nil or w[1] < mine then
-      for q in string.gmatch(w[3], '[^,]+') do
-        if q == pid then n = n + w[2] break end
+      wait_n = wait_n + 1
+      if id == jti then
+        mine = turn
+      else
+        local k = #w_turn + 1
+        w_turn[k], w_qty[k], w_pools[k] = turn, tonumber(q), pools
       end
     end
   end
-  return n
 end
+-- Tickets of each of this SKU's pools that the live fans ahead wait for, in one pass.
+local ahead_of = {}
+for _, pid in ipairs(sku_pools) do ahead_of[pid] = 0 end
+for k = 1, #w_turn do
+  if mine == nil or w_turn[k] < mine then
+    local pools = w_pools[k]
+    for _, pid in ipairs(sku_pools) do
+      if pools == pid or string.find(',' .. pools .. ',', ',' .. pid .. ',', 1, true) then
+        ahead_of[pid] = ahead_of[pid] + w_qty[k]
+      end
+    end
+  end
+end
+local function ahead_in(pid) return ahead_of[pid] end
 -- A hold short of tickets: how many it may take now, how many may come back, and the waitlist's say.
 local function sold_out()
   local left, returning, ahead = qty, nil, 0

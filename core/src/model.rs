@@ -456,7 +456,7 @@ pub const WAIT_LIVE_MS: i64 = 10_000;
 /// Most fans on an event's waitlist ([`SoldOut`]); a fan past it is told "sold out" without a turn. Every
 /// hold reads the whole list (the tickets it waits for are nobody else's), so it is kept short: with claims
 /// (the edge's release promises the tickets left), an admitted fan meets "sold out" a few times a sale.
-pub const WAIT_MAX: usize = 200;
+pub const WAIT_MAX: usize = 50;
 
 /// A payment callback or a positive payment query, ready for the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
