@@ -325,8 +325,12 @@ pub async fn a_waiting_hold_is_first_for_a_ticket_that_comes_back(c: &TestCore, 
     // Bob does not wait: the plain answer (and it is remembered for a moment, for holds that do not wait).
     let (s, b) = c.hold(event, "bob", &hold("b", false)).await;
     assert_eq!((s, b["error"].as_str(), b.get("restock_possible")), (409, Some("sold_out"), None), "{b}");
-    // Cat waits: sold out for now, on the list, told when to ask again.
+    // A `wait` that is not a boolean is refused (400, nothing written, the token unused).
     let cat = c.token(event, "cat");
+    let (s, b) = c.hold_with(event, &cat, &serde_json::json!({"sku": "park", "qty": 1, "idempotency_key": "c", "wait": "yes"})).await;
+    assert_eq!((s, b["error"].as_str()), (400, Some("bad_request")), "{b}");
+    assert!(b["message"].as_str().is_some_and(|m| m.contains("wait")), "{b}");
+    // Cat waits: sold out for now, on the list, told when to ask again.
     let r = c
         .http
         .post(c.url(&format!("/v1/events/{event}/holds")))
