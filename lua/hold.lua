@@ -79,7 +79,19 @@ if seen then
 end
 
 if now < tonumber(meta[1]) or now >= tonumber(meta[2]) then return { 'NOT_OPEN', '' } end
-if meta[4] == '1' then return { 'PAUSED', '' } end
+local WAIT_LIVE_MS, WAIT_MAX = 10000, 50
+if meta[4] == '1' then
+  -- A fan on the waitlist that asks while the event is paused keeps its turn (issue #39): a pause longer
+  -- than WAIT_LIVE_MS would otherwise drop every turn and start the list over after it.
+  local w = wants_wait and redis.call('HGET', KEYS[14], jti)
+  if w then
+    local turn, seen, untl, rest = string.match(w, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    if tonumber(seen) + WAIT_LIVE_MS >= now and tonumber(untl) > now then
+      redis.call('HSET', KEYS[14], jti, turn .. '|' .. now .. '|' .. untl .. '|' .. rest)
+    end
+  end
+  return { 'PAUSED', '' }
+end
 
 local jti_until = redis.call('ZSCORE', KEYS[8], jti)
 if jti_until and tonumber(jti_until) > now then return { 'TOKEN_REPLAY', '' } end
@@ -113,7 +125,6 @@ end
 -- tickets back, that asked to wait (ARGV[12]), stays first for them in the order fans met "sold out" (its
 -- turn) while it keeps asking (seen within WAIT_LIVE_MS) and its token lasts. Tickets the live fans ahead
 -- of this one wait for are not this hold's. Lapsed entries are dropped here.
-local WAIT_LIVE_MS, WAIT_MAX = 10000, 50
 local wait_raw = redis.call('HGETALL', KEYS[14])
 local wait_n, mine = 0, nil
 local w_turn, w_qty, w_pools = {}, {}, {}

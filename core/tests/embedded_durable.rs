@@ -367,3 +367,37 @@ async fn a_waitlist_turn_lapses_when_its_fan_stops_asking() {
     assert_eq!(s.stock("ev").await.unwrap().unwrap().waiting, 0);
     conformance::created(&*s, &eve).await;
 }
+
+/// A pause longer than a turn's 10 s keeps the turns of the fans who go on asking (a paused event answers
+/// `Paused` before the waitlist is read; the ask still counts), and does not bring back one that had lapsed.
+#[tokio::test]
+async fn a_waitlist_turn_is_kept_through_a_pause_while_its_fan_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let s = open(dir.path(), &clock, small_snapshots());
+    let now = s.now_ms().await.unwrap();
+    s.put_event("ev", &conformance::spec(now, 1, 1, 1, &[]), false).await.unwrap();
+    let a = conformance::created(&*s, &conformance::req("ev", "a", "park", 1)).await;
+    let cat = HoldRequest { wait: true, ..conformance::req("ev", "cat", "park", 1) };
+    let dan = HoldRequest { wait: true, ..conformance::req("ev", "dan", "park", 1) };
+    let eve = HoldRequest { wait: true, ..conformance::req("ev", "eve", "park", 1) };
+    assert_eq!(s.hold(&dan).await.unwrap(), conformance::waits(0, 1, 0));
+    assert_eq!(s.hold(&cat).await.unwrap(), conformance::waits(0, 1, 1));
+    // Paused for 20 s: Cat asks every 9 s, Dan does not ask.
+    assert!(s.set_paused("ev", true).await.unwrap());
+    for _ in 0..2 {
+        clock.advance_ms(9_000);
+        assert_eq!(s.hold(&cat).await.unwrap(), HoldOutcome::Paused);
+    }
+    // Dan asks at 18 s, its turn lapsed at 10 s; a fan that never waited asks: neither is put on the list.
+    assert_eq!(s.hold(&dan).await.unwrap(), HoldOutcome::Paused);
+    assert_eq!(s.hold(&eve).await.unwrap(), HoldOutcome::Paused);
+    clock.advance_ms(2_000);
+    assert!(s.set_paused("ev", false).await.unwrap());
+    s.close(&a.order_id, CloseReason::Cancelled).await.unwrap();
+    // Eve asks first after the pause: the ticket is Cat's (Dan's turn lapsed at 10 s, and asking while
+    // paused did not bring it back: Dan joins behind Cat and Eve).
+    assert_eq!(s.hold(&eve).await.unwrap(), conformance::waits(0, 1, 1));
+    assert_eq!(s.hold(&dan).await.unwrap(), conformance::waits(0, 1, 2));
+    conformance::created(&*s, &cat).await;
+}

@@ -50,3 +50,44 @@ async fn a_hundred_thousand_seats() {
     assert_eq!((stalls.capacity, stalls.held), ((MAX_SEATS - 9) as u64, 6));
     conformance::assert_invariants(&*s, "stadium").await;
 }
+
+/// lua/hold.lua's pause and the waitlist (issue #39): a paused event answers `Paused` before the list is
+/// read, but a fan on it that asks meanwhile keeps its turn — its entry's `seen` (`turn|seen|until|qty|pools`
+/// in `wk:{ev:<id>}:wait`) moves to the ask, the rest unchanged; a fan not on it is not added. (The lapse
+/// itself, 10 s of real time, is the embedded store's test on a manual clock; the differential test holds
+/// both stores to the same answers.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_ask_keeps_a_waitlist_turn() {
+    use wicket_core::model::*;
+    let h = redis().await;
+    let s = h.store.clone();
+    let now = s.now_ms().await.unwrap();
+    s.put_event("ev", &conformance::spec(now, 1, 1, 1, &[]), false).await.unwrap();
+    conformance::created(&*s, &conformance::req("ev", "a", "park", 1)).await;
+    let cat = HoldRequest { wait: true, ..conformance::req("ev", "cat", "park", 1) };
+    let dan = HoldRequest { wait: true, ..conformance::req("ev", "dan", "park", 1) };
+    assert_eq!(s.hold(&cat).await.unwrap(), conformance::waits(0, 1, 0));
+    let mut raw = redis::Client::open(h.servers.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let entry = |raw: &mut redis::aio::MultiplexedConnection, jti: String| {
+        let mut raw = raw.clone();
+        async move {
+            let v: Option<String> = redis::cmd("HGET").arg("wk:{ev:ev}:wait").arg(jti).query_async(&mut raw).await.unwrap();
+            v.map(|v| v.split('|').map(str::to_owned).collect::<Vec<_>>())
+        }
+    };
+    let before = entry(&mut raw, cat.jti.clone()).await.expect("cat is on the list");
+    assert!(s.set_paused("ev", true).await.unwrap());
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    assert_eq!(s.hold(&cat).await.unwrap(), HoldOutcome::Paused);
+    assert_eq!(s.hold(&dan).await.unwrap(), HoldOutcome::Paused);
+    let after = entry(&mut raw, cat.jti.clone()).await.expect("cat is still on the list");
+    assert_eq!((&after[0], &after[2..]), (&before[0], &before[2..]), "its turn, token expiry, tickets and pools");
+    let (seen0, seen1): (i64, i64) = (before[1].parse().unwrap(), after[1].parse().unwrap());
+    assert!(seen1 >= seen0 + 30, "the paused ask counts: seen {seen0} → {seen1}");
+    assert_eq!(entry(&mut raw, dan.jti.clone()).await, None, "a paused ask puts nobody on the list");
+    // A hold that does not ask to wait does not renew it either.
+    let quiet = HoldRequest { wait: false, ..cat.clone() };
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    assert_eq!(s.hold(&quiet).await.unwrap(), HoldOutcome::Paused);
+    assert_eq!(entry(&mut raw, cat.jti.clone()).await.unwrap()[1], after[1]);
+}

@@ -160,7 +160,7 @@ async fn a_new_leader_keeps_the_promises_of_the_old() {
     b.tick_room(&rb, t0 + 1000).await.unwrap();
     assert!(rb.leader.load(Ordering::Relaxed), "the follower took over");
     assert_eq!(rb.state.refresh().await.unwrap().serving, 10, "the old leader's ten still hold all 40 tickets: nobody more");
-    assert_eq!(rb.stats()["claims"], serde_json::json!({"open": 10, "promised": 40, "spoken_for": true, "woken_by_holds": 0}));
+    assert_eq!(rb.stats()["claims"], serde_json::json!({"open": 10, "promised": 40, "standby": 0, "spoken_for": true, "woken_by_holds": 0}));
     b.tick_room(&rb, t0 + 2000).await.unwrap();
     assert_eq!(rb.state.refresh().await.unwrap().serving, 10);
     // The old leader comes back a follower: its stale book does not overwrite the new one.
@@ -240,7 +240,7 @@ async fn a_leader_back_from_silence_goes_on_from_its_successors_book() {
     a.tick_room(&ra, t0 + 5000).await.unwrap();
     assert!(ra.leader.load(Ordering::Relaxed));
     assert_eq!(ra.state.refresh().await.unwrap().serving, 16, "every ticket is promised: nobody more");
-    assert_eq!(ra.stats()["claims"], serde_json::json!({"open": 8, "promised": 32, "spoken_for": true, "woken_by_holds": 0}));
+    assert_eq!(ra.stats()["claims"], serde_json::json!({"open": 8, "promised": 32, "standby": 0, "spoken_for": true, "woken_by_holds": 0}));
 }
 
 /// A leader that let places in and died before keeping its book: the edge that takes over

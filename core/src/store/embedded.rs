@@ -528,6 +528,10 @@ impl State {
             return no(HoldOutcome::NotOpen);
         }
         if ev.paused {
+            // A fan on the waitlist that asks while the event is paused keeps its turn (lua/hold.lua's).
+            if let Some(w) = ev.wait.get_mut(&req.jti).filter(|w| req.wait && w.live(now)) {
+                w.seen = now;
+            }
             return no(HoldOutcome::Paused);
         }
         // Forgetting expired jtis changes nothing a later operation can see (each prunes before it looks),

@@ -37,6 +37,17 @@
 //! count holds (older than this edge) settles nothing: every place is then promised `max-qty`
 //! until it lapses.
 //!
+//! **At the tail** — every ticket left promised ([`Claims::cap`] would be 0) — a place not picked
+//! up past its step's **standby time** ([`super::told::Pickup::standby_ms`]: its fan's slowest
+//! scripted poll, the session and its count, a follower's tick; 1.7 s for a place told to ask
+//! every second on embedded state, against a 3.5-s window) is not counted in the promise: one
+//! place behind it is let in to stand by for its tickets. That place is promised as any other, so
+//! a no-show lets one fan in, once; the no-show's place lapses at its window as before. A fan who
+//! comes late after all is promised again: of the two, the first to hold has the tickets and the
+//! other meets "sold out" — for now, on the core's waitlist, while unpaid holds may come back. The
+//! last tickets of a sale held by places whose fans never come (scripts refused at the door, a
+//! closed page) wait the standby time, not the window, before a fan who buys is let in for them.
+//!
 //! What it costs: a fan who is admitted later than its step's pickup window, or holds more than
 //! [`CLAIM_MS`] after it, settles another fan's place when it holds, so one place too many is let
 //! in; if the stock is short then, a fan meets "sold out". A lane place or a late proof is not in
@@ -140,6 +151,8 @@ pub struct Released {
     pub in_line: u64,
     /// Its pickup window ([`super::told::Told::pickup_ms`]; 0: [`PICKUP_MS`]).
     pub pickup_ms: u64,
+    /// Its standby time ([`super::told::Pickup::standby_ms`]; 0: none).
+    pub standby_ms: u64,
 }
 
 impl Released {
@@ -164,6 +177,11 @@ struct Step {
     lapsed: u64,
     /// Past [`PICKUP_MS`]: `lapsed` is final and pickups are no longer counted.
     checked: bool,
+    /// When `picked` was counted (ms).
+    picked_at: u64,
+    /// Open places not picked up past its standby time, as of the last count: at the tail of a
+    /// sale a place behind stands by for their tickets ([`Claims::cap`]).
+    standby: u64,
 }
 
 impl Step {
@@ -195,13 +213,14 @@ impl Claims {
         PickupAsk { ranges, forget_to: Some(forget_to) }
     }
 
-    /// Records the sweep's answer to `ask` (`None`: not counted): the places picked up in each
-    /// step's range.
-    pub fn picked(&mut self, ask: &PickupAsk, counts: Option<&[u64]>) {
+    /// Records the sweep's answer to `ask` at `now_ms` (`None`: not counted): the places picked
+    /// up in each step's range.
+    pub fn picked(&mut self, ask: &PickupAsk, counts: Option<&[u64]>, now_ms: u64) {
         let Some(counts) = counts else { return };
         for (range, n) in ask.ranges.iter().zip(counts) {
             if let Some(s) = self.window.iter_mut().find(|s| !s.checked && (s.r.from, s.r.to) == *range) {
                 s.picked = Some(*n);
+                s.picked_at = now_ms;
             }
         }
     }
@@ -249,6 +268,10 @@ impl Claims {
             step.lapsed = step.unpicked().min(step.open());
             step.checked = true;
         }
+        for step in self.window.iter_mut() {
+            let counted = step.r.standby_ms > 0 && step.picked.is_some() && step.picked_at >= step.at + step.r.standby_ms;
+            step.standby = if counted && !step.checked { step.unpicked().min(step.open()) } else { 0 };
+        }
         while self.window.front().is_some_and(|s| s.open() == 0 || s.at + CLAIM_MS <= now_ms) {
             self.window.pop_front();
         }
@@ -282,7 +305,7 @@ impl Claims {
             return 0;
         }
         let places = passed - self.passed;
-        self.note(now_ms, Some(Released { from: self.to, to: serving, places, in_line: places, pickup_ms: 0 }), None);
+        self.note(now_ms, Some(Released { from: self.to, to: serving, places, in_line: places, pickup_ms: 0, standby_ms: 0 }), None);
         self.served(serving, passed);
         places
     }
@@ -352,14 +375,28 @@ impl Claims {
         c.cap(available, max_qty)
     }
 
+    /// Places standing by ([`Step::standby`]).
+    pub fn standby(&self) -> u64 {
+        self.window.iter().map(|s| s.standby).sum()
+    }
+
     /// Most places a step may release with `available` tickets left (`u64::MAX`: not known, no
     /// cap): as many as the tickets no one is promised serve, and one more while any ticket is
-    /// unpromised (offered what is left).
+    /// unpromised (offered what is left). At the tail — every ticket left promised — the places not
+    /// picked up past their standby time are not counted: as many fans behind them stand by.
     pub fn cap(&self, available: u64, max_qty: u64) -> u64 {
         if available == u64::MAX {
             return u64::MAX;
         }
         let open = self.open();
+        match self.cap_of(open, available, max_qty) {
+            0 => self.cap_of(open - self.standby().min(open), available, max_qty),
+            n => n,
+        }
+    }
+
+    /// [`Claims::cap`] with `open` places promised.
+    fn cap_of(&self, open: u64, available: u64, max_qty: u64) -> u64 {
         if self.promise(open, max_qty) >= available {
             return 0;
         }
@@ -385,19 +422,24 @@ mod tests {
     /// A step of `n` places, none of them a lane place or a late proof (their range is not
     /// counted here: these tests ask no pickups).
     fn rel(n: u64) -> Option<Released> {
-        (n > 0).then_some(Released { from: 0, to: n, places: n, in_line: n, pickup_ms: 0 })
+        (n > 0).then_some(Released { from: 0, to: n, places: n, in_line: n, pickup_ms: 0, standby_ms: 0 })
     }
 
     /// A step over places `from < place <= to`, `extra` of them lane places or late proofs.
     fn over(from: u64, to: u64, extra: u64) -> Option<Released> {
-        Some(Released { from, to, places: to - from + extra, in_line: to - from, pickup_ms: 0 })
+        Some(Released { from, to, places: to - from + extra, in_line: to - from, pickup_ms: 0, standby_ms: 0 })
     }
 
     /// The leader's sweep: counts the places of `picked` in each range asked.
     fn sweep(c: &mut Claims, serving: u64, picked: &[u64]) -> PickupAsk {
+        sweep_at(c, serving, picked, 0)
+    }
+
+    /// [`sweep`] at `now_ms`.
+    fn sweep_at(c: &mut Claims, serving: u64, picked: &[u64], now_ms: u64) -> PickupAsk {
         let ask = c.ask(serving);
         let counts: Vec<u64> = ask.ranges.iter().map(|&(f, t)| picked.iter().filter(|p| **p > f && **p <= t).count() as u64).collect();
-        c.picked(&ask, Some(&counts));
+        c.picked(&ask, Some(&counts), now_ms);
         ask
     }
 
@@ -422,7 +464,7 @@ mod tests {
         // window its places wait for the next tick's count (a fan admitted since the last one
         // keeps its promise).
         let mut later = steps();
-        later.push(PICKUP_MS + 100, Released { from: 10, to: 12, places: 2, in_line: 2, pickup_ms: 0 });
+        later.push(PICKUP_MS + 100, Released { from: 10, to: 12, places: 2, in_line: 2, pickup_ms: 0, standby_ms: 0 });
         assert_eq!(later.open(), 12);
         later.note(PICKUP_MS + 100, None, None);
         assert_eq!(later.open(), 8, "the tick lapses the first step's four never admitted");
@@ -503,7 +545,7 @@ mod tests {
         let mut c = Claims::default();
         c.note(0, over(0, 10, 0), None);
         let ask = c.ask(10);
-        c.picked(&ask, None);
+        c.picked(&ask, None, 0);
         c.note(PICKUP_MS, None, None);
         assert_eq!(c.open(), 10, "not counted is not 'not picked up'");
     }
@@ -666,13 +708,75 @@ mod tests {
         assert_eq!(c.open(), 0);
     }
 
+    /// At the tail of a sale (every ticket left promised) a place whose fan was not admitted past
+    /// its step's standby time does not keep its tickets from everyone until its pickup window
+    /// ends: one fan behind it stands by for them, once. Its fan, coming after all, is promised
+    /// again (two fans for one ticket: the first to hold has it, the other is told "sold out" —
+    /// for now, while unpaid holds may come back). Before the tail, and for places told to ask
+    /// less often, nothing stands by.
+    #[test]
+    fn at_the_tail_a_place_not_picked_up_past_its_standby_time_lets_one_fan_stand_by() {
+        let short = |from: u64, to: u64| Some(Released { from, to, places: to - from, in_line: to - from, pickup_ms: 3500, standby_ms: 1700 });
+        // A hundred holds of one ticket each: a place is promised one ticket.
+        let tick = |c: &mut Claims, serving: u64, picked: &[u64], now: u64| {
+            sweep_at(c, serving, picked, now);
+            c.note(now, None, Some((100, 100)));
+        };
+        let mut c = Claims::default();
+        c.note(0, None, Some((100, 100)));
+        // One ticket left, promised to place 1.
+        c.note(0, short(0, 1), None);
+        assert_eq!(c.cap(1, 2), 0);
+        tick(&mut c, 1, &[], 1000);
+        assert_eq!((c.standby(), c.cap(1, 2)), (0, 0), "counted before its standby time (1.7 s)");
+        tick(&mut c, 1, &[], 2000);
+        assert_eq!((c.standby(), c.cap(1, 2)), (1, 1), "past it: one fan stands by");
+        c.note(2000, short(1, 2), None);
+        assert_eq!((c.open(), c.cap(1, 2)), (2, 0), "the fan standing by is promised: nobody more");
+        tick(&mut c, 2, &[2], 3000);
+        assert_eq!((c.standby(), c.cap(1, 2)), (1, 0));
+        // Place 1's fan comes after all (before its window ends at 3.5 s): promised again.
+        tick(&mut c, 2, &[1, 2], 3400);
+        assert_eq!((c.standby(), c.promised(2), c.cap(1, 2)), (0, 2, 0));
+        // Place 2's fan holds the ticket: nothing is left; the one promised to place 1 is not.
+        c.note(3600, None, Some((101, 101)));
+        assert_eq!((c.open(), c.cap(0, 2)), (1, 0));
+
+        // A place that never comes lapses at its window as before, and the fan who stood by stays
+        // promised.
+        let mut c = Claims::default();
+        c.note(0, None, Some((100, 100)));
+        c.note(0, short(0, 1), None);
+        tick(&mut c, 1, &[], 2000);
+        c.note(2000, short(1, 2), None);
+        tick(&mut c, 2, &[], 4000);
+        assert_eq!((c.open(), c.standby(), c.cap(1, 2)), (1, 1, 1), "place 1 lapsed at 3.5 s; place 2 is past its own standby time (3.7 s)");
+
+        // Before the tail, places past their standby time are promised: ten tickets, two places
+        // open and never picked up: eight fans more, not ten.
+        let mut c = Claims::default();
+        c.note(0, None, Some((100, 100)));
+        c.note(0, short(0, 2), None);
+        tick(&mut c, 2, &[], 2000);
+        assert_eq!((c.standby(), c.cap(10, 2)), (2, 8));
+        assert_eq!(c.cap(2, 2), 2, "at the tail they stand by");
+        // Places told to ask every 5 s have no standby time: they stand their window.
+        let mut c = Claims::default();
+        c.note(0, None, Some((100, 100)));
+        c.note(0, Some(Released { from: 0, to: 1, places: 1, in_line: 1, pickup_ms: 8000, standby_ms: 0 }), None);
+        tick(&mut c, 1, &[], 7000);
+        assert_eq!((c.standby(), c.cap(1, 2)), (0, 0));
+        tick(&mut c, 1, &[], 8000);
+        assert_eq!(c.cap(1, 2), 1, "lapsed at its window");
+    }
+
     /// Each step lapses its never-picked-up places at its own window.
     #[test]
     fn places_lapse_at_their_steps_own_pickup_window() {
         let mut c = Claims::default();
         c.note(0, None, Some((0, 0)));
-        c.note(0, Some(Released { from: 0, to: 10, places: 10, in_line: 10, pickup_ms: 0 }), None);
-        c.note(1000, Some(Released { from: 10, to: 20, places: 10, in_line: 10, pickup_ms: 3700 }), None);
+        c.note(0, Some(Released { from: 0, to: 10, places: 10, in_line: 10, pickup_ms: 0, standby_ms: 0 }), None);
+        c.note(1000, Some(Released { from: 10, to: 20, places: 10, in_line: 10, pickup_ms: 3700, standby_ms: 0 }), None);
         sweep(&mut c, 20, &[1, 11]);
         c.note(4699, None, None);
         assert_eq!(c.open(), 20);

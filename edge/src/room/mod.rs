@@ -574,6 +574,7 @@ impl Room {
             json!({
                 "open": b.claims.open(),
                 "promised": b.claims.promised(u64::from(spec.config.max_qty)),
+                "standby": b.claims.standby(),
                 "spoken_for": self.spoken_for.load(Ordering::Relaxed),
                 "woken_by_holds": self.hold_wakes.load(Ordering::Relaxed),
             })

@@ -202,12 +202,12 @@ impl Rooms {
             // left, less those promised to the people let in before, can serve — when a few seats
             // come back (an unpaid order timed out), a few people go in, not a second's worth.
             let holds = *room.holds.lock();
-            b.claims.picked(&ask, swept.picked.as_deref());
+            b.claims.picked(&ask, swept.picked.as_deref(), now_ms);
             b.claims.note(now_ms, None, holds);
             let available = room.available.load(Ordering::Acquire);
             let cap = b.claims.cap(available, u64::from(spec.config.max_qty));
             tracing::debug!(
-                room = %room.id, whole, cap, available, open = b.claims.open(), holds = ?holds,
+                room = %room.id, whole, cap, available, open = b.claims.open(), standby = b.claims.standby(), holds = ?holds,
                 reason = decision.reason.as_str(), budget = decision.budget.round() as u64, occupancy = active, exits,
                 pressure = ?decision.pressure.map(|x| (x * 100.0).round() / 100.0),
                 "release step"
@@ -301,8 +301,8 @@ impl Rooms {
         room.front_at(a.serving, a.lane_serving);
         let mut b = room.book.lock();
         b.unkept_due = false;
-        let pickup_ms = b.told.pickup_ms(a.serving, now_ms, room.state.epoch_s() * 1000);
-        let r = super::claims::Released { from: serving, to: a.serving, places: a.released, in_line: a.in_line, pickup_ms };
+        let p = b.told.pickup(a.serving, now_ms, room.state.epoch_s() * 1000);
+        let r = super::claims::Released { from: serving, to: a.serving, places: a.released, in_line: a.in_line, pickup_ms: p.window_ms, standby_ms: p.standby_ms };
         tracing::trace!(room = %room.id, ?r, "released");
         if between {
             b.claims.push(now_ms, r);

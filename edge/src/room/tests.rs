@@ -258,7 +258,7 @@ async fn the_release_counts_the_tickets_already_promised() {
     rooms.tick_room(&room, t0 + 1000).await.unwrap();
     assert_eq!(room.state.counters().serving, 10, "all 40 promised");
     assert!(room.spoken_for.load(Ordering::Relaxed));
-    assert_eq!(room.stats()["claims"], serde_json::json!({"open": 10, "promised": 40, "spoken_for": true, "woken_by_holds": 0}));
+    assert_eq!(room.stats()["claims"], serde_json::json!({"open": 10, "promised": 40, "standby": 0, "spoken_for": true, "woken_by_holds": 0}));
     let behind = QueueTicket { room: "r1".into(), position: 11, issued_at: 0, device: "d".into(), owner: "o".into(), owed: false, lane: 0 };
     let s = phase(rooms.status(&room, &behind, "u10").await.unwrap());
     assert_eq!((s.state, s.restock_possible, s.ahead), (Phase::SoldOut, true, Some(0)), "sold out for now, the place kept");
@@ -271,28 +271,44 @@ async fn the_release_counts_the_tickets_already_promised() {
     assert_eq!(room.state.counters().serving, 15, "four fans of 4 and one offered the last 2");
     assert!(!room.spoken_for.load(Ordering::Relaxed));
     assert_eq!(phase(rooms.status(&room, &behind, "u10").await.unwrap()).state, Phase::Admitted);
-    rooms.tick_room(&room, t0 + 3000).await.unwrap();
-    assert_eq!(room.state.counters().serving, 15, "9 places open: everything promised again");
     // Another fan of the second step polls and is admitted: two of its five places are picked up.
     let late = QueueTicket { position: 13, ..behind.clone() };
     assert_eq!(phase(rooms.status(&room, &late, "u12").await.unwrap()).state, Phase::Admitted);
-    // The first step's pickup window passes: its four places left open were never picked up (its
-    // one fan admitted is settled first by the six holds) and lapse. The second step's five stand.
-    // Each step's window is what its places were told (`told::Told`): the first step's were
-    // told to ask every second (2 s for the page without JavaScript, and 1.5 s of slack in a room
-    // no other edge answers for: 3.5 s).
-    rooms.tick_room(&room, t0 + 3400).await.unwrap();
-    assert_eq!(room.state.counters().serving, 15, "within the first step's window");
+    // The tail: with 9 places open every ticket left is promised again (36 of 34). The first step's
+    // four places left open were never picked up (its one fan admitted is settled first by the six
+    // holds) and are past their standby time: its places were told to ask every second, which a
+    // page's script stretches to 1.2 s at most, and 0.5 s for the session and the count
+    // (`told::Pickup::standby_ms`: 1.7 s). Four fans behind stand by for their tickets.
+    rooms.tick_room(&room, t0 + 2500).await.unwrap();
+    assert_eq!(room.state.counters().serving, 19, "20 promised to the five who may still come, 14 unpromised: three fans of 4 and one offered the last 2");
+    assert_eq!(
+        room.stats()["claims"],
+        serde_json::json!({"open": 13, "promised": 52, "standby": 4, "spoken_for": false, "woken_by_holds": 0})
+    );
+    assert_eq!(phase(rooms.status(&room, &behind, "u10").await.unwrap()).state, Phase::Admitted);
+    // Nothing more for the same no-shows: the fans who stand by are promised their tickets.
+    rooms.tick_room(&room, t0 + 3000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 19, "the standby fans are promised");
+    // The first step's pickup window passes (2 s for the page without JavaScript, and 1.5 s of
+    // slack in a room no other edge answers for: 3.5 s): its four lapse, and the fans who stood by
+    // for them stay promised. The second step's five stand: its standby time (1.7 s after 2 s) is
+    // not counted yet.
     rooms.tick_room(&room, t0 + 3500).await.unwrap();
-    assert_eq!(room.state.counters().serving, 19, "20 promised, 14 unpromised: three fans of 4 and one offered the last 2");
+    assert_eq!(room.state.counters().serving, 19, "within the second step's standby time");
     assert_eq!(room.stats()["claims"]["open"], 9);
-    // The second step's window passes (its places were told every second, "sold out for now":
-    // 3.5 s): its three never admitted lapse, its two admitted stand (with the third step's four):
-    // 6 open, 24 promised.
-    rooms.tick_room(&room, t0 + 2000 + 3400).await.unwrap();
-    assert_eq!(room.state.counters().serving, 19, "within the second step's window");
+    assert_eq!(room.stats()["claims"]["standby"], 0);
+    // Counted past it: its three never admitted stand by, its two admitted stand (with the third
+    // step's four): 6 promised, 24 tickets, 10 unpromised: two fans of 4 and one offered the last 2.
+    rooms.tick_room(&room, t0 + 4000).await.unwrap();
+    assert_eq!(room.state.counters().serving, 22, "two fans of 4 and one offered the last 2");
+    assert_eq!(room.stats()["claims"]["standby"], 3);
+    // Its window passes: its three lapse, and the fans who stood by for them stay promised. The
+    // third step's four, never admitted, are past their standby time: four fans more, promised
+    // 5 × 4 of the 34.
     rooms.tick_room(&room, t0 + 2000 + 3500).await.unwrap();
-    assert_eq!(room.state.counters().serving, 22, "10 unpromised: two fans of 4 and one offered the last 2");
+    assert_eq!(room.state.counters().serving, 26);
+    assert_eq!(room.stats()["claims"]["open"], 13, "the second step's two admitted, the third's four, the fourth's three and the fifth's four");
+    assert_eq!(room.stats()["claims"]["standby"], 4);
 }
 
 /// The release loop ticks at a sale's open ([`Rooms::next_opening_ms`]); that first tick lets in a

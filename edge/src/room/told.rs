@@ -133,19 +133,28 @@ impl Told {
         self.record(tick);
     }
 
+    /// The pickup window of a step at `now_ms` whose farthest place is `to` ([`Told::pickup`]).
+    pub fn pickup_ms(&self, to: u64, now_ms: u64, born_ms: u64) -> u64 {
+        self.pickup(to, now_ms, born_ms).window_ms
+    }
+
     /// The pickup window of a step at `now_ms` whose farthest place is `to`: the longest interval
     /// the room may have told that place at a poll whose next one comes after the step, stretched
     /// by the jitter, plus [`PICKUP_SLACK_MS`]; [`PICKUP_MS`] at most, and whenever what was told
     /// is not known for the last [`TOLD_MS`] — unless it is known since `born_ms`, when the room's
     /// first place was given (an embedded room: its places are this process's, and no follower
-    /// answers its fans, [`FOLLOWER_TICK_MS`]; 0: a shared room).
-    pub fn pickup_ms(&self, to: u64, now_ms: u64, born_ms: u64) -> u64 {
-        let Some(first) = self.ticks.front() else { return PICKUP_MS };
+    /// answers its fans, [`FOLLOWER_TICK_MS`]; 0: a shared room). With it, the step's standby
+    /// time ([`Pickup::standby_ms`]).
+    pub fn pickup(&self, to: u64, now_ms: u64, born_ms: u64) -> Pickup {
+        let unbounded = Pickup { window_ms: PICKUP_MS, standby_ms: 0 };
+        let Some(first) = self.ticks.front() else { return unbounded };
         let since_birth = born_ms > 0 && first.at <= born_ms + BORN_SLACK_MS;
         if first.at + TOLD_MS > now_ms && !since_birth {
-            return PICKUP_MS;
+            return unbounded;
         }
-        let mut slowest = 0u64;
+        // The slowest poll told, stretched by the jitter: as a script polls, and as the page
+        // without JavaScript refreshes.
+        let (mut scripted, mut slowest) = (0u64, 0u64);
         for (i, t) in self.ticks.iter().enumerate() {
             let end = self.ticks.get(i + 1).map_or(now_ms, |n| n.at);
             let ahead = to.saturating_sub(t.serving + 1);
@@ -161,19 +170,42 @@ impl Told {
                 Telling::Moving { per_s } if per_s > 0.0 => eta_poll_ms((ahead + 1) as f64 / per_s, near),
                 Telling::Moving { .. } | Telling::NoRate => no_rate_poll_ms(near),
                 Telling::SpokenFor if near => spoken_for_poll_ms(ahead),
-                Telling::SpokenFor | Telling::Unbounded => return PICKUP_MS,
+                Telling::SpokenFor | Telling::Unbounded => return unbounded,
             };
+            let jittered = (told as f64 * JITTER_MAX) as u64;
             // A page without JavaScript refreshes at whole seconds, at least every
             // [`NOSCRIPT_MIN_REFRESH_S`].
-            let stretched = ((told as f64 * JITTER_MAX) as u64).max(NOSCRIPT_MIN_REFRESH_S * 1000);
+            let stretched = jittered.max(NOSCRIPT_MIN_REFRESH_S * 1000);
             if end + stretched > now_ms {
                 slowest = slowest.max(stretched);
+                scripted = scripted.max(jittered);
             }
         }
-        let slack = if born_ms > 0 { PICKUP_SLACK_MS - FOLLOWER_TICK_MS } else { PICKUP_SLACK_MS };
-        (slowest + slack).min(PICKUP_MS)
+        let follower = if born_ms > 0 { 0 } else { FOLLOWER_TICK_MS };
+        let window_ms = (slowest + PICKUP_SLACK_MS - FOLLOWER_TICK_MS + follower).min(PICKUP_MS);
+        let standby = scripted + STANDBY_SLACK_MS + follower;
+        Pickup { window_ms, standby_ms: if standby < window_ms { standby } else { 0 } }
     }
 }
+
+/// A release step's pickup window and standby time ([`Told::pickup`], [`super::claims`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pickup {
+    /// How long its places stand before their fans are admitted.
+    pub window_ms: u64,
+    /// How long after the step a place whose fan was not admitted stands before, at the tail of a
+    /// sale, a place behind it stands by for its tickets ([`super::claims`]): its fan's slowest
+    /// poll as the page's script makes it (the page without JavaScript, refreshing every 2 s at
+    /// least, is not waited for), [`STANDBY_SLACK_MS`] and a follower edge's tick — the window
+    /// less what the leader's tick adds (the standby is judged on a count made past it) and the
+    /// page without JavaScript; 0 when that is no sooner than the window (not bounded).
+    pub standby_ms: u64,
+}
+
+/// A place's standby time beyond its fan's slowest scripted poll: the session the poll opens and
+/// the leader's count at its next tick, which comes at whole seconds after the step (a step at a
+/// tick is counted a second later, one between ticks at the first tick after this).
+pub const STANDBY_SLACK_MS: u64 = 500;
 
 #[cfg(test)]
 mod tests {
@@ -193,6 +225,8 @@ mod tests {
         }
         assert_eq!(t.pickup_ms(50, 104_500, 0), PICKUP_MS, "5 s known of a shared room: not enough");
         assert_eq!(t.pickup_ms(50, 104_500, 99_000), 2000 + PICKUP_SLACK_MS - FOLLOWER_TICK_MS, "known since the room's birth, which has no follower");
+        assert_eq!(t.pickup(50, 104_500, 99_000).standby_ms, 1200 + STANDBY_SLACK_MS, "no follower's tick either");
+        assert_eq!(t.pickup(50, 104_500, 0).standby_ms, 0, "not bounded");
         assert_eq!(t.pickup_ms(50, 104_500, 90_000), PICKUP_MS, "born long before what is known");
         for k in 5..=13 {
             t.record(tick(100_000 + k * 1000, 0, moving(100.0)));
@@ -202,6 +236,11 @@ mod tests {
         assert_eq!(t.pickup_ms(50, 113_000, 0), 2000 + PICKUP_SLACK_MS);
         assert_eq!(t.pickup_ms(2000, 113_000, 0), 2400 + PICKUP_SLACK_MS);
         assert_eq!(t.pickup_ms(10_000, 113_000, 0), PICKUP_MS);
+        // The standby time: the slowest poll a page's script makes (1.2 s, 2.4 s), the session and
+        // its count, a follower's tick; none where the window is not bounded.
+        assert_eq!(t.pickup(50, 113_000, 0), Pickup { window_ms: 4500, standby_ms: 1200 + STANDBY_SLACK_MS + FOLLOWER_TICK_MS });
+        assert_eq!(t.pickup(2000, 113_000, 0), Pickup { window_ms: 4900, standby_ms: 2400 + STANDBY_SLACK_MS + FOLLOWER_TICK_MS });
+        assert_eq!(t.pickup(10_000, 113_000, 0), Pickup { window_ms: PICKUP_MS, standby_ms: 0 });
         // The rate fell to 10/s a tick ago: 400 ahead were told 4 s since.
         t.record(tick(114_000, 0, moving(10.0)));
         assert_eq!(t.pickup_ms(400, 114_000, 0), 4800 + PICKUP_SLACK_MS);
@@ -216,7 +255,9 @@ mod tests {
         // every 2 s), the others every 5 s.
         t.record(tick(121_000, 0, Telling::SpokenFor));
         assert_eq!(t.pickup_ms(50, 121_000, 0), 2000 + PICKUP_SLACK_MS);
+        assert_eq!(t.pickup(50, 121_000, 0).standby_ms, 1200 + STANDBY_SLACK_MS + FOLLOWER_TICK_MS);
         assert_eq!(t.pickup_ms(500, 121_000, 0), PICKUP_MS);
+        assert_eq!(t.pickup(500, 121_000, 0).standby_ms, 6000 + STANDBY_SLACK_MS + FOLLOWER_TICK_MS, "told 5 s");
         // Paused (told 4 s), sold out, a spread room: not bounded (anywhere in the last 12 s).
         t.record(tick(122_000, 0, Telling::Unbounded));
         assert_eq!(t.pickup_ms(50, 122_000, 0), PICKUP_MS);
