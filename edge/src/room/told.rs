@@ -67,6 +67,15 @@ pub const PICKUP_SLACK_MS: u64 = 2_500;
 /// its windows are a second shorter (the bots surge's scripts' places from the open, 4.9 s).
 pub const FOLLOWER_TICK_MS: u64 = 1_000;
 
+/// How far before the last record a record may be stamped and still be taken as out of order, not
+/// as a clock gone back ([`Told::record`]): a tick stamps its record with the time it began, and
+/// reads the store (its sweep, its lease, the stock) before it records — a step between ticks
+/// ([`super::Rooms::step_between`], every 250 ms) may record meanwhile. Taken for a clock gone
+/// back, every such tick forgot what was told: each step's pickup window was then [`PICKUP_MS`]
+/// for the next 12 s (the bots surge, 2026-12-06: 8 s for every step once steps between ticks
+/// began, the last tickets of a run held 4–5 s past a 3.5-s window).
+pub const OUT_OF_ORDER_MS: u64 = 2_000;
+
 /// How soon after a room's birth its first tick records what it tells (the release loop's first
 /// tick comes within a second of the edge's start; its state's birth is in whole seconds).
 const BORN_SLACK_MS: u64 = 3_000;
@@ -111,10 +120,17 @@ pub enum Telling {
 
 impl Told {
     /// Records the telling from `tick.at` on, and forgets what no window can need (a clock that
-    /// went back forgets everything).
-    pub fn record(&mut self, tick: ToldTick) {
-        if self.ticks.back().is_some_and(|t| t.at >= tick.at) {
-            self.ticks.clear();
+    /// went back by [`OUT_OF_ORDER_MS`] or more forgets everything). A record stamped before the
+    /// last one, by less, is a tick's (stamped when it began: a step between ticks recorded a
+    /// telling while the tick read the store) and follows it, a millisecond after — it is the
+    /// newer, and the step's telling is kept for the windows it may bound.
+    pub fn record(&mut self, mut tick: ToldTick) {
+        if let Some(last) = self.ticks.back().map(|t| t.at) {
+            if tick.at + OUT_OF_ORDER_MS <= last {
+                self.ticks.clear();
+            } else if tick.at <= last {
+                tick.at = last + 1;
+            }
         }
         self.ticks.push_back(tick);
         while self.ticks.get(1).is_some_and(|t| t.at + TOLD_MS <= tick.at) {
@@ -264,6 +280,27 @@ mod tests {
         // A clock that went back forgets what it knew.
         t.record(tick(50_000, 0, moving(100.0)));
         assert_eq!(t.pickup_ms(50, 50_000, 0), PICKUP_MS);
+    }
+
+    /// A tick that read the store while a step between ticks recorded a telling records after it
+    /// (stamped when it began, before that step): nothing is forgotten, both tellings bound the
+    /// windows. A clock gone back 2 s or more forgets.
+    #[test]
+    fn a_tick_stamped_before_a_step_between_ticks_forgets_nothing() {
+        let tick = |at: u64, telling: Telling| ToldTick { at, serving: 0, telling };
+        let mut t = Told::default();
+        for k in 0..13 {
+            t.record(tick(100_000 + k * 1000, Telling::Moving { per_s: 100.0 }));
+        }
+        // The tick of 113 s began at 113.0 s; a step between ticks recorded "sold out for now" at
+        // 113.1 s; the tick records at 113.0 s (what it tells now: moving again).
+        t.record(tick(113_100, Telling::SpokenFor));
+        t.record(tick(113_000, Telling::Moving { per_s: 100.0 }));
+        assert_eq!(t.pickup(50, 113_200, 0), Pickup { window_ms: 2000 + PICKUP_SLACK_MS, standby_ms: 1200 + STANDBY_SLACK_MS + FOLLOWER_TICK_MS });
+        // Told 5 s beyond the next hundred while spoken for: the step's telling is kept.
+        assert_eq!(t.pickup_ms(500, 113_200, 0), PICKUP_MS);
+        t.record(tick(111_100, Telling::Moving { per_s: 100.0 }));
+        assert_eq!(t.pickup_ms(50, 111_200, 0), PICKUP_MS, "a clock 2 s back forgets");
     }
 
     /// A release step between ticks records its telling; a spell between the two records is
