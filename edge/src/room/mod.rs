@@ -970,9 +970,15 @@ fn rfc3339(t: i64) -> Option<String> {
 /// Whether the tickets left, with those in unpaid holds that may come back, could reach a place
 /// `ahead` places from the front.
 fn within_reach(room: &Room, ahead: u64) -> bool {
+    ahead < reach(room)
+}
+
+/// How many places past `serving` the tickets left and those in unpaid holds reach (0: the stock
+/// is not known).
+fn reach(room: &Room) -> u64 {
     let left = room.available.load(Ordering::Relaxed);
     let held = room.held.load(Ordering::Relaxed);
-    left != u64::MAX && ahead < left.saturating_add(if held == u64::MAX { 0 } else { held })
+    if left == u64::MAX { 0 } else { left.saturating_add(if held == u64::MAX { 0 } else { held }) }
 }
 
 

@@ -242,7 +242,7 @@ impl Rooms {
             };
             // A spell told since the last tick that this tick no longer sees (sold out for a moment,
             // a pause lifted): from when it began.
-            b.told.record_after(room.unbounded_at_ms(), super::told::ToldTick { at: now_ms, serving: c.serving, telling });
+            b.told.record_after(room.unbounded_at_ms(), super::told::ToldTick { at: now_ms, serving: c.serving, telling, reach: super::reach(room) });
             b.last_tick_ms = now_ms;
         }
         let step = if leader && whole > 0 { Some(self.advance(room, &spec, c.serving, whole, now_ms, false).await?) } else { None };
@@ -372,7 +372,7 @@ impl Rooms {
         if room.spoken_for.swap(spoken_for, Ordering::Relaxed) != spoken_for {
             let serving = room.state.counters().serving;
             let telling = if spoken_for { super::told::Telling::SpokenFor } else { moving(room) };
-            b.told.record_after(room.unbounded_at_ms(), super::told::ToldTick { at: now_ms, serving, telling });
+            b.told.record_after(room.unbounded_at_ms(), super::told::ToldTick { at: now_ms, serving, telling, reach: super::reach(room) });
             drop(b);
             room.changed();
         }

@@ -98,6 +98,11 @@ pub struct ToldTick {
     /// `serving` as the tick found it (a follower's answers may lag it by a tick: the entry before
     /// covers that).
     pub serving: u64,
+    /// How many places past `serving` the tickets left and those in unpaid holds reach at the tick
+    /// (their status is told the near polls, `super::within_reach`); 0: not known. The reach only
+    /// shrinks as tickets are paid for, so a telling is judged by the smaller of its own and the
+    /// next record's.
+    pub reach: u64,
     pub telling: Telling,
 }
 
@@ -174,8 +179,9 @@ impl Told {
         for (i, t) in self.ticks.iter().enumerate() {
             let end = self.ticks.get(i + 1).map_or(now_ms, |n| n.at);
             let ahead = to.saturating_sub(t.serving + 1);
-            // Near: the last thousand (within the stock's reach is not known here: the slower).
-            let near = ahead < 1000;
+            // Near: the last thousand, and the places the stock reaches.
+            let reach = self.ticks.get(i + 1).map_or(t.reach, |n| n.reach.min(t.reach));
+            let near = ahead < 1000 || ahead < reach;
             let told = match t.telling {
                 // Polls after the open and before the tick that sees it are told as with no rate.
                 // The status counts whole seconds to the open from its own second.
@@ -232,7 +238,7 @@ mod tests {
     /// [`PICKUP_MS`].
     #[test]
     fn a_steps_pickup_window_follows_what_its_places_were_told() {
-        let tick = |at: u64, serving: u64, telling: Telling| ToldTick { at, serving, telling };
+        let tick = |at: u64, serving: u64, telling: Telling| ToldTick { at, serving, telling, reach: 0 };
         let moving = |per_s| Telling::Moving { per_s };
         let mut t = Told::default();
         assert_eq!(t.pickup_ms(10, 0, 0), PICKUP_MS, "nothing known");
@@ -282,12 +288,37 @@ mod tests {
         assert_eq!(t.pickup_ms(50, 50_000, 0), PICKUP_MS);
     }
 
+    /// Places more than a thousand back that the stock reaches were told the near polls (the
+    /// status's `within_reach`): at a sale's open, 2 s rather than 10 s — the windows of a sale that
+    /// sells out in its first 12 s are bounded by it. The reach is judged by the smaller of a
+    /// record's and the next one's (it shrinks as tickets are paid for).
+    #[test]
+    fn places_the_stock_reaches_are_near_beyond_the_last_thousand() {
+        let open = 120_000;
+        let record = |reach: u64, reach_after: u64| {
+            let mut t = Told::default();
+            for at in (100_000..open).step_by(1000) {
+                t.record(ToldTick { at, serving: 0, telling: Telling::NotOpen { opens_at_ms: open + 500 }, reach });
+            }
+            t.record(ToldTick { at: open + 1000, serving: 0, telling: Telling::Moving { per_s: 100.0 }, reach: reach_after });
+            t
+        };
+        // 1,500 places back when the sale opened, 2,000 tickets: told 2 s after the open.
+        let t = record(2000, 1900);
+        assert_eq!(t.pickup(1500, open + 1500, 0), Pickup { window_ms: 2400 + PICKUP_SLACK_MS, standby_ms: 2400 + STANDBY_SLACK_MS + FOLLOWER_TICK_MS });
+        // Beyond the reach, or with the stock not known: 10 s, not bounded.
+        assert_eq!(t.pickup(2500, open + 1500, 0), Pickup { window_ms: PICKUP_MS, standby_ms: 0 });
+        assert_eq!(record(0, 0).pickup_ms(1500, open + 1500, 0), PICKUP_MS);
+        // The reach at the next record is smaller: it judges the telling.
+        assert_eq!(record(2000, 1200).pickup_ms(1500, open + 1500, 0), PICKUP_MS);
+    }
+
     /// A tick that read the store while a step between ticks recorded a telling records after it
     /// (stamped when it began, before that step): nothing is forgotten, both tellings bound the
     /// windows. A clock gone back 2 s or more forgets.
     #[test]
     fn a_tick_stamped_before_a_step_between_ticks_forgets_nothing() {
-        let tick = |at: u64, telling: Telling| ToldTick { at, serving: 0, telling };
+        let tick = |at: u64, telling: Telling| ToldTick { at, serving: 0, telling, reach: 0 };
         let mut t = Told::default();
         for k in 0..13 {
             t.record(tick(100_000 + k * 1000, Telling::Moving { per_s: 100.0 }));
@@ -308,7 +339,7 @@ mod tests {
     /// out of order would read as a clock gone back and forget everything).
     #[test]
     fn a_spell_is_recorded_in_order_between_any_two_records() {
-        let tick = |at: u64, telling: Telling| ToldTick { at, serving: 0, telling };
+        let tick = |at: u64, telling: Telling| ToldTick { at, serving: 0, telling, reach: 0 };
         let mut t = Told::default();
         for k in 0..13 {
             t.record(tick(100_000 + k * 1000, Telling::Moving { per_s: 100.0 }));
@@ -335,19 +366,19 @@ mod tests {
         let mut t = Told::default();
         let open = 120_000;
         for at in (100_000..open).step_by(1000) {
-            t.record(ToldTick { at, serving: 0, telling: Telling::NotOpen { opens_at_ms: open + 500 } });
+            t.record(ToldTick { at, serving: 0, telling: Telling::NotOpen { opens_at_ms: open + 500 }, reach: 0 });
         }
-        t.record(ToldTick { at: open + 1000, serving: 0, telling: Telling::Moving { per_s: 100.0 } });
+        t.record(ToldTick { at: open + 1000, serving: 0, telling: Telling::Moving { per_s: 100.0 }, reach: 0 });
         // The tick at open − 1 s (told 1 s) spans the open: 2 s.
         assert_eq!(t.pickup_ms(100, open + 1000, 0), 2400 + PICKUP_SLACK_MS);
         for k in 2..=4 {
-            t.record(ToldTick { at: open + k * 1000, serving: 100 * (k - 1), telling: Telling::Moving { per_s: 100.0 } });
+            t.record(ToldTick { at: open + k * 1000, serving: 100 * (k - 1), telling: Telling::Moving { per_s: 100.0 }, reach: 0 });
         }
         assert_eq!(t.pickup_ms(400, open + 4000, 0), 2000 + PICKUP_SLACK_MS, "the open's 2-s polls are behind");
         // Ten minutes before an open places are told 30 s: a step then is not bounded.
         let mut far = Told::default();
         for at in (0..20_000).step_by(1000) {
-            far.record(ToldTick { at, serving: 0, telling: Telling::NotOpen { opens_at_ms: 600_000 } });
+            far.record(ToldTick { at, serving: 0, telling: Telling::NotOpen { opens_at_ms: 600_000 }, reach: 0 });
         }
         assert_eq!(far.pickup_ms(10, 20_000, 0), PICKUP_MS);
     }
