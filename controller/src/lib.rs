@@ -1301,8 +1301,10 @@ impl ReleaseController {
         let mut light_unfilled = false;
         // Recovering from a far cut that was a spike, the core calm: as fast as slow start (see the
         // crate doc), whether or not the occupancy has filled the budget yet.
+        // Under the level of the last cut that is worth recovering towards (see `recover_growth`).
+        let recovering = self.budget < cfg.recover_fraction * self.cut_from;
         let spike_recovery = self.spike
-            && self.budget < cfg.recover_fraction * self.cut_from
+            && recovering
             && self.budget >= self.ssthresh
             && pressure.is_some_and(|x| x <= cfg.slow_start_exit_pressure);
         let reason = if undone {
@@ -1340,7 +1342,6 @@ impl ReleaseController {
                 // cut the core itself changed; the old level means nothing.
                 // A far cut remembers its level too, unless it came while the budget was still
                 // recovering towards the last one: then that level was wrong (the core changed).
-                let recovering = self.budget < cfg.recover_fraction * self.cut_from;
                 self.cut_from = if far { 0.0 } else { base };
                 self.far_from = (far && !recovering).then_some(base);
                 self.spike = false;
@@ -1455,7 +1456,6 @@ impl ReleaseController {
             // Back under the level of the last cut, with the core calm (far from its knee): that
             // level was carried seconds ago, so the budget may lead the occupancy *now* as slow
             // start leads the measured one; what the metrics lag behind was already measured.
-            let recovering = self.budget < cfg.recover_fraction * self.cut_from;
             if spike_recovery {
                 ceiling = ceiling.max(occ * cfg.max_lead_slow_start);
             }
@@ -1526,15 +1526,16 @@ impl ReleaseController {
             rate = b.min_rate;
         }
         let mut up = self.prev_rate + (cfg.slew_abs).max(cfg.slew_rel * self.prev_rate);
-        // Not while a cut for errors waits for its undo, nor with requests still failing (errors
-        // count as over only with enough samples).
-        let clean = self.error_cut.is_none() && err <= 0.2 * cfg.error_threshold;
-        let clear = !over && !in_cooldown && clean && pressure.is_some_and(|x| x <= 1.0);
-        if let Some((resume, _)) = self.resume.filter(|_| clear) {
-            // The cut is over and the core under target: back to the rate it carried, scaled as
-            // the budget was, at once (the budget bounds `raw` as ever); the slew limiter works
-            // from there.
-            up = up.max(resume);
+        if let Some((resume, _)) = self.resume {
+            // Not while a cut for errors waits for its undo, nor with requests still failing
+            // (errors count as over only with enough samples).
+            let clean = self.error_cut.is_none() && err <= 0.2 * cfg.error_threshold;
+            if !over && !in_cooldown && clean && pressure.is_some_and(|x| x <= 1.0) {
+                // The cut is over and the core under target: back to the rate it carried, scaled
+                // as the budget was, at once (the budget bounds `raw` as ever); the slew limiter
+                // works from there.
+                up = up.max(resume);
+            }
         }
         rate = rate.min(up);
         if !self.spike && self.resume.is_some_and(|(resume, _)| rate >= resume) {
